@@ -1,0 +1,90 @@
+"""Model configuration and named presets.
+
+A :class:`ModelConfig` fixes the widths shared by every layer; the layout fixes which mixer
+each layer has. Per-mixer settings (heads, expansions, gates) default to flash-linear-attention's
+layer of the same name and can be overridden through ``mixer_hparams``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from hlnas.errors import ConfigError, did_you_mean
+
+__all__ = ["ModelConfig", "PRESETS", "preset"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    d_model: int
+    n_layers: int = 24  # default depth of layouts built for this config
+    vocab_size: int
+    n_heads: int  # attention heads
+    n_kv_heads: int | None = None  # GQA; None = n_heads
+    window: int | None = None  # sliding-window attention; None = full
+    rope_theta: float = 10000.0
+    mlp_hidden: int | None = None  # None = fla's rule (swiglu_hidden)
+    tie_embeddings: bool = False  # the paper's checkpoints are untied
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+    mixer_hparams: dict[str, dict] = field(default_factory=dict)  # {"gla": {"num_heads": 4}, ...}
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "vocab_size", "n_heads", "n_layers"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        kv = self.kv_heads
+        if kv < 1 or self.n_heads % kv:
+            raise ConfigError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={kv}")
+        if self.window is not None and self.window < 1:
+            raise ConfigError(f"window must be >= 1 or None, got {self.window}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def mlp_width(self) -> int:
+        from hlnas.nn import swiglu_hidden
+
+        return self.mlp_hidden or swiglu_hidden(self.d_model)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(
+                f"unknown model config key '{unknown[0]}'.{did_you_mean(unknown[0], names)} Allowed: {', '.join(sorted(names))}"
+            )
+        return cls(**data)
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # The paper's two scales (arXiv 2507.06457 section 3.4; shapes of the m-a-p checkpoints, paper_grid.md section 2).
+    "paper-340m": ModelConfig(d_model=1024, vocab_size=32000, n_heads=16),
+    "paper-1.3b": ModelConfig(d_model=2048, vocab_size=32000, n_heads=32),
+    # Proxies: 24 layers so every paper ratio exists, byte-level vocabulary.
+    "proxy-tiny": ModelConfig(d_model=64, vocab_size=256, n_heads=4, mlp_hidden=128),  # CPU tests, seconds
+    "proxy-small": ModelConfig(d_model=128, vocab_size=256, n_heads=4, mlp_hidden=256),  # CPU searches, minutes
+    "proxy-gpu": ModelConfig(d_model=512, vocab_size=256, n_heads=8),  # quick H200 runs
+}
+
+
+def preset(name: str) -> ModelConfig:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset '{name}'.{did_you_mean(name, PRESETS)} Available: {', '.join(PRESETS)}")
+    return PRESETS[name]

@@ -1,0 +1,87 @@
+"""Full softmax attention: RoPE, causal, GQA, optional sliding window (fla's ``Attention`` layer shape:
+q/k/v/o projections without bias)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor, nn
+
+from hlnas.errors import ConfigError
+from hlnas.kernels.attention import attention
+from hlnas.mixers.base import Mixer
+from hlnas.nn import rotary
+
+
+class Attention(Mixer):
+    name = "attention"
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Hparams:
+        num_heads: int
+        num_kv_heads: int
+        window: int | None = None
+        rope_theta: float = 10000.0
+
+    @classmethod
+    def defaults(cls, cfg) -> dict:
+        return dict(num_heads=cfg.n_heads, num_kv_heads=cfg.kv_heads, window=cfg.window, rope_theta=cfg.rope_theta)
+
+    @classmethod
+    def validate(cls, d_model: int, hp: Hparams) -> None:
+        if d_model % hp.num_heads or hp.num_heads % hp.num_kv_heads:
+            raise ConfigError(
+                f"attention: d_model={d_model} must divide by num_heads={hp.num_heads}, "
+                f"and num_heads by num_kv_heads={hp.num_kv_heads}"
+            )
+
+    @staticmethod
+    def _dims(d_model: int, hp: Hparams) -> tuple[int, int]:
+        head_dim = d_model // hp.num_heads
+        return head_dim, hp.num_kv_heads * head_dim
+
+    @classmethod
+    def param_count(cls, d_model: int, hp: Hparams) -> int:
+        _, kv_dim = cls._dims(d_model, hp)
+        return 2 * d_model * d_model + 2 * d_model * kv_dim  # q, o and k, v
+
+    @classmethod
+    def state_bytes(cls, d_model: int, hp: Hparams, *, batch: int, seq_len: int, dtype: torch.dtype) -> int:
+        head_dim, _ = cls._dims(d_model, hp)
+        held = seq_len if hp.window is None else min(seq_len, hp.window)
+        return 2 * hp.num_kv_heads * head_dim * held * batch * torch.empty((), dtype=dtype).element_size()
+
+    @classmethod
+    def flops_per_token(cls, d_model: int, hp: Hparams, seq_len: int) -> int:
+        _, kv_dim = cls._dims(d_model, hp)
+        proj = 2 * (2 * d_model * d_model + 2 * d_model * kv_dim)
+        span = seq_len if hp.window is None else min(seq_len, hp.window)
+        # the paper's Table 4: 2 * L * d_model per token (QK^T and AV at one multiply-add each)
+        return proj + 2 * span * d_model
+
+    def __init__(self, d_model: int, hp: Hparams, layer_idx: int):
+        super().__init__(d_model, hp, layer_idx)
+        self.head_dim, kv_dim = self._dims(d_model, hp)
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, kv_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, kv_dim, bias=False)
+        self.o_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
+        B, T, _ = x.shape
+        hp = self.hp
+        pos = cache.get("pos", 0) if cache is not None else 0
+        q = self.q_proj(x).view(B, T, hp.num_heads, self.head_dim)
+        k = self.k_proj(x).view(B, T, hp.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(B, T, hp.num_kv_heads, self.head_dim)
+        q, k = rotary(q, pos, hp.rope_theta), rotary(k, pos, hp.rope_theta)
+        if cache is not None:
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=1)
+                v = torch.cat([cache["v"], v], dim=1)
+            keep = k.shape[1] if hp.window is None else min(k.shape[1], hp.window)
+            cache["k"], cache["v"] = k[:, -keep:].detach(), v[:, -keep:].detach()
+            cache["pos"] = pos + T
+        o = attention(q, k, v, window=hp.window)
+        return self.o_proj(o.reshape(B, T, -1))

@@ -1,0 +1,95 @@
+"""A causal language model built from a :class:`~hlnas.layout.Layout`.
+
+embedding -> N pre-norm blocks (RMSNorm, token mixer, residual; RMSNorm, SwiGLU MLP, residual)
+-> final RMSNorm -> LM head. Each block's mixer is the layout's mixer for that layer.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from hlnas.catalog import MIXERS
+from hlnas.config import ModelConfig
+from hlnas.layout import Layout
+from hlnas.mixers.base import Mixer, cache_nbytes
+from hlnas.nn import RMSNorm, SwiGLU
+
+__all__ = ["HybridLM", "Cache", "build_model"]
+
+
+class Cache:
+    """Decode state of a whole model: one dict per layer (KV for attention, recurrent state otherwise)."""
+
+    def __init__(self, n_layers: int):
+        self.layers: list[dict] = [{} for _ in range(n_layers)]
+        self.seen_tokens = 0
+
+    def nbytes(self) -> int:
+        return sum(cache_nbytes(layer) for layer in self.layers)
+
+    def layer_nbytes(self) -> list[int]:
+        return [cache_nbytes(layer) for layer in self.layers]
+
+
+class Block(nn.Module):
+    def __init__(self, mixer: Mixer, d_model: int, mlp_hidden: int, eps: float):
+        super().__init__()
+        self.mixer_norm = RMSNorm(d_model, eps)
+        self.mixer = mixer
+        self.mlp_norm = RMSNorm(d_model, eps)
+        self.mlp = SwiGLU(d_model, mlp_hidden)
+
+    def forward(self, x: Tensor, cache: dict | None) -> Tensor:
+        x = x + self.mixer(self.mixer_norm(x), cache)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class HybridLM(nn.Module):
+    def __init__(self, layout: Layout, cfg: ModelConfig):
+        super().__init__()
+        self.layout, self.cfg = layout, cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        blocks = []
+        for i, name in enumerate(layout.mixers):
+            cls: type[Mixer] = MIXERS.get(name)
+            blocks.append(Block(cls(cfg.d_model, cls.hparams(cfg), i), cfg.d_model, cfg.mlp_width, cfg.norm_eps))
+        self.blocks = nn.ModuleList(blocks)
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = self.cfg.init_std
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, std=std)
+            # mixers re-apply their own special inits (decay rates, dt biases, ...)
+            init = getattr(m, "reset_special_parameters", None)
+            if callable(init):
+                init()
+
+    def new_cache(self) -> Cache:
+        return Cache(len(self.blocks))
+
+    def forward(self, input_ids: Tensor, cache: Cache | None = None) -> Tensor:
+        """input_ids ``[B, T]`` -> logits ``[B, T, vocab]``. With ``cache``, continues from its state."""
+        x = self.embed(input_ids)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if cache is None else cache.layers[i])
+        if cache is not None:
+            cache.seen_tokens += input_ids.shape[1]
+        return self.lm_head(self.norm(x))
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def build_model(layout: Layout, cfg: ModelConfig) -> HybridLM:
+    return HybridLM(layout, cfg)

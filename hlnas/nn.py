@@ -1,0 +1,108 @@
+"""Small building blocks shared by the mixers and the model: norms, short convolution, RoPE, SwiGLU.
+
+Plain PyTorch, identical on CPU and GPU. Each keeps its decode state in a plain dict so the
+cache's byte count is simply the sum of the tensors it holds.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "swiglu_hidden"]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * self.weight.float()).to(x.dtype)
+
+
+class GatedRMSNorm(RMSNorm):
+    """RMSNorm(x) * act(gate): the output gate of GLA, HGRN, GatedDeltaNet and Mamba-2."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, act: str = "swish"):
+        super().__init__(dim, eps)
+        if act not in ("swish", "sigmoid"):
+            raise ValueError(f"act must be 'swish' or 'sigmoid', got {act!r}")
+        self.act = act
+
+    def forward(self, x: Tensor, gate: Tensor) -> Tensor:  # type: ignore[override]
+        g = F.silu(gate.float()) if self.act == "swish" else torch.sigmoid(gate.float())
+        return (super().forward(x).float() * g).to(x.dtype)
+
+
+class ShortConvolution(nn.Module):
+    """Causal depthwise conv1d over time (kernel ``size``), optional SiLU, as in fla's ShortConvolution.
+
+    Decode state: the last ``size - 1`` inputs, ``[B, size-1, C]`` in the input dtype.
+    """
+
+    def __init__(self, channels: int, size: int = 4, activation: str | None = "silu", bias: bool = False):
+        super().__init__()
+        self.channels, self.size, self.activation = channels, size, activation
+        self.weight = nn.Parameter(torch.empty(channels, 1, size))
+        self.bias = nn.Parameter(torch.zeros(channels)) if bias else None
+        nn.init.kaiming_uniform_(self.weight, a=5**0.5)
+
+    @staticmethod
+    def state_bytes(channels: int, size: int, batch: int, itemsize: int) -> int:
+        return batch * (size - 1) * channels * itemsize
+
+    def forward(self, x: Tensor, cache: dict | None = None, key: str = "conv") -> Tensor:
+        """x: [B, T, C] -> [B, T, C]. With ``cache``, prepends and updates ``cache[key]``."""
+        B, T, C = x.shape
+        if cache is not None and key in cache:
+            past = cache[key]
+        else:
+            past = x.new_zeros(B, self.size - 1, C)
+        xx = torch.cat([past, x], dim=1)  # [B, size-1+T, C]
+        if cache is not None:
+            cache[key] = xx[:, -(self.size - 1):].detach().clone()
+        y = F.conv1d(xx.transpose(1, 2), self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype), groups=C)
+        y = y.transpose(1, 2)
+        if self.activation == "silu":
+            y = F.silu(y)
+        return y
+
+
+def swiglu_hidden(d_model: int, hidden_ratio: int = 4, multiple_of: int = 256) -> int:
+    """fla's MLP width: 2/3 * ratio * d_model rounded up to a multiple of 256 (1024 -> 2816)."""
+    h = int(d_model * hidden_ratio * 2 / 3)
+    return multiple_of * ((h + multiple_of - 1) // multiple_of)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, hidden, bias=False)
+        self.up_proj = nn.Linear(d_model, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d_model, bias=False)
+
+    @staticmethod
+    def param_count(d_model: int, hidden: int) -> int:
+        return 3 * d_model * hidden
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def rotary(x: Tensor, offset: int, theta: float = 10000.0) -> Tensor:
+    """Rotary position embedding on x: [B, T, H, D] for positions offset..offset+T-1 (half-split form)."""
+    B, T, H, D = x.shape
+    half = D // 2
+    inv = 1.0 / (theta ** (torch.arange(0, half, device=x.device, dtype=torch.float32) / half))
+    pos = torch.arange(offset, offset + T, device=x.device, dtype=torch.float32)
+    ang = pos[:, None] * inv[None, :]  # [T, half]
+    cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+    xf = x.float() if x.dtype != torch.float64 else x
+    x1, x2 = xf[..., :half], xf[..., half : 2 * half]
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., 2 * half :]], dim=-1)
+    return out.to(x.dtype)

@@ -1,0 +1,22 @@
+"""Comparison helpers shared by kernel and mixer tests."""
+
+from __future__ import annotations
+
+import torch
+
+
+def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64 (0 when both are zero)."""
+    ref64, out64 = ref.detach().double(), out.detach().double()
+    denom = ref64.norm().item()
+    diff = (out64 - ref64).norm().item()
+    return diff / denom if denom > 0 else diff
+
+
+def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, tol: float) -> None:
+    """Relative (norm-wise) error below ``tol``; the message prints both errors."""
+    assert ref.shape == out.shape, f"{name}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+    assert torch.isfinite(out).all(), f"{name}: non-finite values"
+    err = rel_err(ref, out)
+    abs_err = (out.detach().double() - ref.detach().double()).abs().max().item()
+    assert err < tol, f"{name}: relative error {err:.3e} >= {tol:.1e} (max abs {abs_err:.3e})"
