@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from hlnas.errors import UnknownMixerError
 from hlnas.registry import Registry
 
-__all__ = ["MixerEntry", "MIXERS", "ATTENTION", "PAPER_MIXERS", "mixer_entry", "mixer_for_code"]
+__all__ = ["MixerEntry", "MIXERS", "ATTENTION", "PAPER_MIXERS", "mixer_entry", "mixer_for_code", "canonical", "ALIASES"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,14 @@ assert len(_BY_CODE) == len(_ENTRIES), "layout codes must be unique"
 MIXERS: Registry = Registry("mixer", UnknownMixerError)
 for _e in _ENTRIES:
     MIXERS.add(_e.name, _e.target)
+
+
+#: Short spellings people use; layouts always store the canonical name.
+ALIASES = {"gdn": "gated_deltanet", "gated_delta_net": "gated_deltanet", "delta_net": "deltanet", "hgrn-2": "hgrn2", "mamba-2": "mamba2"}
+
+
+def canonical(name: str) -> str:
+    return ALIASES.get(name.lower(), name.lower()) if isinstance(name, str) else name
 
 
 def mixer_entry(name: str) -> MixerEntry:

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["ModelConfig", "PRESETS", "preset"]
+__all__ = ["ModelConfig", "PRESETS", "preset", "swiglu_hidden"]
+
+
+def swiglu_hidden(d_model: int, hidden_ratio: int = 4, multiple_of: int = 256) -> int:
+    """fla's MLP width: 2/3 * ratio * d_model rounded up to a multiple of 256 (1024 -> 2816)."""
+    h = int(d_model * hidden_ratio * 2 / 3)
+    return multiple_of * ((h + multiple_of - 1) // multiple_of)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,7 +30,10 @@ class ModelConfig:
     n_kv_heads: int | None = None  # GQA; None = n_heads
     window: int | None = None  # sliding-window attention; None = full
     rope_theta: float = 10000.0
-    mlp_hidden: int | None = None  # None = fla's rule (swiglu_hidden)
+    mlp_hidden: int | None = None  # None = fla's rule (swiglu_hidden), or solved from target_params
+    # Iso-parameter comparison: when set (and mlp_hidden is None) the SwiGLU width of each layout
+    # is solved so the whole model lands closest to this count (hlnas.budget.resolve_config).
+    target_params: int | None = None
     tie_embeddings: bool = False  # the paper's checkpoints are untied
     norm_eps: float = 1e-6
     init_std: float = 0.02
@@ -39,6 +48,8 @@ class ModelConfig:
         kv = self.kv_heads
         if kv < 1 or self.n_heads % kv:
             raise ConfigError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={kv}")
+        if self.target_params is not None and self.target_params < 1:
+            raise ConfigError(f"target_params must be >= 1 or None, got {self.target_params}")
         if self.window is not None and self.window < 1:
             raise ConfigError(f"window must be >= 1 or None, got {self.window}")
 
@@ -52,8 +63,6 @@ class ModelConfig:
 
     @property
     def mlp_width(self) -> int:
-        from hlnas.nn import swiglu_hidden
-
         return self.mlp_hidden or swiglu_hidden(self.d_model)
 
     def to_dict(self) -> dict:
@@ -75,8 +84,10 @@ class ModelConfig:
 
 PRESETS: dict[str, ModelConfig] = {
     # The paper's two scales (arXiv 2507.06457 section 3.4; shapes of the m-a-p checkpoints, paper_grid.md section 2).
-    "paper-340m": ModelConfig(d_model=1024, vocab_size=32000, n_heads=16),
-    "paper-1.3b": ModelConfig(d_model=2048, vocab_size=32000, n_heads=32),
+    # Mixers keep fla's shapes; the MLP width is solved per layout so every candidate has the class's
+    # parameter count (the released checkpoints range 0.3B-0.4B at "340M" per their HF size badges).
+    "paper-340m": ModelConfig(d_model=1024, vocab_size=32000, n_heads=16, target_params=340_000_000),
+    "paper-1.3b": ModelConfig(d_model=2048, vocab_size=32000, n_heads=32, target_params=1_300_000_000),
     # Proxies: 24 layers so every paper ratio exists, byte-level vocabulary.
     "proxy-tiny": ModelConfig(d_model=64, vocab_size=256, n_heads=4, mlp_hidden=128),  # CPU tests, seconds
     "proxy-small": ModelConfig(d_model=128, vocab_size=256, n_heads=4, mlp_hidden=256),  # CPU searches, minutes

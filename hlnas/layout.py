@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from collections.abc import Sequence
 
-from hlnas.catalog import ATTENTION, MIXERS, linear_mixer_names, mixer_entry, mixer_for_code
+from hlnas.catalog import ATTENTION, MIXERS, canonical, linear_mixer_names, mixer_entry, mixer_for_code
 from hlnas.errors import LayoutError, UnknownMixerError, did_you_mean
 
 __all__ = [
@@ -151,8 +151,9 @@ class Layout:
         return "".join(mixer_entry(m).code for m in self.mixers)
 
     def describe(self) -> str:
-        lin = "+".join(self.linear_mixers) or TRANSFORMER
-        return f"{lin} {self.ratio} attention at {list(self.attention_layers)}"
+        if not self.linear_mixers:
+            return f"transformer, attention in all {self.n_layers} layers"
+        return f"{'+'.join(self.linear_mixers)} {self.ratio}, attention at {list(self.attention_layers)}"
 
     # -- round trips ------------------------------------------------------------------
     @classmethod
@@ -202,6 +203,7 @@ def build_layout(
     ``placement`` is a strategy name or explicit 0-based attention indices (then ``ratio`` is ignored).
     """
     if isinstance(mixer, str):
+        mixer = canonical(mixer)
         if mixer == TRANSFORMER:
             if parse_ratio(ratio) is not None or not isinstance(placement, str):
                 raise LayoutError("'transformer' has attention in every layer; give no ratio or placement")
@@ -213,7 +215,7 @@ def build_layout(
             raise LayoutError(f"unknown mixer '{mixer}'.{did_you_mean(mixer, [TRANSFORMER, *linear_mixer_names()])} Available: {allowed}")
         per_layer = [mixer] * n_layers
     else:
-        per_layer = list(mixer)
+        per_layer = [canonical(m) for m in mixer]
         n_layers = len(per_layer)
         for i, m in enumerate(per_layer):
             if m not in linear_mixer_names():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from hlnas.budget import resolve_config
 from hlnas.catalog import MIXERS
 from hlnas.config import ModelConfig
 from hlnas.layout import Layout
@@ -92,4 +93,5 @@ class HybridLM(nn.Module):
 
 
 def build_model(layout: Layout, cfg: ModelConfig) -> HybridLM:
-    return HybridLM(layout, cfg)
+    """The model for ``layout`` with its MLP width resolved (see :func:`hlnas.budget.resolve_config`)."""
+    return HybridLM(layout, resolve_config(layout, cfg))

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
+
 __all__ = ["RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "swiglu_hidden"]
 
 
@@ -71,12 +73,6 @@ class ShortConvolution(nn.Module):
         if self.activation == "silu":
             y = F.silu(y)
         return y
-
-
-def swiglu_hidden(d_model: int, hidden_ratio: int = 4, multiple_of: int = 256) -> int:
-    """fla's MLP width: 2/3 * ratio * d_model rounded up to a multiple of 256 (1024 -> 2816)."""
-    h = int(d_model * hidden_ratio * 2 / 3)
-    return multiple_of * ((h + multiple_of - 1) // multiple_of)
 
 
 class SwiGLU(nn.Module):
