@@ -23,7 +23,10 @@ import torch
 
 from hlnas.errors import KernelUnavailable
 
-__all__ = ["BACKENDS", "resolve_backend", "fla_status", "use_backend"]
+__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend"]
+
+#: Every sequence op, one module each under hlnas/kernels/, with ``<op>``, ``naive_<op>`` and ``make_inputs``.
+OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule")
 
 log = logging.getLogger("hlnas.kernels")
 
