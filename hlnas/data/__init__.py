@@ -1,0 +1,1 @@
+"""Training and evaluation data: tokenizers, text sources, packing into fixed-length sequences."""
