@@ -1,0 +1,1 @@
+"""Scoring candidates: recall (RULER, MQAR) and language modelling (validation loss, lm-eval)."""
