@@ -1,0 +1,327 @@
+"""Train one candidate: AdamW with linear warmup and cosine decay (the paper's recipe), gradient
+clipping, bf16 autocast on CUDA, a token budget, seeding, checkpoints that resume exactly.
+
+Failures are data, not crashes: a NaN/inf loss ends the run with ``status="failed"``
+(``error_kind="nan"``), CUDA out-of-memory with ``status="infeasible"`` (``error_kind="oom"``) and
+the memory that was asked for. The caller (a search trial) always gets a :class:`TrainResult`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from hlnas.config import ModelConfig
+from hlnas.data.packing import TokenStream
+from hlnas.data.sources import DataConfig
+from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.layout import Layout
+from hlnas.model import HybridLM, build_model
+
+__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device"]
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class NonFiniteLoss(HlnasError):
+    def __init__(self, step: int, loss: float):
+        self.step, self.loss = step, loss
+        super().__init__(f"loss became {loss} at step {step}; lower the learning rate or check the data")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    tokens: int = 1_000_000  # training budget in tokens (rounded down to whole steps)
+    batch_size: int = 8
+    seq_len: int = 256
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_frac: float = 0.05  # fraction of steps with linear warmup
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    autocast: str = "auto"  # auto (bf16 on CUDA, off on CPU) | bf16 | off
+    compile: bool = False
+    log_every: int = 10
+    checkpoint_every: int = 0  # steps; 0 = only at the end and on interrupt
+    val_batches: int = 8
+    recall_every: int = 0  # mix one recall-format document every N corpus documents (0 = off)
+    recall_length: int = 0  # context of the mixed recall documents (0 = seq_len)
+
+    def __post_init__(self) -> None:
+        positive = ("tokens", "batch_size", "seq_len", "log_every", "val_batches")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"train.lr must be a positive number, got {self.lr}")
+        if not 0 <= self.warmup_frac < 1:
+            raise ConfigError(f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        if self.autocast not in ("auto", "bf16", "off"):
+            raise ConfigError(f"train.autocast '{self.autocast}' is not allowed; allowed: auto, bf16, off")
+        if self.steps < 1:
+            raise ConfigError(
+                f"train.tokens={self.tokens} is less than one step of batch_size*seq_len={self.batch_size * self.seq_len} tokens"
+            )
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    @property
+    def steps(self) -> int:
+        return self.tokens // self.tokens_per_step
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in names:
+                raise ConfigError(f"unknown train key '{key}'.{did_you_mean(key, names)} Allowed: {', '.join(sorted(names))}")
+        return cls(**data)
+
+
+@dataclass
+class TrainResult:
+    status: str  # ok | failed | infeasible | interrupted
+    layout: str
+    params: int
+    steps: int = 0
+    tokens: int = 0
+    final_loss: float | None = None  # loss of the last step
+    val_loss: float | None = None
+    tokens_per_s: float | None = None
+    wall_s: float = 0.0
+    error_kind: str | None = None  # nan | oom | other
+    error: str | None = None
+    losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) every log_every
+    device: str = "cpu"
+    out_dir: str | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name!r} but no CUDA device is available; use 'cpu' or 'auto'")
+    return dev
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup to cfg.lr, then cosine to cfg.lr * min_lr_ratio at the last step."""
+    warm = max(1, int(cfg.warmup_frac * cfg.steps)) if cfg.warmup_frac > 0 else 0
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    progress = (step - warm) / max(1, cfg.steps - warm)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    # No weight decay on norms, biases and 1-d gates/decays (the usual LLM recipe).
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
+
+
+def _autocast(cfg: TrainConfig, device: torch.device):
+    use = cfg.autocast == "bf16" or (cfg.autocast == "auto" and device.type == "cuda")
+    return torch.autocast(device.type, dtype=torch.bfloat16) if use else contextlib.nullcontext()
+
+
+def _oom_message(e: BaseException) -> str:
+    m = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", str(e))
+    asked = m.group(1) if m else "unknown"
+    return f"CUDA out of memory: tried to allocate {asked} ({str(e).splitlines()[0][:200]})"
+
+
+@torch.no_grad()
+def evaluate_loss(model: HybridLM, batches: list[torch.Tensor], cfg: TrainConfig, device: torch.device) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for b in batches:
+        b = b.to(device)
+        with _autocast(cfg, device):
+            logits = model(b[:, :-1])
+        total += F.cross_entropy(logits.float().flatten(0, 1), b[:, 1:].flatten(), reduction="sum").item()
+        count += b[:, 1:].numel()
+    model.train()
+    return total / count
+
+
+def _save(path: Path, model, opt, step: int, losses, meta: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step, "losses": losses, "meta": meta}, tmp)
+    os.replace(tmp, path)  # atomic: a kill during the save leaves the previous checkpoint intact
+
+
+def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> tuple[HybridLM, dict]:
+    """Model and metadata (layout, model/train/data configs, step) from a training checkpoint."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / CHECKPOINT
+    if not p.exists():
+        raise HlnasError(f"no checkpoint at '{path}'; give a training output directory or its {CHECKPOINT}")
+    state = torch.load(p, map_location=map_location, weights_only=False)
+    meta = state["meta"]
+    model = build_model(Layout.parse(meta["layout"]), ModelConfig.from_dict(meta["model"]))
+    model.load_state_dict(state["model"])
+    return model, {**meta, "step": state["step"]}
+
+
+class _Interrupt:
+    """Turns SIGINT/SIGTERM into a flag so the loop can checkpoint before leaving."""
+
+    def __init__(self):
+        self.hit = False
+        self._old: dict = {}
+
+    def __enter__(self):
+        if hasattr(signal, "SIGTERM") and _main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.hit = True
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def train(
+    layout: Layout,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    data_cfg: DataConfig | None = None,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    stop_after: int | None = None,
+    extra_docs=None,
+) -> TrainResult:
+    """Train ``layout`` and return its result; never raises for NaN loss or OOM.
+
+    With ``out_dir`` a checkpoint is written there (periodically, at the end and on SIGINT/SIGTERM),
+    and a later call with the same ``out_dir`` resumes from it. ``stop_after`` ends the run after that
+    many steps as if interrupted (used to test resume). ``extra_docs(seed) -> Iterator[str]`` supplies
+    the documents mixed in every ``train_cfg.recall_every`` corpus documents (the recall protocol;
+    built by the caller, e.g. from :func:`hlnas.score.ruler.ruler_training_documents`).
+    """
+    data_cfg = data_cfg or DataConfig()
+    device = resolve_device(train_cfg.device)
+    torch.manual_seed(train_cfg.seed)
+    model = build_model(layout, model_cfg).to(device)
+    result = TrainResult(status="ok", layout=str(layout), params=model.num_params(), device=str(device),
+                         out_dir=None if out_dir is None else str(out_dir))
+    meta = {"layout": str(layout), "model": model.cfg.to_dict(), "train": train_cfg.to_dict(), "data": data_cfg.to_dict()}
+    ckpt = Path(out_dir) / CHECKPOINT if out_dir is not None else None
+    opt = _optimizer(model, train_cfg, device)
+    start = 0
+    if ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, map_location=device, weights_only=False)
+        if state["meta"]["layout"] != str(layout) or state["meta"]["train"] != train_cfg.to_dict():
+            raise HlnasError(f"checkpoint {ckpt} belongs to another run (layout {state['meta']['layout']}); use a new out_dir")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+        start, result.losses = state["step"], [tuple(x) for x in state["losses"]]
+    if ckpt is not None:
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+
+    mix = {"extra_docs": extra_docs, "extra_every": train_cfg.recall_every} if extra_docs and train_cfg.recall_every else {}
+    stream = TokenStream(data_cfg, train_cfg.seq_len, **mix)
+    step_fn = torch.compile(model) if train_cfg.compile else model
+    t0 = time.perf_counter()
+    done, loss_val = start, None
+    bar = _bar(progress, train_cfg, start)
+    try:
+        with _Interrupt() as interrupt:
+            batches = stream.train_batches(train_cfg.batch_size, start_step=start)
+            for step in range(start, train_cfg.steps):
+                batch = next(batches).to(device, non_blocking=True)
+                for g in opt.param_groups:
+                    g["lr"] = lr_at(step, train_cfg)
+                with _autocast(train_cfg, device):
+                    logits = step_fn(batch[:, :-1])
+                loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+                loss_val = loss.item()
+                if not math.isfinite(loss_val):
+                    raise NonFiniteLoss(step, loss_val)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                done = step + 1
+                if done % train_cfg.log_every == 0 or done == train_cfg.steps:
+                    result.losses.append((done, loss_val))
+                if bar is not None:
+                    bar.update(train_cfg.tokens_per_step)
+                    bar.set_postfix(loss=f"{loss_val:.3f}", refresh=False)
+                if ckpt is not None and train_cfg.checkpoint_every and done % train_cfg.checkpoint_every == 0:
+                    _save(ckpt, model, opt, done, result.losses, meta)
+                if interrupt.hit or (stop_after is not None and done - start >= stop_after):
+                    result.status = "interrupted"
+                    break
+    except NonFiniteLoss as e:
+        result.status, result.error_kind, result.error = "failed", "nan", str(e)
+    except torch.cuda.OutOfMemoryError as e:
+        result.status, result.error_kind, result.error = "infeasible", "oom", _oom_message(e)
+        del e
+        torch.cuda.empty_cache()
+    finally:
+        if bar is not None:
+            bar.close()
+    wall = time.perf_counter() - t0
+    step = done
+    result.steps, result.tokens = step, step * train_cfg.tokens_per_step
+    result.final_loss, result.wall_s = loss_val, round(wall, 3)
+    if step > start and wall > 0:
+        result.tokens_per_s = round((step - start) * train_cfg.tokens_per_step / wall, 1)
+    if result.status in ("ok", "interrupted") and ckpt is not None:
+        _save(ckpt, model, opt, step, result.losses, meta)
+    if result.status == "ok":
+        try:
+            result.val_loss = evaluate_loss(model, stream.val_batches(train_cfg.batch_size, train_cfg.val_batches), train_cfg, device)
+        except torch.cuda.OutOfMemoryError as e:
+            result.status, result.error_kind, result.error = "infeasible", "oom", _oom_message(e)
+    if out_dir is not None:
+        (Path(out_dir) / "train_metrics.json").write_text(json.dumps(result.to_dict(), indent=1))
+    result.model = model  # type: ignore[attr-defined]  # handed to scoring in the same process
+    return result
+
+
+def _bar(progress: bool, cfg: TrainConfig, start: int):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=cfg.steps * cfg.tokens_per_step, initial=start * cfg.tokens_per_step, unit="tok",
+                unit_scale=True, desc="train", dynamic_ncols=True)
