@@ -1,0 +1,145 @@
+"""A run recipe: everything needed to train and score one candidate, loadable from YAML.
+
+```yaml
+model: {preset: proxy-tiny, d_model: 64}          # a preset plus ModelConfig overrides
+layout: {mixer: gla, ratio: "6:1", placement: paper}   # or  layout: GGGGGA...  (compact string)
+train: {tokens: 2000000, batch_size: 8, seq_len: 256, lr: 0.001}
+data: {source: synthetic, tokenizer: bytes}
+score: {objectives: [val_loss, mqar]}
+```
+
+``--set train.lr=3e-4`` style overrides apply on top (values parsed as YAML scalars).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from hlnas.config import ModelConfig, preset
+from hlnas.data.sources import DataConfig
+from hlnas.errors import ConfigError, did_you_mean
+from hlnas.layout import Layout, build_layout
+from hlnas.score.objectives import ScoreConfig
+from hlnas.train import TrainConfig
+
+__all__ = ["RunConfig", "load_recipe", "apply_overrides", "layout_from_spec", "model_from_spec"]
+
+SECTIONS = ("model", "layout", "train", "data", "score")
+
+
+def layout_from_spec(spec, n_layers: int) -> Layout:
+    """A compact string, or {mixer, ratio, placement, layers} (placement may be a list of indices)."""
+    if isinstance(spec, str):
+        return Layout.parse(spec)
+    if not isinstance(spec, dict):
+        raise ConfigError(f"layout must be a layout string or a mapping with 'mixer'; got {type(spec).__name__}")
+    allowed = {"mixer", "ratio", "placement", "layers"}
+    for key in spec:
+        if key not in allowed:
+            raise ConfigError(f"unknown layout key '{key}'.{did_you_mean(key, allowed)} Allowed: {', '.join(sorted(allowed))}")
+    if "mixer" not in spec:
+        raise ConfigError("layout needs 'mixer' (a linear mixer name, 'transformer', or a per-layer list)")
+    mixer = spec["mixer"]
+    ratio = spec.get("ratio", "pure")
+    if mixer == "transformer":
+        return build_layout(mixer, None, spec.get("layers", n_layers))
+    return build_layout(mixer, ratio, spec.get("layers", n_layers), spec.get("placement", "paper"))
+
+
+def model_from_spec(spec: dict) -> ModelConfig:
+    spec = dict(spec or {})
+    base = preset(spec.pop("preset", "proxy-tiny"))
+    if not spec:
+        return base
+    return ModelConfig.from_dict({**base.to_dict(), **spec})
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    layout: Layout
+    model: ModelConfig
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    score: ScoreConfig = field(default_factory=ScoreConfig)
+    preset: str = "proxy-tiny"
+
+    @classmethod
+    def from_dict(cls, raw: dict, *, where: str = "recipe") -> "RunConfig":
+        for key in raw:
+            if key not in SECTIONS:
+                raise ConfigError(f"{where}: unknown section '{key}'.{did_you_mean(key, SECTIONS)} Allowed: {', '.join(SECTIONS)}")
+        try:
+            model_spec = dict(raw.get("model") or {})
+            preset_name = model_spec.get("preset", "proxy-tiny")
+            model = model_from_spec(model_spec)
+            if "layout" not in raw:
+                raise ConfigError("a layout is required (layout: {mixer: gla, ratio: '6:1'} or a layout string)")
+            layout = layout_from_spec(raw["layout"], model.n_layers)
+            return cls(
+                layout=layout,
+                model=model,
+                train=TrainConfig.from_dict(raw.get("train") or {}),
+                data=DataConfig.from_dict(raw.get("data") or {}),
+                score=ScoreConfig.from_dict(raw.get("score") or {}),
+                preset=preset_name,
+            )
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        except TypeError as e:  # a wrong value type reaching a dataclass
+            raise ConfigError(f"{where}: {e}") from None
+
+    def to_dict(self) -> dict:
+        return {
+            "layout": str(self.layout),
+            "model": {"preset": self.preset, **_diff(self.model.to_dict(), preset(self.preset).to_dict())},
+            "train": self.train.to_dict(),
+            "data": self.data.to_dict(),
+            "score": self.score.to_dict(),
+        }
+
+
+def _diff(d: dict, base: dict) -> dict:
+    return {k: v for k, v in d.items() if base.get(k) != v}
+
+
+def apply_overrides(raw: dict, sets: list[str]) -> dict:
+    """``["train.lr=3e-4", "layout.ratio=3:1"]`` applied to a raw recipe dict (values as YAML scalars)."""
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or "." not in key:
+            raise ConfigError(f"--set {item!r}: write SECTION.KEY=VALUE, e.g. train.lr=3e-4")
+        section, _, name = key.partition(".")
+        if section not in SECTIONS:
+            raise ConfigError(f"--set {item!r}: unknown section '{section}'; allowed: {', '.join(SECTIONS)}")
+        current = raw.get(section)
+        if isinstance(current, str):  # a layout string being refined field by field
+            current = {}
+        current = dict(current or {})
+        current[name] = yaml.safe_load(value) if value != "" else None
+        if section == "layout" and name == "ratio" and isinstance(current[name], int):
+            current[name] = f"{current[name]}:1"
+        raw[section] = current
+    return raw
+
+
+def load_recipe(path: str | Path | None, sets: list[str] | None = None, base: dict | None = None) -> RunConfig:
+    raw: dict = dict(base or {})
+    where = "recipe"
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"recipe file '{path}' does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}")
+        raw.update(loaded)
+        where = str(path)
+    return RunConfig.from_dict(apply_overrides(raw, sets or []), where=where)

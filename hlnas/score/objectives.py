@@ -1,0 +1,165 @@
+"""Score a trained candidate on the objectives a study asks for.
+
+Objectives (``ScoreConfig.objectives``):
+
+* ``val_loss``: mean token cross-entropy on the held-out documents (and perplexity);
+* ``ruler``: hlnas's RULER generator, greedy decoding, the paper's weighted 13-task average
+  (``recall`` in the result), tasks and context lengths configurable;
+* ``mqar``: Zoology's multi-query associative recall, learned by a fresh copy of the candidate's
+  architecture for ``mqar_steps`` steps (Zoology's protocol: recall capacity of the architecture);
+* ``lm_eval``: named lm-eval tasks (the paper's six by default) through :class:`~hlnas.score.lm.HlnasLM`.
+
+Every objective reports into one flat-ish dict so a study can pick any entry as its target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from hlnas.config import ModelConfig
+from hlnas.errors import ConfigError, did_you_mean
+from hlnas.layout import Layout
+from hlnas.model import HybridLM, build_model
+
+__all__ = ["ScoreConfig", "OBJECTIVES", "score", "mqar_objective"]
+
+OBJECTIVES = ("val_loss", "ruler", "mqar", "lm_eval")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoreConfig:
+    objectives: tuple[str, ...] = ("val_loss", "mqar")
+    # RULER (hlnas.score.ruler): lengths in tokens of the candidate's tokenizer
+    ruler_tasks: tuple[str, ...] = ()  # () = all 13 (QA only where qa_files are given)
+    ruler_lengths: tuple[int, ...] = (1024,)
+    ruler_samples: int = 20
+    ruler_seed: int = 0
+    qa_files: dict[str, str] = field(default_factory=dict)
+    cache_dir: str | None = None  # generated RULER samples
+    # MQAR (hlnas.score.mqar), small enough for a byte vocabulary
+    mqar_seq_len: int = 128
+    mqar_kv_pairs: int = 16
+    mqar_vocab: int = 256
+    mqar_steps: int = 300
+    mqar_batch: int = 64
+    mqar_lr: float = 3e-3
+    mqar_test: int = 256
+    # lm-eval (hlnas.score.lm)
+    lm_eval_tasks: tuple[str, ...] = ("arc_challenge", "arc_easy", "hellaswag", "lambada_openai", "openbookqa", "piqa")
+    lm_eval_limit: int | None = None
+    lm_eval_include: str | None = None
+    lm_eval_max_length: int = 1024
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("objectives", "ruler_tasks", "ruler_lengths", "lm_eval_tasks"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for obj in self.objectives:
+            if obj not in OBJECTIVES:
+                raise ConfigError(f"unknown objective '{obj}'.{did_you_mean(obj, OBJECTIVES)} Allowed: {', '.join(OBJECTIVES)}")
+        if self.ruler_tasks:
+            from hlnas.score.ruler import RULER_TASKS
+
+            for t in self.ruler_tasks:
+                if t not in RULER_TASKS:
+                    raise ConfigError(f"unknown RULER task '{t}'.{did_you_mean(t, RULER_TASKS)} Allowed: {', '.join(RULER_TASKS)}")
+        for name in ("ruler_samples", "mqar_steps", "mqar_batch", "mqar_test", "batch_size", "lm_eval_max_length"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"score.{name} must be >= 1, got {getattr(self, name)}")
+        if any(L < 1 for L in self.ruler_lengths) or not self.ruler_lengths:
+            raise ConfigError(f"score.ruler_lengths must be positive token counts, got {list(self.ruler_lengths)}")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ScoreConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in names:
+                raise ConfigError(f"unknown score key '{key}'.{did_you_mean(key, names)} Allowed: {', '.join(sorted(names))}")
+        return cls(**data)
+
+
+def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, seed: int = 0, device=None) -> dict:
+    """Train a fresh model of ``layout`` on MQAR and return its test accuracy (Zoology's protocol)."""
+    from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
+
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    vocab = min(cfg.mqar_vocab, model_cfg.vocab_size)
+    mcfg = MQARConfig(vocab_size=vocab, seq_len=cfg.mqar_seq_len, num_kv_pairs=cfg.mqar_kv_pairs)
+    torch.manual_seed(seed)
+    model = build_model(layout, model_cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.mqar_lr, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.mqar_lr, total_steps=cfg.mqar_steps, pct_start=0.1)
+    x, y = make_mqar(mcfg, cfg.mqar_steps * cfg.mqar_batch, seed, split="train")
+    use_bf16 = device.type == "cuda"
+    t0 = time.perf_counter()
+    model.train()
+    for step in range(cfg.mqar_steps):
+        sl = slice(step * cfg.mqar_batch, (step + 1) * cfg.mqar_batch)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            logits = model(x[sl].to(device))
+        loss = mqar_loss(logits.float(), y[sl].to(device))
+        if not torch.isfinite(loss):
+            return {"mqar_acc": 0.0, "mqar_error": f"non-finite MQAR loss at step {step}"}
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+    xt, yt = make_mqar(mcfg, cfg.mqar_test, seed, split="test")
+    acc = mqar_accuracy(model, xt, yt, batch_size=cfg.mqar_batch, device=device)
+    return {"mqar_acc": acc, "mqar_final_loss": loss.item(), "mqar_s": round(time.perf_counter() - t0, 2),
+            "mqar": {"seq_len": mcfg.seq_len, "kv_pairs": mcfg.num_kv_pairs, "vocab": vocab, "steps": cfg.mqar_steps}}
+
+
+def score(
+    model: HybridLM,
+    tokenizer,
+    cfg: ScoreConfig,
+    *,
+    val_batches: list[torch.Tensor] | None = None,
+    device=None,
+    seed: int = 0,
+    progress=None,
+) -> dict:
+    """Run the configured objectives on a trained ``model``. ``progress(name)`` is told each objective."""
+    out: dict = {}
+    device = device or next(model.parameters()).device
+    autocast = torch.bfloat16 if torch.device(device).type == "cuda" else None
+    for obj in cfg.objectives:
+        if progress:
+            progress(obj)
+        t0 = time.perf_counter()
+        if obj == "val_loss":
+            from hlnas.score.lm import validation_loss
+
+            if not val_batches:
+                raise ConfigError("objective 'val_loss' needs validation batches (the data's held-out documents)")
+            r = validation_loss(model, val_batches, device=device, autocast_dtype=autocast)
+            out.update(val_loss=r["loss"], val_ppl=r["ppl"], val_tokens=r["tokens"])
+        elif obj == "ruler":
+            from hlnas.score.ruler import RULER_TASKS, evaluate_ruler
+
+            r = evaluate_ruler(model, tokenizer, cfg.ruler_tasks or RULER_TASKS, cfg.ruler_lengths, cfg.ruler_samples,
+                               cfg.ruler_seed, cfg.cache_dir, cfg.qa_files, batch_size=cfg.batch_size, device=device)
+            out.update(ruler=r, recall=r["average"])
+        elif obj == "mqar":
+            out.update(mqar_objective(model.layout, model.cfg, cfg, seed=seed, device=device))
+        elif obj == "lm_eval":
+            from hlnas.score.lm import HlnasLM, run_lm_eval  # noqa: F401
+
+            r = run_lm_eval(model, tokenizer, list(cfg.lm_eval_tasks), cfg.lm_eval_max_length, limit=cfg.lm_eval_limit,
+                            include_path=cfg.lm_eval_include, batch_size=cfg.batch_size, device=device)
+            out["lm_eval"] = r
+            accs = [m.get("acc_norm", m.get("acc")) for m in r.values() if isinstance(m, dict) and ("acc" in m or "acc_norm" in m)]
+            if accs:
+                out["lm_acc"] = sum(accs) / len(accs)
+        out.setdefault("timings_s", {})[obj] = round(time.perf_counter() - t0, 2)
+    return out

@@ -1,0 +1,146 @@
+"""MQAR data layout (Zoology), seeds, and the accuracy metric."""
+
+import pytest
+import torch
+from torch import nn
+
+from hlnas.config import preset
+from hlnas.errors import ConfigError
+from hlnas.layout import build_layout
+from hlnas.model import build_model
+from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
+
+CFG = MQARConfig(vocab_size=256, seq_len=128, num_kv_pairs=8)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # tiny matmuls: a second OpenMP thread only adds spin-wait contention on a loaded 2-core machine
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_layout_keys_values_queries_and_labels():
+    x, y = make_mqar(CFG, 64, seed=3)
+    V, L, K = 256, 128, 8
+    assert x.shape == y.shape == (64, L) and x.dtype == y.dtype == torch.long
+    for row_x, row_y in zip(x, y):
+        keys, values = row_x[0 : 2 * K : 2], row_x[1 : 2 * K : 2]
+        assert ((keys >= 1) & (keys < V // 2)).all() and ((values >= V // 2) & (values < V)).all()
+        assert len(set(keys.tolist())) == K and len(set(values.tolist())) == K
+        region = row_x[2 * K :]
+        qpos = region.nonzero().flatten()
+        assert (qpos % 2 == 0).all(), "queries sit at even offsets of the query region"
+        assert sorted(region[qpos].tolist()) == sorted(keys.tolist()), "each key is queried exactly once"
+        # labels: the queried key's value at the query position, -100 elsewhere
+        lab = (row_y != -100).nonzero().flatten()
+        assert lab.tolist() == (qpos + 2 * K).tolist()
+        pair = dict(zip(keys.tolist(), values.tolist()))
+        assert all(int(row_y[p]) == pair[int(row_x[p])] for p in lab)
+        assert (row_y[: 2 * K] == -100).all()
+
+
+def test_gaps_follow_the_power_law():
+    x, _ = make_mqar(MQARConfig(vocab_size=256, seq_len=256, num_kv_pairs=4), 400, seed=0)
+    slots = (256 - 8) // 2
+    gaps = (x[:, 8:] != 0).nonzero()[:, 1] // 2
+    early = (gaps < slots // 4).float().mean().item()
+    # a = 0.01: P(g) ~ 1/(g+1)^0.99, so far more than a quarter of the queries land in the first quarter
+    assert early > 0.5
+
+
+def test_determinism_and_disjoint_train_test_streams():
+    a = make_mqar(CFG, 16, seed=5)
+    b = make_mqar(CFG, 16, seed=5)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(make_mqar(CFG, 16, seed=6)[0], a[0])
+    train = make_mqar(CFG, 16, seed=5, split="train")[0]
+    assert not torch.equal(train, a[0])
+    train_rows = {tuple(r) for r in make_mqar(CFG, 200, seed=5, split="train")[0].tolist()}
+    assert not train_rows & {tuple(r) for r in make_mqar(CFG, 200, seed=5, split="test")[0].tolist()}
+    with pytest.raises(ConfigError, match="2\\*\\*31"):
+        make_mqar(CFG, 1, seed=2**31)
+    # past the 1024-row generation chunk: rows stay valid and are not repeats of the first chunk
+    small = MQARConfig(vocab_size=64, seq_len=16, num_kv_pairs=4)
+    big_x, big_y = make_mqar(small, 1100, seed=0)
+    assert torch.equal(big_x, make_mqar(small, 1100, seed=0)[0])
+    assert ((big_y != -100).sum(1) == 4).all() and not torch.equal(big_x[1024:1100], big_x[:76])
+
+
+def test_random_fillers_and_token_map():
+    x, y = make_mqar(CFG.replace(random_non_queries=True), 8, seed=1)
+    assert (x[:, 2 * 8 :] == 0).float().mean() < 0.05
+    base_x, base_y = make_mqar(CFG, 8, seed=1)
+    assert torch.equal(y, base_y)
+    table = tuple(range(255, -1, -1))  # reversed ids
+    mx, my = make_mqar(CFG.replace(token_map=table), 8, seed=1)
+    assert torch.equal(mx, 255 - base_x)
+    assert torch.equal(my == -100, base_y == -100)
+    assert torch.equal(my[my != -100], 255 - base_y[base_y != -100])
+    assert CFG.replace(token_map=tuple(range(1000, 1256))).model_vocab_needed == 1256
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="4K"):
+        MQARConfig(seq_len=16, num_kv_pairs=5)
+    with pytest.raises(ConfigError, match="even"):
+        MQARConfig(seq_len=63, num_kv_pairs=4)
+    with pytest.raises(ConfigError, match="distinct keys"):
+        MQARConfig(vocab_size=16, seq_len=64, num_kv_pairs=8)
+    with pytest.raises(ConfigError, match="token_map"):
+        MQARConfig(vocab_size=16, seq_len=16, num_kv_pairs=2, token_map=(0,) * 16)
+
+
+class Oracle(nn.Module):
+    """Predicts, at each key position, the token after that key's first occurrence."""
+
+    def __init__(self, vocab, wrong_first=False):
+        super().__init__()
+        self.vocab, self.wrong_first = vocab, wrong_first
+        self.w = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x):
+        B, L = x.shape
+        same = x[:, :, None] == x[:, None, :]  # [B, t, p]
+        earlier = torch.arange(L)[None, :] < torch.arange(L)[:, None]
+        first = torch.where(same & earlier, torch.arange(L), L).min(-1).values  # first earlier occurrence
+        nxt = torch.cat([x, torch.zeros(B, 1, dtype=x.dtype)], 1).gather(1, (first + 1).clamp(max=L))
+        if self.wrong_first:  # wrong on the first query of each example
+            q = ((first < L) & (x != 0)).float().argmax(1)  # the first repeated non-filler token
+            nxt[torch.arange(B), q] = (nxt[torch.arange(B), q] + 1) % self.vocab
+        return nn.functional.one_hot(nxt, self.vocab).float() + self.w
+
+
+def test_accuracy_oracle_partial_and_random():
+    x, y = make_mqar(CFG, 32, seed=0)
+    assert mqar_accuracy(Oracle(256), x, y, batch_size=5) == 1.0
+    assert mqar_accuracy(Oracle(256, wrong_first=True), x, y) == pytest.approx(1 - 1 / 8)
+    torch.manual_seed(0)
+    rand = nn.Sequential(nn.Embedding(256, 16), nn.Linear(16, 256))
+    assert mqar_accuracy(rand, x, y) < 0.05
+    assert mqar_loss(Oracle(256)(x) * 50, y) < 1e-3
+
+
+def test_accuracy_is_per_example_then_mean():
+    x = torch.zeros(2, 4, dtype=torch.long)
+    y = torch.full((2, 4), -100)
+    y[0, 1] = 0  # 1 label, right (the oracle-free model below predicts 0 everywhere)
+    y[1, 0:3] = 5  # 3 labels, all wrong
+    zero = nn.Sequential(nn.Embedding(8, 8), nn.Linear(8, 8))
+    nn.init.zeros_(zero[1].weight)
+    with torch.no_grad():
+        zero[1].bias.copy_(torch.arange(8, 0, -1).float())  # argmax 0
+    assert mqar_accuracy(zero, x, y) == pytest.approx(0.5)  # a pooled mean would give 0.25
+
+
+def test_runs_inside_a_byte_level_hybrid_model():
+    model = build_model(build_layout("transformer", None, 2), preset("proxy-tiny"))
+    cfg = MQARConfig(vocab_size=256, seq_len=64, num_kv_pairs=4)
+    assert cfg.model_vocab_needed <= model.cfg.vocab_size
+    x, y = make_mqar(cfg, 8, seed=0)
+    acc = mqar_accuracy(model, x, y, batch_size=4)
+    assert 0.0 <= acc <= 0.25
+    with pytest.raises(ConfigError, match="vocabulary"):
+        mqar_accuracy(model, x, torch.where(y == -100, y, y + 1000))
