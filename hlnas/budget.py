@@ -54,6 +54,8 @@ def _params(layout: Layout, cfg: ModelConfig, mlp_hidden: int) -> int:
 
 def resolve_config(layout: Layout, cfg: ModelConfig, multiple_of: int = 128) -> ModelConfig:
     """Fix the MLP width: ``cfg.mlp_hidden``, else solved from ``cfg.target_params``, else fla's rule."""
+    # n_layers follows the layout: mixers that spread settings over depth (HGRN's forget-gate lower bound) read it.
+    cfg = cfg.replace(n_layers=layout.n_layers)
     if cfg.mlp_hidden is not None or cfg.target_params is None:
         return cfg.replace(mlp_hidden=cfg.mlp_width)
     fixed = _params(layout, cfg, 0)

@@ -14,7 +14,7 @@ from hlnas.catalog import MIXERS
 from hlnas.config import ModelConfig
 from hlnas.layout import Layout
 from hlnas.mixers.base import Mixer, cache_nbytes
-from hlnas.nn import RMSNorm, SwiGLU
+from hlnas.nn import RMSNorm, ShortConvolution, SwiGLU
 
 __all__ = ["HybridLM", "Cache", "build_model"]
 
@@ -49,6 +49,8 @@ class Block(nn.Module):
 class HybridLM(nn.Module):
     def __init__(self, layout: Layout, cfg: ModelConfig):
         super().__init__()
+        if cfg.n_layers != layout.n_layers:  # depth-spread settings (HGRN/HGRN-2 lower bounds) read n_layers
+            cfg = cfg.replace(n_layers=layout.n_layers)
         self.layout, self.cfg = layout, cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         blocks = []
@@ -69,7 +71,8 @@ class HybridLM(nn.Module):
                 nn.init.normal_(m.weight, std=std)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Embedding):
+            elif isinstance(m, (nn.Embedding, ShortConvolution)):
+                # fla's models init short convolutions like every other weight (normal, std 0.02)
                 nn.init.normal_(m.weight, std=std)
             # mixers re-apply their own special inits (decay rates, dt biases, ...)
             init = getattr(m, "reset_special_parameters", None)

@@ -1,0 +1,187 @@
+"""Linear attention with a scalar decay per head and step (fla ``fla.ops.simple_gla``).
+
+    S_t = exp(g_t) S_{t-1} + k_t^T v_t,    o_t = scale * q_t S_t
+
+Shapes: q, k ``[B, T, H, K]``, v ``[B, T, H, V]``, state ``[B, H, K, V]`` (float32).
+The log-decay is either data-dependent, g ``[B, T, H]``, or constant per head, g_gamma ``[H]``
+(RetNet's retention: g_gamma = log(1 - 2^(-5 - h))); with neither there is no decay.
+
+One op serves two mixers: RetNet (g_gamma, scale = K^-0.5) and Mamba-2's SSD
+(q = C, k = B, v = x * dt, g = A * dt, scale = 1).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from hlnas.kernels import resolve_backend
+
+__all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch", "make_inputs"]
+
+
+def _check(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, g_gamma: Tensor | None, h0: Tensor | None) -> None:
+    if q.ndim != 4 or k.shape != q.shape or v.ndim != 4 or v.shape[:3] != q.shape[:3]:
+        raise ValueError(
+            "simple_gla expects q, k [B,T,H,K] and v [B,T,H,V]; "
+            f"got q={tuple(q.shape)} k={tuple(k.shape)} v={tuple(v.shape)}"
+        )
+    B, T, H, K = q.shape
+    if g is not None and g_gamma is not None:
+        raise ValueError("simple_gla takes g ([B,T,H]) or g_gamma ([H]), not both")
+    if g is not None and g.shape != (B, T, H):
+        raise ValueError(f"simple_gla g must be [B,T,H]=[{B},{T},{H}]; got {tuple(g.shape)}")
+    if g_gamma is not None and g_gamma.shape != (H,):
+        raise ValueError(f"simple_gla g_gamma must be [H]=[{H}]; got {tuple(g_gamma.shape)}")
+    if h0 is not None and h0.shape != (B, H, K, v.shape[-1]):
+        raise ValueError(
+            f"simple_gla initial_state must be [B,H,K,V]=[{B},{H},{K},{v.shape[-1]}]; got {tuple(h0.shape)}"
+        )
+
+
+def _log_decay(q: Tensor, g: Tensor | None, g_gamma: Tensor | None, dt: torch.dtype) -> Tensor:
+    """The per-step log-decay as ``[B, T, H]`` in ``dt`` (zeros when there is none)."""
+    B, T, H, _ = q.shape
+    if g is not None:
+        return g.to(dt)
+    if g_gamma is not None:
+        return g_gamma.to(dt).expand(B, T, H)
+    return q.new_zeros(B, T, H, dtype=dt)
+
+
+def naive_simple_gla(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor | None = None,
+    *,
+    g_gamma: Tensor | None = None,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Token-by-token reference -> (o ``[B, T, H, V]`` in q's dtype, final state ``[B, H, K, V]`` or None)."""
+    _check(q, k, v, g, g_gamma, initial_state)
+    dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    B, T, H, K = q.shape
+    scale = K**-0.5 if scale is None else scale
+    gl = _log_decay(q, g, g_gamma, dt)
+    qs, ks, vs = q.to(dt) * scale, k.to(dt), v.to(dt)
+    S = q.new_zeros(B, H, K, v.shape[-1], dtype=dt) if initial_state is None else initial_state.to(dt)
+    out = []
+    for t in range(T):
+        S = gl[:, t, :, None, None].exp() * S + ks[:, t, :, :, None] * vs[:, t, :, None, :]
+        out.append(torch.einsum("bhk,bhkv->bhv", qs[:, t], S))
+    o = torch.stack(out, 1) if T else v.new_zeros(B, 0, H, v.shape[-1], dtype=dt)
+    return o.to(q.dtype), (S if output_final_state else None)
+
+
+def chunk_simple_gla_torch(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor | None = None,
+    *,
+    g_gamma: Tensor | None = None,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+) -> tuple[Tensor, Tensor | None]:
+    """Block-parallel form of :func:`naive_simple_gla`, pure PyTorch and differentiable.
+
+    Within a chunk: masked, decay-weighted ``q k^T`` times v (matmuls). Across chunks: each chunk's
+    contribution to the state is computed in one batched matmul; only the [B, H, K, V] carry
+    ``S <- exp(sum g) S + U`` loops over chunks. Every ``exp`` takes a difference of cumulative
+    log-decays that is <= 0 (the upper triangle is masked before exp), so nothing overflows.
+    """
+    _check(q, k, v, g, g_gamma, initial_state)
+    dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    scale = K**-0.5 if scale is None else scale
+    C = max(1, min(chunk_size, T))
+    n = -(-T // C)
+    pad = n * C - T
+
+    def blocks(t: Tensor) -> Tensor:  # [B, T, H, D] -> [B, H, n, C, D]; padding: zeros
+        t = F.pad(t.to(dt), (0, 0, 0, 0, 0, pad))
+        return t.view(B, n, C, H, -1).permute(0, 3, 1, 2, 4)
+
+    qc, kc, vc = blocks(q) * scale, blocks(k), blocks(v)
+    # padded steps get g = 0 (no decay) and k = v = 0: the state passes through them unchanged
+    gc = blocks(_log_decay(q, g, g_gamma, dt)[..., None])[..., 0].cumsum(-1)  # [B, H, n, C]
+
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    decay = (gc[..., :, None] - gc[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+    o = ((qc @ kc.transpose(-1, -2)) * decay) @ vc  # intra-chunk part
+
+    last = gc[..., -1:]  # [B, H, n, 1]: total log-decay of each chunk
+    U = (kc * (last - gc).exp()[..., None]).transpose(-1, -2) @ vc  # [B, H, n, K, V]
+    S = q.new_zeros(B, H, K, V, dtype=dt) if initial_state is None else initial_state.to(dt)
+    starts = []
+    for i in range(n):
+        starts.append(S)
+        S = last[:, :, i, :, None].exp() * S + U[:, :, i]
+    o = o + (qc * gc.exp()[..., None]) @ torch.stack(starts, 2)  # inter-chunk part
+    o = o.permute(0, 2, 3, 1, 4).reshape(B, n * C, H, V)[:, :T]
+    return o.to(q.dtype), (S if output_final_state else None)
+
+
+def simple_gla(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor | None = None,
+    *,
+    g_gamma: Tensor | None = None,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    backend: str | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """S_t = exp(g_t) S_{t-1} + k_t^T v_t, o_t = scale q_t S_t -> (o ``[B,T,H,V]``, state ``[B,H,K,V]`` float32).
+
+    g ``[B, T, H]`` or g_gamma ``[H]``: log-decays (<= 0). ``scale`` defaults to K^-0.5 (fla's default).
+    ``initial_state`` ``[B, H, K, V]`` (float32).
+    """
+    _check(q, k, v, g, g_gamma, initial_state)
+    if resolve_backend("simple_gla", q, backend) == "torch":
+        return chunk_simple_gla_torch(
+            q, k, v, g, g_gamma=g_gamma, scale=scale, initial_state=initial_state, output_final_state=output_final_state
+        )
+    from fla.ops.simple_gla import chunk_simple_gla, fused_recurrent_simple_gla
+
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if g_gamma is not None and g_gamma.requires_grad and torch.is_grad_enabled():
+        # fla's kernels return no gradient for g_gamma; as a [B,T,H] g it gets one
+        g, g_gamma = g_gamma.float().expand(q.shape[:3]).contiguous(), None
+    g = None if g is None else g.float()
+    g_gamma = None if g_gamma is None else g_gamma.float()
+    k, v = k.to(q.dtype), v.to(q.dtype)  # fla's kernels expect one dtype for q, k, v
+    h0 = None if initial_state is None else initial_state.float()
+    # fla's layers decode with the recurrent kernel; launching the chunk kernel for a few tokens is slower
+    fn = fused_recurrent_simple_gla if q.shape[1] <= 64 and not torch.is_grad_enabled() else chunk_simple_gla
+    return fn(q, k, v, g=g, g_gamma=g_gamma, scale=scale, initial_state=h0, output_final_state=output_final_state)
+
+
+def make_inputs(
+    B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0, decay: str = "g"
+) -> dict:
+    """q, k ``[B,T,H,K]``, v ``[B,T,H,V]`` and the decay: ``decay="g"`` gives g ``[B,T,H]`` =
+    logsigmoid(N(3, 1)) (per-step decays mostly in 0.88..0.99), ``"g_gamma"`` RetNet's per-head
+    constants log(1 - 2^(-5-h)), ``"none"`` no decay."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    out = {
+        "q": torch.randn(B, T, H, K, generator=gen),
+        "k": torch.randn(B, T, H, K, generator=gen),
+        "v": torch.randn(B, T, H, V, generator=gen),
+    }
+    if decay == "g":
+        out["g"] = F.logsigmoid(torch.randn(B, T, H, generator=gen) + 3.0)
+    elif decay == "g_gamma":
+        out["g_gamma"] = torch.log1p(-(2.0 ** (-5.0 - torch.arange(H, dtype=torch.float64))))
+    elif decay != "none":
+        raise ValueError(f"decay must be 'g', 'g_gamma' or 'none'; got {decay!r}")
+    return {name: t.to(device=device, dtype=dtype) for name, t in out.items()}
