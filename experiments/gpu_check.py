@@ -110,9 +110,8 @@ def main() -> int:
         f"torch {torch.__version__}, triton {triton.__version__}, fla {getattr(fla, '__version__', '?')}, "
         f"python {platform.python_version()}; fla usable: {fla_ok} ({why})",
     ]
-    note = getattr(gdr, "fla_backward_status", None)
-    if callable(note):
-        head.append(f"gated_delta_rule backward on fla: {note()}")
+    ok_bwd, why_bwd = gdr._fla_gated_backward_ok()
+    head.append(f"gated_delta_rule backward on fla: {'fla kernels' if ok_bwd else 'PyTorch fallback'} ({why_bwd})")
     head += ["", f"tolerance: relative error < {TOL}", "",
              "| op | shape | max rel err | errors | first call s | fla ms | torch ms | torch/fla |",
              "|---|---|---|---|---|---|---|---|"]
