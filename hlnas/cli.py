@@ -218,17 +218,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from hlnas.recipe import yaml_load
     from hlnas.score.objectives import ScoreConfig
 
     ckpt = Path(args.checkpoint)
     ckpt_dir = ckpt if ckpt.is_dir() else ckpt.parent
     recipe_file = ckpt_dir / "recipe.yaml"
-    raw = (yaml.safe_load(recipe_file.read_text()) or {}).get("score", {}) if recipe_file.exists() else {}
+    raw = (yaml_load(recipe_file.read_text()) or {}).get("score", {}) if recipe_file.exists() else {}
     for item in args.set:
         key, eq, value = item.partition("=")
         if not eq or not key.startswith("score."):
             raise HlnasError(f"--set {item!r}: write score.KEY=VALUE")
-        raw[key[len("score."):]] = yaml.safe_load(value)
+        raw[key[len("score."):]] = yaml_load(value)
     if args.objectives:
         raw["objectives"] = [o.strip() for o in args.objectives.split(",") if o.strip()]
     scores = _score_dir(ckpt_dir, ScoreConfig.from_dict(raw))

@@ -14,6 +14,7 @@ score: {objectives: [val_loss, mqar]}
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,9 +27,30 @@ from hlnas.layout import Layout, build_layout
 from hlnas.score.objectives import ScoreConfig
 from hlnas.train import TrainConfig
 
-__all__ = ["RunConfig", "load_recipe", "apply_overrides", "layout_from_spec", "model_from_spec"]
+__all__ = ["RunConfig", "load_recipe", "apply_overrides", "layout_from_spec", "model_from_spec", "yaml_load"]
 
 SECTIONS = ("model", "layout", "train", "data", "score")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``6:1`` as the base-60 integer 361; ratios must stay strings."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:int"]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+# YAML 1.1 also wants a dot in floats, so 1e-3 would stay a string; accept it as a number.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?([0-9][0-9_]*)?\.?[0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789.")
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o?[0-7_]+)$"), list("-+0123456789")
+)
+
+
+def yaml_load(text: str):
+    return yaml.load(text, Loader=_Loader)
 
 
 def layout_from_spec(spec, n_layers: int) -> Layout:
@@ -120,9 +142,7 @@ def apply_overrides(raw: dict, sets: list[str]) -> dict:
         if isinstance(current, str):  # a layout string being refined field by field
             current = {}
         current = dict(current or {})
-        current[name] = yaml.safe_load(value) if value != "" else None
-        if section == "layout" and name == "ratio" and isinstance(current[name], int):
-            current[name] = f"{current[name]}:1"
+        current[name] = yaml_load(value) if value != "" else None
         raw[section] = current
     return raw
 
@@ -135,7 +155,7 @@ def load_recipe(path: str | Path | None, sets: list[str] | None = None, base: di
         if not p.exists():
             raise ConfigError(f"recipe file '{path}' does not exist")
         try:
-            loaded = yaml.safe_load(p.read_text()) or {}
+            loaded = yaml_load(p.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(loaded, dict):

@@ -41,11 +41,12 @@ class ScoreConfig:
     qa_files: dict[str, str] = field(default_factory=dict)
     cache_dir: str | None = None  # generated RULER samples
     # MQAR (hlnas.score.mqar), small enough for a byte vocabulary
-    mqar_seq_len: int = 128
-    mqar_kv_pairs: int = 16
+    # defaults sized for a CPU proxy (about a minute); the paper-scale setting is Zoology's (512, 64)
+    mqar_seq_len: int = 64
+    mqar_kv_pairs: int = 8
     mqar_vocab: int = 256
-    mqar_steps: int = 300
-    mqar_batch: int = 64
+    mqar_steps: int = 150
+    mqar_batch: int = 32
     mqar_lr: float = 3e-3
     mqar_test: int = 256
     # lm-eval (hlnas.score.lm)
