@@ -240,6 +240,177 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_search(sub: argparse._SubParsersAction) -> None:
+    from hlnas.space import SAMPLERS
+
+    p = sub.add_parser(
+        "search",
+        help="multi-objective architecture search (the main job)",
+        description="Search hybrid layouts with an Optuna sampler, trials on Ray workers or inline, results in "
+        "the study storage. With no arguments: the embedded default (search_spaces/tiny.yaml: tiny CPU candidates, "
+        "SQLite file hlnas.db in the current directory, a few minutes on 2 cores). Resume after a crash with "
+        "--resume --storage URL --study NAME; the space and settings come from the storage.",
+    )
+    p.add_argument("--space", help="search space YAML, or a shipped name: tiny, paper_grid, placement, hetero (default tiny)")
+    p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///hlnas.db), postgresql://..., journal:///FILE.log")
+    p.add_argument("--study", help="study name (default: the space's name)")
+    p.add_argument("--trials", type=int, help="distinct layouts to train (default: the whole space if small, else 12)")
+    p.add_argument("--workers", type=int, default=1, help="trials at once (Ray workers; default 1)")
+    p.add_argument("--executor", choices=("auto", "inline", "ray"), default="auto", help="auto: ray when workers > 1 or --address, else inline")
+    p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
+    p.add_argument("--sampler", choices=SAMPLERS, help="default: the space's (nsga2 unless it says otherwise)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue a stored study (needs --storage and --study)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override the space's scale, e.g. train.tokens=100000 or score.mqar_steps=50")
+    p.add_argument("--out", help="folder for trial checkpoints (default: none kept)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_search)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from hlnas.space import load_space
+    from hlnas.study import DEFAULT_STORAGE, front_rows, run_search
+
+    storage = args.storage or DEFAULT_STORAGE
+    space = None
+    if args.resume:
+        if not args.study:
+            raise HlnasError("--resume needs --study NAME (and --storage URL unless it is the default sqlite:///hlnas.db)")
+        if args.space:
+            space = load_space(args.space)
+    else:
+        space = load_space(args.space or "tiny")
+    if space is not None and args.set:
+        space = space.with_overrides(**_scale_sets(space, args.set))
+    name = args.study or space.name
+    trials = args.trials
+    if trials is None:
+        trials = len(space.grid()) if space is not None and len(space.grid()) <= 40 else 12
+    executor = args.executor
+    if executor == "auto":
+        executor = "ray" if args.workers > 1 or args.address else "inline"
+    ui = _SearchUI(trials, progress=not args.no_progress)
+    print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
+          f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
+    try:
+        study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
+                           sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
+                           out_root=args.out, on_event=ui.event)
+    except KeyboardInterrupt:
+        ui.close()
+        print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} --study {name}",
+              file=sys.stderr)
+        return 130
+    ui.close()
+    _print_front(front_rows(study))
+    print(f"\nstudy '{name}' stored in {storage}\n  hlnas status --storage {storage} --study {name}\n"
+          f"  hlnas dashboard --storage {storage}")
+    return 0
+
+
+def _scale_sets(space, sets: list[str]) -> dict:
+    """--set train.tokens=... onto the space's scale sections."""
+    from hlnas.recipe import yaml_load
+
+    changes: dict = {}
+    for item in sets:
+        key, eq, value = item.partition("=")
+        section, _, field = key.partition(".")
+        if not eq or section not in ("model", "train", "data", "score") or not field:
+            raise HlnasError(f"--set {item!r}: write SECTION.KEY=VALUE with SECTION one of model, train, data, score")
+        current = dict(changes.get(section, getattr(space, section)))
+        current[field] = yaml_load(value)
+        changes[section] = current
+    return changes
+
+
+class _SearchUI:
+    """Progress bar over trained trials plus a line per finished trial and the front when it changes."""
+
+    def __init__(self, total: int, progress: bool):
+        self.bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, unit="trial", desc="search", dynamic_ncols=True, file=sys.stderr)
+        self.failed = 0
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def event(self, kind: str, data: dict) -> None:
+        if kind == "started":
+            self.write(f"  trial {data['number']:>3} started   {data['layout']}")
+        elif kind == "finished":
+            m = data.get("metrics") or {}
+            if data["status"] == "ok":
+                self.write(f"  trial {data['number']:>3} done      {data['layout']}  recall {m.get('recall', float('nan')):.3f}  "
+                           f"KV {m.get('kv_cache_bytes', 0) / 2**20:.1f} MiB  val_loss {m.get('val_loss', float('nan')):.3f}  "
+                           f"({m.get('train_wall_s', 0):.0f}s train)")
+                if self.bar is not None:
+                    self.bar.update(1)
+            else:
+                self.failed += 1
+                err = (data.get("error") or "").strip().splitlines()
+                self.write(f"  trial {data['number']:>3} {data['status']:<9} {data['layout']}  {m.get('error_kind')}: {err[0] if err else ''}")
+            if self.bar is not None:
+                self.bar.set_postfix(failed=self.failed, refresh=True)
+        elif kind == "reused":
+            self.write(f"  trial {data['number']:>3} reused    {data['layout']} (same layout as trial {data['from']})")
+        elif kind == "infeasible":
+            self.write(f"  trial {data['number']:>3} skipped   {data['layout']}: {data['error']}")
+        elif kind == "requeued":
+            self.write(f"  re-queued {data['n']} trial(s) left running by an earlier process")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _print_front(rows: list[dict]) -> None:
+    if not rows:
+        print("no completed trials yet")
+        return
+    print("\nPareto front (recall vs KV cache; feasible completed trials):")
+    print(f"  {'#':>4}  {'layout':<26} {'ratio':<11} {'recall':>7} {'KV cache':>12} {'val_loss':>9} {'params':>12}")
+    for r in rows:
+        rec = "-" if r["recall"] is None else f"{r['recall']:.3f}"
+        vl = "-" if r["val_loss"] is None else f"{r['val_loss']:.3f}"
+        kv = _bytes(r["kv_cache_bytes"] or 0).split(" (")[0]
+        print(f"  {r['number']:>4}  {r['layout']:<26} {r['ratio']:<11} {rec:>7} {kv:>12} {vl:>9} {r['params'] or 0:>12,}")
+
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="print a stored study's Pareto front",
+                       description="Print the Pareto front of a stored hlnas study: layout, recall, KV-cache bytes, LM loss.")
+    p.add_argument("--storage", help="storage URL (default sqlite:///hlnas.db)")
+    p.add_argument("--study", required=True, help="study name")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from optuna.trial import TrialState
+
+    from hlnas.study import DEFAULT_STORAGE, front_rows, load_hlnas_study
+
+    study = load_hlnas_study(args.storage or DEFAULT_STORAGE, args.study)
+    trials = study.get_trials(deepcopy=False)
+    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)}
+    rows = front_rows(study)
+    if args.json:
+        print(json.dumps({"study": args.study, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"], "front": rows}, indent=1))
+        return 0
+    print(f"study '{args.study}': " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
+    print("objectives: " + ", ".join(f"{o['direction']} {o['metric']}" for o in study.user_attrs["hlnas_objectives"]))
+    _print_front(rows)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hlnas",
@@ -250,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_layout(sub)
     _add_train(sub)
     _add_eval(sub)
+    _add_search(sub)
+    _add_status(sub)
     return parser
 
 

@@ -1,0 +1,324 @@
+"""The search: an Optuna study asked and told on the driver, trials run by an executor.
+
+Everything needed to continue is stored with the study (the space, objectives, hlnas version), so
+``resume_search(storage, name)`` needs nothing else. After a crash or ``kill -9`` of the driver,
+completed trials are kept; trials left RUNNING are marked FAIL and their parameters re-queued; the
+study then runs until it holds the requested number of COMPLETE trials. One driver per study at a time.
+
+Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``,
+``hlnas_space_hash``, ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``,
+``hlnas_paper_grid``; every trial's user attrs hold the layout's cost and its scores
+(:func:`hlnas.trial.layout_metrics` plus :func:`hlnas.score.objectives.score`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+import hlnas
+from hlnas.errors import ConfigError, HlnasError
+from hlnas.executors import make_executor
+from hlnas.space import SAMPLERS, SearchSpace, space_from_dict
+from hlnas.trial import TrialResult, TrialSpec, layout_metrics
+
+__all__ = ["StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE"]
+
+DEFAULT_STORAGE = "sqlite:///hlnas.db"
+
+
+class StorageError(HlnasError, ValueError):
+    pass
+
+
+def open_storage(url: str):
+    """An Optuna storage for ``url``: sqlite:///file.db, postgresql://..., mysql://..., or journal:///path/file.log."""
+    if not isinstance(url, str) or "://" not in url:
+        raise StorageError(f"storage URL {url!r} is not a URL; allowed: sqlite:///FILE.db, postgresql://USER@HOST/DB, journal:///FILE.log")
+    scheme = url.split("://", 1)[0].split("+", 1)[0]
+    if scheme == "journal":
+        path = url.split("://", 1)[1]
+        if not path:
+            raise StorageError(f"storage URL {url!r} names no file; write journal:///path/to/study.log")
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(path))
+    if scheme not in ("sqlite", "postgresql", "mysql"):
+        raise StorageError(f"storage URL scheme '{scheme}' is not supported; allowed: sqlite, postgresql, mysql, journal")
+    if scheme == "sqlite":
+        db = url.split("://", 1)[1].lstrip("/") if url.startswith("sqlite:///") else ""
+        parent = Path(url[len("sqlite:///"):]).parent if url.startswith("sqlite:///") else None
+        if parent is not None and str(parent) and not parent.exists():
+            raise StorageError(f"storage {url!r}: folder '{parent}' does not exist")
+        del db
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True} if scheme != "sqlite" else None)
+    except Exception as e:
+        raise StorageError(f"cannot open storage {url!r}: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from None
+
+
+def _sampler(name: str, seed: int, n_objectives: int):
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
+    if name in ("random", "grid"):  # grid: every candidate is enqueued; random fills anything beyond
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ConfigError(f"unknown sampler '{name}'; allowed: {', '.join(SAMPLERS)}")
+
+
+def _spec(space: SearchSpace, number: int, params: dict, out_root: str | None) -> TrialSpec:
+    from hlnas.recipe import model_from_spec
+    from hlnas.score.objectives import ScoreConfig
+    from hlnas.train import TrainConfig
+    from hlnas.data.sources import DataConfig
+
+    layout = space.layout(params)
+    model = model_from_spec({"preset": space.preset, **space.model})
+    return TrialSpec(
+        number=number, layout=str(layout), model=model.to_dict(),
+        train=TrainConfig.from_dict(space.train).to_dict(), data=DataConfig.from_dict(space.data).to_dict(),
+        score=ScoreConfig.from_dict(space.score).to_dict(), kv_context=space.kv_context,
+        placement=params.get("placement"),
+        out_dir=None if out_root is None else os.path.join(out_root, str(layout)),
+    )
+
+
+def _values(space: SearchSpace, metrics: dict) -> list[float] | None:
+    vals = []
+    for o in space.objectives:
+        v = metrics.get(o.metric)
+        if isinstance(v, dict):  # e.g. "ruler": its average
+            v = v.get("average")
+        if v is None or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            return None
+        vals.append(float(v))
+    return vals
+
+
+def _constraints(space: SearchSpace, metrics: dict) -> dict[str, float]:
+    keys = {"max_params": "params", "max_kv_bytes": "kv_cache_bytes", "max_state_bytes": "state_bytes"}
+    return {k: float(metrics[keys[k]]) - float(limit) for k, limit in space.constraints.items()}
+
+
+def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool) -> tuple[optuna.Study, SearchSpace]:
+    exists = name in {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if resume:
+        if not exists:
+            names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+            raise HlnasError(f"no study '{name}' to resume in this storage; studies there: {', '.join(names) or 'none'}")
+        study = optuna.load_study(study_name=name, storage=storage)
+        stored = space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{name}'")
+        if space is not None and space.fingerprint() != stored.fingerprint():
+            raise HlnasError(
+                f"study '{name}' was created with another search space; resuming with a changed space is refused.\n  "
+                + "\n  ".join(stored.diff(space)) + "\nResume without --space to use the stored one, or start a new --study."
+            )
+        return study, stored
+    if exists:
+        raise HlnasError(f"study '{name}' already exists in this storage; pass --resume to continue it, or choose another --study name")
+    assert space is not None
+    directions = [o.direction for o in space.objectives]
+    study = optuna.create_study(study_name=name, storage=storage, directions=directions)
+    study.set_metric_names([o.name for o in space.objectives])
+    attrs = {
+        "hlnas_version": hlnas.__version__, "hlnas_space": space.to_dict(), "hlnas_space_hash": space.fingerprint(),
+        "hlnas_objectives": [{"name": o.name, "metric": o.metric, "direction": o.direction} for o in space.objectives],
+        "hlnas_kv_context": space.kv_context, "hlnas_preset": space.preset, "hlnas_paper_grid": space.name == "paper_grid",
+    }
+    for k, v in attrs.items():
+        study.set_user_attr(k, v)
+    return study, space
+
+
+def _recover(study: optuna.Study) -> int:
+    """Mark trials left RUNNING/WAITING-by-a-dead-driver FAIL and re-queue their parameters."""
+    storage = study._storage
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        storage.set_trial_user_attr(t._trial_id, "error", "the search process stopped while this trial ran; re-queued")
+        storage.set_trial_user_attr(t._trial_id, "error_kind", "interrupted")
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number}, skip_if_exists=True)
+        n += 1
+    return n
+
+
+def run_search(
+    space: SearchSpace | None,
+    *,
+    storage: str = DEFAULT_STORAGE,
+    study_name: str,
+    n_trials: int,
+    workers: int = 1,
+    executor: str = "inline",
+    sampler: str | None = None,
+    resume: bool = False,
+    seed: int = 0,
+    address: str | None = None,
+    out_root: str | None = None,
+    on_event: Callable[[str, dict], None] | None = None,
+) -> optuna.Study:
+    """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
+    exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
+    and do not count."""
+    if n_trials < 1:
+        raise ConfigError(f"trials must be >= 1, got {n_trials}")
+    store = open_storage(storage)
+    study, space = _create_or_load(space, store, study_name, resume)
+    sampler_name = sampler or space.sampler
+    study.sampler = _sampler(sampler_name, seed, len(space.objectives))
+    emit = on_event or (lambda kind, data: None)
+    requeued = _recover(study)
+    if requeued:
+        emit("requeued", {"n": requeued})
+    if sampler_name == "grid" and not study.get_trials(deepcopy=False):
+        for params in space.grid():
+            study.enqueue_trial(params)
+    unique = len(space.grid()) if _small(space) else None  # how many distinct layouts exist, when countable
+    ex = make_executor(executor, workers, **({"address": address} if executor == "ray" and address else {}))
+    pending: dict[int, tuple[optuna.trial.Trial, str]] = {}  # trial number -> (trial, layout) being trained
+    waiting: list[tuple[optuna.trial.Trial, str]] = []  # duplicates of a layout still training
+    done_by_layout = _completed_by_layout(study)
+    dup_streak = 0
+    try:
+        while True:
+            trained = len(done_by_layout)
+            exhausted = unique is not None and trained + len(pending) >= unique
+            if trained >= n_trials or (exhausted and not pending) or dup_streak >= 200:
+                waiting = _settle_waiting(study, waiting, done_by_layout, emit)
+                break
+            # fill free workers
+            while len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted and dup_streak < 200:
+                trial = study.ask({k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()})
+                spec = _spec(space, trial.number, trial.params, out_root)
+                cost = layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement)
+                cons = _constraints(space, cost)
+                for k, v in cons.items():
+                    trial.set_constraint(k, v)
+                for k, v in cost.items():
+                    trial.set_user_attr(k, v)
+                if spec.layout in done_by_layout:  # never train the same layout twice in one study
+                    _reuse(study, trial, done_by_layout[spec.layout], emit)
+                    dup_streak += 1
+                    continue
+                if spec.layout in {lay for _, lay in pending.values()}:
+                    waiting.append((trial, spec.layout))
+                    dup_streak += 1
+                    continue
+                dup_streak = 0
+                if any(v > 0 for v in cons.values()):
+                    bad = ", ".join(f"{k} (by {v:,.0f})" for k, v in cons.items() if v > 0)
+                    trial.set_user_attr("status", "infeasible")
+                    trial.set_user_attr("error_kind", "constraint")
+                    trial.set_user_attr("error", f"violates {bad}; not trained")
+                    study.tell(trial, state=TrialState.FAIL)
+                    emit("infeasible", {"number": trial.number, "layout": spec.layout, "error": bad})
+                    continue
+                pending[trial.number] = (trial, spec.layout)
+                ex.submit(spec)
+                emit("started", {"number": trial.number, "layout": spec.layout})
+                exhausted = unique is not None and len(done_by_layout) + len(pending) >= unique
+            for result in ex.wait(timeout=1.0):
+                trial, layout = pending.pop(result.number)
+                _tell(study, space, trial, result)
+                frozen = study._storage.get_trial(trial._trial_id)
+                if frozen.state == TrialState.COMPLETE:
+                    done_by_layout[layout] = frozen
+                emit("finished", {"number": result.number, "layout": layout, "status": result.status,
+                                  "metrics": result.metrics, "error": result.error})
+                waiting = _settle_waiting(study, waiting, done_by_layout, emit, finished=layout)
+    except KeyboardInterrupt:
+        for trial, _ in list(pending.values()) + waiting:  # leave nothing RUNNING; resume re-queues these
+            study.tell(trial, state=TrialState.FAIL)
+            study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=True)
+        raise
+    finally:
+        ex.shutdown()
+    return study
+
+
+def _reuse(study, trial, prev, emit) -> None:
+    for k, v in prev.user_attrs.items():
+        if k not in ("requeued_from",):
+            trial.set_user_attr(k, v)
+    trial.set_user_attr("reused_from", prev.number)
+    study.tell(trial, prev.values)
+    emit("reused", {"number": trial.number, "layout": prev.user_attrs.get("layout"), "from": prev.number})
+
+
+def _settle_waiting(study, waiting, done_by_layout, emit, finished: str | None = None) -> list:
+    """Duplicates waiting on a layout: reuse its result once it completed, else fail them (resume retries)."""
+    keep = []
+    for trial, layout in waiting:
+        if layout in done_by_layout:
+            _reuse(study, trial, done_by_layout[layout], emit)
+        elif finished is None or layout == finished:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("error_kind", "duplicate_failed")
+            trial.set_user_attr("error", "the same layout failed in a concurrent trial")
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            keep.append((trial, layout))
+    return keep
+
+
+def _small(space: SearchSpace) -> bool:
+    return len(space.grid()) <= 512
+
+
+def _completed_by_layout(study: optuna.Study) -> dict:
+    """layout -> its trained COMPLETE trial (reused copies excluded): what counts towards --trials."""
+    out = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if "layout" in t.user_attrs and "reused_from" not in t.user_attrs:
+            out.setdefault(t.user_attrs["layout"], t)
+    return out
+
+
+def _tell(study: optuna.Study, space: SearchSpace, trial, result: TrialResult) -> None:
+    for k, v in result.metrics.items():
+        trial.set_user_attr(k, v)
+    trial.set_user_attr("wall_s", round(result.wall_s, 2))
+    values = _values(space, result.metrics) if result.ok else None
+    if values is None:
+        if result.ok:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("error_kind", "other")
+            trial.set_user_attr("error", f"objective metrics missing or not finite: {[o.metric for o in space.objectives]}")
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        study.tell(trial, values)
+
+
+def load_hlnas_study(storage: str, name: str) -> optuna.Study:
+    store = open_storage(storage)
+    names = [s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)]
+    if name not in names:
+        raise HlnasError(f"no study '{name}' in {storage}; studies there: {', '.join(names) or 'none'}")
+    study = optuna.load_study(study_name=name, storage=store)
+    if "hlnas_objectives" not in study.user_attrs:
+        raise HlnasError(f"study '{name}' was not created by hlnas (no hlnas_objectives attribute)")
+    return study
+
+
+def front_rows(study: optuna.Study) -> list[dict]:
+    """The Pareto front (feasible COMPLETE trials), one dict per trial, sorted by KV-cache bytes."""
+    objs = study.user_attrs["hlnas_objectives"]
+    rows = []
+    for t in study.best_trials:
+        a = t.user_attrs
+        rows.append({"number": t.number, "layout": a.get("layout"), "ratio": a.get("ratio"),
+                     **{o["name"]: v for o, v in zip(objs, t.values)},
+                     "recall": a.get("recall"), "kv_cache_bytes": a.get("kv_cache_bytes"), "val_loss": a.get("val_loss"),
+                     "params": a.get("params")})
+    rows.sort(key=lambda r: (r["kv_cache_bytes"] or 0, -(r["recall"] or 0)))
+    return rows

@@ -1,0 +1,132 @@
+"""One search trial: layout -> cost -> model -> train -> score, as a picklable function.
+
+``run_trial(TrialSpec) -> TrialResult`` never raises: a failure (NaN loss, out-of-memory, a kernel
+that cannot run, any exception) comes back as a result with ``status`` and ``error_kind`` so the
+study records it and goes on. Specs and results hold plain data only (no tensors, no optuna
+objects), so they cross process boundaries (Ray workers) unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from dataclasses import dataclass, field
+
+__all__ = ["TrialSpec", "TrialResult", "run_trial", "ERROR_KINDS"]
+
+ERROR_KINDS = ("nan", "oom", "kernel", "config", "worker_died", "other")
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    number: int
+    layout: str  # compact layout string
+    model: dict  # ModelConfig.to_dict()
+    train: dict  # TrainConfig.to_dict()
+    data: dict  # DataConfig.to_dict()
+    score: dict  # ScoreConfig.to_dict()
+    kv_context: int = 4096
+    placement: str | None = None
+    out_dir: str | None = None  # checkpoints; a re-run of the same trial resumes from them
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    number: int
+    status: str  # ok | failed | infeasible
+    metrics: dict = field(default_factory=dict)  # everything measured; goes to the trial's user attrs
+    error_kind: str | None = None
+    error: str | None = None
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def layout_metrics(layout_str: str, model: dict, kv_context: int, placement: str | None = None) -> dict:
+    """What the cost model says about a layout (no weights built): the attributes every trial records."""
+    from hlnas.budget import layout_cost
+    from hlnas.config import ModelConfig
+    from hlnas.layout import Layout
+
+    layout = Layout.parse(layout_str)
+    cost = layout_cost(layout, ModelConfig.from_dict(model), context=kv_context, batch=1, dtype="bf16")
+    return {
+        "layout": str(layout),
+        "mixers": list(layout.mixers),
+        "attention_layers": list(layout.attention_layers),
+        "ratio": layout.ratio,
+        "linear_mixers": list(layout.linear_mixers),
+        "placement": placement,
+        "params": cost.params,
+        "kv_cache_bytes": cost.kv_cache_bytes,
+        "kv_context": kv_context,
+        "state_bytes": cost.state_bytes,
+        "inference_bytes": cost.inference_bytes,
+        "flops_per_token": cost.flops_per_token,
+    }
+
+
+def _classify(e: BaseException) -> str:
+    import torch
+
+    from hlnas.errors import ConfigError, KernelUnavailable
+
+    if isinstance(e, torch.cuda.OutOfMemoryError):
+        return "oom"
+    if isinstance(e, KernelUnavailable):
+        return "kernel"
+    if isinstance(e, ConfigError):
+        return "config"
+    return "other"
+
+
+def run_trial(spec: TrialSpec) -> TrialResult:
+    t0 = time.perf_counter()
+    metrics: dict = {}
+    try:
+        from hlnas.config import ModelConfig
+        from hlnas.data.sources import DataConfig
+        from hlnas.data.tokenizer import load_tokenizer
+        from hlnas.layout import Layout
+        from hlnas.score.objectives import ScoreConfig, score
+        from hlnas.train import TrainConfig, train
+
+        metrics.update(layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement))
+        layout, model_cfg = Layout.parse(spec.layout), ModelConfig.from_dict(spec.model)
+        tcfg, dcfg, scfg = TrainConfig.from_dict(spec.train), DataConfig.from_dict(spec.data), ScoreConfig.from_dict(spec.score)
+        extra = None
+        if tcfg.recall_every:
+            from hlnas.score.ruler import ruler_training_documents
+
+            tok = load_tokenizer(dcfg.tokenizer)
+            extra = lambda seed: ruler_training_documents(tok, tcfg.recall_length or tcfg.seq_len, seed)  # noqa: E731
+        tr = train(layout, model_cfg, tcfg, dcfg, out_dir=spec.out_dir, progress=False, extra_docs=extra)
+        metrics.update(final_loss=tr.final_loss, tokens_per_s=tr.tokens_per_s, train_wall_s=tr.wall_s,
+                       train_tokens=tr.tokens, device=tr.device)
+        if tr.status != "ok":
+            metrics.update(status=tr.status, error_kind=tr.error_kind, error=tr.error)
+            return TrialResult(spec.number, tr.status, metrics, tr.error_kind, tr.error, time.perf_counter() - t0)
+        from hlnas.data.packing import TokenStream
+
+        val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches) if "val_loss" in scfg.objectives else None
+        scores = score(tr.model, load_tokenizer(dcfg.tokenizer), scfg, val_batches=val, seed=tcfg.seed)
+        metrics.update(scores)
+        # "recall" is the study's recall measure: RULER's weighted average when it ran, else MQAR accuracy
+        if "recall" not in metrics and "mqar_acc" in metrics:
+            metrics["recall"] = metrics["mqar_acc"]
+        if "ruler" in metrics:
+            metrics["ruler"] = {k: metrics["ruler"][k] for k in ("tasks", "groups", "average") if k in metrics["ruler"]}
+        metrics["status"] = "ok"
+        return TrialResult(spec.number, "ok", metrics, wall_s=time.perf_counter() - t0)
+    except Exception as e:  # a failing trial is data: record it, never kill the study
+        kind = _classify(e)
+        status = "infeasible" if kind == "oom" else "failed"
+        msg = f"{type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)[-3:])
+        metrics.update(status=status, error_kind=kind, error=msg[-2000:])
+        return TrialResult(spec.number, status, metrics, kind, msg[-2000:], time.perf_counter() - t0)
