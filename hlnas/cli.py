@@ -279,12 +279,19 @@ def cmd_search(args: argparse.Namespace) -> int:
             raise HlnasError("--resume needs --study NAME (and --storage URL unless it is the default sqlite:///hlnas.db)")
         if args.space:
             space = load_space(args.space)
+        elif args.set:  # silently dropping them would train with settings the user did not ask for
+            raise HlnasError("--set changes the search space; a resumed study keeps the settings stored with it "
+                             "(start a new --study to change them)")
     else:
         space = load_space(args.space or "tiny")
     if space is not None and args.set:
         space = space.with_overrides(**_scale_sets(space, args.set))
     name = args.study or space.name
     trials = args.trials
+    if trials is None and args.resume:  # continue to the target stored with the study
+        from hlnas.study import load_hlnas_study
+
+        trials = load_hlnas_study(storage, name).user_attrs.get("hlnas_trials")
     if trials is None:
         trials = len(space.grid()) if space is not None and len(space.grid()) <= 40 else 12
     executor = args.executor
@@ -411,6 +418,48 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_dashboard(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dashboard", help="serve optuna-dashboard with hlnas's Pareto figures",
+                       description="Serve optuna-dashboard over the study storage; hlnas figures (recall vs KV cache, LM vs KV, "
+                       "ratio curves, RULER breakdown, hypervolume, layouts, paper overlay) are attached to every hlnas study "
+                       "and refreshed as trials complete.")
+    p.add_argument("--storage", help="storage URL (default sqlite:///hlnas.db)")
+    p.add_argument("--study", help="only this study (default: every hlnas study in the storage)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--refresh", type=float, default=5.0, help="seconds between checks for new trials (default 5)")
+    p.set_defaults(func=cmd_dashboard)
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from hlnas.dashboard import serve
+    from hlnas.study import DEFAULT_STORAGE
+
+    serve(args.storage or DEFAULT_STORAGE, host=args.host, port=args.port, refresh_s=args.refresh, study_name=args.study)
+    return 0
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write a self-contained HTML report and PNG figures",
+                       description="Write OUT/report.html (plotly embedded, no network needed to view) and one PNG per figure "
+                       "(kaleido; needs Chromium: apt-get install chromium).")
+    p.add_argument("--storage", help="storage URL (default sqlite:///hlnas.db)")
+    p.add_argument("--study", required=True)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--no-png", action="store_true", help="HTML only (no Chromium needed)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from hlnas.report import write_report
+    from hlnas.study import DEFAULT_STORAGE
+
+    paths = write_report(args.storage or DEFAULT_STORAGE, args.study, args.out, png=not args.no_png)
+    for p in paths:
+        print(p)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hlnas",
@@ -423,6 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_search(sub)
     _add_status(sub)
+    _add_dashboard(sub)
+    _add_report(sub)
     return parser
 
 
