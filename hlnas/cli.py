@@ -160,7 +160,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.score and result["status"] == "ok":
         result["scores"] = _score_dir(out, recipe.score)
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
-    print(json.dumps({k: v for k, v in result.items() if k not in ("losses",)}, indent=1, default=str))
+    summary = {k: result.get(k) for k in ("status", "layout", "params", "steps", "tokens", "final_loss", "val_loss",
+                                           "tokens_per_s", "wall_s", "device", "error_kind", "error")}
+    scores = {k: v for k, v in (result.get("scores") or {}).items() if not isinstance(v, dict)}
+    print(json.dumps({**summary, **({"scores": scores} if scores else {})}, indent=1, default=str))
+    print(f"wrote {out / 'metrics.json'} and {out / 'checkpoint.pt'}", file=sys.stderr)
     return 0 if result["status"] in ("ok", "interrupted") else 1
 
 

@@ -1,0 +1,77 @@
+"""The command line: --help on every subcommand, layout JSON, train/eval round trip, clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hlnas.cli import build_parser, main
+
+SUBCOMMANDS = ["layout", "train", "eval", "search", "status", "dashboard", "report"]
+
+
+def test_every_subcommand_has_help(capsys):
+    for name in SUBCOMMANDS:
+        with pytest.raises(SystemExit) as e:
+            main([name, "--help"])
+        assert e.value.code == 0
+        assert f"usage: hlnas {name}" in capsys.readouterr().out
+    assert set(SUBCOMMANDS) <= set(build_parser()._subparsers._group_actions[0].choices)
+
+
+def test_console_script_help_runs():
+    out = subprocess.run([sys.executable, "-m", "hlnas.cli", "--help"], capture_output=True, text=True, check=True).stdout
+    for name in SUBCOMMANDS:
+        assert name in out
+
+
+def test_layout_json_has_the_documented_keys(capsys):
+    assert main(["layout", "gated_deltanet", "--ratio", "6:1", "--layers", "24", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("layout", "attention_layers", "params", "kv_cache_bytes", "state_bytes", "flops_per_token"):
+        assert key in d
+    assert d["attention_layers"] == [5, 11, 17, 23] and d["layout"] == "ZZZZZA" * 4
+    assert d["kv_cache_bytes"] == 2 * 16 * 64 * 4096 * 4 * 2  # 4 attention layers, bf16, batch 1, context 4096
+
+
+def test_layout_context_and_pure(capsys):
+    main(["layout", "gla", "--ratio", "pure", "--json", "--context", "32768"])
+    d = json.loads(capsys.readouterr().out)
+    assert d["kv_cache_bytes"] == 0 and d["state_bytes"] > 0 and d["attention_layers"] == []
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["layout", "gdn2x", "--ratio", "6:1"], "unknown mixer 'gdn2x'"),
+        (["layout", "gla", "--ratio", "5:1"], "does not divide 24 layers"),
+        (["layout", "gla", "--placement", "3,99"], "out of range"),
+        (["layout", "gla", "--preset", "paper-3b"], "unknown preset 'paper-3b'"),
+        (["train", "gla", "--set", "train.lrr=1"], "unknown train key 'lrr'"),
+        (["train", "gla", "--set", "nonsense"], "write SECTION.KEY=VALUE"),
+        (["eval", "/nonexistent/run"], "no checkpoint"),
+    ],
+)
+def test_bad_input_is_a_clear_error_with_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_train_then_eval(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["train", "transformer", "--set", "layout.layers=2", "--tokens", "4096", "--seq-len", "32", "--batch-size", "4",
+               "--out", str(out), "--no-progress", "--set", "data.val_docs=4", "--set", "train.val_batches=2"])
+    assert rc == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "ok" and metrics["steps"] == 32 and metrics["layout"] == "AA"
+    assert (out / "checkpoint.pt").exists() and (out / "recipe.yaml").exists()
+    capsys.readouterr()
+    assert main(["eval", str(out), "--objectives", "val_loss,mqar", "--set", "score.mqar_steps=3",
+                 "--set", "score.mqar_test=16"]) == 0
+    scores = json.loads((out / "eval.json").read_text())
+    assert scores["val_loss"] > 0 and 0 <= scores["mqar_acc"] <= 1
+    assert abs(scores["val_loss"] - metrics["val_loss"]) < 1e-4  # same held-out batches as the trainer's
