@@ -26,6 +26,8 @@ _LAZY = {
     "MIXERS": "hlnas.catalog",
     "PAPER_MIXERS": "hlnas.catalog",
     "HlnasError": "hlnas.errors",
+    "SearchSpace": "hlnas.space",
+    "load_space": "hlnas.space",
 }
 
 __all__ = ["__version__", *_LAZY]

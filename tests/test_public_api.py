@@ -11,7 +11,7 @@ PKG = pathlib.Path(hlnas.__file__).parent
 
 EXPECTED = {
     "__version__", "Layout", "build_layout", "PAPER_RATIOS", "PLACEMENTS", "ModelConfig", "PRESETS", "preset",
-    "LayoutCost", "layout_cost", "HybridLM", "Cache", "build_model", "MIXERS", "PAPER_MIXERS", "HlnasError",
+    "LayoutCost", "layout_cost", "HybridLM", "Cache", "build_model", "MIXERS", "PAPER_MIXERS", "HlnasError", "SearchSpace", "load_space",
 }
 
 

@@ -1,0 +1,502 @@
+"""A search space: YAML validated at the boundary into a frozen :class:`SearchSpace`.
+
+Keys (examples in ``search_spaces/``): ``name``; ``mixers`` (linear mixers, or 'transformer');
+``ratios`` ('pure', 'r:1': one attention layer every r-th layer); ``placements`` (paper, front, back,
+middle, spread); ``attention_sets`` (explicit 0-based indices, placement "explicit:0,12");
+``transformer`` (add the all-attention baseline once); ``layers`` (default: the preset's depth);
+``hetero: {ratio: "6:1"}`` (instead of ratios/placements: each block of r layers picks its own mixer);
+``scale: {preset, model, train, data, score, kv_context}``; ``objectives: [{name, metric, direction}]``;
+``constraints: {max_params, max_kv_bytes, max_state_bytes}``; ``sampler`` (nsga2, tpe, gp, random, grid).
+
+Every key is checked; a bad file fails with its path, the key, the bad value and what is allowed.
+The scale sections are validated through the real config classes (imported lazily: they need torch).
+Bare names (``load_space("tiny")``) resolve to the repo's ``search_spaces/`` or the package copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hlnas.catalog import canonical, linear_mixer_names
+from hlnas.config import PRESETS
+from hlnas.errors import ConfigError, HlnasError, LayoutError, did_you_mean
+from hlnas.layout import PLACEMENTS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
+
+__all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CONSTRAINTS", "load_space",
+           "space_from_dict", "builtin_spaces"]
+
+SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
+METRICS = {  # metric key in a trial's results -> default direction
+    "recall": "maximize",  # the recall the scale measures: RULER weighted average if scored, else MQAR accuracy
+    "ruler": "maximize", "mqar_acc": "maximize", "lm_acc": "maximize",
+    "val_loss": "minimize", "kv_cache_bytes": "minimize", "state_bytes": "minimize",
+    "params": "minimize", "flops_per_token": "minimize", "inference_bytes": "minimize"}
+DIRECTIONS = ("maximize", "minimize")
+CONSTRAINTS = {"max_params": "params", "max_kv_bytes": "kv_cache_bytes", "max_state_bytes": "state_bytes"}
+# Trained metrics need a ScoreConfig objective; the rest come from hlnas.budget without training.
+_NEEDS = {"recall": ("ruler", "mqar"), "ruler": ("ruler",), "mqar_acc": ("mqar",), "lm_acc": ("lm_eval",),
+          "val_loss": ("val_loss",)}
+TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "layers", "hetero", "scale",
+            "objectives", "constraints", "sampler")
+SCALE_KEYS = ("preset", "model", "train", "data", "score", "kv_context")
+GRID_LIMIT = 100_000  # combinations grid() will enumerate; beyond this use a sampler
+EXPLICIT = "explicit"
+_REPO_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
+_PKG_DIR = Path(__file__).resolve().parent / "spaces"
+
+
+class SpaceError(HlnasError, ValueError):
+    """A search-space file or dict is invalid (the message names the file, key, value and what is allowed)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Objective:
+    """One thing the study optimises: ``metric`` read from a trial's results, in ``direction``."""
+
+    name: str
+    metric: str  # a key of METRICS
+    direction: str  # maximize | minimize
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "metric": self.metric, "direction": self.direction}
+
+
+DEFAULT_OBJECTIVES = (Objective(name="recall", metric="recall", direction="maximize"),
+                      Objective(name="kv_cache", metric="kv_cache_bytes", direction="minimize"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """A validated space; build it with :func:`load_space` or :func:`space_from_dict` (direct construction skips checks)."""
+
+    name: str
+    source: str | None = None
+    mixers: tuple[str, ...]
+    ratios: tuple[str, ...] = ()
+    placements: tuple[str, ...] = ("paper",)
+    attention_sets: tuple[tuple[int, ...], ...] = ()
+    include_transformer: bool = False
+    n_layers: int = 24
+    hetero_ratio: str | None = None
+    preset: str = "proxy-tiny"
+    model: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+    score: dict = field(default_factory=dict)
+    objectives: tuple[Objective, ...] = DEFAULT_OBJECTIVES
+    kv_context: int = 4096
+    constraints: dict[str, float] = field(default_factory=dict)
+    sampler: str = "nsga2"
+
+    # -- the dimensions a sampler sees ----------------------------------------------------------
+    @property
+    def n_blocks(self) -> int:
+        """Hetero spaces: blocks of r layers, each ending in attention (0 otherwise)."""
+        return self.n_layers // parse_ratio(self.hetero_ratio) if self.hetero_ratio else 0
+
+    def params(self) -> dict[str, list]:
+        """Categorical dimensions: ``mixer``/``ratio``/``placement``, or ``block_0``.. for hetero spaces."""
+        if self.hetero_ratio:
+            return {f"block_{b}": list(self.mixers) for b in range(self.n_blocks)}
+        if not self.mixers:
+            return {"mixer": [TRANSFORMER]}
+        placements = [p for p in self.placements if p != EXPLICIT]
+        placements += [f"{EXPLICIT}:" + ",".join(map(str, s)) for s in self.attention_sets]
+        return {"mixer": [*self.mixers, *([TRANSFORMER] if self.include_transformer else [])],
+                "ratio": list(self.ratios), "placement": placements}
+
+    def layout(self, params: dict) -> Layout:
+        """The layout of one point; parameters that do not matter for it are ignored."""
+        choices = self.params()
+
+        def pick(key: str):
+            if key not in params:
+                raise SpaceError(f"space '{self.name}': params lack '{key}'; this space's dimensions: {', '.join(choices)}")
+            if params[key] not in choices[key]:
+                raise SpaceError(f"space '{self.name}': params['{key}']={params[key]!r} is not in this space; "
+                                 f"allowed: {', '.join(map(str, choices[key]))}")
+            return params[key]
+
+        if self.hetero_ratio:
+            r = parse_ratio(self.hetero_ratio)
+            per_layer = [pick(f"block_{b}") for b in range(self.n_blocks) for _ in range(r)]
+            return build_layout(per_layer, self.hetero_ratio, placement="paper")
+        mixer = pick("mixer")
+        if mixer == TRANSFORMER:
+            return build_layout(TRANSFORMER, None, self.n_layers)
+        ratio = pick("ratio")
+        if ratio == "pure":
+            return build_layout(mixer, "pure", self.n_layers)
+        placement = pick("placement")
+        if placement.startswith(EXPLICIT + ":"):
+            return build_layout(mixer, None, self.n_layers, [int(i) for i in placement.split(":", 1)[1].split(",")])
+        return build_layout(mixer, ratio, self.n_layers, placement)
+
+    def size(self) -> int:
+        """Parameter combinations before deduplication (cheap; grid() refuses more than GRID_LIMIT)."""
+        return math.prod(len(v) for v in self.params().values())
+
+    def grid(self) -> list[dict]:
+        """Every combination, first one kept per distinct layout (the Transformer appears once)."""
+        dims = self.params()
+        if self.size() > GRID_LIMIT:
+            raise SpaceError(f"space '{self.name}' has {self.size():,} combinations, more than grid() enumerates "
+                             f"({GRID_LIMIT:,}); use sampler nsga2, tpe, gp or random")
+        seen: dict[str, dict] = {}
+        for values in itertools.product(*dims.values()):
+            point = dict(zip(dims, values))
+            seen.setdefault(self.layout(point).key, point)
+        return list(seen.values())
+
+    def candidates(self) -> list[Layout]:
+        return [self.layout(p) for p in self.grid()]
+
+    def result_key(self, metric: str) -> str:
+        """Where ``metric`` sits in a trial's results: score() writes the RULER average as 'recall'."""
+        if metric == "recall":
+            return "recall" if "ruler" in self.score_config().objectives else "mqar_acc"
+        return "recall" if metric == "ruler" else metric
+
+    # -- the scale, as the real config objects --------------------------------------------------
+    # (imported here: these config modules pull in torch, which loading a space file must not need twice)
+    def model_config(self):
+        from hlnas.recipe import model_from_spec
+        return model_from_spec({"preset": self.preset, **self.model, "n_layers": self.n_layers})
+
+    def train_config(self):
+        from hlnas.train import TrainConfig
+        return TrainConfig.from_dict(self.train)
+
+    def data_config(self):
+        from hlnas.data.sources import DataConfig
+        return DataConfig.from_dict(self.data)
+
+    def score_config(self):
+        from hlnas.score.objectives import ScoreConfig
+        return ScoreConfig.from_dict(self.score)
+
+    # -- identity ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d: dict = {"name": self.name, "mixers": list(self.mixers)}
+        if self.hetero_ratio:
+            d["hetero"] = {"ratio": self.hetero_ratio}
+        else:
+            d.update(ratios=list(self.ratios), placements=list(self.placements),
+                     attention_sets=[list(s) for s in self.attention_sets], transformer=self.include_transformer)
+        d.update(layers=self.n_layers,
+                 scale={"preset": self.preset, "model": copy.deepcopy(self.model), "train": copy.deepcopy(self.train),
+                        "data": copy.deepcopy(self.data), "score": copy.deepcopy(self.score), "kv_context": self.kv_context},
+                 objectives=[o.to_dict() for o in self.objectives], constraints=dict(self.constraints), sampler=self.sampler)
+        return json.loads(json.dumps(d, default=list))  # plain JSON types all the way down
+
+    def fingerprint(self) -> str:
+        body = {k: v for k, v in self.to_dict().items() if k not in ("name", "source")}
+        return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    def diff(self, other: "SearchSpace") -> list[str]:
+        """What differs from ``other``, one line per dotted key (name and source do not count)."""
+        a, b = _flatten(self.to_dict()), _flatten(other.to_dict())
+        out = []
+        for key in [*a, *(k for k in b if k not in a)]:
+            if key != "name" and a.get(key, _UNSET) != b.get(key, _UNSET):
+                out.append(f"{key}: {_show(a.get(key, _UNSET))} -> {_show(b.get(key, _UNSET))}")
+        return out
+
+    def with_overrides(self, **changes) -> "SearchSpace":
+        """A re-validated copy with fields replaced, e.g. ``with_overrides(sampler="tpe", ratios=["6:1"])``."""
+        raw, names = self.to_dict(), {f.name for f in dataclasses.fields(self)}
+        for key, value in changes.items():
+            if key not in names:
+                raise SpaceError(f"unknown SearchSpace field '{key}'.{did_you_mean(key, names)} Allowed: {', '.join(sorted(names))}")
+            if key in SCALE_KEYS:
+                raw["scale"][key] = value
+            elif key == "hetero_ratio":
+                raw.pop("hetero", None)
+                if value is not None:  # a hetero space has no ratios/placements of its own
+                    raw["hetero"] = {"ratio": value}
+                    for k in ("ratios", "placements", "attention_sets", "transformer"):
+                        if _RAW_KEYS.get(k, k) not in changes:
+                            raw.pop(k, None)
+            elif key == "objectives":
+                raw[key] = [o.to_dict() if isinstance(o, Objective) else o for o in value]
+            elif key == "attention_sets":
+                raw[key] = [list(s) if not isinstance(s, str) else s for s in value]
+            elif key != "source":
+                raw[{f: k for k, f in _RAW_KEYS.items()}.get(key, key)] = value
+        out = space_from_dict(raw, where=f"{self.source or self.name} (overrides)")
+        return dataclasses.replace(out, source=changes.get("source", self.source))
+
+
+_RAW_KEYS = {"transformer": "include_transformer", "layers": "n_layers"}  # YAML key -> field, where they differ
+_UNSET = object()
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):  # an empty section is the same as an absent one
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _show(v) -> str:
+    return "(unset)" if v is _UNSET else repr(v)
+
+
+# -- loading ----------------------------------------------------------------------------------------
+def builtin_spaces() -> dict[str, Path]:
+    """Bare name -> file: the repo's ``search_spaces/`` first, then the copies shipped in the package."""
+    found: dict[str, Path] = {}
+    for folder in (_REPO_DIR, _PKG_DIR):
+        if folder.is_dir():
+            for p in sorted(folder.glob("*.yaml")):
+                found.setdefault(p.stem, p)
+    return found
+
+
+def load_space(path: str | os.PathLike) -> SearchSpace:
+    """Load a space from a YAML file, or a built-in one by bare name (``"tiny"``, ``"paper_grid"``)."""
+    p = Path(path)
+    if not p.is_file():
+        builtin = builtin_spaces()
+        stem = p.stem if p.suffix in (".yaml", ".yml") else p.name
+        if len(p.parts) == 1 and stem in builtin:
+            p = builtin[stem]
+        else:
+            raise SpaceError(f"search space '{path}' not found: no such file and no built-in space of that name."
+                             f"{did_you_mean(stem, builtin)} Built-in: {', '.join(builtin)} (or give a path to a YAML file)")
+    p = p.resolve()
+    where = os.path.relpath(p) if not os.path.relpath(p).startswith("..") else str(p)  # short in messages
+    import yaml
+
+    from hlnas.recipe import yaml_load  # keeps 6:1 a string (YAML 1.1 would read base-60 361)
+
+    try:
+        raw = yaml_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise SpaceError(f"{where}: not valid YAML: {e}") from None
+    if raw is None:
+        raise SpaceError(f"{where}: the file is empty; a space needs at least 'mixers' (see search_spaces/tiny.yaml)")
+    space = space_from_dict(raw, where=where)
+    return dataclasses.replace(space, source=str(p))
+
+
+def space_from_dict(raw: dict, where: str = "<dict>") -> SearchSpace:
+    """Validate a raw mapping (as read from YAML) into a :class:`SearchSpace`."""
+    v = _Validator(where)
+    v.keys("", raw, TOP_KEYS)
+    scale = raw.get("scale") or {}
+    v.keys("scale.", scale, SCALE_KEYS)
+    model_cfg, sections = v.scale(scale)
+    n_layers = v.layers(raw.get("layers"), model_cfg, sections["model"])
+    hetero = "hetero" in raw
+    mixers, transformer = v.mixers(raw.get("mixers"), hetero)
+    if not isinstance(raw.get("transformer", False), bool):
+        v.fail(f"transformer={raw['transformer']!r} must be true or false")
+    transformer = transformer or raw.get("transformer", False)
+    hetero_ratio, ratios, placements, sets = None, (), ("paper",), ()
+    if hetero:
+        for k in ("ratios", "placements", "attention_sets", "transformer"):
+            if raw.get(k) not in (None, False):
+                v.fail(f"'{k}' cannot be used with 'hetero' (each block of r layers ends in attention, the paper "
+                       "placement; put baselines in another space)")
+        v.keys("hetero.", raw["hetero"], ("ratio",))
+        hetero_ratio = v.ratio("hetero.ratio", raw["hetero"].get("ratio"), n_layers, pure=False)
+    elif mixers:
+        if "ratios" not in raw:
+            v.fail(f"'ratios' is required, e.g. ratios: [pure, '6:1']; allowed: {_ratio_allowed(n_layers)}")
+        ratios = v.unique("ratios", [v.ratio(f"ratios[{i}]", r, n_layers) for i, r in enumerate(v.items("ratios", raw["ratios"]))])
+        sets = v.attention_sets(raw.get("attention_sets") or [], n_layers)
+        placements = v.placements(raw.get("placements"), bool(sets))
+    elif not transformer:
+        v.fail("'mixers' lists no linear mixer and 'transformer' is not true: the space is empty")
+    kv_context = scale.get("kv_context", 4096)
+    if not _is_int(kv_context) or kv_context < 1:
+        v.fail(f"scale.kv_context={kv_context!r} must be a positive integer (tokens of context for kv_cache_bytes)")
+    name = raw.get("name") or (Path(where).stem if where != "<dict>" else "space")
+    if not isinstance(name, str):
+        v.fail(f"name={name!r} must be a string")
+    space = SearchSpace(
+        name=name, source=None, mixers=mixers, ratios=ratios, placements=placements, attention_sets=sets,
+        include_transformer=transformer, n_layers=n_layers, hetero_ratio=hetero_ratio,
+        preset=scale.get("preset", "proxy-tiny"), **sections, objectives=v.objectives(raw.get("objectives"), sections["score"]),
+        kv_context=kv_context, constraints=v.constraints(raw.get("constraints") or {}),
+        sampler=v.choice("sampler", raw.get("sampler", "nsga2"), SAMPLERS))
+    if space.sampler == "grid" and space.size() > GRID_LIMIT:
+        v.fail(f"sampler='grid' over {space.size():,} combinations (more than {GRID_LIMIT:,}); use nsga2, tpe, gp or random")
+    return space
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _ratio_allowed(n_layers: int) -> str:
+    fits = [r for r in PAPER_RATIOS[1:] if n_layers % parse_ratio(r) == 0]
+    return ", ".join(["pure", *fits]) + f" (or any r:1 with r dividing layers={n_layers})"
+
+
+class _Validator:
+    """Checks one raw space; every failure names ``where`` (the file), the key and the value."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def fail(self, msg: str):
+        raise SpaceError(f"{self.where}: {msg}")
+
+    def bad(self, key: str, value, allowed: str, choices=()):
+        hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+        self.fail(f"{key}={value!r} is not allowed; allowed: {allowed}" + (f".{hint}" if hint else ""))
+
+    def choice(self, key: str, value, allowed, note: str = ""):
+        if not isinstance(value, str) or value not in allowed:
+            self.bad(key, value, ", ".join(allowed) + note, allowed)
+        return value
+
+    def keys(self, prefix: str, raw, allowed) -> None:
+        if not isinstance(raw, dict):
+            self.fail(f"{prefix.rstrip('.') or 'the space'} must be a mapping, got {type(raw).__name__} {raw!r}")
+        for k in raw:
+            if k not in allowed:
+                self.fail(f"unknown key '{prefix}{k}'.{did_you_mean(str(k), allowed)} "
+                          f"Allowed{' in ' + prefix.rstrip('.') if prefix else ''}: {', '.join(allowed)}")
+
+    def items(self, key: str, value) -> list:
+        if not isinstance(value, (list, tuple)):
+            self.fail(f"{key}={value!r} must be a list, e.g. {key}: [a, b]")
+        return list(value)
+
+    def unique(self, key: str, values: list, attr: str = "") -> tuple:
+        for i, x in enumerate(values):
+            first = values.index(x)
+            if first < i:
+                self.fail(f"{key}[{i}]{attr}={x!r} repeats {key}[{first}]{attr}")
+        return tuple(values)
+
+    def scale(self, scale: dict):
+        name = self.choice("scale.preset", scale.get("preset", "proxy-tiny"), tuple(PRESETS))
+        sections = {k: copy.deepcopy(scale.get(k) or {}) for k in ("model", "train", "data", "score")}
+        for k, sec in sections.items():
+            if not isinstance(sec, dict):
+                self.fail(f"scale.{k} must be a mapping of {k} settings, got {sec!r}")
+        if "preset" in sections["model"]:
+            self.fail("scale.model.preset: put the preset at scale.preset")
+        from hlnas.data.sources import DataConfig
+        from hlnas.recipe import model_from_spec
+        from hlnas.score.objectives import ScoreConfig
+        from hlnas.train import TrainConfig
+
+        builders = {"model": lambda d: model_from_spec({"preset": name, **d}), "train": TrainConfig.from_dict,
+                    "data": DataConfig.from_dict, "score": ScoreConfig.from_dict}
+        built = {}
+        for k, build in builders.items():
+            try:
+                built[k] = build(sections[k])
+            except (ConfigError, TypeError, ValueError) as e:
+                self.fail(f"scale.{k}: {e}")
+        return built["model"], sections
+
+    def layers(self, value, model_cfg, model_section: dict) -> int:
+        if value is None:
+            return model_cfg.n_layers
+        if not _is_int(value) or value < 1:
+            self.fail(f"layers={value!r} must be a positive integer (default: the preset's depth, {model_cfg.n_layers})")
+        if model_section.get("n_layers", value) != value:
+            self.fail(f"layers={value} disagrees with scale.model.n_layers={model_section['n_layers']}; give one of them")
+        return value
+
+    def mixers(self, value, hetero: bool) -> tuple[tuple[str, ...], bool]:
+        allowed = [*linear_mixer_names(), *([] if hetero else [TRANSFORMER])]
+        if value is None:
+            self.fail(f"'mixers' is required; allowed: {', '.join(allowed)}")
+        names = [canonical(m) if isinstance(m, str) else m for m in self.items("mixers", value)]
+        for i, m in enumerate(names):
+            if m not in allowed:
+                self.bad(f"mixers[{i}]", value[i], ", ".join(allowed), allowed)
+        if hetero and not names:
+            self.fail(f"'mixers' must list the linear mixers each block may pick; allowed: {', '.join(allowed)}")
+        # 'transformer' among the mixers is the same as transformer: true
+        return self.unique("mixers", [m for m in names if m != TRANSFORMER]), TRANSFORMER in names
+
+    def ratio(self, key: str, value, n_layers: int, pure: bool = True) -> str:
+        try:
+            r = parse_ratio(value) if value is not None else -1
+        except LayoutError:
+            r = -1
+        if r == -1 or (r is None and not pure) or (r is not None and n_layers % r):
+            allowed = _ratio_allowed(n_layers)
+            self.bad(key, value, allowed if pure else allowed.replace("pure, ", ""))
+        return format_ratio(r)
+
+    def placements(self, value, has_sets: bool) -> tuple[str, ...]:
+        if value is None:
+            return (EXPLICIT,) if has_sets else ("paper",)
+        allowed = [*PLACEMENTS, *([EXPLICIT] if has_sets else [])]
+        note = "" if has_sets else f" ('{EXPLICIT}' needs attention_sets)"
+        out = [self.choice(f"placements[{i}]", p, allowed, note) for i, p in enumerate(self.items("placements", value))]
+        if has_sets and EXPLICIT not in out:
+            out.append(EXPLICIT)  # attention_sets are only reachable through the explicit placement
+        if not out:
+            self.fail(f"placements is empty; allowed: {', '.join(PLACEMENTS)}")
+        return self.unique("placements", out)
+
+    def attention_sets(self, value, n_layers: int) -> tuple[tuple[int, ...], ...]:
+        out = []
+        for i, s in enumerate(self.items("attention_sets", value)):
+            key = f"attention_sets[{i}]"
+            if isinstance(s, str):  # "0,12" as in the CLI's --placement
+                s = [int(t) if t.strip().isdigit() else t for t in s.split(",")]
+            idx = self.items(key, s)
+            for j, x in enumerate(idx):
+                if not _is_int(x) or not 0 <= x < n_layers:
+                    self.bad(f"{key}[{j}]", x, f"a layer index in [0, {n_layers}) (layers={n_layers})")
+            self.unique(key, idx)
+            if not idx or len(idx) == n_layers:
+                self.fail(f"{key}={idx!r} must hold between 1 and {n_layers - 1} indices "
+                          "(use ratio 'pure' for none, transformer: true for all)")
+            out.append(tuple(sorted(idx)))
+        return self.unique("attention_sets", out)
+
+    def objectives(self, value, score: dict) -> tuple[Objective, ...]:
+        objs = list(DEFAULT_OBJECTIVES) if value is None else []
+        for i, o in enumerate(self.items("objectives", value) if value is not None else []):
+            key = f"objectives[{i}]"
+            o = {"metric": o} if isinstance(o, str) else o  # "- val_loss" is {metric: val_loss}
+            self.keys(key + ".", o, ("name", "metric", "direction"))
+            metric = self.choice(f"{key}.metric", o.get("metric", o.get("name") if str(o.get("name")) in METRICS else None), tuple(METRICS))
+            direction = self.choice(f"{key}.direction", o.get("direction", METRICS[metric]), DIRECTIONS)
+            name = o.get("name", metric)
+            if not isinstance(name, str) or not name:
+                self.bad(f"{key}.name", name, "a non-empty string")
+            objs.append(Objective(name=name, metric=metric, direction=direction))
+        if not objs:
+            self.fail(f"objectives is empty; give at least one of: {', '.join(METRICS)}")
+        self.unique("objectives", [o.name for o in objs], ".name")
+        self.unique("objectives", [o.metric for o in objs], ".metric")
+        from hlnas.score.objectives import ScoreConfig
+
+        scored = list(score.get("objectives", ScoreConfig().objectives))
+        for i, o in enumerate(objs):
+            needs = _NEEDS.get(o.metric, ())
+            if needs and not set(needs) & set(scored):
+                self.fail(f"objectives[{i}] (metric '{o.metric}') needs {' or '.join(map(repr, needs))} in "
+                          f"scale.score.objectives; got {scored}")
+        return tuple(objs)
+
+    def constraints(self, value) -> dict[str, float]:
+        self.keys("constraints.", value, tuple(CONSTRAINTS))
+        for k, x in value.items():
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf:
+                self.bad(f"constraints.{k}", x, f"a positive number (upper bound on {CONSTRAINTS[k]})")
+        return {k: float(x) for k, x in value.items()}
