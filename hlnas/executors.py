@@ -83,7 +83,8 @@ class RayExecutor:
         self._actor_cls = ray.remote(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial,
                                      runtime_env={"env_vars": env})(_Worker)
         self.capacity = workers
-        self._idle = [self._actor_cls.remote() for _ in range(workers)]
+        self._threads = max(1, int(cpus_per_trial))
+        self._idle = [self._actor_cls.remote(self._threads) for _ in range(workers)]
         self._running: dict = {}  # object ref -> (actor, spec)
 
     def submit(self, spec: TrialSpec) -> None:
@@ -113,7 +114,7 @@ class RayExecutor:
                 out.append(TrialResult(spec.number, "failed", {"status": "failed", "error_kind": "worker_died", "error": msg},
                                        "worker_died", msg))
                 self._ray.kill(actor, no_restart=True)
-                self._idle.append(self._actor_cls.remote())
+                self._idle.append(self._actor_cls.remote(self._threads))
         return out
 
     def shutdown(self) -> None:
@@ -128,9 +129,11 @@ class RayExecutor:
 class _Worker:
     """A Ray actor: imports once, then runs trials one after another."""
 
-    def __init__(self) -> None:
-        import torch  # noqa: F401  (pay the import once, here)
+    def __init__(self, threads: int = 1) -> None:
+        import torch  # pay the import once, here
 
+        # one trial per reserved CPU: more torch threads than cores makes 2-core machines crawl
+        torch.set_num_threads(max(1, threads))
         self.started = time.time()
 
     def run(self, spec: TrialSpec) -> TrialResult:

@@ -7,7 +7,7 @@ study then runs until it holds the requested number of COMPLETE trials. One driv
 
 Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``,
 ``hlnas_space_hash``, ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``,
-``hlnas_paper_grid``; every trial's user attrs hold the layout's cost and its scores
+``hlnas_paper_grid``, ``hlnas_trials`` (the latest target); every trial's user attrs hold the layout's cost and its scores
 (:func:`hlnas.trial.layout_metrics` plus :func:`hlnas.score.objectives.score`).
 """
 
@@ -147,9 +147,17 @@ def _recover(study: optuna.Study) -> int:
         storage.set_trial_user_attr(t._trial_id, "error", "the search process stopped while this trial ran; re-queued")
         storage.set_trial_user_attr(t._trial_id, "error_kind", "interrupted")
         storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number}, skip_if_exists=True)
+        _requeue(study, t.params, t.number)
         n += 1
     return n
+
+
+def _requeue(study: optuna.Study, params: dict, number: int) -> None:
+    """Enqueue ``params`` again unless already WAITING. (Not ``skip_if_exists``: it matches the failed
+    trial itself, so nothing would ever be re-queued.)"""
+    if any(t.system_attrs.get("fixed_params") == params for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
+        return
+    study.enqueue_trial(params, user_attrs={"requeued_from": number})
 
 
 def run_search(
@@ -176,6 +184,7 @@ def run_search(
     study, space = _create_or_load(space, store, study_name, resume)
     sampler_name = sampler or space.sampler
     study.sampler = _sampler(sampler_name, seed, len(space.objectives))
+    study.set_user_attr("hlnas_trials", n_trials)  # the target a plain --resume continues to
     emit = on_event or (lambda kind, data: None)
     requeued = _recover(study)
     if requeued:
@@ -188,16 +197,20 @@ def run_search(
     pending: dict[int, tuple[optuna.trial.Trial, str]] = {}  # trial number -> (trial, layout) being trained
     waiting: list[tuple[optuna.trial.Trial, str]] = []  # duplicates of a layout still training
     done_by_layout = _completed_by_layout(study)
+    dead = _failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
     dup_streak = 0
+
+    def exhausted() -> bool:  # every distinct layout is trained, failed/infeasible, or training
+        return unique is not None and len(done_by_layout) + len(dead) + len(pending) >= unique
+
     try:
         while True:
             trained = len(done_by_layout)
-            exhausted = unique is not None and trained + len(pending) >= unique
-            if trained >= n_trials or (exhausted and not pending) or dup_streak >= 200:
+            if trained >= n_trials or (exhausted() and not pending) or dup_streak >= 200:
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit)
                 break
             # fill free workers
-            while len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted and dup_streak < 200:
+            while len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted() and dup_streak < 200:
                 trial = study.ask({k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()})
                 spec = _spec(space, trial.number, trial.params, out_root)
                 cost = layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement)
@@ -208,6 +221,10 @@ def run_search(
                     trial.set_user_attr(k, v)
                 if spec.layout in done_by_layout:  # never train the same layout twice in one study
                     _reuse(study, trial, done_by_layout[spec.layout], emit)
+                    dup_streak += 1
+                    continue
+                if spec.layout in dead:  # a failure is deterministic enough (NaN, OOM, constraint): don't retry it
+                    _repeat_failure(study, trial, dead[spec.layout], emit)
                     dup_streak += 1
                     continue
                 if spec.layout in {lay for _, lay in pending.values()}:
@@ -221,25 +238,31 @@ def run_search(
                     trial.set_user_attr("error_kind", "constraint")
                     trial.set_user_attr("error", f"violates {bad}; not trained")
                     study.tell(trial, state=TrialState.FAIL)
+                    dead[spec.layout] = study._storage.get_trial(trial._trial_id)
                     emit("infeasible", {"number": trial.number, "layout": spec.layout, "error": bad})
                     continue
                 pending[trial.number] = (trial, spec.layout)
+                emit("started", {"number": trial.number, "layout": spec.layout})  # before: inline submit() runs the trial
                 ex.submit(spec)
-                emit("started", {"number": trial.number, "layout": spec.layout})
-                exhausted = unique is not None and len(done_by_layout) + len(pending) >= unique
             for result in ex.wait(timeout=1.0):
+                if result.status == "interrupted":  # Ctrl-C/SIGTERM caught by the trainer (inline): stop the search
+                    raise KeyboardInterrupt
                 trial, layout = pending.pop(result.number)
                 _tell(study, space, trial, result)
                 frozen = study._storage.get_trial(trial._trial_id)
                 if frozen.state == TrialState.COMPLETE:
                     done_by_layout[layout] = frozen
+                elif frozen.user_attrs.get("error_kind") not in _RETRY:
+                    dead[layout] = frozen
                 emit("finished", {"number": result.number, "layout": layout, "status": result.status,
                                   "metrics": result.metrics, "error": result.error})
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit, finished=layout)
     except KeyboardInterrupt:
         for trial, _ in list(pending.values()) + waiting:  # leave nothing RUNNING; resume re-queues these
+            trial.set_user_attr("error_kind", "interrupted")
+            trial.set_user_attr("error", "the search was interrupted while this trial ran; re-queued")
             study.tell(trial, state=TrialState.FAIL)
-            study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=True)
+            _requeue(study, trial.params, trial.number)
         raise
     finally:
         ex.shutdown()
@@ -253,6 +276,16 @@ def _reuse(study, trial, prev, emit) -> None:
     trial.set_user_attr("reused_from", prev.number)
     study.tell(trial, prev.values)
     emit("reused", {"number": trial.number, "layout": prev.user_attrs.get("layout"), "from": prev.number})
+
+
+def _repeat_failure(study, trial, prev, emit) -> None:
+    for k in ("status", "error_kind", "error"):
+        if k in prev.user_attrs:
+            trial.set_user_attr(k, prev.user_attrs[k])
+    trial.set_user_attr("reused_from", prev.number)
+    study.tell(trial, state=TrialState.FAIL)
+    emit("infeasible", {"number": trial.number, "layout": prev.user_attrs.get("layout"),
+                        "error": f"the same layout failed in trial {prev.number} ({prev.user_attrs.get('error_kind')}); not retried"})
 
 
 def _settle_waiting(study, waiting, done_by_layout, emit, finished: str | None = None) -> list:
@@ -273,6 +306,20 @@ def _settle_waiting(study, waiting, done_by_layout, emit, finished: str | None =
 
 def _small(space: SearchSpace) -> bool:
     return len(space.grid()) <= 512
+
+
+# failures worth another attempt: the process stopped under the trial, or a concurrent duplicate failed
+_RETRY = ("interrupted", "duplicate_failed", None)
+
+
+def _failed_by_layout(study: optuna.Study) -> dict:
+    """layout -> its FAIL trial, for failures not worth retrying (the layout itself failed or is infeasible)."""
+    out = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        a = t.user_attrs
+        if "layout" in a and "reused_from" not in a and a.get("error_kind") not in _RETRY:
+            out.setdefault(a["layout"], t)
+    return out
 
 
 def _completed_by_layout(study: optuna.Study) -> dict:
@@ -316,6 +363,8 @@ def front_rows(study: optuna.Study) -> list[dict]:
     rows = []
     for t in study.best_trials:
         a = t.user_attrs
+        if "reused_from" in a:  # a copy of a trained trial's result: list the layout once
+            continue
         rows.append({"number": t.number, "layout": a.get("layout"), "ratio": a.get("ratio"),
                      **{o["name"]: v for o, v in zip(objs, t.values)},
                      "recall": a.get("recall"), "kv_cache_bytes": a.get("kv_cache_bytes"), "val_loss": a.get("val_loss"),

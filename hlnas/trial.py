@@ -9,6 +9,7 @@ objects), so they cross process boundaries (Ray workers) unchanged.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -88,7 +89,8 @@ def _classify(e: BaseException) -> str:
 
 def run_trial(spec: TrialSpec) -> TrialResult:
     t0 = time.perf_counter()
-    metrics: dict = {}
+    # which process ran it and when (wall clock): shows long-lived Ray workers and trials overlapping
+    metrics: dict = {"worker_pid": os.getpid(), "started_at": time.time()}
     try:
         from hlnas.config import ModelConfig
         from hlnas.data.sources import DataConfig
@@ -110,7 +112,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         metrics.update(final_loss=tr.final_loss, tokens_per_s=tr.tokens_per_s, train_wall_s=tr.wall_s,
                        train_tokens=tr.tokens, device=tr.device)
         if tr.status != "ok":
-            metrics.update(status=tr.status, error_kind=tr.error_kind, error=tr.error)
+            metrics.update(status=tr.status, error_kind=tr.error_kind, error=tr.error, finished_at=time.time())
             return TrialResult(spec.number, tr.status, metrics, tr.error_kind, tr.error, time.perf_counter() - t0)
         from hlnas.data.packing import TokenStream
 
@@ -123,10 +125,11 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         if "ruler" in metrics:
             metrics["ruler"] = {k: metrics["ruler"][k] for k in ("tasks", "groups", "average") if k in metrics["ruler"]}
         metrics["status"] = "ok"
+        metrics["finished_at"] = time.time()
         return TrialResult(spec.number, "ok", metrics, wall_s=time.perf_counter() - t0)
     except Exception as e:  # a failing trial is data: record it, never kill the study
         kind = _classify(e)
         status = "infeasible" if kind == "oom" else "failed"
         msg = f"{type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)[-3:])
-        metrics.update(status=status, error_kind=kind, error=msg[-2000:])
+        metrics.update(status=status, error_kind=kind, error=msg[-2000:], finished_at=time.time())
         return TrialResult(spec.number, status, metrics, kind, msg[-2000:], time.perf_counter() - t0)

@@ -1,0 +1,80 @@
+"""Executors: inline, and Ray with long-lived actors, trials in parallel, worker death as a failed trial.
+
+One local Ray per module (started by the first search, ~5 s); later tests reuse it; shut down at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from hlnas.errors import ConfigError
+from hlnas.executors import InlineExecutor, make_executor
+from hlnas.study import _spec, load_hlnas_study, run_search
+from tests.test_study import one_thread, tiny_space, trained  # noqa: F401  (one_thread: autouse fixture)
+
+ray = pytest.importorskip("ray")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_down_at_the_end():
+    yield
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def test_inline_executor_runs_trials_in_this_process():
+    space = tiny_space()
+    ex = make_executor("inline")
+    assert isinstance(ex, InlineExecutor) and ex.capacity == 1
+    ex.submit(_spec(space, 7, space.grid()[1], None))
+    (r,) = ex.wait()
+    assert r.number == 7 and r.ok and r.metrics["layout"] == "GAGA" and r.metrics["worker_pid"] == os.getpid()
+    assert ex.wait() == []
+    with pytest.raises(ConfigError, match="inline executor runs one trial at a time; got workers=2"):
+        make_executor("inline", 2)
+    with pytest.raises(ConfigError, match="unknown executor 'slurm'; allowed: inline, ray"):
+        make_executor("slurm")
+
+
+def test_search_on_two_ray_workers_overlaps_trials_on_long_lived_actors(tmp_path):
+    was_up = ray.is_initialized()
+    url = f"sqlite:///{tmp_path}/ray.db"
+    run_search(tiny_space(), storage=url, study_name="ray", n_trials=4, executor="ray", workers=2)
+    if not was_up:  # the search started one local Ray, sized for its workers
+        assert ray.is_initialized() and ray.cluster_resources()["CPU"] == 2
+    done = trained(load_hlnas_study(url, "ray"))
+    assert len(done) == 4 and len({t.user_attrs["layout"] for t in done}) == 4
+    pids = [t.user_attrs["worker_pid"] for t in done]
+    # two actors served all four trials (long-lived: imports paid once), none ran in the driver
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    spans = sorted((t.user_attrs["started_at"], t.user_attrs["finished_at"]) for t in done)
+    overlap = any(a[1] > b[0] for a, b in zip(spans, spans[1:]))
+    assert overlap, f"no two trials ran at the same time: {spans}"
+
+
+def test_a_killed_ray_worker_fails_its_trial_and_the_study_goes_on(tmp_path):
+    url = f"sqlite:///{tmp_path}/die.db"
+    seen: dict = {}
+
+    def on_event(kind, data):
+        if kind == "finished" and "pid" not in seen:
+            seen["pid"] = data["metrics"]["worker_pid"]
+        elif kind == "started" and "pid" in seen and "killed" not in seen:
+            seen["killed"] = data["number"]
+            os.kill(seen["pid"], signal.SIGKILL)  # the actor process that ran the first trial
+
+    run_search(tiny_space(), storage=url, study_name="die", n_trials=3, executor="ray", workers=1, on_event=on_event)
+    study = load_hlnas_study(url, "die")
+    victim = study.trials[seen["killed"]]
+    assert victim.state == TrialState.FAIL
+    a = victim.user_attrs
+    assert (a["status"], a["error_kind"]) == ("failed", "worker_died") and "worker died while running trial" in a["error"]
+    done = trained(study)
+    assert len(done) == 3  # the other three layouts, on a replacement worker
+    assert {t.user_attrs["worker_pid"] for t in done if t.number > victim.number} - {seen["pid"]}

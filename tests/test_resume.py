@@ -1,0 +1,97 @@
+"""Crash and resume of a REAL ``hlnas search`` process: Ctrl-C, then ``kill -9``, then a plain
+``hlnas search --resume --storage URL --study NAME`` that needs nothing else and finishes the study."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import yaml
+from optuna.trial import TrialState
+
+from tests.test_study import tiny_raw
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+N_TRIALS = 5
+
+
+def _cli(args: list[str], cwd) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # 1 thread: tiny models, busy 2-core CI
+    return subprocess.Popen([sys.executable, "-m", "hlnas.cli", "search", *args, "--no-progress"], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _trials(url: str, name: str) -> list:
+    try:
+        return optuna.load_study(study_name=name, storage=url).get_trials()
+    except KeyError:  # not created yet
+        return []
+
+
+def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, min_complete: int) -> None:
+    """Send ``sig`` once the storage shows >= min_complete COMPLETE trials and one RUNNING."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"search ended before it could be stopped:\n{proc.communicate()[1][-3000:]}"
+        ts = _trials(url, name)
+        running = [t for t in ts if t.state == TrialState.RUNNING]
+        if sum(t.state == TrialState.COMPLETE for t in ts) >= min_complete and running:
+            proc.send_signal(sig)
+            return
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("no trial was seen RUNNING within 120 s")
+
+
+def test_interrupt_then_kill_9_then_resume_finishes_without_duplicates(tmp_path):
+    raw = tiny_raw(mixers=["gla", "hgrn"], sampler="random")  # 7 layouts, 5 wanted
+    raw["scale"]["train"]["tokens"] = 4096  # ~1 s of training: a wide window to stop it in
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump(raw))
+    url, name = f"sqlite:///{tmp_path}/crash.db", "crash"
+
+    # 1. Ctrl-C while a trial trains: exits 130, says how to resume, leaves nothing RUNNING
+    p = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", str(N_TRIALS)], tmp_path)
+    _stop_while_training(p, url, name, signal.SIGINT, min_complete=1)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-3000:]
+    assert f"hlnas search --resume --storage {url} --study {name}" in err
+    ts = _trials(url, name)
+    assert not [t for t in ts if t.state == TrialState.RUNNING]
+    (interrupted,) = [t.number for t in ts if t.user_attrs.get("error_kind") == "interrupted"]
+    assert ts[interrupted].state == TrialState.FAIL
+    assert [t.state for t in ts if t.user_attrs.get("requeued_from") == interrupted] == [TrialState.WAITING]
+
+    # 2. resume (storage + study only), then kill -9 mid-trial: the trial stays RUNNING in storage
+    p = _cli(["--resume", "--storage", url, "--study", name], tmp_path)
+    complete_before = sum(t.state == TrialState.COMPLETE for t in _trials(url, name))
+    _stop_while_training(p, url, name, signal.SIGKILL, min_complete=complete_before + 1)
+    p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    ts = _trials(url, name)
+    (killed,) = [t.number for t in ts if t.state == TrialState.RUNNING]  # what a crash leaves behind
+    kept = {t.number: t.values for t in ts if t.state == TrialState.COMPLETE}
+
+    # 3. resume again: the orphan is failed and re-queued, the study reaches N_TRIALS trained layouts
+    p = _cli(["--resume", "--storage", url, "--study", name], tmp_path)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+    assert "re-queued 1 trial(s) left running by an earlier process" in err
+    assert "Pareto front" in out and f"study '{name}' stored in {url}" in out
+
+    ts = _trials(url, name)
+    assert not [t for t in ts if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    for n, values in kept.items():  # completed results are never lost or changed
+        assert ts[n].state == TrialState.COMPLETE and ts[n].values == values
+    assert ts[killed].state == TrialState.FAIL and ts[killed].user_attrs["error_kind"] == "interrupted"
+    trained = [t for t in ts if t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs]
+    layouts = [t.user_attrs["layout"] for t in trained]
+    assert len(layouts) == N_TRIALS and len(set(layouts)) == N_TRIALS  # reached the target, no layout twice
+    for n in (interrupted, killed):  # each stopped trial's layout was trained by its re-queued copy
+        (retry,) = [t for t in ts if t.user_attrs.get("requeued_from") == n]
+        assert retry.state == TrialState.COMPLETE and retry.params == ts[n].params

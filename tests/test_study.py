@@ -1,0 +1,267 @@
+"""The search loop (hlnas.study) on real trials: storages, failures, dedupe, constraints, recovery.
+
+Every study here trains real tiny candidates (proxy-tiny, 4 layers, 1-2 k tokens, a few MQAR steps:
+about a second a trial on 2 CPU cores). Failures are injected by wrapping ``hlnas.train.train``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import optuna
+import pytest
+import torch
+from optuna.trial import TrialState
+
+import hlnas.train
+from hlnas.errors import HlnasError
+from hlnas.space import space_from_dict
+from hlnas.study import StorageError, front_rows, load_hlnas_study, open_storage, run_search
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from 2 threads, and OpenMP spin-waits make them 10x slower on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def tiny_raw(**top) -> dict:
+    """A 4-layer GLA space: pure, 2:1, 4:1 and the Transformer (4 layouts), real tiny training."""
+    raw = {
+        "name": "tiny-test",
+        "mixers": ["gla"],
+        "ratios": ["pure", "2:1", "4:1"],
+        "transformer": True,
+        "layers": 4,
+        "scale": {
+            "preset": "proxy-tiny",
+            "model": {"d_model": 32, "n_heads": 2, "mlp_hidden": 64},
+            "train": {"tokens": 1024, "batch_size": 4, "seq_len": 32, "val_batches": 2, "log_every": 4, "lr": 3e-3},
+            "score": {"objectives": ["val_loss", "mqar"], "mqar_steps": 5, "mqar_test": 16, "mqar_batch": 8,
+                      "mqar_seq_len": 32, "mqar_kv_pairs": 4},
+            "kv_context": 256,
+        },
+        "sampler": "grid",
+    }
+    raw.update(top)
+    return raw
+
+
+def tiny_space(**top):
+    return space_from_dict(tiny_raw(**top))
+
+
+def trained(study) -> list:
+    """COMPLETE trials that trained (not copies of another trial's result)."""
+    return [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]
+
+
+@pytest.fixture
+def train_calls(monkeypatch):
+    """Record the layout of every real training run (run_trial imports hlnas.train.train at call time)."""
+    calls: list[str] = []
+    real = hlnas.train.train
+
+    def spy(layout, *a, **k):
+        calls.append(str(layout))
+        return real(layout, *a, **k)
+
+    monkeypatch.setattr(hlnas.train, "train", spy)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    from tests.pg import PostgresUnavailable, postgres_server
+
+    try:
+        with postgres_server() as url:
+            yield url
+    except PostgresUnavailable as e:
+        if os.environ.get("CI"):
+            raise  # CI installs PostgreSQL (.ci/run): a missing server there is a failure, not a skip
+        pytest.skip(str(e))
+
+
+def _url(kind: str, tmp_path, request) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path}/study.db"
+    if kind == "journal":
+        return f"journal:///{tmp_path}/study.log"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal", "postgresql"])
+def test_same_search_on_every_storage_then_resume(kind, tmp_path, request):
+    url = _url(kind, tmp_path, request)
+    space = tiny_space()
+    name = f"s-{kind}-{os.getpid()}"
+    run_search(space, storage=url, study_name=name, n_trials=3)
+
+    study = load_hlnas_study(url, name)  # a fresh handle: everything below comes back from the storage
+    done = trained(study)
+    assert len(done) == 3 and len({t.user_attrs["layout"] for t in done}) == 3
+    for t in done:
+        a = t.user_attrs
+        assert a["status"] == "ok" and a["layout"] in {str(space.layout(p)) for p in space.grid()}
+        assert t.values == [a["recall"], a["kv_cache_bytes"]]  # objectives: recall (MQAR), KV-cache bytes
+        assert math.isfinite(a["val_loss"]) and 0 <= a["mqar_acc"] <= 1 and a["params"] > 0
+        assert a["worker_pid"] == os.getpid() and a["started_at"] <= a["finished_at"]
+    attrs = study.user_attrs
+    assert attrs["hlnas_space"] == space.to_dict() and attrs["hlnas_space_hash"] == space.fingerprint()
+    assert attrs["hlnas_version"] == hlnas.__version__ and attrs["hlnas_trials"] == 3
+    assert [o["metric"] for o in attrs["hlnas_objectives"]] == ["recall", "kv_cache_bytes"]
+    assert attrs["hlnas_space"]["scale"]["train"]["tokens"] == 1024  # the training config travels with the study
+    assert {r["layout"] for r in front_rows(study)} <= {t.user_attrs["layout"] for t in done}
+
+    # resume needs only storage + name: the space comes from the study; the 4th layout gets trained
+    run_search(None, storage=url, study_name=name, n_trials=4, resume=True)
+    done = trained(load_hlnas_study(url, name))
+    assert len(done) == 4 and len({t.user_attrs["layout"] for t in done}) == 4
+
+
+@pytest.mark.parametrize("url, needle", [
+    ("hlnas.db", "is not a URL"),
+    ("redis://localhost/0", "scheme 'redis' is not supported; allowed: sqlite, postgresql, mysql, journal"),
+    ("sqlite:///{tmp}/no/such/folder/x.db", "does not exist"),
+    ("journal://", "names no file"),
+    ("postgresql+psycopg2://nobody@127.0.0.1:1/nothing", "cannot open storage"),
+])
+def test_wrong_storage_url_is_a_clear_storage_error(url, needle, tmp_path):
+    url = url.replace("{tmp}", str(tmp_path))
+    with pytest.raises(StorageError) as e:
+        open_storage(url)
+    assert needle in str(e.value) and isinstance(e.value, HlnasError)
+    with pytest.raises(StorageError):
+        run_search(tiny_space(), storage=url, study_name="x", n_trials=1)
+
+
+def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch):
+    """An exception, a NaN loss and a CUDA OOM each become a FAIL trial with its reason; the rest completes."""
+    real = hlnas.train.train
+    calls = []
+
+    def flaky(layout, model_cfg, tcfg, *a, **k):
+        s = str(layout)
+        calls.append(s)
+        if s == "GGGG":
+            raise RuntimeError("boom: a kernel exploded")
+        if s == "GAGA":  # a learning rate that really diverges
+            return real(layout, model_cfg, dataclasses.replace(tcfg, lr=1e30, grad_clip=0.0), *a, **k)
+        if s == "AAAA":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(layout, model_cfg, tcfg, *a, **k)
+
+    monkeypatch.setattr(hlnas.train, "train", flaky)
+    url = f"sqlite:///{tmp_path}/f.db"
+    run_search(tiny_space(), storage=url, study_name="f", n_trials=4)
+    study = load_hlnas_study(url, "f")
+    by_layout = {t.user_attrs["layout"]: t for t in study.trials}
+    expect = {"GGGG": ("failed", "other", "boom: a kernel exploded"), "GAGA": ("failed", "nan", "loss became nan"),
+              "AAAA": ("infeasible", "oom", "out of memory")}
+    for layout, (status, kind, text) in expect.items():
+        t = by_layout[layout]
+        assert t.state == TrialState.FAIL and t.values is None
+        assert (t.user_attrs["status"], t.user_attrs["error_kind"]) == (status, kind)
+        assert text in t.user_attrs["error"]
+    ok = by_layout["GGGA"]
+    assert ok.state == TrialState.COMPLETE and ok.user_attrs["status"] == "ok" and len(ok.values) == 2
+    assert sorted(calls) == sorted(by_layout) and len(calls) == 4  # each layout trained once, failures not retried
+
+    # a resume keeps everything and does not retrain the failed layouts (they would fail again)
+    run_search(None, storage=url, study_name="f", n_trials=4, resume=True)
+    assert len(calls) == 4
+    again = load_hlnas_study(url, "f")
+    assert [t.state for t in again.trials[:4]] == [t.state for t in study.trials[:4]]
+    assert again.trials[by_layout["GGGA"].number].values == ok.values
+
+
+def test_a_layout_is_never_trained_twice(tmp_path, train_calls):
+    """Placements of 'pure' all build one layout; a random sampler proposes it again and again."""
+    space = tiny_space(ratios=["pure", "2:1"], placements=["paper", "front", "back"], sampler="random")
+    layouts = {str(space.layout(p)) for p in space.grid()}
+    assert layouts == {"GGGG", "GAGA", "AAGG", "GGAA", "AAAA"}
+    url = f"sqlite:///{tmp_path}/d.db"
+    run_search(space, storage=url, study_name="d", n_trials=len(layouts), seed=3)
+    study = load_hlnas_study(url, "d")
+    assert sorted(train_calls) == sorted(layouts)  # every layout trained, none twice
+    done = trained(study)
+    assert sorted(t.user_attrs["layout"] for t in done) == sorted(layouts)
+    copies = [t for t in study.trials if "reused_from" in t.user_attrs]
+    assert copies, "the sampler proposed no duplicate: the test space is too large"
+    for t in copies:
+        src = study.trials[t.user_attrs["reused_from"]]
+        assert src.user_attrs["layout"] == t.user_attrs["layout"] and "reused_from" not in src.user_attrs
+        assert t.state == TrialState.COMPLETE and t.values == src.values
+    assert len({r["layout"] for r in front_rows(study)}) == len(front_rows(study))  # copies not listed twice
+
+
+def test_constraints_record_infeasible_layouts_without_training(tmp_path, train_calls):
+    """max_kv_bytes below the Transformer's KV cache: it is recorded infeasible and never trained."""
+    space = tiny_space()
+    from hlnas.trial import layout_metrics
+
+    spec_kv = {str(space.layout(p)): layout_metrics(str(space.layout(p)), space.model_config().to_dict(), 256)["kv_cache_bytes"]
+               for p in space.grid()}
+    limit = (spec_kv["AAAA"] + spec_kv["GAGA"]) / 2  # excludes only the Transformer
+    space = tiny_space(constraints={"max_kv_bytes": limit})
+    url = f"sqlite:///{tmp_path}/c.db"
+    run_search(space, storage=url, study_name="c", n_trials=4)
+    study = load_hlnas_study(url, "c")
+    assert "AAAA" not in train_calls and sorted(train_calls) == ["GAGA", "GGGA", "GGGG"]
+    bad = [t for t in study.trials if t.user_attrs["layout"] == "AAAA"]
+    assert len(bad) == 1 and bad[0].state == TrialState.FAIL
+    a = bad[0].user_attrs
+    assert (a["status"], a["error_kind"]) == ("infeasible", "constraint") and "max_kv_bytes" in a["error"]
+    assert "train_wall_s" not in a and bad[0].constraints["max_kv_bytes"] > 0
+    for t in trained(study):
+        assert t.constraints["max_kv_bytes"] <= 0
+    assert "AAAA" not in {r["layout"] for r in front_rows(study)}
+
+
+def test_running_trials_of_a_dead_driver_are_failed_and_requeued(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    space = tiny_space(sampler="random")  # nothing pre-queued: the re-queued trial is the next one asked
+    run_search(space, storage=url, study_name="r", n_trials=1)
+    # what a killed driver leaves behind: a trial RUNNING forever, its layout attrs already stored
+    study = optuna.load_study(study_name="r", storage=url)
+    first = study.trials[0].user_attrs["layout"]
+    params = next(p for p in space.grid() if str(space.layout(p)) != first)
+    study.enqueue_trial(params)
+    orphan = study.ask({k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()})
+    orphan.set_user_attr("layout", str(space.layout(params)))
+    events = []
+    run_search(None, storage=url, study_name="r", n_trials=2, resume=True, on_event=lambda k, d: events.append((k, d)))
+
+    study = load_hlnas_study(url, "r")
+    dead = study.trials[orphan.number]
+    assert dead.state == TrialState.FAIL and dead.user_attrs["error_kind"] == "interrupted"
+    assert ("requeued", {"n": 1}) in events
+    retry = [t for t in study.trials if t.user_attrs.get("requeued_from") == orphan.number]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == params
+    assert len(trained(study)) == 2 and not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
+
+
+def test_resume_with_a_changed_space_is_refused_with_the_differences(tmp_path):
+    url = f"sqlite:///{tmp_path}/x.db"
+    run_search(tiny_space(), storage=url, study_name="x", n_trials=1)
+    raw = tiny_raw(ratios=["pure", "2:1"])
+    raw["scale"]["train"]["tokens"] = 2048
+    with pytest.raises(HlnasError) as e:
+        run_search(space_from_dict(raw), storage=url, study_name="x", n_trials=2, resume=True)
+    msg = str(e.value)
+    assert "resuming with a changed space is refused" in msg
+    assert "scale.train.tokens: 1024 -> 2048" in msg and "ratios: ['pure', '2:1', '4:1'] -> ['pure', '2:1']" in msg
+    with pytest.raises(HlnasError, match="already exists.*--resume"):
+        run_search(tiny_space(), storage=url, study_name="x", n_trials=1)
+    with pytest.raises(HlnasError, match="no study 'nope' to resume.*studies there: x"):
+        run_search(None, storage=url, study_name="nope", n_trials=1, resume=True)
+    assert len(trained(load_hlnas_study(url, "x"))) == 1  # the refusal changed nothing
+
