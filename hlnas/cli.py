@@ -220,7 +220,6 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import yaml
 
     from hlnas.recipe import yaml_load
     from hlnas.score.objectives import ScoreConfig

@@ -6,7 +6,6 @@ embedding -> N pre-norm blocks (RMSNorm, token mixer, residual; RMSNorm, SwiGLU 
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from hlnas.budget import resolve_config

@@ -21,14 +21,14 @@ on the front (optuna's ``best_trials`` does the same).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import optuna
 
-from hlnas.errors import HlnasError, did_you_mean
+from hlnas.storage import ALLOWED_SCHEMES, StorageError, UnknownStudyError, load_study, open_storage  # noqa: F401  (re-exported)
+
 
 __all__ = [
     "StorageError", "UnknownStudyError", "ALLOWED_SCHEMES", "open_storage", "load_study", "TrialRecord", "StudyData",
@@ -124,65 +124,7 @@ def records(trials: Iterable[Any], objective_names: Sequence[str] = ()) -> tuple
 
 # -- reading a study ---------------------------------------------------------------------
 
-#: optuna's RDB dialects (a driver may follow: ``postgresql+psycopg2://``) and its journal file (``journal:///x.log``).
-ALLOWED_SCHEMES = ("sqlite", "postgresql", "mysql", "journal")
 
-
-class StorageError(HlnasError, ValueError):
-    """A storage URL is malformed, of a scheme optuna cannot open, or unreachable."""
-
-
-class UnknownStudyError(HlnasError, ValueError):
-    """No study of that name in the storage."""
-
-
-def _allowed() -> str:
-    return "sqlite:///path/to/study.db, postgresql://user@host/db, mysql://user@host/db, journal:///path/to/study.log"
-
-
-def open_storage(url: str | optuna.storages.BaseStorage) -> optuna.storages.BaseStorage:
-    """An optuna storage for ``url``; a storage object is returned as is.
-
-    For reading: a missing SQLite or journal file is an error (optuna would silently create an empty
-    one, which for a dashboard or a report is always a typo).
-    """
-    if isinstance(url, optuna.storages.BaseStorage):
-        return url
-    if not isinstance(url, str) or "://" not in url:
-        raise StorageError(f"storage {url!r} is not a URL; allowed schemes: {', '.join(ALLOWED_SCHEMES)} (e.g. {_allowed()})")
-    scheme = url.split("://", 1)[0]
-    if scheme.split("+", 1)[0].lower() not in ALLOWED_SCHEMES:
-        raise StorageError(
-            f"storage {url!r}: scheme '{scheme}' is not allowed; allowed schemes: {', '.join(ALLOWED_SCHEMES)} (e.g. {_allowed()})"
-        )
-    kind = scheme.lower()
-    if kind in ("sqlite", "journal"):
-        path = url.split("://", 1)[1].split("?", 1)[0]
-        path = path[1:] if path.startswith("/") else path  # sqlite:///rel.db -> rel.db, sqlite:////abs.db -> /abs.db
-        if (path or kind == "journal") and path != ":memory:" and not os.path.isfile(path):
-            raise StorageError(
-                f"storage {url!r}: no such {'SQLite' if kind == 'sqlite' else 'journal'} file '{os.path.abspath(path)}' "
-                f"(relative paths start at {os.getcwd()}); check the path, or run a study first to create it"
-            )
-    try:
-        if kind == "journal":
-            from optuna.storages.journal import JournalFileBackend
-
-            return optuna.storages.JournalStorage(JournalFileBackend(path))
-        return optuna.storages.RDBStorage(url)
-    except Exception as e:  # sqlalchemy and driver errors: not a database, unreachable host, missing driver
-        raise StorageError(f"cannot open storage {url!r}: {type(e).__name__}: {str(e).splitlines()[0][:300]}; allowed schemes: {', '.join(ALLOWED_SCHEMES)}") from e
-
-
-def load_study(storage: str | optuna.storages.BaseStorage, study_name: str) -> optuna.Study:
-    """The study ``study_name``, or :class:`UnknownStudyError` listing the studies the storage holds."""
-    storage_obj = open_storage(storage)
-    names = optuna.get_all_study_names(storage_obj)
-    if study_name not in names:
-        where = storage if isinstance(storage, str) else getattr(storage_obj, "url", "the storage")
-        available = ", ".join(sorted(names)) or "none (the storage holds no study yet)"
-        raise UnknownStudyError(f"no study named '{study_name}' in {where}.{did_you_mean(study_name, names)} Available: {available}")
-    return optuna.load_study(study_name=study_name, storage=storage_obj)
 
 
 

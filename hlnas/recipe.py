@@ -13,7 +13,6 @@ score: {objectives: [val_loss, mqar]}
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

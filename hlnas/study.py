@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
@@ -25,42 +23,16 @@ from optuna.trial import TrialState
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.executors import make_executor
+from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
+from hlnas.storage import open_storage as _open_storage
 from hlnas.space import SAMPLERS, SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, TrialSpec, layout_metrics
 
 __all__ = ["StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE"]
 
-DEFAULT_STORAGE = "sqlite:///hlnas.db"
-
-
-class StorageError(HlnasError, ValueError):
-    pass
-
-
 def open_storage(url: str):
-    """An Optuna storage for ``url``: sqlite:///file.db, postgresql://..., mysql://..., or journal:///path/file.log."""
-    if not isinstance(url, str) or "://" not in url:
-        raise StorageError(f"storage URL {url!r} is not a URL; allowed: sqlite:///FILE.db, postgresql://USER@HOST/DB, journal:///FILE.log")
-    scheme = url.split("://", 1)[0].split("+", 1)[0]
-    if scheme == "journal":
-        path = url.split("://", 1)[1]
-        if not path:
-            raise StorageError(f"storage URL {url!r} names no file; write journal:///path/to/study.log")
-        from optuna.storages.journal import JournalFileBackend
-
-        return optuna.storages.JournalStorage(JournalFileBackend(path))
-    if scheme not in ("sqlite", "postgresql", "mysql"):
-        raise StorageError(f"storage URL scheme '{scheme}' is not supported; allowed: sqlite, postgresql, mysql, journal")
-    if scheme == "sqlite":
-        db = url.split("://", 1)[1].lstrip("/") if url.startswith("sqlite:///") else ""
-        parent = Path(url[len("sqlite:///"):]).parent if url.startswith("sqlite:///") else None
-        if parent is not None and str(parent) and not parent.exists():
-            raise StorageError(f"storage {url!r}: folder '{parent}' does not exist")
-        del db
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True} if scheme != "sqlite" else None)
-    except Exception as e:
-        raise StorageError(f"cannot open storage {url!r}: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from None
+    """The search's storage: like :func:`hlnas.storage.open_storage`, but a new SQLite/journal file may be created."""
+    return _open_storage(url, create=True)
 
 
 def _sampler(name: str, seed: int, n_objectives: int):
@@ -110,10 +82,10 @@ def _constraints(space: SearchSpace, metrics: dict) -> dict[str, float]:
 
 
 def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool) -> tuple[optuna.Study, SearchSpace]:
-    exists = name in {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    exists = name in study_names(storage)
     if resume:
         if not exists:
-            names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+            names = study_names(storage)
             raise HlnasError(f"no study '{name}' to resume in this storage; studies there: {', '.join(names) or 'none'}")
         study = optuna.load_study(study_name=name, storage=storage)
         stored = space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{name}'")
@@ -347,11 +319,8 @@ def _tell(study: optuna.Study, space: SearchSpace, trial, result: TrialResult) -
 
 
 def load_hlnas_study(storage: str, name: str) -> optuna.Study:
-    store = open_storage(storage)
-    names = [s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)]
-    if name not in names:
-        raise HlnasError(f"no study '{name}' in {storage}; studies there: {', '.join(names) or 'none'}")
-    study = optuna.load_study(study_name=name, storage=store)
+    """A stored hlnas study (for reading: the storage must exist)."""
+    study = load_study(storage, name)
     if "hlnas_objectives" not in study.user_attrs:
         raise HlnasError(f"study '{name}' was not created by hlnas (no hlnas_objectives attribute)")
     return study

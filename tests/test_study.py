@@ -129,7 +129,7 @@ def test_same_search_on_every_storage_then_resume(kind, tmp_path, request):
 
 @pytest.mark.parametrize("url, needle", [
     ("hlnas.db", "is not a URL"),
-    ("redis://localhost/0", "scheme 'redis' is not supported; allowed: sqlite, postgresql, mysql, journal"),
+    ("redis://localhost/0", "scheme 'redis' is not allowed; allowed schemes: sqlite, postgresql, mysql, journal"),
     ("sqlite:///{tmp}/no/such/folder/x.db", "does not exist"),
     ("journal://", "names no file"),
     ("postgresql+psycopg2://nobody@127.0.0.1:1/nothing", "cannot open storage"),

@@ -154,7 +154,7 @@ def score(
         elif obj == "mqar":
             out.update(mqar_objective(model.layout, model.cfg, cfg, seed=seed, device=device))
         elif obj == "lm_eval":
-            from hlnas.score.lm import HlnasLM, run_lm_eval  # noqa: F401
+            from hlnas.score.lm import run_lm_eval
 
             r = run_lm_eval(model, tokenizer, list(cfg.lm_eval_tasks), cfg.lm_eval_max_length, limit=cfg.lm_eval_limit,
                             include_path=cfg.lm_eval_include, batch_size=cfg.batch_size, device=device)
