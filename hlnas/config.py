@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from hlnas.errors import ConfigError, did_you_mean
+from hlnas.errors import ConfigError, check_fields, did_you_mean
 
 __all__ = ["ModelConfig", "PRESETS", "preset", "swiglu_hidden"]
 
@@ -70,12 +70,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(
-                f"unknown model config key '{unknown[0]}'.{did_you_mean(unknown[0], names)} Allowed: {', '.join(sorted(names))}"
-            )
+        check_fields("model config", data, cls)
         return cls(**data)
 
     def replace(self, **changes) -> "ModelConfig":

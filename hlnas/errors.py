@@ -6,8 +6,9 @@ where, what is allowed, and (where there is one) how to fix it.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "HlnasError",
@@ -16,6 +17,7 @@ __all__ = [
     "UnknownMixerError",
     "KernelUnavailable",
     "did_you_mean",
+    "check_fields",
 ]
 
 
@@ -47,3 +49,11 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """' Did you mean: x?' for the closest choice, or '' when nothing is close."""
     close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
     return f" Did you mean: {close[0]}?" if close else ""
+
+
+def check_fields(kind: str, data: Mapping, cls: type) -> None:
+    """Reject keys of ``data`` that are not fields of dataclass ``cls``, naming the allowed ones."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise ConfigError(f"unknown {kind} key '{key}'.{did_you_mean(key, names)} Allowed: {', '.join(sorted(names))}")

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from hlnas.config import ModelConfig
 from hlnas.data.packing import TokenStream
 from hlnas.data.sources import DataConfig
-from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.errors import ConfigError, HlnasError, check_fields
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model
 
@@ -91,10 +91,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in names:
-                raise ConfigError(f"unknown train key '{key}'.{did_you_mean(key, names)} Allowed: {', '.join(sorted(names))}")
+        check_fields("train", data, cls)
         return cls(**data)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.errors import ConfigError, HlnasError, check_fields, did_you_mean
 
 from .corpus import synthetic_documents
 
@@ -70,12 +70,7 @@ class DataConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DataConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(
-                f"unknown data config key '{unknown[0]}'.{did_you_mean(unknown[0], names)} Allowed: {', '.join(sorted(names))}"
-            )
+        check_fields("data config", data, cls)
         return cls(**data)
 
 

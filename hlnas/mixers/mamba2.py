@@ -141,7 +141,7 @@ class Mamba2(Mixer):
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; cache: "state" ``[B, H, N, P]`` float32, "conv"."""
         B, T, _ = x.shape
-        hp, H, G, N, P = self.hp, self.num_heads, self.hp.n_groups, self.hp.state_size, self.hp.head_dim
+        H, G, N, P = self.num_heads, self.hp.n_groups, self.hp.state_size, self.hp.head_dim
         cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
         z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, H], dim=-1)
         xbc = self.conv1d(xbc, cache, key="conv")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hlnas.config import ModelConfig
-from hlnas.errors import ConfigError, did_you_mean
+from hlnas.errors import ConfigError, check_fields, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model
 
@@ -80,10 +80,7 @@ class ScoreConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ScoreConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in names:
-                raise ConfigError(f"unknown score key '{key}'.{did_you_mean(key, names)} Allowed: {', '.join(sorted(names))}")
+        check_fields("score", data, cls)
         return cls(**data)
 
 
