@@ -235,6 +235,7 @@ def run_search(
             trial.set_user_attr("error", "the search was interrupted while this trial ran; re-queued")
             study.tell(trial, state=TrialState.FAIL)
             _requeue(study, trial.params, trial.number)
+        _recover(study)  # a trial asked but not yet submitted when the signal came is RUNNING too
         raise
     finally:
         ex.shutdown()

@@ -64,9 +64,9 @@ def test_status_prints_the_front(done_study, capsys):
 
 def test_status_and_resume_name_what_is_wrong(done_study, tmp_path, capsys):
     assert main(["status", "--storage", done_study, "--study", "nope"]) == 2
-    assert "no study 'nope'" in capsys.readouterr().err
+    assert "no study named 'nope'" in capsys.readouterr().err
     assert main(["status", "--storage", "redis://x", "--study", "st"]) == 2
-    assert "scheme 'redis' is not supported" in capsys.readouterr().err
+    assert "scheme 'redis' is not allowed; allowed schemes: sqlite, postgresql, mysql, journal" in capsys.readouterr().err
     raw = tiny_raw()
     raw["scale"]["train"]["lr"] = 1e-3
     changed = tmp_path / "changed.yaml"
