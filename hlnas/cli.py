@@ -335,6 +335,10 @@ def _scale_sets(space, sets: list[str]) -> dict:
     return changes
 
 
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 class _SearchUI:
     """Progress bar over trained trials plus a line per finished trial and the front when it changes."""
 
@@ -373,6 +377,11 @@ class _SearchUI:
             self.write(f"  trial {data['number']:>3} reused    {data['layout']} (same layout as trial {data['from']})")
         elif kind == "infeasible":
             self.write(f"  trial {data['number']:>3} skipped   {data['layout']}: {data['error']}")
+        elif kind == "front":
+            rows = data["rows"]
+            shown = ", ".join(f"{r['layout']} (recall {_fmt(r['recall'])}, KV {(r['kv_cache_bytes'] or 0) / 2**20:.1f} MiB)"
+                              for r in rows[:5])
+            self.write(f"  front now {len(rows)}: {shown}{' ...' if len(rows) > 5 else ''}")
         elif kind == "requeued":
             self.write(f"  re-queued {data['n']} trial(s) left running by an earlier process")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from collections.abc import Callable
 
 import optuna
@@ -171,6 +172,8 @@ def run_search(
     done_by_layout = _completed_by_layout(study)
     dead = _failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
     dup_streak = 0
+    rng = random.Random(seed)
+    last_front: tuple = ()
 
     def exhausted() -> bool:  # every distinct layout is trained, failed/infeasible, or training
         return unique is not None and len(done_by_layout) + len(dead) + len(pending) >= unique
@@ -183,6 +186,13 @@ def run_search(
                 break
             # fill free workers
             while len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted() and dup_streak < 200:
+                if dup_streak and dup_streak % _DUP_FALLBACK == 0 and unique is not None:
+                    # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
+                    # queue an untried candidate so the search keeps covering the space
+                    seen = set(done_by_layout) | set(dead) | {lay for _, lay in pending.values()}
+                    fresh = [p for p in space.grid() if str(space.layout(p)) not in seen]
+                    if fresh:
+                        study.enqueue_trial(fresh[rng.randrange(len(fresh))])
                 trial = study.ask({k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()})
                 spec = _spec(space, trial.number, trial.params, out_root)
                 cost = layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement)
@@ -228,6 +238,10 @@ def run_search(
                     dead[layout] = frozen
                 emit("finished", {"number": result.number, "layout": layout, "status": result.status,
                                   "metrics": result.metrics, "error": result.error})
+                front_now = tuple(sorted(t.number for t in study.best_trials))
+                if front_now != last_front:  # the live front, whenever it changes
+                    last_front = front_now
+                    emit("front", {"rows": front_rows(study)})
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit, finished=layout)
     except KeyboardInterrupt:
         for trial, _ in list(pending.values()) + waiting:  # leave nothing RUNNING; resume re-queues these
@@ -240,6 +254,10 @@ def run_search(
     finally:
         ex.shutdown()
     return study
+
+
+#: consecutive proposals of known layouts after which an untried candidate is queued
+_DUP_FALLBACK = 10
 
 
 def _reuse(study, trial, prev, emit) -> None:

@@ -29,7 +29,7 @@ from hlnas.errors import ConfigError, HlnasError, check_fields
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model
 
-__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device"]
+__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device", "cosine_lr", "lr_at"]
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -125,13 +125,18 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup to cfg.lr, then cosine to cfg.lr * min_lr_ratio at the last step."""
-    warm = max(1, int(cfg.warmup_frac * cfg.steps)) if cfg.warmup_frac > 0 else 0
+def cosine_lr(step: int, total: int, peak: float, warmup_frac: float, min_ratio: float) -> float:
+    """Linear warmup over ``warmup_frac`` of ``total`` steps to ``peak``, then cosine to ``peak * min_ratio``."""
+    warm = max(1, int(warmup_frac * total)) if warmup_frac > 0 else 0
     if step < warm:
-        return cfg.lr * (step + 1) / warm
-    progress = (step - warm) / max(1, cfg.steps - warm)
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+        return peak * (step + 1) / warm
+    progress = (step - warm) / max(1, total - warm)
+    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """The training schedule (the paper's recipe: AdamW, warmup, cosine)."""
+    return cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_frac, cfg.min_lr_ratio)
 
 
 def _optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:

@@ -24,6 +24,7 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, check_fields, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model
+from hlnas.train import cosine_lr
 
 __all__ = ["ScoreConfig", "OBJECTIVES", "score", "mqar_objective"]
 
@@ -94,12 +95,13 @@ def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, 
     torch.manual_seed(seed)
     model = build_model(layout, model_cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.mqar_lr, weight_decay=0.1)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.mqar_lr, total_steps=cfg.mqar_steps, pct_start=0.1)
     x, y = make_mqar(mcfg, cfg.mqar_steps * cfg.mqar_batch, seed, split="train")
     use_bf16 = device.type == "cuda"
     t0 = time.perf_counter()
     model.train()
     for step in range(cfg.mqar_steps):
+        for g in opt.param_groups:  # same warmup + cosine shape as training (works for any step count)
+            g["lr"] = cosine_lr(step, cfg.mqar_steps, cfg.mqar_lr, 0.1, 0.0)
         sl = slice(step * cfg.mqar_batch, (step + 1) * cfg.mqar_batch)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = model(x[sl].to(device))
@@ -109,7 +111,6 @@ def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        sched.step()
         opt.zero_grad(set_to_none=True)
     xt, yt = make_mqar(mcfg, cfg.mqar_test, seed, split="test")
     acc = mqar_accuracy(model, xt, yt, batch_size=cfg.mqar_batch, device=device)
