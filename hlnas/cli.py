@@ -261,6 +261,8 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=1, help="trials at once (Ray workers; default 1)")
     p.add_argument("--executor", choices=("auto", "inline", "ray"), default="auto", help="auto: ray when workers > 1 or --address, else inline")
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
+    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs Ray reserves per trial (default 1)")
+    p.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs Ray reserves per trial (default 1 if CUDA is visible, else 0)")
     p.add_argument("--sampler", choices=SAMPLERS, help="default: the space's (nsga2 unless it says otherwise)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue a stored study (needs --storage and --study)")
@@ -306,6 +308,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
+                           cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                            out_root=args.out, on_event=ui.event)
     except KeyboardInterrupt:
         ui.close()

@@ -145,6 +145,8 @@ def run_search(
     resume: bool = False,
     seed: int = 0,
     address: str | None = None,
+    cpus_per_trial: float = 1.0,
+    gpus_per_trial: float | None = None,
     out_root: str | None = None,
     on_event: Callable[[str, dict], None] | None = None,
 ) -> optuna.Study:
@@ -166,7 +168,12 @@ def run_search(
         for params in space.grid():
             study.enqueue_trial(params)
     unique = len(space.grid()) if _small(space) else None  # how many distinct layouts exist, when countable
-    ex = make_executor(executor, workers, **({"address": address} if executor == "ray" and address else {}))
+    ray_kwargs = {}
+    if executor == "ray":
+        # one GPU per trial when the driver sees CUDA, unless told otherwise
+        gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if _cuda_available() else 0.0)
+        ray_kwargs = {"address": address, "cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus}
+    ex = make_executor(executor, workers, **ray_kwargs)
     pending: dict[int, tuple[optuna.trial.Trial, str]] = {}  # trial number -> (trial, layout) being trained
     waiting: list[tuple[optuna.trial.Trial, str]] = []  # duplicates of a layout still training
     done_by_layout = _completed_by_layout(study)
@@ -254,6 +261,12 @@ def run_search(
     finally:
         ex.shutdown()
     return study
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 #: consecutive proposals of known layouts after which an untried candidate is queued
