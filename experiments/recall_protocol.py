@@ -65,7 +65,7 @@ def main() -> int:
         val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
         s = score(r.model, tok, scfg, val_batches=val)
         per_len = {L: s["ruler"]["per_length"][L]["average"] for L in s["ruler"]["lengths"]}
-        rows.append({"layout": str(layout), "name": f"{args.mixer} {layout.ratio}", "train_loss": r.final_loss,
+        rows.append({"layout": str(layout), "name": "transformer" if layout.ratio == "transformer" else f"{args.mixer} {layout.ratio}", "train_loss": r.final_loss,
                      "val_loss": s["val_loss"], "ruler": s["ruler"]["average"], "ruler_per_length": per_len,
                      "ruler_tasks": s["ruler"]["tasks"], "mqar_acc": s["mqar_acc"], "tokens_per_s": r.tokens_per_s,
                      "wall_s": round(time.perf_counter() - t0, 1)})
