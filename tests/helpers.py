@@ -20,3 +20,20 @@ def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, tol: float) ->
     err = rel_err(ref, out)
     abs_err = (out.detach().double() - ref.detach().double()).abs().max().item()
     assert err < tol, f"{name}: relative error {err:.3e} >= {tol:.1e} (max abs {abs_err:.3e})"
+
+
+def forward_and_grads(fn, inputs: dict, const=(), **kw):
+    """Run a state-returning op and differentiate it.
+
+    Calls ``fn(**inputs, output_final_state=True, **kw) -> (o, final_state)`` on fresh leaf copies,
+    then takes gradients of <o, do> + <S, dS> (fixed random cotangents) for every input not named
+    in ``const``. Returns ``(o, final_state, {name: grad})``.
+    """
+    leaves = {n: t.detach().clone().requires_grad_(n not in const) for n, t in inputs.items()}
+    o, ht = fn(**leaves, output_final_state=True, **kw)
+    gen = torch.Generator(device="cpu").manual_seed(2)
+    do = torch.randn(o.shape, generator=gen).to(o)
+    dht = torch.randn(ht.shape, generator=gen).to(ht)
+    wrt = [n for n in leaves if n not in const]
+    grads = torch.autograd.grad((o * do).sum() + (ht * dht).sum(), [leaves[n] for n in wrt])
+    return o, ht, dict(zip(wrt, grads))

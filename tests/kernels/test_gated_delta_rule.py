@@ -16,6 +16,7 @@ from hlnas.kernels.gated_delta_rule import (
     naive_gated_delta_rule,
 )
 from tests.helpers import assert_close
+from tests.helpers import forward_and_grads as _run
 
 # (B, T, H, K, V, chunk_size, with initial_state)
 SHAPES = [
@@ -42,15 +43,6 @@ def _inputs(B, T, H, K, V, h0, dtype=torch.float64, seed=0):
     return inp
 
 
-def _run(fn, inp, **kw):
-    """Forward, then gradients of <o, do> + <S, dS> for every input (fixed random cotangents)."""
-    o, s = fn(**inp, output_final_state=True, **kw)
-    gen = torch.Generator().manual_seed(1)
-    do = torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o)
-    ds = torch.randn(s.shape, generator=gen, dtype=torch.float64).to(s)
-    names = list(inp)
-    grads = torch.autograd.grad((o * do).sum() + (s * ds).sum(), [inp[n] for n in names])
-    return o, s, dict(zip(names, grads))
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=_id)

@@ -8,6 +8,7 @@ import torch
 
 from hlnas.kernels.hgrn import chunk_hgrn_torch, hgrn, make_inputs, naive_hgrn
 from tests.helpers import assert_close
+from tests.helpers import forward_and_grads as _run
 
 # (B, T, H, K, chunk_size, with initial state); D = H*K channels
 CASES = [
@@ -29,16 +30,6 @@ def _inputs(B, T, H, K, with_h0, dtype=torch.float64, device="cpu"):
     return inputs
 
 
-def _run(fn, inputs, const=(), **kw):
-    """Forward with final state, then gradients of every input not named in ``const``."""
-    leaves = {n: t.detach().clone().requires_grad_(n not in const) for n, t in inputs.items()}
-    o, ht = fn(**leaves, output_final_state=True, **kw)
-    gen = torch.Generator(device="cpu").manual_seed(2)
-    do = torch.randn(o.shape, generator=gen).to(o)
-    dht = torch.randn(ht.shape, generator=gen).to(ht)
-    wrt = [n for n in leaves if n not in const]
-    grads = torch.autograd.grad((o * do).sum() + (ht * dht).sum(), [leaves[n] for n in wrt])
-    return o, ht, dict(zip(wrt, grads))
 
 
 @pytest.mark.parametrize("B,T,H,K,C,with_h0", CASES, ids=IDS)

@@ -9,6 +9,7 @@ import torch
 
 from hlnas.kernels.simple_gla import chunk_simple_gla_torch, make_inputs, naive_simple_gla, simple_gla
 from tests.helpers import assert_close
+from tests.helpers import forward_and_grads as _run
 
 # (B, T, H, K, V, chunk_size, decay, with initial state, scale)
 CASES = [
@@ -34,16 +35,6 @@ def _inputs(B, T, H, K, V, decay, with_h0, dtype=torch.float64, device="cpu"):
     return inputs
 
 
-def _run(fn, inputs, const=(), **kw):
-    """Forward with final state, then gradients of every input not named in ``const``."""
-    leaves = {n: t.detach().clone().requires_grad_(n not in const) for n, t in inputs.items()}
-    o, ht = fn(**leaves, output_final_state=True, **kw)
-    gen = torch.Generator(device="cpu").manual_seed(2)
-    do = torch.randn(o.shape, generator=gen).to(o)
-    dht = torch.randn(ht.shape, generator=gen).to(ht)
-    wrt = [n for n in leaves if n not in const]
-    grads = torch.autograd.grad((o * do).sum() + (ht * dht).sum(), [leaves[n] for n in wrt])
-    return o, ht, dict(zip(wrt, grads))
 
 
 @pytest.mark.parametrize("B,T,H,K,V,C,decay,with_h0,scale", CASES, ids=IDS)
