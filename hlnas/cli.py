@@ -169,16 +169,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_recipe(recipe, out, progress: bool) -> dict:
+    from hlnas.recipe import recall_documents
     from hlnas.train import train
 
-    extra = None
-    if recipe.train.recall_every:
-        from hlnas.data.tokenizer import load_tokenizer
-        from hlnas.score.ruler import ruler_training_documents
-
-        tok = load_tokenizer(recipe.data.tokenizer)
-        length = recipe.train.recall_length or recipe.train.seq_len
-        extra = lambda seed: ruler_training_documents(tok, length, seed)  # noqa: E731
+    extra = recall_documents(recipe.train, recipe.data)
     r = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out, progress=progress, extra_docs=extra)
     d = r.to_dict()
     d["recipe"] = recipe.to_dict()

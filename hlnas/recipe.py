@@ -26,7 +26,7 @@ from hlnas.layout import Layout, build_layout
 from hlnas.score.objectives import ScoreConfig
 from hlnas.train import TrainConfig
 
-__all__ = ["RunConfig", "load_recipe", "apply_overrides", "layout_from_spec", "model_from_spec", "yaml_load"]
+__all__ = ["recall_documents", "RunConfig", "load_recipe", "apply_overrides", "layout_from_spec", "model_from_spec", "yaml_load"]
 
 SECTIONS = ("model", "layout", "train", "data", "score")
 
@@ -50,6 +50,19 @@ _Loader.add_implicit_resolver(
 
 def yaml_load(text: str):
     return yaml.load(text, Loader=_Loader)
+
+
+def recall_documents(train: TrainConfig, data: DataConfig):
+    """The recall protocol's training mix: ``seed -> Iterator[str]`` of complete RULER instances (seeds
+    disjoint from evaluation), or None when ``train.recall_every`` is 0. Passed to ``train(extra_docs=...)``."""
+    if not train.recall_every:
+        return None
+    from hlnas.data.tokenizer import load_tokenizer
+    from hlnas.score.ruler import ruler_training_documents
+
+    tok = load_tokenizer(data.tokenizer)
+    length = train.recall_length or train.seq_len
+    return lambda seed: ruler_training_documents(tok, length, seed)
 
 
 def layout_from_spec(spec, n_layers: int) -> Layout:

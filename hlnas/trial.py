@@ -97,17 +97,13 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         from hlnas.data.tokenizer import load_tokenizer
         from hlnas.layout import Layout
         from hlnas.score.objectives import ScoreConfig, score
+        from hlnas.recipe import recall_documents
         from hlnas.train import TrainConfig, train
 
         metrics.update(layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement))
         layout, model_cfg = Layout.parse(spec.layout), ModelConfig.from_dict(spec.model)
         tcfg, dcfg, scfg = TrainConfig.from_dict(spec.train), DataConfig.from_dict(spec.data), ScoreConfig.from_dict(spec.score)
-        extra = None
-        if tcfg.recall_every:
-            from hlnas.score.ruler import ruler_training_documents
-
-            tok = load_tokenizer(dcfg.tokenizer)
-            extra = lambda seed: ruler_training_documents(tok, tcfg.recall_length or tcfg.seq_len, seed)  # noqa: E731
+        extra = recall_documents(tcfg, dcfg)
         tr = train(layout, model_cfg, tcfg, dcfg, out_dir=spec.out_dir, progress=False, extra_docs=extra)
         metrics.update(final_loss=tr.final_loss, tokens_per_s=tr.tokens_per_s, train_wall_s=tr.wall_s,
                        train_tokens=tr.tokens, device=tr.device)
