@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 
 from hlnas.catalog import code_table, linear_mixer_names
 from hlnas.errors import HlnasError
@@ -252,8 +254,12 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///hlnas.db), postgresql://..., journal:///FILE.log")
     p.add_argument("--study", help="study name (default: the space's name)")
     p.add_argument("--trials", type=int, help="distinct layouts to train (default: the whole space if small, else 12)")
-    p.add_argument("--workers", type=int, default=1, help="trials at once (Ray workers; default 1)")
-    p.add_argument("--executor", choices=("auto", "inline", "ray"), default="auto", help="auto: ray when workers > 1 or --address, else inline")
+    p.add_argument("--workers", type=int, default=1, help="trials at once (worker processes or Ray actors; default 1)")
+    p.add_argument("--executor", choices=("auto", "inline", "processes", "ray"), default="auto",
+                   help="inline: this process; processes: local worker processes sharing this machine's GPUs; ray: Ray actors "
+                        "(auto: ray when workers > 1 or --address and ray is installed, else processes; inline for 1 worker)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="start no new trial after this long; running trials finish and are stored (continue with --resume)")
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs Ray reserves per trial (default 1)")
     p.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs Ray reserves per trial (default 1 if CUDA is visible, else 0)")
@@ -295,20 +301,35 @@ def cmd_search(args: argparse.Namespace) -> int:
         trials = len(space.grid()) if space is not None and len(space.grid()) <= 40 else 12
     executor = args.executor
     if executor == "auto":
-        executor = "ray" if args.workers > 1 or args.address else "inline"
+        executor = "inline"
+        if args.workers > 1 or args.address:
+            import importlib.util
+
+            executor = "ray" if args.address or importlib.util.find_spec("ray") else "processes"
     ui = _SearchUI(trials, progress=not args.no_progress)
     print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
+    if args.timeout is not None and args.timeout <= 0:
+        raise HlnasError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+
+    def _terminate(signum, frame):  # SIGTERM (a scheduler, `timeout`) stops the search like Ctrl-C: nothing lost
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                           out_root=args.out, on_event=ui.event)
+                           out_root=args.out, on_event=ui.event, time_limit=args.timeout)
     except KeyboardInterrupt:
         ui.close()
         print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} --study {name}",
               file=sys.stderr)
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
     ui.close()
     _print_front(front_rows(study))
     print(f"\nstudy '{name}' stored in {storage}\n  hlnas status --storage {storage} --study {name}\n"
@@ -379,6 +400,8 @@ class _SearchUI:
             shown = ", ".join(f"{r['layout']} (recall {_fmt(r['recall'])}, KV {(r['kv_cache_bytes'] or 0) / 2**20:.1f} MiB)"
                               for r in rows[:5])
             self.write(f"  front now {len(rows)}: {shown}{' ...' if len(rows) > 5 else ''}")
+        elif kind == "time_limit":
+            self.write(f"  time limit of {data['seconds']:.0f}s reached with {data['trained']} trained; resume to continue")
         elif kind == "requeued":
             self.write(f"  re-queued {data['n']} trial(s) left running by an earlier process")
 

@@ -1,4 +1,5 @@
-"""Where trials run: ``inline`` (this process; tests and quick CPU searches) or ``ray``.
+"""Where trials run: ``inline`` (this process; tests and quick CPU searches), ``processes`` (long-lived
+local worker processes: several small candidates share one machine's GPUs without a cluster) or ``ray``.
 
 Ray is only a transport: the driver keeps the Optuna study (ask/tell); workers receive a
 :class:`~hlnas.trial.TrialSpec` and return a :class:`~hlnas.trial.TrialResult`. Ray workers are
@@ -8,17 +9,21 @@ worker, and every worker of a machine shares one Triton cache directory.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
+import signal
+import sys
 import time
 from collections import deque
+from multiprocessing.connection import wait as wait_any
 from typing import Protocol
 
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.trial import TrialResult, TrialSpec, run_trial
 
-__all__ = ["Executor", "InlineExecutor", "RayExecutor", "make_executor", "EXECUTORS"]
+__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "RayExecutor", "make_executor", "EXECUTORS"]
 
-EXECUTORS = ("inline", "ray")
+EXECUTORS = ("inline", "processes", "ray")
 
 
 class Executor(Protocol):
@@ -55,6 +60,134 @@ class InlineExecutor:
 
     def shutdown(self) -> None:
         pass
+
+
+class ProcessExecutor:
+    """Trials on long-lived local worker processes (spawned, so CUDA is never forked).
+
+    For one machine without a Ray cluster (e.g. a GPU box whose image lacks ray): small proxy
+    candidates leave a GPU mostly idle, so ``workers`` of them share it. Each worker imports torch/fla
+    and compiles Triton kernels once and reuses them for every trial it runs; all share one Triton
+    cache directory. With several GPUs, worker ``i`` sees GPU ``i % n_gpus`` only. A worker that dies
+    (segfault, OOM-kill) is reported as ``worker_died`` and replaced; the study goes on.
+    """
+
+    def __init__(self, workers: int, *, threads: int = 1, triton_cache: str | None = None, gpus: int | None = None):
+        if workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {workers}")
+        self.capacity = workers
+        self._ctx = mp.get_context("spawn")
+        self._threads = max(1, int(threads))
+        self._cache = triton_cache or os.environ.get("TRITON_CACHE_DIR") or os.path.expanduser("~/.triton/cache")
+        self._gpus = _visible_gpus() if gpus is None else gpus
+        self._slots = [self._start(i) for i in range(workers)]
+        self._busy: dict[int, TrialSpec] = {}  # slot index -> spec it runs
+
+    def _start(self, i: int):
+        env = {"TRITON_CACHE_DIR": self._cache, "PYTHONUNBUFFERED": "1"}
+        if self._gpus > 1:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            ids = visible.split(",") if visible else [str(g) for g in range(self._gpus)]
+            env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_serve, args=(child, env, self._threads), name=f"hlnas-worker-{i}", daemon=True)
+        proc.start()
+        child.close()
+        return proc, parent
+
+    def submit(self, spec: TrialSpec) -> None:
+        idle = [i for i in range(len(self._slots)) if i not in self._busy]
+        if not idle:
+            raise HlnasError("no idle worker process; wait() for a result before submitting more")
+        i = idle[0]
+        self._slots[i][1].send(spec)
+        self._busy[i] = spec
+
+    def in_flight(self) -> int:
+        return len(self._busy)
+
+    def wait(self, timeout: float | None = None) -> list[TrialResult]:
+        if not self._busy:
+            return []
+        watch = {}
+        for i in self._busy:
+            proc, conn = self._slots[i]
+            watch[conn] = i
+            watch[proc.sentinel] = i
+        ready = {watch[r] for r in wait_any(list(watch), timeout)}
+        out = []
+        for i in sorted(ready):
+            proc, conn = self._slots[i]
+            spec = self._busy.pop(i)
+            result = None
+            try:
+                if conn.poll():
+                    result = conn.recv()
+            except (EOFError, OSError):
+                result = None
+            if result is None:  # the process ended without answering
+                proc.join(timeout=5)
+                msg = f"worker died while running trial {spec.number} (exit code {proc.exitcode})"
+                result = TrialResult(spec.number, "failed", {"status": "failed", "error_kind": "worker_died", "error": msg},
+                                     "worker_died", msg)
+                conn.close()
+                self._slots[i] = self._start(i)
+            out.append(result)
+        return out
+
+    def shutdown(self) -> None:
+        # idle workers are told to stop; busy ones (an interrupted search, whose trials are already
+        # re-queued) are terminated rather than waited for
+        for i, (proc, conn) in enumerate(self._slots):
+            try:
+                if i in self._busy:
+                    proc.terminate()
+                else:
+                    conn.send(None)
+            except (OSError, ValueError):
+                pass
+        for proc, conn in self._slots:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+            conn.close()
+        self._slots, self._busy = [], {}
+
+
+def _serve(conn, env: dict, threads: int) -> None:
+    """A worker process: set its environment, import once, then run trials until told to stop."""
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops the workers itself
+    _die_with_parent()
+    import torch
+
+    torch.set_num_threads(threads)
+    while True:
+        try:
+            spec = conn.recv()
+        except (EOFError, OSError):  # the driver is gone
+            return
+        if spec is None:
+            return
+        conn.send(run_trial(spec))
+
+
+def _die_with_parent() -> None:
+    """Linux: a worker is killed with its driver (a ``kill -9`` of the search leaves no orphans on the GPU)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def _visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 class RayExecutor:
@@ -151,8 +284,10 @@ def _local_gpus(gpus_per_trial: float, workers: int) -> int | None:
 def make_executor(kind: str, workers: int = 1, **kwargs) -> Executor:
     if kind == "inline":
         if workers != 1:
-            raise ConfigError(f"the inline executor runs one trial at a time; got workers={workers} (use --executor ray)")
+            raise ConfigError(f"the inline executor runs one trial at a time; got workers={workers} (use --executor processes or ray)")
         return InlineExecutor()
+    if kind == "processes":
+        return ProcessExecutor(workers, threads=int(kwargs.get("cpus_per_trial", 1.0)))
     if kind == "ray":
         return RayExecutor(workers, **kwargs)
     raise ConfigError(f"unknown executor '{kind}'; allowed: {', '.join(EXECUTORS)}")

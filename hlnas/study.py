@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import time
 from collections.abc import Callable
 
 import optuna
@@ -149,10 +150,12 @@ def run_search(
     gpus_per_trial: float | None = None,
     out_root: str | None = None,
     on_event: Callable[[str, dict], None] | None = None,
+    time_limit: float | None = None,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
-    and do not count."""
+    and do not count. After ``time_limit`` seconds no new trial starts; those running finish and are
+    stored, and a later ``resume`` continues (a run split over several machine leases)."""
     if n_trials < 1:
         raise ConfigError(f"trials must be >= 1, got {n_trials}")
     store = open_storage(storage)
@@ -173,7 +176,10 @@ def run_search(
         # one GPU per trial when the driver sees CUDA, unless told otherwise
         gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if _cuda_available() else 0.0)
         ray_kwargs = {"address": address, "cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus}
+    elif executor == "processes":
+        ray_kwargs = {"cpus_per_trial": cpus_per_trial}
     ex = make_executor(executor, workers, **ray_kwargs)
+    t_start = time.monotonic()
     pending: dict[int, tuple[optuna.trial.Trial, str]] = {}  # trial number -> (trial, layout) being trained
     waiting: list[tuple[optuna.trial.Trial, str]] = []  # duplicates of a layout still training
     done_by_layout = _completed_by_layout(study)
@@ -185,14 +191,22 @@ def run_search(
     def exhausted() -> bool:  # every distinct layout is trained, failed/infeasible, or training
         return unique is not None and len(done_by_layout) + len(dead) + len(pending) >= unique
 
+    def out_of_time() -> bool:
+        return time_limit is not None and time.monotonic() - t_start >= time_limit
+
     try:
         while True:
             trained = len(done_by_layout)
+            if out_of_time() and not pending:
+                emit("time_limit", {"seconds": time_limit, "trained": trained})
+                waiting = _settle_waiting(study, waiting, done_by_layout, emit)
+                break
             if trained >= n_trials or (exhausted() and not pending) or dup_streak >= 200:
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit)
                 break
             # fill free workers
-            while len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted() and dup_streak < 200:
+            while (len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted() and dup_streak < 200
+                   and not out_of_time()):
                 if dup_streak and dup_streak % _DUP_FALLBACK == 0 and unique is not None:
                     # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
                     # queue an untried candidate so the search keeps covering the space

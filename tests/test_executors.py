@@ -38,7 +38,7 @@ def test_inline_executor_runs_trials_in_this_process():
     assert ex.wait() == []
     with pytest.raises(ConfigError, match="inline executor runs one trial at a time; got workers=2"):
         make_executor("inline", 2)
-    with pytest.raises(ConfigError, match="unknown executor 'slurm'; allowed: inline, ray"):
+    with pytest.raises(ConfigError, match="unknown executor 'slurm'; allowed: inline, processes, ray"):
         make_executor("slurm")
 
 

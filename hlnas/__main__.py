@@ -1,0 +1,7 @@
+"""``python -m hlnas`` = the ``hlnas`` command (machines where the console script is not installed)."""
+
+import sys
+
+from hlnas.cli import main
+
+sys.exit(main())

@@ -1,0 +1,109 @@
+"""The ``processes`` executor (long-lived local worker processes, no Ray) and the search's time limit.
+
+This is how a GPU machine without Ray runs several small candidates at once (experiments/paper_grid)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from hlnas.errors import ConfigError
+from hlnas.executors import ProcessExecutor, make_executor
+from hlnas.study import _spec, load_hlnas_study, run_search
+from tests.test_resume import _cli, _stop_while_training, _trials
+from tests.test_study import one_thread, tiny_raw, tiny_space, trained  # noqa: F401  (one_thread: autouse fixture)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_worker_processes_run_trials_in_parallel_and_stay_alive_between_trials():
+    space = tiny_space()
+    ex = make_executor("processes", 2)
+    try:
+        assert isinstance(ex, ProcessExecutor) and ex.capacity == 2
+        specs = [_spec(space, n, p, None) for n, p in enumerate(space.grid()[:4])]
+        ex.submit(specs[0])
+        ex.submit(specs[1])
+        with pytest.raises(Exception, match="no idle worker process"):
+            ex.submit(specs[2])
+        results = []
+        while len(results) < 4:
+            for r in ex.wait(timeout=60):
+                results.append(r)
+                if len(results) + ex.in_flight() < 4:
+                    ex.submit(specs[len(results) + ex.in_flight()])
+        assert sorted(r.number for r in results) == [0, 1, 2, 3] and all(r.ok for r in results)
+        pids = {r.metrics["worker_pid"] for r in results}
+        assert len(pids) == 2 and os.getpid() not in pids  # two workers served all four trials
+        spans = sorted((r.metrics["started_at"], r.metrics["finished_at"]) for r in results)
+        assert any(a[1] > b[0] for a, b in zip(spans, spans[1:])), f"no two trials overlapped: {spans}"
+        assert ex.wait(timeout=0.1) == []
+    finally:
+        ex.shutdown()
+    with pytest.raises(ConfigError, match="workers must be >= 1, got 0"):
+        ProcessExecutor(0)
+
+
+def test_a_killed_worker_process_fails_its_trial_and_the_study_goes_on(tmp_path):
+    url = f"sqlite:///{tmp_path}/die.db"
+    seen: dict = {}
+
+    def on_event(kind, data):
+        if kind == "finished" and "pid" not in seen:
+            seen["pid"] = data["metrics"]["worker_pid"]
+        elif kind == "started" and "pid" in seen and "killed" not in seen:
+            seen["killed"] = data["number"]
+            os.kill(seen["pid"], signal.SIGKILL)  # the worker that ran the first trial, now given the next
+
+    run_search(tiny_space(), storage=url, study_name="die", n_trials=3, executor="processes", workers=1, on_event=on_event)
+    study = load_hlnas_study(url, "die")
+    victim = study.trials[seen["killed"]]
+    a = victim.user_attrs
+    assert victim.state == TrialState.FAIL and (a["status"], a["error_kind"]) == ("failed", "worker_died")
+    assert f"worker died while running trial {victim.number} (exit code -9)" == a["error"]
+    done = trained(study)
+    assert len(done) == 3  # three other layouts, on a replacement worker
+    assert {t.user_attrs["worker_pid"] for t in done if t.number > victim.number} - {seen["pid"]}
+
+
+def test_time_limit_lets_running_trials_finish_and_resume_continues(tmp_path):
+    url, events = f"sqlite:///{tmp_path}/t.db", []
+    space = tiny_space()
+    run_search(space, storage=url, study_name="t", n_trials=4, time_limit=0.5,
+               on_event=lambda k, d: events.append((k, d)))
+    study = load_hlnas_study(url, "t")
+    # the first trial started within the limit, ran past it, finished and is stored; no other started
+    n = len(trained(study))
+    assert 1 <= n < 4 and not study.get_trials(states=(TrialState.RUNNING,))
+    assert ("time_limit", {"seconds": 0.5, "trained": n}) in events
+    run_search(None, storage=url, study_name="t", n_trials=4, resume=True)
+    assert len({t.user_attrs["layout"] for t in trained(load_hlnas_study(url, "t"))}) == 4
+
+
+def test_sigterm_stops_a_search_like_ctrl_c(tmp_path):
+    raw = tiny_raw(mixers=["gla", "hgrn"], sampler="random")
+    raw["scale"]["train"]["tokens"] = 4096
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump(raw))
+    url, name = f"sqlite:///{tmp_path}/term.db", "term"
+    p = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "5",
+              "--executor", "processes", "--workers", "2"], tmp_path)
+    _stop_while_training(p, url, name, signal.SIGTERM, min_complete=1)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-3000:]
+    assert f"hlnas search --resume --storage {url} --study {name}" in err
+    ts = _trials(url, name)
+    assert not [t for t in ts if t.state == TrialState.RUNNING]
+    stopped = [t.number for t in ts if t.user_attrs.get("error_kind") == "interrupted"]
+    assert stopped and all(ts[n].state == TrialState.FAIL for n in stopped)
+    time.sleep(0.5)  # the workers that trained are gone with their driver
+    for pid in {t.user_attrs["worker_pid"] for t in ts if t.state == TrialState.COMPLETE}:
+        assert pid != p.pid
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
