@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -41,6 +42,8 @@ from dataclasses import asdict, dataclass
 
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.score.ruler_tasks import ESSAY_SOURCE, MAX_NEW_TOKENS, QAData, RulerLengthError, TaskGenerator
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "RULER_TASKS",
@@ -272,7 +275,8 @@ def evaluate_ruler(
     """Greedy RULER evaluation of ``model`` at each length (prompt ends with the answer prefix).
 
     ``qa_files`` maps ``qa_1``/``qa_2`` to local SQuAD/HotpotQA JSON files; a QA task without one is
-    reported under ``skipped``. Returns ``aggregate`` of the per-task scores averaged over lengths, plus
+    reported under ``skipped``, and so is a task whose shortest prompt does not fit a length (e.g. cwe
+    at 1024 byte tokens) at that length: its score averages the lengths where it ran. Returns ``aggregate`` of the per-task scores averaged over lengths, plus
     ``per_length`` (``aggregate`` at each length), ``skipped``, ``lengths``, ``n``, ``seed`` and ``scale``.
     """
     from hlnas.score.generate import greedy_generate
@@ -287,17 +291,30 @@ def evaluate_ruler(
         raise ConfigError(f"qa_files keys must be among {', '.join(QA_TASKS)}, got {', '.join(sorted(unknown))}")
     skipped = {t: "no QA data file given (qa_files)" for t in tasks if t in QA_TASKS and t not in qa_files}
     per_length = {}
+    too_long: dict[str, list[int]] = {}
     for length in lengths:
         scores: dict[str, float] = {}
         for task in tasks:
             if task in skipped:
                 continue
-            samples = generate_samples(task, tokenizer, length, n, seed, qa_files.get(task), cache_dir)
+            try:
+                samples = generate_samples(task, tokenizer, length, n, seed, qa_files.get(task), cache_dir)
+            except RulerLengthError:
+                too_long.setdefault(task, []).append(int(length))
+                continue
             preds = greedy_generate(model, tokenizer, [s.prompt for s in samples], MAX_NEW_TOKENS[task], device=device, batch_size=batch_size)
             scores[task] = sum(score_sample(task, p, s.answers) for p, s in zip(preds, samples)) / len(samples)
         per_length[int(length)] = aggregate(scores)
-    ran = [t for t in tasks if t not in skipped]
-    mean_scores = {t: sum(per_length[int(L)]["tasks"][t] for L in lengths) / len(lengths) for t in ran}
+    for task, ls in too_long.items():
+        if len(ls) == len(lengths):
+            skipped[task] = f"does not fit any evaluated length ({', '.join(map(str, ls))} tokens)"
+        else:
+            skipped[task] = f"does not fit length(s) {', '.join(map(str, ls))}; scored at the others"
+    ran = [t for t in tasks if any(t in per_length[int(L)]["tasks"] for L in lengths)]
+    mean_scores = {}
+    for t in ran:
+        got = [per_length[int(L)]["tasks"][t] for L in lengths if t in per_length[int(L)]["tasks"]]
+        mean_scores[t] = sum(got) / len(got)
     return {
         **aggregate(mean_scores),
         "per_length": per_length,
@@ -319,7 +336,8 @@ def ruler_training_documents(
 ) -> Iterator[str]:
     """An endless stream of complete RULER instances (prompt + ideal completion) for proxy training.
 
-    Tasks are taken round-robin (default: the 11 non-QA tasks, plus QA tasks given in ``qa_files``);
+    Tasks are taken round-robin (default: the 11 non-QA tasks, plus QA tasks given in ``qa_files``, less
+    any whose shortest prompt does not fit ``length``; a task named in ``tasks`` must fit);
     each document has at most ``length`` tokens. Instances use seed ``2**31 + seed`` and QA questions from
     index ``qa_question_offset`` (500) on, cycling through the rest of the file, so they are disjoint from
     :func:`generate_samples` at any evaluation seed (see the module docstring). A smaller offset is only
@@ -328,6 +346,7 @@ def ruler_training_documents(
     if not 0 <= seed < TRAIN_SEED_OFFSET:
         raise ConfigError(f"base seed must lie in [0, 2**31), got {seed}")
     qa_files = dict(qa_files or {})
+    default_tasks = tasks is None
     if tasks is None:
         tasks = [t for t in RULER_TASKS if t not in QA_TASKS or t in qa_files]
     for t in tasks:
@@ -337,6 +356,19 @@ def ruler_training_documents(
     if not tasks:
         raise ConfigError("ruler_training_documents needs at least one task")
     gens: dict[str, TaskGenerator] = {}
+    if default_tasks:  # drop (and say) what cannot fit this length rather than fail a whole training run
+        fit = []
+        for task in tasks:
+            qa = load_qa_file(qa_files[task]) if task in QA_TASKS else None
+            try:
+                gens[task] = TaskGenerator(task, tokenizer, length, TRAIN_SEED_OFFSET + seed, qa=qa,
+                                           question_offset=qa_question_offset, wrap_questions=True)
+                fit.append(task)
+            except RulerLengthError:
+                log.warning("recall training documents: RULER task %s does not fit %d tokens; left out", task, length)
+        if not fit:
+            raise ConfigError(f"no RULER task fits recall documents of {length} tokens; use a longer train.recall_length")
+        tasks = fit
     i = 0
     while True:
         task = tasks[i % len(tasks)]

@@ -286,3 +286,27 @@ def test_evaluate_ruler_with_a_tiny_model(tmp_path):
 def test_too_short_length_says_so():
     with pytest.raises(RulerLengthError, match="does not fit in length 300"):
         generate_samples("niah_single_1", TOK, 300, 1, 0)
+
+
+def test_a_task_too_long_for_one_length_is_scored_at_the_others(monkeypatch):
+    # cwe's shortest prompt needs ~1.7k byte tokens: it runs at 2048 and is reported skipped at 1024
+    truth = {s.prompt: s.completion for L in (1024, 2048) for t in ("niah_single_1", "cwe")
+             for s in (generate_samples(t, TOK, L, 2, 0) if t != "cwe" or L == 2048 else [])}
+    monkeypatch.setattr(generate_mod, "greedy_generate", lambda m, tok, prompts, n, **k: [truth[p] for p in prompts])
+    out = evaluate_ruler(None, TOK, ["niah_single_1", "cwe"], [1024, 2048], n=2, seed=0)
+    assert out["tasks"] == {"niah_single_1": 1.0, "cwe": 1.0}
+    assert set(out["per_length"][1024]["tasks"]) == {"niah_single_1"} and set(out["per_length"][2048]["tasks"]) == {"niah_single_1", "cwe"}
+    assert out["skipped"] == {"cwe": "does not fit length(s) 1024; scored at the others"}
+    only_short = evaluate_ruler(None, TOK, ["niah_single_1", "cwe"], [1024], n=2, seed=0)
+    assert set(only_short["tasks"]) == {"niah_single_1"}
+    assert only_short["skipped"] == {"cwe": "does not fit any evaluated length (1024 tokens)"}
+
+
+def test_default_training_documents_leave_out_tasks_that_do_not_fit(caplog):
+    stream = ruler_training_documents(TOK, 1024, seed=0)
+    docs = [next(stream) for _ in range(10)]  # one round of the 10 non-QA tasks that fit 1024 bytes
+    assert "RULER task cwe does not fit 1024 tokens; left out" in caplog.text
+    assert all(len(TOK.encode(d)) <= 1024 for d in docs)
+    assert not any("10 most common words" in d for d in docs)  # cwe's question
+    with pytest.raises(RulerLengthError, match="'cwe' does not fit in length 1024"):
+        next(ruler_training_documents(TOK, 1024, seed=0, tasks=["cwe"]))

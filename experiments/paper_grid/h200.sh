@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The GPU side of experiments/paper_grid (README there). Runs on the lent H200 machine, in the repo root:
+#   bash experiments/paper_grid/h200.sh STEP...     steps: warm, check, train_all, grid:SECONDS, placement:SECONDS
+# Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
+# cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
+# A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
+# them from the carried copies, so each call resumes where the last stopped, on this machine or another.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT/logs" /tmp/hlnas_state
+export TRITON_CACHE_DIR=$HOME/.triton/cache PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+STATE=/tmp/hlnas_state DB=sqlite:////tmp/hlnas_state/h200.db SPACE=experiments/paper_grid/grid_h200.yaml
+t0=$(date +%s); say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+
+if [ ! -d "$TRITON_CACHE_DIR" ] && ls .triton_cache/triton_cache.tgz.* >/dev/null 2>&1; then
+  mkdir -p "$HOME/.triton" && cat .triton_cache/triton_cache.tgz.* | tar xzf - -C "$HOME/.triton"
+  say "restored triton cache $(du -sh "$TRITON_CACHE_DIR" | cut -f1)"
+fi
+mkdir -p "$TRITON_CACHE_DIR"
+if [ ! -f /tmp/site/.hlnas ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/gpu/*.whl \
+    && touch /tmp/site/.hlnas || exit 1
+  say "installed $(ls .whl/gpu | wc -l) wheels"
+fi
+[ -f $STATE/h200.db ] || { [ -f .gpu_state/h200.db ] && cp .gpu_state/h200.db $STATE/ && say "restored study database"; }
+export PYTHONPATH=/tmp/site:$PWD
+NG=$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')
+say "$(nvidia-smi -L | head -4 | tr '\n' ' ') ($NG GPUs)"
+MIXERS="transformer hgrn retnet gla hgrn2 deltanet gated_deltanet mamba2"
+
+warm() {  # compile every kernel the grid uses, in parallel (Triton compiles on the CPU: 16+ cores here)
+  local i=0 pids=()
+  for m in $MIXERS; do
+    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout 330 python3 experiments/gpu_train_all.py --space $SPACE --mixers $m --no-baseline \
+      --ratio 6:1 --tokens 163840 --quick-score >"$OUT/logs/warm_$m.log" 2>&1 & pids+=($!); i=$((i + 1))
+  done
+  # the op checks and GPU tests compile their own shapes meanwhile (their timings are taken again later, alone)
+  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout 330 python3 experiments/gpu_check.py --out "$OUT/logs/gpu_check_cold.md" >"$OUT/logs/check_cold.log" 2>&1 &
+  pids+=($!)
+  CUDA_VISIBLE_DEVICES=$(((i + 1) % NG)) timeout 330 python3 -m pytest -q -m gpu tests -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 &
+  pids+=($!)
+  for p in "${pids[@]}"; do wait $p; done
+  say "warm done"; tail -n 3 "$OUT/logs/pytest_gpu.log"
+}
+check() { CUDA_VISIBLE_DEVICES=0 timeout 120 python3 experiments/gpu_check.py --out "$OUT/logs/gpu_check.md" >"$OUT/logs/check.log" 2>&1; say "check rc=$?"; }
+train_all() {
+  CUDA_VISIBLE_DEVICES=0 timeout "${1:-150}" python3 experiments/gpu_train_all.py --space $SPACE --tokens 1638400 --quick-score \
+    --mixers hgrn,retnet,gla,hgrn2,deltanet,gated_deltanet,mamba2 --out "$OUT/logs/gpu_train.md" >"$OUT/logs/train_all.log" 2>&1
+  say "train_all rc=$?"
+}
+search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard stop (SIGTERM: running trials re-queued)
+  local resume=() workers=$((NG * 4))
+  python3 -c "import optuna,sys; optuna.load_study(study_name='$2', storage='$DB')" 2>/dev/null && resume=(--resume)
+  timeout -s TERM "$4" python3 -m hlnas search --space "$1" --storage $DB --study "$2" "${resume[@]}" \
+    --executor processes --workers $workers --timeout "$3" --no-progress >>"$OUT/logs/search_$2.log" 2>&1
+  say "search $2 rc=$? ($workers workers)"
+}
+
+for step in "$@"; do
+  case $step in
+    warm) warm ;;
+    check) check ;;
+    train_all*) train_all "${step#train_all:}" ;;
+    grid:*) search $SPACE paper_grid_h200 "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
+    placement:*) search experiments/paper_grid/placement_h200.yaml placement_h200 "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
+
+# bring back: the study database and logs (one archive), and the Triton cache in 15 MB parts (the return
+# channel takes 8 files of 16 MB)
+cp $STATE/h200.db "$OUT/h200.db" 2>/dev/null
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
+tar czf - -C "$HOME/.triton" cache | split -b 15M - "$OUT/triton_cache.tgz."
+n=$(ls "$OUT"/triton_cache.tgz.* | wc -l)
+[ "$n" -gt 3 ] && { say "triton cache too large to bring back ($(du -sh $HOME/.triton/cache | cut -f1)); dropped"; rm -f "$OUT"/triton_cache.tgz.*; }
+ls -la "$OUT"; say done
