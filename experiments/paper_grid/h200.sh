@@ -31,18 +31,18 @@ MIXERS="transformer hgrn retnet gla hgrn2 deltanet gated_deltanet mamba2"
 warm() {  # compile every kernel the grid uses, in parallel (Triton compiles on the CPU: 16+ cores here)
   local i=0 pids=()
   for m in $MIXERS; do
-    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout 330 python3 experiments/gpu_train_all.py --space $SPACE --mixers $m --no-baseline \
+    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout 300 python3 experiments/gpu_train_all.py --space $SPACE --mixers $m --no-baseline \
       --ratio 6:1 --tokens 163840 --quick-score >"$OUT/logs/warm_$m.log" 2>&1 & pids+=($!); i=$((i + 1))
   done
   # the op checks and GPU tests compile their own shapes meanwhile (their timings are taken again later, alone)
-  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout 330 python3 experiments/gpu_check.py --out "$OUT/logs/gpu_check_cold.md" >"$OUT/logs/check_cold.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout 300 python3 experiments/gpu_check.py --out "$OUT/logs/gpu_check_cold.md" >"$OUT/logs/check_cold.log" 2>&1 &
   pids+=($!)
-  CUDA_VISIBLE_DEVICES=$(((i + 1) % NG)) timeout 330 python3 -m pytest -q -m gpu tests -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=$(((i + 1) % NG)) timeout 300 python3 -m pytest -q -m gpu tests/kernels tests/test_model_gpu.py -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 &
   pids+=($!)
   for p in "${pids[@]}"; do wait $p; done
   say "warm done"; tail -n 3 "$OUT/logs/pytest_gpu.log"
 }
-check() { CUDA_VISIBLE_DEVICES=0 timeout 120 python3 experiments/gpu_check.py --out "$OUT/logs/gpu_check.md" >"$OUT/logs/check.log" 2>&1; say "check rc=$?"; }
+check() { CUDA_VISIBLE_DEVICES=0 timeout 90 python3 experiments/gpu_check.py --out "$OUT/logs/gpu_check.md" >"$OUT/logs/check.log" 2>&1; say "check rc=$?"; }
 train_all() {
   CUDA_VISIBLE_DEVICES=0 timeout "${1:-150}" python3 experiments/gpu_train_all.py --space $SPACE --tokens 1638400 --quick-score \
     --mixers hgrn,retnet,gla,hgrn2,deltanet,gated_deltanet,mamba2 --out "$OUT/logs/gpu_train.md" >"$OUT/logs/train_all.log" 2>&1
@@ -62,6 +62,9 @@ for step in "$@"; do
     check) check ;;
     train_all*) train_all "${step#train_all:}" ;;
     grid:*) search $SPACE paper_grid_h200 "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
+    grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
+      left=$(( ${step#grid_by:} - ($(date +%s) - t0) ))
+      [ $left -gt 30 ] && search $SPACE paper_grid_h200 $left $(( left + 120 )) || say "no time left for the grid" ;;
     placement:*) search experiments/paper_grid/placement_h200.yaml placement_h200 "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
