@@ -64,7 +64,7 @@ for step in "$@"; do
     grid:*) search $SPACE paper_grid_h200 "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
       left=$(( ${step#grid_by:} - ($(date +%s) - t0) ))
-      [ $left -gt 30 ] && search $SPACE paper_grid_h200 $left $(( left + 120 )) || say "no time left for the grid" ;;
+      [ $left -gt 30 ] && search $SPACE paper_grid_h200 $left $(( left + 60 )) || say "no time left for the grid" ;;
     placement:*) search experiments/paper_grid/placement_h200.yaml placement_h200 "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
