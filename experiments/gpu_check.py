@@ -33,7 +33,8 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def run_op(name: str, mod, inputs: dict, backend: str | None):
-    leaves = {k: v.detach().clone().requires_grad_(v.is_floating_point()) for k, v in inputs.items()}
+    # RetNet's g_gamma is a constant of the layer, not a learned input: no gradient, as in the model
+    leaves = {k: v.detach().clone().requires_grad_(v.is_floating_point() and k != "g_gamma") for k, v in inputs.items()}
     if name == "attention":
         fn = mod.attention if backend != "ref" else mod.naive_attention
         out = fn(leaves["q"], leaves["k"], leaves["v"])
@@ -60,8 +61,10 @@ def timed(fn, reps=10):
 
 
 def check(name: str, B: int, T: int, H: int, K: int, V: int) -> dict:
+    name, _, variant = name.partition("@")  # simple_gla@g_gamma: RetNet's constant decay instead of a gate
     mod = importlib.import_module(f"hlnas.kernels.{name}")
-    x16 = mod.make_inputs(B, T, H, K, V, dtype=torch.bfloat16, device="cuda", seed=1)
+    extra = {"decay": variant} if variant else {}
+    x16 = mod.make_inputs(B, T, H, K, V, dtype=torch.bfloat16, device="cuda", seed=1, **extra)
     x32 = {k: (v.float() if v.is_floating_point() else v) for k, v in x16.items()}
     t0 = time.perf_counter()
     out, leaves = run_op(name, mod, x16, "fla")
@@ -82,7 +85,7 @@ def check(name: str, B: int, T: int, H: int, K: int, V: int) -> dict:
     fla_ms = timed(step("fla"))
     torch_ms = timed(step("ref" if name == "attention" else "torch"))
     return {
-        "op": name, "shape": f"B{B}-T{T}-H{H}-K{K}-V{V}-bf16", "errors": errs,
+        "op": name + (f"@{variant}" if variant else ""), "shape": f"B{B}-T{T}-H{H}-K{K}-V{V}-bf16", "errors": errs,
         "max_rel_err": max(errs.values()), "ok": max(errs.values()) < TOL,
         "first_call_s": round(first_call_s, 1), "fla_fwd_bwd_ms": round(fla_ms, 3),
         "torch_fwd_bwd_ms": round(torch_ms, 3), "speedup_vs_torch": round(torch_ms / fla_ms, 2),
@@ -91,7 +94,7 @@ def check(name: str, B: int, T: int, H: int, K: int, V: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--ops", default=",".join(OPS + ("simple_gla@g_gamma",)), help="ops; simple_gla@g_gamma = RetNet's decay")
     ap.add_argument("--shapes", default="2,512,4,64,64;2,1000,4,64,128", help="B,T,H,K,V;...")
     ap.add_argument("--out", default=None, help="write a markdown report here (and JSON beside it)")
     args = ap.parse_args()

@@ -132,8 +132,19 @@ class ProcessExecutor:
                                      "worker_died", msg)
                 conn.close()
                 self._slots[i] = self._start(i)
+            elif result.error_kind == "cuda_error":  # a CUDA fault poisons the process: every later trial would fail
+                self._replace(i)
             out.append(result)
         return out
+
+    def _replace(self, i: int) -> None:
+        proc, conn = self._slots[i]
+        proc.terminate()
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+        conn.close()
+        self._slots[i] = self._start(i)
 
     def shutdown(self) -> None:
         # idle workers are told to stop; busy ones (an interrupted search, whose trials are already
@@ -240,7 +251,11 @@ class RayExecutor:
         for ref in ready:
             actor, spec = self._running.pop(ref)
             try:
-                out.append(self._ray.get(ref))
+                result = self._ray.get(ref)
+                out.append(result)
+                if result.error_kind == "cuda_error":  # the actor's CUDA context is poisoned: replace it
+                    self._ray.kill(actor, no_restart=True)
+                    actor = self._actor_cls.remote(self._threads)
                 self._idle.append(actor)
             except Exception as e:  # the worker died (killed, OOM-killed, segfault): record it, replace it
                 msg = f"worker died while running trial {spec.number}: {type(e).__name__}: {str(e)[:500]}"

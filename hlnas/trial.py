@@ -84,6 +84,8 @@ def _classify(e: BaseException) -> str:
         return "kernel"
     if isinstance(e, ConfigError):
         return "config"
+    if type(e).__name__ == "AcceleratorError" or "CUDA error" in str(e):
+        return "cuda_error"  # sticky: this process's CUDA context is unusable; executors replace the worker
     return "other"
 
 

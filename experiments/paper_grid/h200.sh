@@ -9,6 +9,8 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/logs" /tmp/hlnas_state
 export TRITON_CACHE_DIR=$HOME/.triton/cache PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# one Triton config per kernel: a full fla autotune compile of the grid's kernels took > 5 minutes of a lease
+export HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick}
 STATE=/tmp/hlnas_state DB=sqlite:////tmp/hlnas_state/h200.db SPACE=experiments/paper_grid/grid_h200.yaml
 t0=$(date +%s); say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
@@ -24,6 +26,7 @@ if [ ! -f /tmp/site/.hlnas ]; then
 fi
 [ -f $STATE/h200.db ] || { [ -f .gpu_state/h200.db ] && cp .gpu_state/h200.db $STATE/ && say "restored study database"; }
 export PYTHONPATH=/tmp/site:$PWD
+[ -f $STATE/torch_ops ] && export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops)
 NG=$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')
 say "$(nvidia-smi -L | head -4 | tr '\n' ' ') ($NG GPUs)"
 MIXERS="transformer hgrn retnet gla hgrn2 deltanet gated_deltanet mamba2"
@@ -42,29 +45,53 @@ warm() {  # compile every kernel the grid uses, in parallel (Triton compiles on 
   for p in "${pids[@]}"; do wait $p; done
   say "warm done"; tail -n 3 "$OUT/logs/pytest_gpu.log"
 }
-check() { CUDA_VISIBLE_DEVICES=0 timeout 90 python3 experiments/gpu_check.py --out "$OUT/logs/gpu_check.md" >"$OUT/logs/check.log" 2>&1; say "check rc=$?"; }
+check() {  # every op in its own process (a CUDA fault in one must not poison the others), both GPUs
+  local i=0 pids=()
+  for op in attention hgrn simple_gla simple_gla@g_gamma gla delta_rule gated_delta_rule; do
+    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "${1:-200}" python3 experiments/gpu_check.py --ops $op \
+      --out "$OUT/logs/check_${op/@/_}.md" >"$OUT/logs/check_${op/@/_}.log" 2>&1 & pids+=($!); i=$((i + 1))
+  done
+  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "${1:-200}" python3 -m pytest -q -m gpu tests/kernels tests/test_model_gpu.py \
+    -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 & pids+=($!)
+  for p in "${pids[@]}"; do wait $p; done
+  # an op whose fla kernel failed its check here runs on the PyTorch path in everything that follows
+  python3 - "$OUT/logs" >$STATE/torch_ops <<'PY'
+import glob, json, sys
+bad = set()
+for f in glob.glob(sys.argv[1] + "/check_*.json"):
+    for r in json.load(open(f)):
+        if not r.get("ok"):
+            bad.add(r["op"].split("@")[0])
+print(",".join(sorted(bad)))
+PY
+  say "check done; ops kept on PyTorch: '$(cat $STATE/torch_ops)'"; tail -n 3 "$OUT/logs/pytest_gpu.log"
+  cat "$OUT"/logs/check_*.md | grep "^| [a-z]" 
+}
 train_all() {
-  CUDA_VISIBLE_DEVICES=0 timeout "${1:-150}" python3 experiments/gpu_train_all.py --space $SPACE --tokens 1638400 --quick-score \
+  CUDA_VISIBLE_DEVICES=0 timeout "${1:-150}" python3 experiments/gpu_train_all.py --space $SPACE --tokens 819200 --quick-score \
     --mixers hgrn,retnet,gla,hgrn2,deltanet,gated_deltanet,mamba2 --out "$OUT/logs/gpu_train.md" >"$OUT/logs/train_all.log" 2>&1
-  say "train_all rc=$?"
+  say "train_all rc=$?"; grep "^| " "$OUT/logs/gpu_train.md" 2>/dev/null
 }
 search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard stop (SIGTERM: running trials re-queued)
   local resume=() workers=$((NG * 4))
   python3 -c "import optuna,sys; optuna.load_study(study_name='$2', storage='$DB')" 2>/dev/null && resume=(--resume)
   timeout -s TERM "$4" python3 -m hlnas search --space "$1" --storage $DB --study "$2" "${resume[@]}" \
     --executor processes --workers $workers --timeout "$3" --no-progress >>"$OUT/logs/search_$2.log" 2>&1
-  say "search $2 rc=$? ($workers workers)"
+  say "search $2 rc=$? ($workers workers)"; grep -c " done " "$OUT/logs/search_$2.log"; grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
 }
 
 for step in "$@"; do
   case $step in
     warm) warm ;;
-    check) check ;;
+    check*) [[ $step == check:* ]] && t=${step#check:} || t=200; check $t; export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops) ;;
     train_all*) train_all "${step#train_all:}" ;;
     grid:*) search $SPACE paper_grid_h200 "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
       left=$(( ${step#grid_by:} - ($(date +%s) - t0) ))
       [ $left -gt 30 ] && search $SPACE paper_grid_h200 $left $(( left + 60 )) || say "no time left for the grid" ;;
+    placement_by:*)
+      left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
+      [ $left -gt 30 ] && search experiments/paper_grid/placement_h200.yaml placement_h200 $left $(( left + 60 )) || say "no time left for placement" ;;
     placement:*) search experiments/paper_grid/placement_h200.yaml placement_h200 "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -6,8 +6,14 @@
 Every op module also has ``naive_<op>``, a token-by-token recurrence in plain PyTorch: the
 ground truth the other two paths are tested against.
 
+Compile time: fla autotunes every Triton kernel over dozens of configs, and a cold compile of one mixer
+took up to 6 minutes on the H200 (reference/device-notes.md). ``HLNAS_TRITON_AUTOTUNE=quick`` keeps one
+config per kernel (num_warps nearest 4, num_stages nearest 2) so kernels compile in seconds, at some
+cost in kernel speed; for short GPU leases where compiling would eat the budget.
+
 Backend choice: the ``backend=`` argument, else the ``HLNAS_KERNEL_BACKEND`` environment variable
-(``auto`` | ``fla`` | ``torch``), else ``auto``. ``auto`` picks ``fla`` for CUDA tensors when fla
+(``auto`` | ``fla`` | ``torch``), else ``auto``; ``HLNAS_TORCH_OPS`` names ops that always take the
+PyTorch path. ``auto`` picks ``fla`` for CUDA tensors when fla
 can be imported and ``torch`` otherwise; the reason fla was rejected is logged once per process.
 """
 
@@ -23,7 +29,7 @@ import torch
 
 from hlnas.errors import KernelUnavailable
 
-__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend"]
+__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend", "quick_autotune"]
 
 #: Every sequence op, one module each under hlnas/kernels/, with ``<op>``, ``naive_<op>`` and ``make_inputs``.
 OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule")
@@ -52,7 +58,7 @@ def resolve_backend(op: str, x: torch.Tensor, backend: str | None = None) -> str
     choice = backend or _override or os.environ.get("HLNAS_KERNEL_BACKEND", "auto")
     if choice not in BACKENDS:
         raise KernelUnavailable(op, choice, f"unknown backend; allowed: {', '.join(BACKENDS)}")
-    if choice == "torch":
+    if choice == "torch" or op in _torch_ops():
         return "torch"
     if not x.is_cuda:
         if choice == "fla":
@@ -69,6 +75,11 @@ def resolve_backend(op: str, x: torch.Tensor, backend: str | None = None) -> str
     return "torch"
 
 
+def _torch_ops() -> set[str]:
+    """``HLNAS_TORCH_OPS=simple_gla,...``: ops kept on the PyTorch path even on CUDA (a kernel under suspicion)."""
+    return {o.strip() for o in os.environ.get("HLNAS_TORCH_OPS", "").split(",") if o.strip()}
+
+
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[None]:
     """Force a backend inside a block (tests, benchmarks)."""
@@ -80,3 +91,29 @@ def use_backend(name: str) -> Iterator[None]:
         yield
     finally:
         _override = old
+
+
+def quick_autotune() -> bool:
+    """Make Triton's autotuner try one config per kernel (see the module docstring). Idempotent."""
+    try:
+        from triton.runtime import autotuner
+    except Exception:  # no triton: nothing to tune
+        return False
+    if getattr(autotuner.Autotuner.prune_configs, "_hlnas_quick", False):
+        return True
+    full = autotuner.Autotuner.prune_configs
+
+    def prune_configs(self, kwargs, *args, **kw):
+        configs = full(self, kwargs, *args, **kw)
+        if len(configs) <= 1:
+            return configs
+        return [min(configs, key=lambda c: (abs((c.num_warps or 4) - 4), abs((c.num_stages or 2) - 2)))]
+
+    prune_configs._hlnas_quick = True
+    autotuner.Autotuner.prune_configs = prune_configs
+    log.info("HLNAS_TRITON_AUTOTUNE=quick: one Triton config per kernel")
+    return True
+
+
+if os.environ.get("HLNAS_TRITON_AUTOTUNE") == "quick":
+    quick_autotune()

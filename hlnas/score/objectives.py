@@ -137,7 +137,7 @@ def score(
             progress(obj)
         t0 = time.perf_counter()
         if obj == "val_loss":
-            from hlnas.score.lm import validation_loss
+            from hlnas.score.loss import validation_loss
 
             if not val_batches:
                 raise ConfigError("objective 'val_loss' needs validation batches (the data's held-out documents)")
