@@ -492,6 +492,74 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench-samplers", help="compare samplers on a table of results (look-up instead of training, CPU seconds)",
+        description="Run real optuna studies over a search space whose candidates are looked up in a results table "
+        "instead of trained, and compare samplers by hypervolume (recall vs KV cache) over the number of distinct "
+        "candidates evaluated: mean and std over seeds, evaluations to reach 95%/100% of the table's hypervolume. "
+        "Writes OUT/hv_vs_evals.html (and .csv, _runs.csv, with --png .png). See hlnas/tabular.py for the rules.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--paper", action="store_true", help="the paper's Table 7 recall, 21 candidates (the default)")
+    src.add_argument("--table", metavar="CSV", help="a results CSV, one row per candidate (layout or mixer/ratio/"
+                     "placement columns, plus the objective columns)")
+    p.add_argument("--space", help="the search space the CSV's rows came from (YAML or shipped name; default: "
+                   "inferred from the rows)")
+    p.add_argument("--objectives", default="recall,kv_cache_bytes",
+                   help="comma-separated columns, COL or COL:max/COL:min (default recall,kv_cache_bytes; "
+                   "kv_cache_bytes reads kv_cache_bytes_4k if needed)")
+    p.add_argument("--missing", choices=("error", "infeasible"), default="error",
+                   help="candidates of --space without a row: an error (default) or infeasible (not evaluated)")
+    p.add_argument("--samplers", default="nsga2,tpe,gp,random,grid",
+                   help="comma-separated: nsga2, tpe, gp, random, grid, or your own as module:attr or file.py:attr "
+                   "(an optuna sampler instance, class, or function seed -> sampler); default all five")
+    p.add_argument("--evals", type=int, help="distinct candidates per run (default: all of them)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per sampler, 0..K-1 (default 5)")
+    p.add_argument("--scale", choices=("table", "front"), default="table",
+                   help="scale objectives to [0, 1] by the whole table (default) or by its Pareto front")
+    p.add_argument("--out", default="bench-samplers", help="output folder (default bench-samplers)")
+    p.add_argument("--png", action="store_true", help="also write a PNG (kaleido; needs Chromium)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_bench_samplers)
+
+
+def cmd_bench_samplers(args: argparse.Namespace) -> int:
+    import time
+
+    from hlnas.tabular import TabularBenchmark, compare, load_sampler, write_outputs
+
+    objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
+    if args.table:
+        bench = TabularBenchmark.from_csv(args.table, space=args.space, objectives=objectives, missing=args.missing)
+    else:
+        if args.space or args.objectives != "recall,kv_cache_bytes":
+            raise HlnasError("--space and --objectives apply to --table; the paper table is recall vs KV-cache bytes")
+        bench = TabularBenchmark.from_paper()
+    bench = bench.with_scale(args.scale)
+    names = [s.strip() for s in args.samplers.split(",") if s.strip()]
+    samplers = {name: load_sampler(name) for name in names}
+    if args.seeds < 1:
+        raise HlnasError(f"--seeds must be >= 1, got {args.seeds}")
+    print(bench.describe(), file=sys.stderr)
+    t0 = time.perf_counter()
+
+    def progress(r) -> None:
+        print(f"  {r.sampler:<10} seed {r.seed}: {len(r.hv)} evaluated ({r.asked} asked), "
+              f"100% after {r.evals_to(1.0) or 'never'}  [{time.perf_counter() - t0:.1f}s]", file=sys.stderr, flush=True)
+
+    result = compare(bench, samplers, args.evals, args.seeds, on_run=progress)
+    paths = write_outputs(result, args.out, png=args.png)
+    if args.json:
+        print(json.dumps({"benchmark": bench.describe(), "n_evals": result.n_evals, "seeds": list(result.seeds),
+                          "summary": result.summary()}, indent=1, default=str))
+    else:
+        print(f"\nhypervolume (fraction of the table's) after N distinct evaluations, mean ± std over {len(result.seeds)} seeds:\n")
+        print(result.to_markdown())
+    for path in paths:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hlnas",
@@ -506,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(sub)
     _add_dashboard(sub)
     _add_report(sub)
+    _add_bench(sub)
     return parser
 
 

@@ -1,0 +1,770 @@
+"""A tabular benchmark: compare samplers on a table of results (look-up instead of training), on a CPU in seconds.
+
+A :class:`TabularBenchmark` maps every candidate of a :class:`~hlnas.space.SearchSpace` (a layout) to its
+objective values, read from a results table: a CSV with one row per candidate (:meth:`TabularBenchmark.from_csv`,
+e.g. the CSV of a grid run), or the paper's published RULER recall (:meth:`TabularBenchmark.from_paper`).
+:func:`run_sampler` runs a real in-memory optuna study over the space's categorical dimensions (the
+distributions ``hlnas search`` asks with), looks each proposal up instead of training it, and records the
+hypervolume after each distinct evaluation. :func:`compare` does that for several samplers and seeds;
+:func:`write_outputs` / ``hlnas bench-samplers`` print the table and plot hypervolume against evaluations.
+
+Rules (the same as the search loop in :mod:`hlnas.study`, one worker):
+
+* **The space is the set of table rows.** Every row must be a candidate of the space and, by default
+  (``missing="error"``), every candidate of the space must have a row; a :class:`~hlnas.errors.ConfigError`
+  lists the candidates without one. With ``missing="infeasible"`` such candidates are told FAIL like a
+  candidate that breaks a constraint in a real search: nothing is evaluated and they do not count as an
+  evaluation. A row whose objective values are blank or not finite is a *failed* candidate (a training that
+  produced no score): it counts as an evaluation and adds no volume.
+* **An evaluation is a distinct layout.** Parameters that give an already evaluated layout (a repeat proposal,
+  or e.g. any ratio with mixer ``transformer``) are told the stored values, as the search does, and are not
+  counted. After every ``_DUP_FALLBACK`` (10) repeats in a row an untried candidate, picked at random, is
+  enqueued, so every sampler ends; a run stops after ``n_evals`` evaluations or when the space is exhausted.
+* **Samplers** are built by name exactly as ``hlnas search`` builds them (``nsga2``, ``tpe``, ``gp``,
+  ``random``, ``grid``: every candidate enqueued in :meth:`SearchSpace.grid` order, so its curve does not
+  depend on the seed). Any ``optuna.samplers.BaseSampler`` instance, sampler class, or factory
+  ``seed -> sampler`` works too.
+* **Hypervolume.** Each objective is turned into a minimized one and scaled to [0, 1] by the best and worst
+  values in the whole table (0 = the table's best); the reference point is 1.1 in every objective (10% beyond
+  the table's worst value, as :func:`hlnas.pareto.hypervolume_history` does by default). Curves are reported
+  as a fraction of the table's maximum hypervolume (the volume of all rows), so 1.0 means the whole front
+  was found and curves of different tables are on one scale. With the table's scale one good hybrid already
+  holds most of the volume (the worst rows, e.g. a pure GLA, stretch the box), so curves start high;
+  ``scale="front"`` scales by the front's own best and worst values instead (the ideal and nadir points, a usual
+  choice in multi-objective benchmarks), so only rows near the front add volume and the curves spread out.
+  :meth:`Comparison.rescored` re-scores finished runs on another scale without running them again.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib
+import importlib.util
+import math
+import os
+import random
+import re
+import statistics
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from hlnas.catalog import canonical
+from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.layout import PLACEMENTS, TRANSFORMER, Layout, build_layout
+from hlnas.pareto import METRIC_DIRECTIONS, dominates, hypervolume
+from hlnas.space import EXPLICIT, METRICS, SAMPLERS, SearchSpace, space_from_dict
+
+__all__ = ["TabularBenchmark", "RunResult", "Comparison", "run_sampler", "compare", "write_outputs",
+           "load_sampler", "DEFAULT_SAMPLERS", "MISSING", "SCALES"]  # fmt: skip
+
+DEFAULT_SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
+MISSING = ("error", "infeasible")
+SCALES = ("table", "front")
+KV_COLUMNS = ("kv_cache_bytes", "kv_cache_bytes_4k")  # "kv_cache_bytes" reads the first one the CSV has
+REFERENCE = 1.1  # in scaled objectives: 10% beyond the table's worst value
+_MAX_REPEATS = 200  # repeats in a row after which a run gives up (the search loop's limit)
+_DIRECTION_WORDS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
+
+
+def _direction(metric: str) -> str | None:
+    if metric in METRIC_DIRECTIONS:
+        return METRIC_DIRECTIONS[metric]
+    if metric in METRICS:
+        return METRICS[metric]
+    if metric.startswith(("ruler", "mqar", "kv_cache_bytes")):
+        return "minimize" if metric.startswith("kv_") else "maximize"
+    return None
+
+
+def _parse_objective(spec: str) -> tuple[str, str]:
+    """``"recall"`` or ``"val_loss:min"`` -> (column, direction)."""
+    name, _, word = spec.partition(":")
+    if word:
+        if word.lower() not in _DIRECTION_WORDS:
+            raise ConfigError(f"objective {spec!r}: direction '{word}' is not allowed; allowed: max, min, maximize, minimize")
+        return name, _DIRECTION_WORDS[word.lower()]
+    d = _direction(name)
+    if d is None:
+        raise ConfigError(f"objective '{name}' has no known direction; write it as '{name}:max' or '{name}:min'")
+    return name, d
+
+
+@dataclass(frozen=True, eq=False)
+class TabularBenchmark:
+    """Candidates of ``space`` -> objective values, looked up from ``table`` (layout string -> row).
+
+    Build it with :meth:`from_csv`, :meth:`from_paper` or :meth:`from_rows`; direct construction validates too.
+    """
+
+    name: str
+    space: SearchSpace
+    table: Mapping[str, Mapping[str, Any]]  # layout string -> row (the row's columns; objective columns are floats or None)
+    objectives: tuple[str, ...] = ("recall", "kv_cache_bytes")  # columns of the rows
+    directions: tuple[str, ...] = ("maximize", "minimize")
+    missing: str = "error"  # what a candidate of the space without a row is: "error" or "infeasible"
+    source: str = ""
+    scale: str = "table"  # objectives scaled to [0, 1] by the whole table's best/worst, or by the front's ("front")
+    _params: dict = field(init=False, repr=False)  # layout -> the first grid point giving it
+    _lo: tuple = field(init=False, repr=False)
+    _hi: tuple = field(init=False, repr=False)
+    _max_hv: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.scale not in SCALES:
+            raise ConfigError(f"scale={self.scale!r} is not allowed; allowed: {', '.join(SCALES)}")
+        if self.missing not in MISSING:
+            raise ConfigError(f"missing={self.missing!r} is not allowed; allowed: {', '.join(MISSING)}")
+        if len(self.objectives) != len(self.directions) or not self.objectives:
+            raise ConfigError(f"{len(self.objectives)} objectives for {len(self.directions)} directions")
+        for d in self.directions:
+            if d not in ("maximize", "minimize"):
+                raise ConfigError(f"direction {d!r} is not allowed; allowed: maximize, minimize")
+        params = {}
+        for p in self.space.grid():
+            params.setdefault(str(self.space.layout(p)), p)
+        outside = [lay for lay in self.table if lay not in params]
+        if outside:
+            raise ConfigError(f"benchmark '{self.name}': {len(outside)} row(s) are not candidates of space '{self.space.name}': "
+                              f"{', '.join(outside[:5])}{' ...' if len(outside) > 5 else ''}")
+        absent = [lay for lay in params if lay not in self.table]
+        if absent and self.missing == "error":
+            shown = ", ".join(_describe(Layout.parse(lay)) for lay in absent[:8])
+            raise ConfigError(f"benchmark '{self.name}': {len(absent)} of the {len(params)} candidates of space "
+                              f"'{self.space.name}' have no row: {shown}{' ...' if len(absent) > 8 else ''}. The benchmark's "
+                              "space must be the set of table rows: give a space holding only the rows' candidates, or "
+                              "missing='infeasible' (--missing infeasible) to treat these as infeasible")
+        for lay, row in self.table.items():
+            for col in self.objectives:
+                if col not in row:
+                    raise ConfigError(f"benchmark '{self.name}': row {lay} has no column '{col}'")
+                v = row[col]
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    raise ConfigError(f"benchmark '{self.name}': row {lay}, column '{col}': {v!r} is not a number")
+        pts = [self._signed(lay) for lay in self.table]
+        pts = [p for p in pts if p is not None]
+        if not pts:
+            raise ConfigError(f"benchmark '{self.name}': no row has finite values for all of {', '.join(self.objectives)}")
+        if self.scale == "front":
+            pts = [self._signed(lay) for lay in self.front()]
+        k = len(self.objectives)
+        object.__setattr__(self, "_params", params)
+        object.__setattr__(self, "_lo", tuple(min(p[i] for p in pts) for i in range(k)))
+        object.__setattr__(self, "_hi", tuple(max(p[i] for p in pts) for i in range(k)))
+        object.__setattr__(self, "_max_hv", self.hypervolume(self.table))
+
+    # -- constructors ----------------------------------------------------------------------------
+    @classmethod
+    def from_rows(cls, rows: Sequence[Mapping[str, Any]], *, space: SearchSpace | str | None = None,
+                  objectives: Sequence[str] = ("recall", "kv_cache_bytes"), missing: str = "error",
+                  name: str | None = None, source: str = "") -> "TabularBenchmark":
+        """Rows as dicts (CSV text values or numbers): the columns :meth:`from_csv` describes."""
+        where = source or name or "rows"
+        rows = [dict(r) for r in rows]
+        if not rows:
+            raise ConfigError(f"{where}: the table has no rows")
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        specs = [_parse_objective(o) for o in objectives]
+        cols, lacking = [], []
+        for col, _ in specs:
+            if col == "kv_cache_bytes" and col not in columns:
+                col = next((c for c in KV_COLUMNS if c in columns), col)
+            cols.append(col)
+            if col not in columns:
+                lacking.append(col if col != "kv_cache_bytes" else " or ".join(KV_COLUMNS))
+        if "layout" not in columns and "mixer" not in columns:
+            lacking.insert(0, "layout (or mixer with ratio and placement/attention_layers)")
+        if lacking:
+            raise ConfigError(f"{where}: missing column(s): {'; '.join(lacking)}. The table has: {', '.join(columns)}. "
+                              "Needed: layout (or mixer + ratio, with placement or attention_layers for non-paper "
+                              "placements) and one column per objective")
+        if isinstance(space, str):
+            from hlnas.space import load_space
+
+            space = load_space(space)
+        n_layers = space.n_layers if space is not None else None
+        table: dict[str, dict] = {}
+        first_row: dict[str, int] = {}
+        for i, raw in enumerate(rows, start=2):  # row 1 is the CSV header
+            try:
+                layout = _row_layout(raw, n_layers)
+            except HlnasError as e:
+                raise ConfigError(f"{where}, row {i}: {e}") from None
+            key = str(layout)
+            if key in table:
+                raise ConfigError(f"{where}: rows {first_row[key]} and {i} describe the same layout {key}")
+            row = dict(raw)
+            row["layout"] = key
+            for src, col in zip((s for s, _ in specs), cols):
+                try:
+                    row[src] = _number(raw.get(col))
+                except ValueError:
+                    raise ConfigError(f"{where}, row {i}, column '{col}': {raw.get(col)!r} is not a number") from None
+            table[key] = row
+            first_row[key] = i
+        if space is None:
+            space = _infer_space([Layout.parse(k) for k in table], name or "table")
+        return cls(name=name or space.name, space=space, table=table, objectives=tuple(s for s, _ in specs),
+                   directions=tuple(d for _, d in specs), missing=missing, source=source)
+
+    @classmethod
+    def from_csv(cls, path: str | os.PathLike, *, space: SearchSpace | str | None = None,
+                 objectives: Sequence[str] = ("recall", "kv_cache_bytes"), missing: str = "error",
+                 name: str | None = None) -> "TabularBenchmark":
+        """A results CSV, one row per candidate.
+
+        A row's candidate comes from its ``layout`` string (e.g. ``ZZZZZAZZZZZA...``), else from ``mixer`` and
+        ``ratio`` with ``placement`` (paper, front, ..., or ``explicit:0,12``) or ``attention_layers``
+        (``5;11;17;23`` or ``[5, 11, 17, 23]``); without them the paper placement. Objectives name columns
+        (``recall``, ``kv_cache_bytes``, ``val_loss``, ``ruler_avg``, ...; ``kv_cache_bytes`` reads
+        ``kv_cache_bytes_4k`` when the CSV has no plain one; ``"col:max"``/``"col:min"`` for other columns).
+        Other columns are kept in the rows. ``space`` (a :class:`SearchSpace`, a YAML path or a shipped
+        name) is the space the rows came from; by default it is inferred from the rows: their mixers, ratios,
+        placements (the first of paper, front, back, middle, spread that gives each row, else an explicit
+        attention set) and the Transformer if a row is one.
+        """
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"results table '{path}' not found")
+        with p.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        return cls.from_rows(rows, space=space, objectives=objectives, missing=missing,
+                             name=name or p.stem, source=str(path))
+
+    @classmethod
+    def from_paper(cls, preset_name: str = "paper-1.3b", kv_context: int = 4096) -> "TabularBenchmark":
+        """The paper's published recall (arXiv 2507.06457): Table 7's RULER average for its 4 mixers (GLA, HGRN-2,
+        DeltaNet, GatedDeltaNet) x 5 ratios with the paper placement, plus the Transformer (Table 5's 0.423; Table 7
+        has no Transformer column). 21 candidates; the space is exactly these (HGRN and RetNet, which the paper
+        omits for insignificant recall, are not in it). KV-cache bytes are hlnas's own cost model
+        (:func:`hlnas.trial.layout_metrics`) for ``preset_name`` at ``kv_context`` tokens, batch 1, bf16."""
+        from hlnas import paper
+        from hlnas.catalog import PAPER_MIXERS
+        from hlnas.config import preset
+        from hlnas.layout import PAPER_RATIOS
+        from hlnas.trial import layout_metrics
+
+        table7 = paper.recall_by_ratio()
+        mixers = [m for m in PAPER_MIXERS if m in table7]
+        for m in mixers:
+            if set(table7[m]) != set(PAPER_RATIOS):
+                raise HlnasError(f"paper Table 7 lacks ratios for {m}: has {sorted(table7[m])}")
+        space = space_from_dict({
+            "name": "paper_table7", "mixers": mixers, "ratios": list(PAPER_RATIOS), "placements": ["paper"],
+            "transformer": True, "layers": 24,
+            "scale": {"preset": preset_name, "kv_context": kv_context, "score": {"objectives": ["ruler"]}},
+            "objectives": [{"name": "recall", "metric": "recall"}, {"name": "kv_cache", "metric": "kv_cache_bytes"}],
+            "sampler": "grid"}, where="TabularBenchmark.from_paper")  # fmt: skip
+        model = preset(preset_name).to_dict()
+        rows = []
+        for p in space.grid():
+            layout = space.layout(p)
+            cost = layout_metrics(str(layout), model, kv_context, "paper")
+            if p["mixer"] == TRANSFORMER:
+                ratio, recall, src = TRANSFORMER, paper.transformer_recall(), paper.paper_label(5)
+            else:
+                ratio, recall, src = p["ratio"], table7[p["mixer"]][p["ratio"]], paper.paper_label(7)
+            rows.append({"mixer": p["mixer"], "ratio": ratio, "layout": str(layout),
+                         "attention_layers": cost["attention_layers"], "recall": recall,
+                         "kv_cache_bytes": cost["kv_cache_bytes"], "params": cost["params"],
+                         "state_bytes": cost["state_bytes"], "source": src})
+        return cls.from_rows(rows, space=space, name="paper_table7",
+                             source=f"{paper.PAPER} Table 7 (+ Table 5 Transformer); KV bytes: {preset_name} at {kv_context} tokens")
+
+    def with_scale(self, scale: str) -> "TabularBenchmark":
+        """The same table with objectives scaled by the whole table ("table") or by its Pareto front ("front")."""
+        return TabularBenchmark(name=self.name, space=self.space, table=self.table, objectives=self.objectives,
+                                directions=self.directions, missing=self.missing, source=self.source, scale=scale)
+
+    # -- look-ups --------------------------------------------------------------------------------
+    @property
+    def n_candidates(self) -> int:
+        """Distinct layouts of the space (rows, plus candidates without a row when missing='infeasible')."""
+        return len(self._params)
+
+    @property
+    def max_hypervolume(self) -> float:
+        """The hypervolume of every row (scaled objectives, reference 1.1 each): 1.0 on the relative scale."""
+        return self._max_hv
+
+    def layout_of(self, params: Mapping[str, Any]) -> str:
+        return str(self.space.layout(dict(params)))
+
+    def params_of(self, layout: str) -> dict:
+        return dict(self._params[layout])
+
+    def values(self, layout: str) -> tuple[float, ...] | None:
+        """The objective values of a row (None: no row, or a failed row)."""
+        row = self.table.get(layout)
+        if row is None:
+            return None
+        vals = tuple(row[c] for c in self.objectives)
+        if any(v is None or not math.isfinite(v) for v in vals):
+            return None
+        return tuple(float(v) for v in vals)
+
+    def _signed(self, layout: str) -> tuple[float, ...] | None:
+        vals = self.values(layout)
+        return None if vals is None else tuple(-v if d == "maximize" else v for v, d in zip(vals, self.directions))
+
+    def scaled(self, layout: str) -> tuple[float, ...] | None:
+        """A row's objectives minimized and scaled by the table's (or, ``scale="front"``, the front's) best -> 0 and
+        worst -> 1; with the front's scale, rows worse than the front's worst value land beyond 1."""
+        p = self._signed(layout)
+        if p is None:
+            return None
+        return tuple((v - a) / (b - a) if b > a else 0.0 for v, a, b in zip(p, self._lo, self._hi))
+
+    def hypervolume(self, layouts) -> float:
+        """Hypervolume of these rows in scaled objectives (reference 1.1 in each); rows without values add nothing."""
+        pts = [q for q in (self.scaled(lay) for lay in layouts) if q is not None]
+        return hypervolume(pts, (REFERENCE,) * len(self.objectives))
+
+    def front(self) -> list[str]:
+        """The table's Pareto front (layouts), sorted by the scaled objectives."""
+        pts = {lay: self._signed(lay) for lay in self.table}
+        pts = {k: v for k, v in pts.items() if v is not None}
+        mins = ("minimize",) * len(self.objectives)
+        out = [k for k, v in pts.items() if not any(dominates(w, v, mins) for w in pts.values())]
+        return sorted(out, key=lambda k: pts[k])
+
+    def describe(self) -> str:
+        failed = sum(self.values(lay) is None for lay in self.table)
+        no_row = self.n_candidates - len(self.table)
+        obj = ", ".join(f"{d} {o}" for o, d in zip(self.objectives, self.directions))
+        extra = (f", {failed} failed row(s)" if failed else "") + (f", {no_row} candidate(s) without a row (infeasible)" if no_row else "")
+        return (f"{self.name}: {len(self.table)} rows over space '{self.space.name}' ({self.n_candidates} candidates{extra}); "
+                f"objectives: {obj}; front: {len(self.front())} rows")
+
+
+def _describe(layout: Layout) -> str:
+    if not layout.linear_mixers:
+        return f"transformer ({layout})"
+    return f"{'+'.join(layout.linear_mixers)} {layout.ratio} attention {list(layout.attention_layers)} ({layout})"
+
+
+def _number(v) -> float | None:
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return None
+    if isinstance(v, bool):
+        raise ValueError(v)
+    x = float(v)
+    return x if math.isfinite(x) else None
+
+
+def _indices(v) -> list[int] | None:
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return None
+    if isinstance(v, (list, tuple)):
+        return [int(x) for x in v]
+    return [int(x) for x in re.findall(r"-?\d+", str(v))]
+
+
+def _row_layout(row: Mapping[str, Any], n_layers: int | None) -> Layout:
+    text = row.get("layout")
+    if isinstance(text, str) and text.strip():
+        layout = Layout.parse(text)
+        mixer = row.get("mixer")
+        if isinstance(mixer, str) and mixer.strip():
+            m = canonical(mixer.strip())
+            have = list(layout.linear_mixers) or [TRANSFORMER]
+            if m not in have:
+                raise ConfigError(f"column mixer={mixer!r} disagrees with layout {layout} (mixers {', '.join(have)})")
+        return layout
+    mixer = row.get("mixer")
+    if not isinstance(mixer, str) or not mixer.strip():
+        raise ConfigError("no layout and no mixer")
+    mixer, n = canonical(mixer.strip()), n_layers or 24
+    if mixer == TRANSFORMER:
+        return build_layout(TRANSFORMER, None, n)
+    ratio = str(row.get("ratio") or "").strip() or "pure"
+    attn = _indices(row.get("attention_layers"))
+    placement = str(row.get("placement") or "").strip()
+    if attn is not None:
+        return build_layout(mixer, None, n, attn) if attn else build_layout(mixer, "pure", n)
+    if placement.startswith(EXPLICIT + ":"):
+        return build_layout(mixer, None, n, _indices(placement.split(":", 1)[1]) or [])
+    if ratio == "pure":
+        return build_layout(mixer, "pure", n)
+    return build_layout(mixer, ratio, n, placement or "paper")
+
+
+def _infer_space(layouts: list[Layout], name: str) -> SearchSpace:
+    """The smallest product space (mixers x ratios x placements, + Transformer) holding these layouts."""
+    n = {lay.n_layers for lay in layouts}
+    if len(n) != 1:
+        raise ConfigError(f"table '{name}': rows have different depths {sorted(n)}; give the space they came from")
+    n_layers = n.pop()
+    mixers, ratios, placements, sets, transformer = {}, {}, {}, {}, False
+    for lay in layouts:
+        if not lay.linear_mixers:
+            transformer = True
+            continue
+        if len(lay.linear_mixers) > 1:
+            raise ConfigError(f"table '{name}': row {lay} mixes {', '.join(lay.linear_mixers)}; cannot infer a space "
+                              "from heterogeneous rows, give the space they came from (space=..., --space)")
+        m, ratio = lay.linear_mixers[0], lay.ratio
+        mixers.setdefault(m)
+        if ratio == "pure":
+            ratios.setdefault("pure")
+            continue
+        for p in PLACEMENTS:
+            try:
+                if build_layout(m, ratio, n_layers, p) == lay:
+                    ratios.setdefault(ratio)
+                    placements.setdefault(p)
+                    break
+            except HlnasError:  # e.g. a/n ratios: no strategy builds them
+                pass
+        else:
+            sets.setdefault(tuple(lay.attention_layers))
+    from hlnas.catalog import linear_mixer_names
+    from hlnas.layout import parse_ratio
+
+    order = linear_mixer_names()
+    raw = {"name": name, "mixers": sorted(mixers, key=order.index), "layers": n_layers, "transformer": transformer,
+           "ratios": sorted(ratios, key=lambda r: 0 if r == "pure" else 1 / parse_ratio(r)),
+           "placements": [p for p in PLACEMENTS if p in placements] + ([EXPLICIT] if sets else []) or ["paper"],
+           "attention_sets": [list(s) for s in sets]}
+    if not mixers:  # only the Transformer
+        for k in ("ratios", "placements", "attention_sets"):
+            del raw[k]
+    elif sets and all(r == "pure" for r in ratios):  # explicit sets are reached through a hybrid ratio only
+        raise ConfigError(f"table '{name}': rows use only explicit attention sets; give the space they came from")
+    return space_from_dict(raw, where=f"space inferred from table '{name}'")
+
+
+# -- running a sampler ---------------------------------------------------------------------------
+
+
+def _label(spec) -> str:
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, type):
+        return spec.__name__
+    if isinstance(spec, optuna.samplers.BaseSampler):
+        return type(spec).__name__
+    return getattr(spec, "__name__", type(spec).__name__)
+
+
+def _make_sampler(spec, seed: int, n_objectives: int) -> tuple[optuna.samplers.BaseSampler, bool]:
+    """(sampler, enqueue the whole grid first)."""
+    if isinstance(spec, str):
+        if spec not in SAMPLERS:
+            raise ConfigError(f"unknown sampler '{spec}'.{did_you_mean(spec, SAMPLERS)} Allowed: {', '.join(SAMPLERS)} "
+                              "(or an optuna sampler instance, class, or factory seed -> sampler)")
+        from hlnas.study import _sampler  # the search's own sampler settings
+
+        return _sampler(spec, seed, n_objectives), spec == "grid"
+    if isinstance(spec, optuna.samplers.BaseSampler):
+        return spec, False
+    if isinstance(spec, type) and issubclass(spec, optuna.samplers.BaseSampler):
+        return spec(seed=seed), False
+    if callable(spec):
+        s = spec(seed)
+        if not isinstance(s, optuna.samplers.BaseSampler):
+            raise ConfigError(f"sampler factory {_label(spec)} returned {type(s).__name__}, not an optuna sampler")
+        return s, False
+    raise ConfigError(f"sampler {spec!r}: give a name ({', '.join(SAMPLERS)}), an optuna sampler instance or class, "
+                      "or a factory seed -> sampler")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One sampler run. ``hv[i]`` is the hypervolume (fraction of the table's maximum) after ``i + 1`` evaluations."""
+
+    sampler: str
+    seed: int
+    hv: tuple[float, ...]
+    layouts: tuple[str, ...]  # the evaluated layouts, in order
+    asked: int  # trials asked, repeats and infeasible ones included
+    repeats: int  # proposals of an already evaluated (or failed/infeasible) layout: told the stored result
+    infeasible: int  # proposals of candidates without a row (missing='infeasible'), not evaluated
+    exhausted: bool  # every candidate was evaluated or infeasible
+
+    def evals_to(self, fraction: float) -> int | None:
+        """Evaluations until the hypervolume first reaches ``fraction`` of the maximum (None: not in this run)."""
+        for i, v in enumerate(self.hv):
+            if v >= fraction - 1e-9:
+                return i + 1
+        return None
+
+
+def run_sampler(bench: TabularBenchmark, sampler="nsga2", n_evals: int | None = None, seed: int = 0,
+                *, label: str | None = None) -> RunResult:
+    """Run a real optuna study (in memory, ask/tell) over ``bench``'s space for ``n_evals`` distinct evaluations
+    (default: every candidate) and return the hypervolume after each; see the module docstring for the rules."""
+    n_evals = bench.n_candidates if n_evals is None else n_evals
+    if n_evals < 1:
+        raise ConfigError(f"n_evals must be >= 1, got {n_evals}")
+    from hlnas.study import _DUP_FALLBACK
+
+    space, k = bench.space, len(bench.objectives)
+    dists = {name: optuna.distributions.CategoricalDistribution(choices) for name, choices in space.params().items()}
+    with _quiet():
+        smp, grid = _make_sampler(sampler, seed, k)
+        study = optuna.create_study(directions=list(bench.directions), sampler=smp)
+        if grid:
+            for p in space.grid():
+                study.enqueue_trial(p)
+        done: dict[str, tuple] = {}  # layout -> values told
+        dead: set[str] = set()  # failed rows and candidates without a row
+        evaluated, points, hv = [], [], []
+        asked = repeats = infeasible = streak = 0
+        rng = random.Random(seed)
+        ref = (REFERENCE,) * k
+        total = bench.n_candidates
+        while len(evaluated) < n_evals and len(done) + len(dead) < total and streak < _MAX_REPEATS:
+            if streak and streak % _DUP_FALLBACK == 0:
+                fresh = [lay for lay in bench._params if lay not in done and lay not in dead]
+                if fresh:
+                    study.enqueue_trial(bench.params_of(fresh[rng.randrange(len(fresh))]))
+            trial = study.ask(dists)
+            asked += 1
+            layout = bench.layout_of(trial.params)
+            if layout in done:
+                study.tell(trial, list(done[layout]))
+                repeats += 1
+                streak += 1
+                continue
+            if layout in dead:
+                study.tell(trial, state=TrialState.FAIL)
+                repeats += 1
+                streak += 1
+                continue
+            streak = 0
+            if layout not in bench.table:  # missing='infeasible': not evaluated, not counted
+                study.tell(trial, state=TrialState.FAIL)
+                dead.add(layout)
+                infeasible += 1
+                continue
+            evaluated.append(layout)
+            values = bench.values(layout)
+            if values is None:  # a failed row: an evaluation that gave no score
+                study.tell(trial, state=TrialState.FAIL)
+                dead.add(layout)
+            else:
+                study.tell(trial, list(values))
+                done[layout] = values
+                points.append(bench.scaled(layout))
+            hv.append(hypervolume(points, ref) / bench.max_hypervolume if points else 0.0)
+    return RunResult(sampler=label or _label(sampler), seed=seed, hv=tuple(hv), layouts=tuple(evaluated), asked=asked,
+                     repeats=repeats, infeasible=infeasible, exhausted=len(done) + len(dead) >= total)
+
+
+class _quiet:
+    """optuna's INFO logs and experimental-feature warnings off for the duration."""
+
+    def __enter__(self):
+        self.level = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.warnings = warnings.catch_warnings()
+        self.warnings.__enter__()
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+
+    def __exit__(self, *exc):
+        self.warnings.__exit__(*exc)
+        optuna.logging.set_verbosity(self.level)
+
+
+# -- comparing samplers --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Runs of several samplers over seeds on one benchmark; curves padded to ``n_evals`` with their last value
+    (a run ends early only when the space is exhausted, so its hypervolume stays where it is)."""
+
+    bench: TabularBenchmark
+    n_evals: int
+    seeds: tuple[int, ...]
+    runs: Mapping[str, tuple[RunResult, ...]]
+    fractions: tuple[float, ...] = (0.95, 1.0)
+
+    def rescored(self, bench: TabularBenchmark) -> "Comparison":
+        """The same runs scored on ``bench`` (the same table, e.g. ``self.bench.with_scale("front")``): the
+        hypervolume curves are recomputed from the evaluated layouts, nothing is run again."""
+        if bench.space.fingerprint() != self.bench.space.fingerprint() or set(bench.table) != set(self.bench.table):
+            raise ConfigError("rescored() needs a benchmark over the same space and rows")
+        runs = {}
+        for label, rs in self.runs.items():
+            runs[label] = tuple(dataclasses.replace(r, hv=tuple(bench.hypervolume(r.layouts[: i + 1]) / bench.max_hypervolume
+                                                                  for i in range(len(r.layouts)))) for r in rs)
+        return dataclasses.replace(self, bench=bench, runs=runs)
+
+    def curves(self, label: str) -> list[list[float]]:
+        out = []
+        for r in self.runs[label]:
+            h = list(r.hv[: self.n_evals]) or [0.0]
+            out.append(h + [h[-1]] * (self.n_evals - len(h)))
+        return out
+
+    def mean_std(self, label: str) -> tuple[list[float], list[float]]:
+        cols = list(zip(*self.curves(label)))
+        return ([statistics.fmean(c) for c in cols], [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cols])
+
+    def rows(self) -> list[dict]:
+        """Long format: one row per sampler and evaluation count, with the mean and std hypervolume over seeds."""
+        out = []
+        for label in self.runs:
+            mean, std = self.mean_std(label)
+            out += [{"sampler": label, "evals": i + 1, "hv_mean": m, "hv_std": s} for i, (m, s) in enumerate(zip(mean, std))]
+        return out
+
+    def checkpoints(self) -> list[int]:
+        n = self.n_evals
+        return sorted({c for c in (5, 10, 15, 20, 30, 50, 100) if c < n} | {n})
+
+    def summary(self) -> list[dict]:
+        """Per sampler: hypervolume (mean, std) at the :meth:`checkpoints`, its mean over all evaluation counts
+        (area under the curve / n_evals), and evaluations to reach each fraction of the maximum (mean, std over the
+        seeds that reached it, and how many did)."""
+        out = []
+        for label, runs in self.runs.items():
+            mean, std = self.mean_std(label)
+            row = {"sampler": label, "seeds": len(runs),
+                   "hv_at": {c: (mean[c - 1], std[c - 1]) for c in self.checkpoints()},
+                   "auc": statistics.fmean(mean), "asked": statistics.fmean(r.asked for r in runs),
+                   "repeats": statistics.fmean(r.repeats for r in runs), "evals_to": {}}
+            for f in self.fractions:
+                got = [n for n in (r.evals_to(f) for r in runs) if n is not None and n <= self.n_evals]
+                row["evals_to"][f] = (statistics.fmean(got) if got else None,
+                                      statistics.stdev(got) if len(got) > 1 else (0.0 if got else None), len(got))
+            out.append(row)
+        return out
+
+    def to_markdown(self) -> str:
+        cps = self.checkpoints()
+        head = ["sampler", *(f"HV@{c}" for c in cps), "mean HV", *(f"evals to {f:.0%}" for f in self.fractions), "asked"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for row in self.summary():
+            cells = [row["sampler"], *(f"{m:.3f} ± {s:.3f}" for m, s in row["hv_at"].values()), f"{row['auc']:.3f}"]
+            for f in self.fractions:
+                m, s, n = row["evals_to"][f]
+                cells.append("never" if m is None else f"{m:.1f} ± {s:.1f}" + (f" ({n}/{row['seeds']} seeds)" if n < row["seeds"] else ""))
+            cells.append(f"{row['asked']:.0f}")
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def plot(self):
+        """Plotly figure: mean hypervolume against evaluations per sampler, with a ± std band."""
+        import plotly.graph_objects as go
+
+        palette = {"nsga2": "#1f77b4", "tpe": "#ff7f0e", "gp": "#2ca02c", "random": "#7f7f7f", "grid": "#d62728"}
+        extra = iter(("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"))
+        fig = go.Figure()
+        xs = list(range(1, self.n_evals + 1))
+        for label in self.runs:
+            color = palette.get(label) or next(extra, "#444444")
+            mean, std = self.mean_std(label)
+            hi = [min(m + s, 1.0) for m, s in zip(mean, std)]
+            lo = [max(m - s, 0.0) for m, s in zip(mean, std)]
+            rgb = tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))
+            fig.add_trace(go.Scatter(x=xs + xs[::-1], y=hi + lo[::-1], fill="toself", fillcolor=f"rgba{(*rgb, 0.15)}",
+                                     line=dict(width=0), hoverinfo="skip", showlegend=False, legendgroup=label))
+            dash = {"random": "dash", "grid": "dot"}.get(label, "solid")  # random and NSGA-II share their first generation
+            fig.add_trace(go.Scatter(x=xs, y=mean, mode="lines", name=label, legendgroup=label,
+                                     line=dict(color=color, width=2, dash=dash),
+                                     customdata=std, hovertemplate=f"{label}: %{{y:.3f}} ± %{{customdata:.3f}} after %{{x}}<extra></extra>"))
+        fig.add_hline(y=1.0, line=dict(color="#999", dash="dot", width=1))
+        b = self.bench
+        sub = (f"{b.name}: {b.n_candidates} candidates, {' vs '.join(b.objectives)}; mean ± std over {len(self.seeds)} seeds; "
+               f"objectives scaled to [0, 1] over the {'whole table' if b.scale == 'table' else 'Pareto front'}, reference 1.1")
+        fig.update_layout(title=dict(text=f"Hypervolume vs evaluations<br><sup>{sub}</sup>"), template="plotly_white",
+                          xaxis=dict(title="distinct candidates evaluated", range=[1, self.n_evals]),
+                          yaxis=dict(title="hypervolume (fraction of the table's)", range=[0, 1.05]),
+                          margin=dict(l=60, r=20, t=80, b=50), legend=dict(x=0.99, y=0.02, xanchor="right", yanchor="bottom"))
+        return fig
+
+
+def compare(bench: TabularBenchmark, samplers: Sequence | Mapping = DEFAULT_SAMPLERS, n_evals: int | None = None,
+            seeds: int | Sequence[int] = 5, *, fractions: Sequence[float] = (0.95, 1.0),
+            on_run: Callable[[RunResult], None] | None = None) -> Comparison:
+    """Run every sampler for every seed. ``samplers``: names, sampler instances/classes/factories, or a mapping
+    label -> one of those. ``seeds``: a count (0..K-1) or the seeds. A sampler *instance* is reused for every seed
+    (its own state carries over); pass a class or factory to seed each run."""
+    n_evals = bench.n_candidates if n_evals is None else n_evals
+    seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)
+    if not seeds:
+        raise ConfigError("compare needs at least one seed")
+    items = list(samplers.items()) if isinstance(samplers, Mapping) else [(_label(s), s) for s in samplers]
+    labels = [lab for lab, _ in items]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"sampler labels repeat: {labels}; pass a mapping label -> sampler")
+    runs = {}
+    for label, spec in items:
+        out = []
+        for seed in seeds:
+            r = run_sampler(bench, spec, n_evals, seed, label=label)
+            out.append(r)
+            if on_run:
+                on_run(r)
+        runs[label] = tuple(out)
+    return Comparison(bench=bench, n_evals=n_evals, seeds=seeds, runs=runs, fractions=tuple(fractions))
+
+
+def load_sampler(text: str):
+    """A sampler named on the command line: a built-in name, or ``module:attr`` / ``path/file.py:attr`` naming an
+    optuna sampler instance, class, or factory ``seed -> sampler``."""
+    if ":" not in text:
+        if text not in SAMPLERS:
+            raise ConfigError(f"unknown sampler '{text}'.{did_you_mean(text, SAMPLERS)} Allowed: {', '.join(SAMPLERS)}, "
+                              "or module:attr / file.py:attr for your own")
+        return text
+    where, _, attr = text.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+            if spec is None or not Path(where).is_file():
+                raise ConfigError(f"sampler '{text}': no file {where}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(where)
+    except ImportError as e:
+        raise ConfigError(f"sampler '{text}': cannot import {where}: {e}") from None
+    if not hasattr(module, attr):
+        raise ConfigError(f"sampler '{text}': {where} has no attribute '{attr}'")
+    return getattr(module, attr)
+
+
+def write_outputs(comparison: Comparison, out_dir: str | os.PathLike, *, png: bool = False, html_js: str = "inline",
+                  stem: str = "hv_vs_evals") -> list[Path]:
+    """Write ``<stem>.html`` (plotly.js inlined, or ``html_js="cdn"`` for a small file), ``<stem>.csv`` (mean/std
+    per sampler and evaluation count), ``<stem>_runs.csv`` (every run's curve) and with ``png`` ``<stem>.png``
+    (kaleido; needs Chromium). Returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fig = comparison.plot()
+    paths = [out / f"{stem}.html", out / f"{stem}.csv", out / f"{stem}_runs.csv"]
+    fig.write_html(paths[0], include_plotlyjs=True if html_js == "inline" else "cdn")
+    with paths[1].open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["sampler", "evals", "hv_mean", "hv_std"])
+        w.writeheader()
+        for row in comparison.rows():
+            w.writerow({**row, "hv_mean": f"{row['hv_mean']:.6f}", "hv_std": f"{row['hv_std']:.6f}"})
+    with paths[2].open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["sampler", "seed", "asked", "repeats", "evals", "hv", "layout"])
+        for label, runs in comparison.runs.items():
+            for r in runs:
+                for i, (h, lay) in enumerate(zip(r.hv, r.layouts), start=1):
+                    w.writerow([label, r.seed, r.asked, r.repeats, i, f"{h:.6f}", lay])
+    if png:
+        from hlnas.report import ReportError, find_chromium
+
+        if find_chromium() is None:
+            raise ReportError("PNG export needs a Chromium/Chrome browser (kaleido drives one headless) and none was "
+                              "found; install one (Debian/Ubuntu: apt-get install -y chromium) or leave out --png")
+        paths.append(out / f"{stem}.png")
+        fig.write_image(paths[-1], width=1000, height=600, scale=2)
+    return paths
