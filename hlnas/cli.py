@@ -258,6 +258,8 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--executor", choices=("auto", "inline", "processes", "ray"), default="auto",
                    help="inline: this process; processes: local worker processes sharing this machine's GPUs; ray: Ray actors "
                         "(auto: ray when workers > 1 or --address and ray is installed, else processes; inline for 1 worker)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: train again the layouts whose trials failed (after fixing the cause)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="start no new trial after this long; running trials finish and are stored (continue with --resume)")
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
@@ -321,7 +323,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                           out_root=args.out, on_event=ui.event, time_limit=args.timeout)
+                           out_root=args.out, on_event=ui.event, time_limit=args.timeout, retry_failed=args.retry_failed)
     except KeyboardInterrupt:
         ui.close()
         print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} --study {name}",
@@ -400,6 +402,8 @@ class _SearchUI:
             shown = ", ".join(f"{r['layout']} (recall {_fmt(r['recall'])}, KV {(r['kv_cache_bytes'] or 0) / 2**20:.1f} MiB)"
                               for r in rows[:5])
             self.write(f"  front now {len(rows)}: {shown}{' ...' if len(rows) > 5 else ''}")
+        elif kind == "retry":
+            self.write(f"  retrying {data['layout']} (trial {data['number']} failed: {data['error_kind']})")
         elif kind == "time_limit":
             self.write(f"  time limit of {data['seconds']:.0f}s reached with {data['trained']} trained; resume to continue")
         elif kind == "requeued":

@@ -151,11 +151,14 @@ def run_search(
     out_root: str | None = None,
     on_event: Callable[[str, dict], None] | None = None,
     time_limit: float | None = None,
+    retry_failed: bool = False,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
     and do not count. After ``time_limit`` seconds no new trial starts; those running finish and are
-    stored, and a later ``resume`` continues (a run split over several machine leases)."""
+    stored, and a later ``resume`` continues (a run split over several machine leases). Layouts that failed
+    (NaN, a crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is
+    queued once more (infeasible ones, which broke a constraint, stay out)."""
     if n_trials < 1:
         raise ConfigError(f"trials must be >= 1, got {n_trials}")
     store = open_storage(storage)
@@ -184,6 +187,12 @@ def run_search(
     waiting: list[tuple[optuna.trial.Trial, str]] = []  # duplicates of a layout still training
     done_by_layout = _completed_by_layout(study)
     dead = _failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
+    if retry_failed:
+        for layout, t in list(dead.items()):
+            if t.user_attrs.get("error_kind") != "constraint":
+                del dead[layout]
+                _requeue(study, t.params, t.number)
+                emit("retry", {"number": t.number, "layout": layout, "error_kind": t.user_attrs.get("error_kind")})
     dup_streak = 0
     rng = random.Random(seed)
     last_front: tuple = ()

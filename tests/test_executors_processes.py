@@ -107,3 +107,23 @@ def test_sigterm_stops_a_search_like_ctrl_c(tmp_path):
         assert pid != p.pid
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_cuda_fault_replaces_the_worker_that_had_it():
+    # an illegal memory access leaves a process's CUDA context unusable: the trial fails as cuda_error and
+    # the executor starts a fresh worker instead of feeding it the next trial (seen on the H200)
+    from hlnas.trial import _classify
+
+    assert _classify(RuntimeError("CUDA error: an illegal memory access was encountered")) == "cuda_error"
+    assert _classify(ValueError("bad")) == "other"
+    space = tiny_space()
+    ex = ProcessExecutor(1)
+    try:
+        ex.submit(_spec(space, 0, space.grid()[0], None))
+        (first,) = ex.wait(timeout=60)
+        ex._replace(0)
+        ex.submit(_spec(space, 1, space.grid()[1], None))
+        (second,) = ex.wait(timeout=60)
+        assert first.ok and second.ok and first.metrics["worker_pid"] != second.metrics["worker_pid"]
+    finally:
+        ex.shutdown()

@@ -265,3 +265,31 @@ def test_resume_with_a_changed_space_is_refused_with_the_differences(tmp_path):
         run_search(None, storage=url, study_name="nope", n_trials=1, resume=True)
     assert len(trained(load_hlnas_study(url, "x"))) == 1  # the refusal changed nothing
 
+
+
+def test_retry_failed_trains_a_failed_layout_again_after_the_cause_is_fixed(tmp_path, monkeypatch):
+    import hlnas.executors as executors
+    from hlnas.trial import TrialResult, run_trial
+
+    url, events = f"sqlite:///{tmp_path}/retry.db", []
+    space = tiny_space()
+    victim = str(space.layout(space.grid()[0]))
+
+    def flaky(spec):  # the first layout hits a fault (say, a kernel bug later fixed); the rest train
+        if spec.layout == victim:
+            return TrialResult(spec.number, "failed", {"status": "failed", "error_kind": "cuda_error", "error": "CUDA error"},
+                               "cuda_error", "CUDA error")
+        return run_trial(spec)
+
+    monkeypatch.setattr(executors, "run_trial", flaky)
+    run_search(space, storage=url, study_name="r", n_trials=3)
+    study = load_hlnas_study(url, "r")
+    assert victim not in {t.user_attrs["layout"] for t in trained(study)}
+    run_search(None, storage=url, study_name="r", n_trials=4, resume=True)  # a plain resume leaves it out
+    assert victim not in {t.user_attrs["layout"] for t in trained(load_hlnas_study(url, "r"))}
+    monkeypatch.setattr(executors, "run_trial", run_trial)  # the cause is fixed
+    run_search(None, storage=url, study_name="r", n_trials=4, resume=True, retry_failed=True,
+               on_event=lambda k, d: events.append((k, d)))
+    assert ("retry", {"number": 0, "layout": victim, "error_kind": "cuda_error"}) in events
+    done = trained(load_hlnas_study(url, "r"))
+    assert victim in {t.user_attrs["layout"] for t in done} and len(done) == 4
