@@ -75,6 +75,7 @@ train_all() {
 search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard stop (SIGTERM: running trials re-queued)
   local resume=() workers=$((NG * 4))
   python3 -c "import optuna,sys; optuna.load_study(study_name='$2', storage='$DB')" 2>/dev/null && resume=(--resume)
+  [ -n "${RETRY_FAILED:-}" ] && [ ${#resume[@]} -gt 0 ] && resume+=(--retry-failed)  # after fixing what failed
   timeout -s TERM "$4" python3 -m hlnas search --space "$1" --storage $DB --study "$2" "${resume[@]}" \
     --executor processes --workers $workers --timeout "$3" --no-progress >>"$OUT/logs/search_$2.log" 2>&1
   say "search $2 rc=$? ($workers workers)"; grep -c " done " "$OUT/logs/search_$2.log"; grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
