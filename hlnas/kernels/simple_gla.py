@@ -12,6 +12,8 @@ One op serves two mixers: RetNet (g_gamma, scale = K^-0.5) and Mamba-2's SSD
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -19,6 +21,10 @@ from torch import Tensor
 from hlnas.kernels import resolve_backend
 
 __all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch", "make_inputs"]
+
+log = logging.getLogger("hlnas.kernels")
+_warned: set[str] = set()
+FLA_MIN_HEAD_DIM = 64  # smallest key head dim whose fla kernels passed on the H200 (experiments/results)
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, g_gamma: Tensor | None, h0: Tensor | None) -> None:
@@ -77,6 +83,11 @@ def naive_simple_gla(
     return o.to(q.dtype), (S if output_final_state else None)
 
 
+#: exp(x) is computed as exp2(x * log2(e)) on log-decays kept in log2 units: on CPU torch's exp2
+#: kernel is ~3x faster than exp's. The cumulative sums carry rounding of the same size.
+_LOG2E = 1.4426950408889634
+
+
 def chunk_simple_gla_torch(
     q: Tensor,
     k: Tensor,
@@ -95,6 +106,9 @@ def chunk_simple_gla_torch(
     contribution to the state is computed in one batched matmul; only the [B, H, K, V] carry
     ``S <- exp(sum g) S + U`` loops over chunks. Every ``exp`` takes a difference of cumulative
     log-decays that is <= 0 (the upper triangle is masked before exp), so nothing overflows.
+    All matmuls are 3-D batched ones on contiguous [B*H*n, C, D] blocks (made once, so no
+    matmul copies its operands), ``scale`` rides on their alpha, exponentials are exp2 of
+    log2-decays, and the large temporaries are updated in place where autograd allows it.
     """
     _check(q, k, v, g, g_gamma, initial_state)
     dt = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -105,27 +119,37 @@ def chunk_simple_gla_torch(
     n = -(-T // C)
     pad = n * C - T
 
-    def blocks(t: Tensor) -> Tensor:  # [B, T, H, D] -> [B, H, n, C, D]; padding: zeros
-        t = F.pad(t.to(dt), (0, 0, 0, 0, 0, pad))
-        return t.view(B, n, C, H, -1).permute(0, 3, 1, 2, 4)
+    def blocks(t: Tensor) -> Tensor:  # [B, T, H, D] -> [B*H*n, C, D], contiguous; padding: zeros
+        t = t.to(dt)
+        if pad:
+            t = F.pad(t, (0, 0, 0, 0, 0, pad))
+        return t.reshape(B, n, C, H, -1).permute(0, 3, 1, 2, 4).reshape(B * H * n, C, -1)
 
-    qc, kc, vc = blocks(q) * scale, blocks(k), blocks(v)
+    qc, kc, vc = blocks(q), blocks(k), blocks(v)
     # padded steps get g = 0 (no decay) and k = v = 0: the state passes through them unchanged
-    gc = blocks(_log_decay(q, g, g_gamma, dt)[..., None])[..., 0].cumsum(-1)  # [B, H, n, C]
+    gl = _log_decay(q, g, g_gamma, dt)
+    if pad:
+        gl = F.pad(gl, (0, 0, 0, pad))
+    gc = (gl.reshape(B, n, C, H).permute(0, 3, 1, 2) * _LOG2E).cumsum(-1).reshape(B * H * n, C)  # log2 units
 
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    decay = (gc[..., :, None] - gc[..., None, :]).masked_fill(~causal, float("-inf")).exp()
-    o = ((qc @ kc.transpose(-1, -2)) * decay) @ vc  # intra-chunk part
+    mask = torch.full((C, C), float("-inf"), dtype=dt, device=q.device).triu(1)
+    # in place where autograd allows it: each [B*H*n, C, C] or [B*H*n, C, D] temporary is MBs
+    decay = torch.sub(gc[:, :, None], gc[:, None, :]).add_(mask).exp2_()  # 0 above the diagonal
+    A = torch.baddbmm(qc.new_zeros(()), qc, kc.transpose(1, 2), beta=0, alpha=scale).mul_(decay)
 
-    last = gc[..., -1:]  # [B, H, n, 1]: total log-decay of each chunk
-    U = (kc * (last - gc).exp()[..., None]).transpose(-1, -2) @ vc  # [B, H, n, K, V]
+    last = gc[:, -1:]  # total log2-decay of each chunk
+    U = torch.bmm((kc * torch.exp2(last - gc)[..., None]).transpose(1, 2), vc)  # [B*H*n, K, V]
+    chunk_decay = torch.exp2(last).view(B, H, n, 1, 1).unbind(2)
+    U = U.view(B, H, n, K, V).unbind(2)
     S = q.new_zeros(B, H, K, V, dtype=dt) if initial_state is None else initial_state.to(dt)
     starts = []
     for i in range(n):
         starts.append(S)
-        S = last[:, :, i, :, None].exp() * S + U[:, :, i]
-    o = o + (qc * gc.exp()[..., None]) @ torch.stack(starts, 2)  # inter-chunk part
-    o = o.permute(0, 2, 3, 1, 4).reshape(B, n * C, H, V)[:, :T]
+        S = torch.addcmul(U[i], chunk_decay[i], S)
+    starts = torch.stack(starts, 2).view(B * H * n, K, V)
+    # intra-chunk part, then the inter-chunk part added in place
+    o = torch.bmm(A, vc).baddbmm_(qc * torch.exp2(gc)[..., None], starts, alpha=scale)
+    o = o.view(B, H, n * C, V).transpose(1, 2)[:, :T]
     return o.to(q.dtype), (S if output_final_state else None)
 
 
@@ -151,6 +175,30 @@ def simple_gla(
         return chunk_simple_gla_torch(
             q, k, v, g, g_gamma=g_gamma, scale=scale, initial_state=initial_state, output_final_state=output_final_state
         )
+    if q.shape[-1] < FLA_MIN_HEAD_DIM:
+        # on the H200 (triton 3.6, fla 0.6.0) fla's chunk_simple_gla backward hit an illegal memory access
+        # with RetNet's key heads of 16 and 32 (a 128- and a 256-wide model); only K >= 64 passed the check
+        why = f"key head dim {q.shape[-1]} < {FLA_MIN_HEAD_DIM} faulted in fla's kernel on the H200"
+        if why not in _warned:
+            _warned.add(why)
+            log.warning("simple_gla: using the PyTorch kernel instead of fla: %s", why)
+        return chunk_simple_gla_torch(
+            q, k, v, g, g_gamma=g_gamma, scale=scale, initial_state=initial_state, output_final_state=output_final_state
+        )
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, g, g_gamma, initial_state))
+    if needs_grad and (g is not None or (g_gamma is not None and g_gamma.requires_grad)):
+        # a gated backward (a data-dependent g, or a learned g_gamma passed as g) runs fla's gated
+        # chunk_bwd_dqkwg, which gives wrong results on Hopper with triton < 3.7.1 (fla #640)
+        from hlnas.kernels.gated_delta_rule import _fla_gated_backward_ok
+
+        ok, reason = _fla_gated_backward_ok()
+        if not ok:
+            if reason not in _warned:
+                _warned.add(reason)
+                log.warning("simple_gla: using the PyTorch kernel (forward and backward) instead of fla: %s", reason)
+            return chunk_simple_gla_torch(
+                q, k, v, g, g_gamma=g_gamma, scale=scale, initial_state=initial_state, output_final_state=output_final_state
+            )
     from fla.ops.simple_gla import chunk_simple_gla, fused_recurrent_simple_gla
 
     scale = q.shape[-1] ** -0.5 if scale is None else scale
