@@ -18,7 +18,7 @@ from hlnas.model import build_model
 pytestmark = pytest.mark.gpu
 
 CFG = ModelConfig(d_model=128, n_layers=2, vocab_size=256, n_heads=2)
-TOL = 2e-2  # bf16 through two layers; the op-level check holds each kernel to 1e-2
+TOL = 2e-2  # both paths under the same bf16 autocast: what differs is the sequence kernel alone
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -39,7 +39,10 @@ def test_fla_model_matches_the_pytorch_model(mixer):
     torch.manual_seed(0)
     model = build_model(Layout.parse(str(build_layout(mixer, "pure", 1)) + "A"), CFG).cuda()  # the mixer, then attention
     ids = torch.randint(0, 256, (2, 256), device="cuda")
-    ref_logits, ref_grads = _run(model, ids, "torch", bf16=False)
+    # the same bf16 autocast on both sides, so the comparison isolates the kernels and their wiring (an fp32
+    # reference also measures bf16 matmul error in every projection: HGRN-2's forget-gate projection
+    # gradient differed by 5.8e-2 that way on the H200, on 2026-11-30)
+    ref_logits, ref_grads = _run(model, ids, "torch", bf16=True)
     logits, grads = _run(model, ids, "fla", bf16=True)
     assert rel(logits, ref_logits) < TOL
     assert set(grads) == set(ref_grads)
