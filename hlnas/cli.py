@@ -245,7 +245,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "search",
         help="multi-objective architecture search (the main job)",
-        description="Search hybrid layouts with an Optuna sampler, trials on Ray workers or inline, results in "
+        description="Search hybrid layouts with an Optuna sampler, trials inline, on local worker processes or on Ray workers, results in "
         "the study storage. With no arguments: the embedded default (search_spaces/tiny.yaml: tiny CPU candidates, "
         "SQLite file hlnas.db in the current directory, a few minutes on 2 cores). Resume after a crash with "
         "--resume --storage URL --study NAME; the space and settings come from the storage.",
@@ -263,7 +263,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="start no new trial after this long; running trials finish and are stored (continue with --resume)")
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
-    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs Ray reserves per trial (default 1)")
+    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial: what Ray reserves, and the torch threads of each worker (default 1)")
     p.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs Ray reserves per trial (default 1 if CUDA is visible, else 0)")
     p.add_argument("--sampler", choices=SAMPLERS, help="default: the space's (nsga2 unless it says otherwise)")
     p.add_argument("--seed", type=int, default=0)
