@@ -127,11 +127,8 @@ class ProcessExecutor:
                 result = None
             if result is None:  # the process ended without answering
                 proc.join(timeout=5)
-                msg = f"worker died while running trial {spec.number} (exit code {proc.exitcode})"
-                result = TrialResult(spec.number, "failed", {"status": "failed", "error_kind": "worker_died", "error": msg},
-                                     "worker_died", msg)
-                conn.close()
-                self._slots[i] = self._start(i)
+                result = _worker_died(spec, f"worker died while running trial {spec.number} (exit code {proc.exitcode})")
+                self._replace(i)
             elif result.error_kind == "cuda_error":  # a CUDA fault poisons the process: every later trial would fail
                 self._replace(i)
             out.append(result)
@@ -201,6 +198,11 @@ def _visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _worker_died(spec: TrialSpec, msg: str) -> TrialResult:
+    """The result of a trial whose worker process ended under it (either executor)."""
+    return TrialResult(spec.number, "failed", {"status": "failed", "error_kind": "worker_died", "error": msg}, "worker_died", msg)
+
+
 class RayExecutor:
     """Trials on long-lived Ray actors; starts a local Ray unless ``address`` joins a cluster."""
 
@@ -258,9 +260,7 @@ class RayExecutor:
                     actor = self._actor_cls.remote(self._threads)
                 self._idle.append(actor)
             except Exception as e:  # the worker died (killed, OOM-killed, segfault): record it, replace it
-                msg = f"worker died while running trial {spec.number}: {type(e).__name__}: {str(e)[:500]}"
-                out.append(TrialResult(spec.number, "failed", {"status": "failed", "error_kind": "worker_died", "error": msg},
-                                       "worker_died", msg))
+                out.append(_worker_died(spec, f"worker died while running trial {spec.number}: {type(e).__name__}: {str(e)[:500]}"))
                 self._ray.kill(actor, no_restart=True)
                 self._idle.append(self._actor_cls.remote(self._threads))
         return out
@@ -289,11 +289,7 @@ class _Worker:
 
 
 def _local_gpus(gpus_per_trial: float, workers: int) -> int | None:
-    if gpus_per_trial <= 0:
-        return 0
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return _visible_gpus() if gpus_per_trial > 0 else 0
 
 
 def make_executor(kind: str, workers: int = 1, **kwargs) -> Executor:

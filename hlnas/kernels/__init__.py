@@ -29,7 +29,7 @@ import torch
 
 from hlnas.errors import KernelUnavailable
 
-__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend", "quick_autotune"]
+__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend", "quick_autotune", "warn_once"]
 
 #: Every sequence op, one module each under hlnas/kernels/, with ``<op>``, ``naive_<op>`` and ``make_inputs``.
 OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule")
@@ -69,10 +69,15 @@ def resolve_backend(op: str, x: torch.Tensor, backend: str | None = None) -> str
         return "fla"
     if choice == "fla":
         raise KernelUnavailable(op, "fla", reason)
-    if reason not in _logged:
-        _logged.add(reason)
-        log.warning("using the PyTorch kernels on CUDA: %s", reason)
+    warn_once(f"using the PyTorch kernels on CUDA: {reason}")
     return "torch"
+
+
+def warn_once(message: str) -> None:
+    """Log a kernel-path warning once per process (a fallback is chosen on every call of an op)."""
+    if message not in _logged:
+        _logged.add(message)
+        log.warning(message)
 
 
 def _torch_ops() -> set[str]:

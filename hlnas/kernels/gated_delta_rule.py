@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import logging
 import os
 import re
 
@@ -27,13 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend
+from hlnas.kernels import resolve_backend, warn_once
 from hlnas.kernels.delta_rule import _FLA_RECURRENT_MAX_T, _check, _chunked, _naive, _needs_grad, _torch_chunk
 
 __all__ = ["gated_delta_rule", "naive_gated_delta_rule", "chunk_gated_delta_rule_torch", "make_inputs"]
 
-log = logging.getLogger("hlnas.kernels")
-_warned: set[str] = set()
 
 
 def naive_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, scale: float | None = None,
@@ -72,9 +69,7 @@ def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *
         if needs_grad:
             ok, reason = _fla_gated_backward_ok()
             if not ok:
-                if reason not in _warned:
-                    _warned.add(reason)
-                    log.warning("gated_delta_rule: using the PyTorch kernel (forward and backward) instead of fla: %s", reason)
+                warn_once(f"gated_delta_rule: using the PyTorch kernel (forward and backward) instead of fla: {reason}")
                 return _chunked(q, k, v, beta, g, scale, initial_state, output_final_state, _torch_chunk(q))
         return _fla_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state, needs_grad)
     return _chunked(q, k, v, beta, g, scale, initial_state, output_final_state, _torch_chunk(q))

@@ -12,18 +12,14 @@ One op serves two mixers: RetNet (g_gamma, scale = K^-0.5) and Mamba-2's SSD
 
 from __future__ import annotations
 
-import logging
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend
+from hlnas.kernels import resolve_backend, warn_once
 
 __all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch", "make_inputs"]
 
-log = logging.getLogger("hlnas.kernels")
-_warned: set[str] = set()
 FLA_MIN_HEAD_DIM = 64  # smallest key head dim whose fla kernels passed on the H200 (experiments/results)
 
 
@@ -179,9 +175,7 @@ def simple_gla(
         # on the H200 (triton 3.6, fla 0.6.0) fla's chunk_simple_gla backward hit an illegal memory access
         # with RetNet's key heads of 16 and 32 (a 128- and a 256-wide model); only K >= 64 passed the check
         why = f"key head dim {q.shape[-1]} < {FLA_MIN_HEAD_DIM} faulted in fla's kernel on the H200"
-        if why not in _warned:
-            _warned.add(why)
-            log.warning("simple_gla: using the PyTorch kernel instead of fla: %s", why)
+        warn_once(f"simple_gla: using the PyTorch kernel instead of fla: {why}")
         return chunk_simple_gla_torch(
             q, k, v, g, g_gamma=g_gamma, scale=scale, initial_state=initial_state, output_final_state=output_final_state
         )
@@ -193,9 +187,7 @@ def simple_gla(
 
         ok, reason = _fla_gated_backward_ok()
         if not ok:
-            if reason not in _warned:
-                _warned.add(reason)
-                log.warning("simple_gla: using the PyTorch kernel (forward and backward) instead of fla: %s", reason)
+            warn_once(f"simple_gla: using the PyTorch kernel (forward and backward) instead of fla: {reason}")
             return chunk_simple_gla_torch(
                 q, k, v, g, g_gamma=g_gamma, scale=scale, initial_state=initial_state, output_final_state=output_final_state
             )

@@ -11,6 +11,7 @@ import logging
 import pytest
 import torch
 
+import hlnas.kernels as kernels
 import hlnas.kernels.hgrn as hgrn_mod
 import hlnas.kernels.simple_gla as sg_mod
 
@@ -19,7 +20,8 @@ fla_hgrn = pytest.importorskip("fla.ops.hgrn")
 
 @pytest.fixture
 def as_if_cuda(monkeypatch):
-    """Every op resolves to the fla backend, as on a GPU machine."""
+    """Every op resolves to the fla backend, as on a GPU machine; fallback warnings not yet given."""
+    monkeypatch.setattr(kernels, "_logged", set())
     monkeypatch.setattr(hgrn_mod, "resolve_backend", lambda *a, **k: "fla")
     monkeypatch.setattr(sg_mod, "resolve_backend", lambda *a, **k: "fla")
 

@@ -8,6 +8,7 @@ import logging
 import pytest
 import torch
 
+import hlnas.kernels as kernels
 import hlnas.kernels.gated_delta_rule as gdr
 from hlnas.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_torch,
@@ -155,7 +156,7 @@ def test_guard_falls_back_to_torch_with_one_warning(monkeypatch, caplog):
     called) and warns once; forward-only calls would still go to fla."""
     monkeypatch.setattr(gdr, "resolve_backend", lambda op, x, backend=None: "fla")
     monkeypatch.setattr(gdr, "_fla_gated_backward_ok", lambda: (False, "test reason: pip install tilelang"))
-    monkeypatch.setattr(gdr, "_warned", set())
+    monkeypatch.setattr(kernels, "_logged", set())
     called = []
     monkeypatch.setattr(gdr, "_fla_gated_delta_rule", lambda *a: called.append(a))
     inp = {n: t.requires_grad_(True) for n, t in make_inputs(1, 20, 2, 8, 8).items()}
