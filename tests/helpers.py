@@ -37,3 +37,20 @@ def forward_and_grads(fn, inputs: dict, const=(), **kw):
     wrt = [n for n in leaves if n not in const]
     grads = torch.autograd.grad((o * do).sum() + (ht * dht).sum(), [leaves[n] for n in wrt])
     return o, ht, dict(zip(wrt, grads))
+
+
+def kill_first_worker_at_next_start(seen: dict):
+    """A search ``on_event`` hook: once a trial finishes, SIGKILL the worker process that ran it as soon as
+    the next trial starts (on the same worker when there is one). Fills ``seen`` with "pid" and "killed"
+    (the trial number that was running when the worker died)."""
+    import os
+    import signal
+
+    def on_event(kind, data):
+        if kind == "finished" and "pid" not in seen:
+            seen["pid"] = data["metrics"]["worker_pid"]
+        elif kind == "started" and "pid" in seen and "killed" not in seen:
+            seen["killed"] = data["number"]
+            os.kill(seen["pid"], signal.SIGKILL)
+
+    return on_event

@@ -6,7 +6,6 @@ One local Ray per module (started by the first search, ~5 s); later tests reuse 
 from __future__ import annotations
 
 import os
-import signal
 
 import optuna
 import pytest
@@ -15,6 +14,7 @@ from optuna.trial import TrialState
 from hlnas.errors import ConfigError
 from hlnas.executors import InlineExecutor, make_executor
 from hlnas.study import _spec, load_hlnas_study, run_search
+from tests.helpers import kill_first_worker_at_next_start
 from tests.test_study import one_thread, tiny_space, trained  # noqa: F401  (one_thread: autouse fixture)
 
 ray = pytest.importorskip("ray")
@@ -59,17 +59,9 @@ def test_search_on_two_ray_workers_overlaps_trials_on_long_lived_actors(tmp_path
 
 
 def test_a_killed_ray_worker_fails_its_trial_and_the_study_goes_on(tmp_path):
-    url = f"sqlite:///{tmp_path}/die.db"
-    seen: dict = {}
-
-    def on_event(kind, data):
-        if kind == "finished" and "pid" not in seen:
-            seen["pid"] = data["metrics"]["worker_pid"]
-        elif kind == "started" and "pid" in seen and "killed" not in seen:
-            seen["killed"] = data["number"]
-            os.kill(seen["pid"], signal.SIGKILL)  # the actor process that ran the first trial
-
-    run_search(tiny_space(), storage=url, study_name="die", n_trials=3, executor="ray", workers=1, on_event=on_event)
+    url, seen = f"sqlite:///{tmp_path}/die.db", {}
+    run_search(tiny_space(), storage=url, study_name="die", n_trials=3, executor="ray", workers=1,
+               on_event=kill_first_worker_at_next_start(seen))
     study = load_hlnas_study(url, "die")
     victim = study.trials[seen["killed"]]
     assert victim.state == TrialState.FAIL

@@ -10,14 +10,14 @@ import time
 
 import optuna
 import pytest
-import yaml
 from optuna.trial import TrialState
 
 from hlnas.errors import ConfigError
 from hlnas.executors import ProcessExecutor, make_executor
 from hlnas.study import _spec, load_hlnas_study, run_search
-from tests.test_resume import _cli, _stop_while_training, _trials
-from tests.test_study import one_thread, tiny_raw, tiny_space, trained  # noqa: F401  (one_thread: autouse fixture)
+from tests.test_resume import _cli, _stop_while_training, _trials, stoppable_space
+from tests.helpers import kill_first_worker_at_next_start
+from tests.test_study import one_thread, tiny_space, trained  # noqa: F401  (one_thread: autouse fixture)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -51,17 +51,9 @@ def test_worker_processes_run_trials_in_parallel_and_stay_alive_between_trials()
 
 
 def test_a_killed_worker_process_fails_its_trial_and_the_study_goes_on(tmp_path):
-    url = f"sqlite:///{tmp_path}/die.db"
-    seen: dict = {}
-
-    def on_event(kind, data):
-        if kind == "finished" and "pid" not in seen:
-            seen["pid"] = data["metrics"]["worker_pid"]
-        elif kind == "started" and "pid" in seen and "killed" not in seen:
-            seen["killed"] = data["number"]
-            os.kill(seen["pid"], signal.SIGKILL)  # the worker that ran the first trial, now given the next
-
-    run_search(tiny_space(), storage=url, study_name="die", n_trials=3, executor="processes", workers=1, on_event=on_event)
+    url, seen = f"sqlite:///{tmp_path}/die.db", {}
+    run_search(tiny_space(), storage=url, study_name="die", n_trials=3, executor="processes", workers=1,
+               on_event=kill_first_worker_at_next_start(seen))
     study = load_hlnas_study(url, "die")
     victim = study.trials[seen["killed"]]
     a = victim.user_attrs
@@ -87,10 +79,7 @@ def test_time_limit_lets_running_trials_finish_and_resume_continues(tmp_path):
 
 
 def test_sigterm_stops_a_search_like_ctrl_c(tmp_path):
-    raw = tiny_raw(mixers=["gla", "hgrn"], sampler="random")
-    raw["scale"]["train"]["tokens"] = 4096
-    space_file = tmp_path / "space.yaml"
-    space_file.write_text(yaml.safe_dump(raw))
+    space_file = stoppable_space(tmp_path)
     url, name = f"sqlite:///{tmp_path}/term.db", "term"
     p = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "5",
               "--executor", "processes", "--workers", "2"], tmp_path)

@@ -48,11 +48,17 @@ def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, 
     raise AssertionError("no trial was seen RUNNING within 120 s")
 
 
-def test_interrupt_then_kill_9_then_resume_finishes_without_duplicates(tmp_path):
-    raw = tiny_raw(mixers=["gla", "hgrn"], sampler="random")  # 7 layouts, 5 wanted
-    raw["scale"]["train"]["tokens"] = 4096  # ~1 s of training: a wide window to stop it in
+def stoppable_space(tmp_path):
+    """A space file of 7 layouts whose trials train ~1 s each: a wide window to stop a search in."""
+    raw = tiny_raw(mixers=["gla", "hgrn"], sampler="random")
+    raw["scale"]["train"]["tokens"] = 4096
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump(raw))
+    return space_file
+
+
+def test_interrupt_then_kill_9_then_resume_finishes_without_duplicates(tmp_path):
+    space_file = stoppable_space(tmp_path)
     url, name = f"sqlite:///{tmp_path}/crash.db", "crash"
 
     # 1. Ctrl-C while a trial trains: exits 130, says how to resume, leaves nothing RUNNING
