@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 
 from hlnas.catalog import code_table, linear_mixer_names
 from hlnas.errors import HlnasError
@@ -314,12 +312,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.timeout is not None and args.timeout <= 0:
         raise HlnasError(f"--timeout must be a positive number of seconds, got {args.timeout}")
 
-    def _terminate(signum, frame):  # SIGTERM (a scheduler, `timeout`) stops the search like Ctrl-C: nothing lost
-        raise KeyboardInterrupt
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    old_term = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
-    try:
+    try:  # run_search turns Ctrl-C and SIGTERM (a scheduler, `timeout`) into a clean stop: nothing lost
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
@@ -329,9 +322,6 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} --study {name}",
               file=sys.stderr)
         return 130
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, old_term)
     ui.close()
     _print_front(front_rows(study))
     print(f"\nstudy '{name}' stored in {storage}\n  hlnas status --storage {storage} --study {name}\n"

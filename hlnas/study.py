@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import os
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -203,8 +205,18 @@ def run_search(
     def out_of_time() -> bool:
         return time_limit is not None and time.monotonic() - t_start >= time_limit
 
+    # Ctrl-C and SIGTERM only set a flag, checked between storage writes: a KeyboardInterrupt raised in
+    # the middle of a write can leave SQLite locked, and then the interrupted trials could not be re-queued
+    stop_signal: list[int] = []
+    old_handlers = _catch_stop_signals(stop_signal)
+
+    def check_stop() -> None:
+        if stop_signal:
+            raise KeyboardInterrupt
+
     try:
         while True:
+            check_stop()
             trained = len(done_by_layout)
             if out_of_time() and not pending:
                 emit("time_limit", {"seconds": time_limit, "trained": trained})
@@ -216,6 +228,7 @@ def run_search(
             # fill free workers
             while (len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted() and dup_streak < 200
                    and not out_of_time()):
+                check_stop()
                 if dup_streak and dup_streak % _DUP_FALLBACK == 0 and unique is not None:
                     # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
                     # queue an untried candidate so the search keeps covering the space
@@ -282,8 +295,20 @@ def run_search(
         _recover(study)  # a trial asked but not yet submitted when the signal came is RUNNING too
         raise
     finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
         ex.shutdown()
     return study
+
+
+def _catch_stop_signals(flag: list[int]) -> dict:
+    """SIGINT/SIGTERM append to ``flag`` instead of raising (main thread only); returns the old handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        old[sig] = signal.signal(sig, lambda signum, frame: flag.append(signum))
+    return old
 
 
 def _cuda_available() -> bool:
