@@ -206,9 +206,12 @@ def run_search(
         return time_limit is not None and time.monotonic() - t_start >= time_limit
 
     # Ctrl-C and SIGTERM only set a flag, checked between storage writes: a KeyboardInterrupt raised in
-    # the middle of a write can leave SQLite locked, and then the interrupted trials could not be re-queued
+    # the middle of a write can leave SQLite locked, and then the interrupted trials could not be re-queued.
+    # While an inline trial runs in this process (no storage writes then) they raise at once, so a stop
+    # during scoring does not wait for it to finish (the trainer installs its own checkpointing handler).
     stop_signal: list[int] = []
-    old_handlers = _catch_stop_signals(stop_signal)
+    raise_now = [False]
+    old_handlers = _catch_stop_signals(stop_signal, raise_now)
 
     def check_stop() -> None:
         if stop_signal:
@@ -268,7 +271,12 @@ def run_search(
                     continue
                 pending[trial.number] = (trial, spec.layout)
                 emit("started", {"number": trial.number, "layout": spec.layout})  # before: inline submit() runs the trial
-                ex.submit(spec)
+                raise_now[0] = executor == "inline"
+                try:
+                    check_stop()  # a signal since the last check: this trial is pending, so it is re-queued
+                    ex.submit(spec)
+                finally:
+                    raise_now[0] = False
             for result in ex.wait(timeout=1.0):
                 if result.status == "interrupted":  # Ctrl-C/SIGTERM caught by the trainer (inline): stop the search
                     raise KeyboardInterrupt
@@ -301,13 +309,20 @@ def run_search(
     return study
 
 
-def _catch_stop_signals(flag: list[int]) -> dict:
-    """SIGINT/SIGTERM append to ``flag`` instead of raising (main thread only); returns the old handlers."""
+def _catch_stop_signals(flag: list[int], raise_now: list[bool]) -> dict:
+    """SIGINT/SIGTERM append to ``flag`` and raise KeyboardInterrupt only while ``raise_now[0]`` (main
+    thread only); returns the old handlers."""
     if threading.current_thread() is not threading.main_thread():
         return {}
+
+    def handle(signum, frame):
+        flag.append(signum)
+        if raise_now[0]:
+            raise KeyboardInterrupt
+
     old = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
-        old[sig] = signal.signal(sig, lambda signum, frame: flag.append(signum))
+        old[sig] = signal.signal(sig, handle)
     return old
 
 

@@ -293,3 +293,35 @@ def test_retry_failed_trains_a_failed_layout_again_after_the_cause_is_fixed(tmp_
     assert ("retry", {"number": 0, "layout": victim, "error_kind": "cuda_error"}) in events
     done = trained(load_hlnas_study(url, "r"))
     assert victim in {t.user_attrs["layout"] for t in done} and len(done) == 4
+
+
+def test_ctrl_c_while_an_inline_trial_scores_stops_at_once_and_requeues_it(tmp_path, monkeypatch):
+    """Outside training (model build, scoring) the trainer's checkpointing handler is not installed: the
+    search's own handler must still stop the running inline trial at once, not after its scoring."""
+    import signal
+    import time
+
+    import hlnas.score.objectives as objectives
+
+    url = f"sqlite:///{tmp_path}/stop.db"
+    real_score, calls = objectives.score, []
+
+    def slow_score(*a, **k):  # the second trial is stopped while it scores; a long scoring would follow
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(60)
+        return real_score(*a, **k)
+
+    monkeypatch.setattr(objectives, "score", slow_score)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_search(tiny_space(), storage=url, study_name="s", n_trials=4)
+    assert time.monotonic() - t0 < 50  # did not sit out the sleep
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handler is back
+    ts = optuna.load_study(study_name="s", storage=url).get_trials()
+    assert [t.state for t in ts[:2]] == [TrialState.COMPLETE, TrialState.FAIL]
+    assert ts[1].user_attrs["error_kind"] == "interrupted"
+    requeued = [t for t in ts if t.user_attrs.get("requeued_from") == 1]
+    assert [t.state for t in requeued] == [TrialState.WAITING]
+    assert requeued[0].system_attrs["fixed_params"] == ts[1].params  # a queued trial keeps its params here
