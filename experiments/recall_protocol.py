@@ -1,13 +1,19 @@
 """The proxy recall protocol, demonstrated: does it separate a pure linear model from its 3:1 hybrid
 and from the Transformer?
 
-Small models cannot do zero-shot RULER, so hlnas trains candidates on the corpus with recall-format
-documents mixed in (``train.recall_every``: complete RULER instances drawn from seeds disjoint from
-evaluation, see ``hlnas.score.ruler.ruler_training_documents``), then evaluates RULER at the training
-length and at twice that length, plus MQAR learned from scratch. This script runs the three
-candidates of one mixer with identical budgets and writes a markdown table.
+Small models cannot do zero-shot RULER, so hlnas mixes recall-format documents into the candidate's
+language-model training (``train.recall_every`` / ``recall_count``; instances drawn from seeds disjoint
+from evaluation) and scores the trained candidate itself at the training length and at twice it:
 
-    python experiments/recall_protocol.py --mixer gla --preset proxy-tiny --tokens 1500000 --seq-len 512
+* ``--format mqar`` (``train.recall_format: mqar``, objective ``mqar_mixed``): Zoology's MQAR instances
+  as token sequences, each query key followed by its value; scored on held-out instances with the same
+  number of pairs at 1x and 2x the instance length (recall across longer gaps);
+* ``--format ruler``: complete RULER instances as text (``hlnas.score.ruler.ruler_training_documents``);
+  scored on RULER at the training length and twice it, plus MQAR learned from scratch.
+
+The three candidates of one mixer get identical budgets; the script writes a markdown table (and JSON).
+
+    python experiments/recall_protocol.py --format mqar --mixer gla --layers 4 --tokens 6000000
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from hlnas.data.packing import TokenStream  # noqa: E402
 from hlnas.data.sources import DataConfig  # noqa: E402
 from hlnas.data.tokenizer import load_tokenizer  # noqa: E402
 from hlnas.layout import build_layout  # noqa: E402
+from hlnas.recipe import mqar_recall_config, recall_documents  # noqa: E402
 from hlnas.score.objectives import ScoreConfig, score  # noqa: E402
 from hlnas.score.ruler import ruler_training_documents  # noqa: E402
 from hlnas.train import TrainConfig, train  # noqa: E402
@@ -36,60 +43,90 @@ TASKS = ("niah_single_1", "niah_single_2", "niah_multikey_1", "niah_multikey_2",
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--format", choices=("mqar", "ruler"), default="mqar", help="recall documents mixed into training")
     ap.add_argument("--mixer", default="gla")
     ap.add_argument("--preset", default="proxy-tiny")
     ap.add_argument("--layers", type=int, default=None)
-    ap.add_argument("--tokens", type=int, default=1_500_000)
-    ap.add_argument("--seq-len", type=int, default=512)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--recall-every", type=int, default=1, help="one recall document per N corpus documents")
-    ap.add_argument("--samples", type=int, default=20)
-    ap.add_argument("--mqar-steps", type=int, default=150)
+    ap.add_argument("--tokens", type=int, default=6_000_000)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--recall-every", type=int, default=1, help="insert recall documents after every N corpus documents")
+    ap.add_argument("--recall-count", type=int, default=30, help="recall documents per insertion")
+    ap.add_argument("--recall-length", type=int, default=64, help="mqar: tokens per instance")
+    ap.add_argument("--kv-pairs", type=int, default=8, help="mqar: key-value pairs per instance")
+    ap.add_argument("--recall-vocab", type=int, default=64, help="mqar: symbols")
+    ap.add_argument("--samples", type=int, default=20, help="ruler: samples per task and length")
+    ap.add_argument("--test", type=int, default=512, help="mqar: held-out instances per length")
+    ap.add_argument("--mqar-steps", type=int, default=150, help="ruler: steps of the fresh-model MQAR objective")
+    ap.add_argument("--candidates", default="pure,3:1,transformer", help="comma-separated ratios of --mixer, or transformer")
     ap.add_argument("--out", default=None, help="markdown output (JSON beside it)")
     args = ap.parse_args()
     cfg = preset(args.preset)
     n = args.layers or cfg.n_layers
-    layouts = [build_layout(args.mixer, "pure", n), build_layout(args.mixer, "3:1", n), build_layout("transformer", None, n)]
-    tcfg = TrainConfig(tokens=args.tokens, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
-                       recall_every=args.recall_every, log_every=50)
+    layouts = [build_layout("transformer", None, n) if c == "transformer" else build_layout(args.mixer, c, n)
+               for c in args.candidates.split(",")]
+    mqar = args.format == "mqar"
+    tcfg = TrainConfig(tokens=args.tokens, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, log_every=50,
+                       recall_every=args.recall_every, recall_count=args.recall_count if mqar else 1,
+                       recall_format=args.format, recall_length=args.recall_length if mqar else 0,
+                       recall_kv_pairs=args.kv_pairs, recall_vocab=args.recall_vocab)
     dcfg = DataConfig()
     tok = load_tokenizer(dcfg.tokenizer)
-    scfg = ScoreConfig(objectives=("val_loss", "ruler", "mqar"), ruler_tasks=TASKS,
-                       ruler_lengths=(args.seq_len, 2 * args.seq_len), ruler_samples=args.samples, mqar_steps=args.mqar_steps)
+    if mqar:
+        scfg = ScoreConfig(objectives=("val_loss", "mqar_mixed"), mqar_test=args.test, mqar_mixed_scales=(1, 2))
+        extra = recall_documents(tcfg, dcfg)
+    else:
+        scfg = ScoreConfig(objectives=("val_loss", "ruler", "mqar"), ruler_tasks=TASKS, ruler_lengths=(args.seq_len, 2 * args.seq_len),
+                           ruler_samples=args.samples, mqar_steps=args.mqar_steps)
+        extra = lambda seed: ruler_training_documents(tok, args.seq_len, seed, tasks=TASKS)  # noqa: E731
     rows = []
     for layout in layouts:
         t0 = time.perf_counter()
-        r = train(layout, cfg, tcfg, dcfg, progress=True,
-                  extra_docs=lambda seed: ruler_training_documents(tok, args.seq_len, seed, tasks=TASKS))
+        r = train(layout, cfg, tcfg, dcfg, progress=True, extra_docs=extra)
         val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
-        s = score(r.model, tok, scfg, val_batches=val)
-        per_len = {L: s["ruler"]["per_length"][L]["average"] for L in s["ruler"]["lengths"]}
-        rows.append({"layout": str(layout), "name": "transformer" if layout.ratio == "transformer" else f"{args.mixer} {layout.ratio}", "train_loss": r.final_loss,
-                     "val_loss": s["val_loss"], "ruler": s["ruler"]["average"], "ruler_per_length": per_len,
-                     "ruler_tasks": s["ruler"]["tasks"], "mqar_acc": s["mqar_acc"], "tokens_per_s": r.tokens_per_s,
-                     "wall_s": round(time.perf_counter() - t0, 1)})
-        print(json.dumps(rows[-1]), flush=True)
-    head = [f"# Recall protocol ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-            f"machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-            f"cuda {torch.cuda.is_available()}", f"command: python {' '.join(sys.argv)}", "",
-            f"preset {args.preset}, {n} layers, {args.tokens:,} tokens at seq_len {args.seq_len}, recall_every {args.recall_every}; "
-            f"RULER tasks {', '.join(TASKS)} ({args.samples} samples each) at lengths {args.seq_len} and {2 * args.seq_len}", "",
-            "| candidate | layout | val loss | RULER avg | " + " | ".join(f"RULER@{L}" for L in (args.seq_len, 2 * args.seq_len))
-            + " | MQAR acc | train tok/s |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        head.append(f"| {r['name']} | `{r['layout']}` | {r['val_loss']:.3f} | {r['ruler']:.3f} | "
-                    + " | ".join(f"{v:.3f}" for v in r["ruler_per_length"].values())
-                    + f" | {r['mqar_acc']:.3f} | {r['tokens_per_s']:.0f} |")
-    head += ["", "Per task (averaged over lengths):", "", "| candidate | " + " | ".join(TASKS) + " |", "|---" * (len(TASKS) + 1) + "|"]
-    for r in rows:
-        head.append(f"| {r['name']} | " + " | ".join(f"{r['ruler_tasks'].get(t, float('nan')):.2f}" for t in TASKS) + " |")
-    text = "\n".join(head) + "\n"
+        s = score(r.model, tok, scfg, val_batches=val, mixed_mqar=mqar_recall_config(tcfg, dcfg))
+        row = {"layout": str(layout), "name": "transformer" if layout.ratio == "transformer" else f"{args.mixer} {layout.ratio}",
+               "params": r.params, "train_loss": r.final_loss, "val_loss": s["val_loss"], "tokens_per_s": r.tokens_per_s,
+               "wall_s": round(time.perf_counter() - t0, 1)}
+        if mqar:
+            row.update(recall=s["mqar_mixed_acc"], per_length=s["mqar_mixed"]["by_length"])
+        else:
+            row.update(recall=s["ruler"]["average"], per_length={L: s["ruler"]["per_length"][L]["average"] for L in s["ruler"]["lengths"]},
+                       ruler_tasks=s["ruler"]["tasks"], mqar_acc=s["mqar_acc"])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    text = _report(args, n, rows)
     print(text)
     if args.out:
         open(args.out, "w").write(text)
         json.dump(rows, open(args.out.rsplit(".", 1)[0] + ".json", "w"), indent=1, default=str)
     return 0
+
+
+def _report(args, n: int, rows: list[dict]) -> str:
+    mqar = args.format == "mqar"
+    lengths = list(rows[0]["per_length"])
+    what = (f"MQAR instances of {args.recall_length} tokens, {args.kv_pairs} pairs, {args.recall_vocab} symbols, "
+            f"{args.recall_count} per {args.recall_every} corpus document(s); scored on {args.test} held-out instances per length"
+            if mqar else f"RULER tasks {', '.join(TASKS)} ({args.samples} samples each)")
+    name = "MQAR" if mqar else "RULER"
+    lines = [f"# Recall protocol, {args.format} format ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+             f"machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+             f"cuda {torch.cuda.is_available()}", f"command: python {' '.join(sys.argv)}", "",
+             f"preset {args.preset}, {n} layers, {args.tokens:,} tokens at seq_len {args.seq_len}, lr {args.lr}; {what}", "",
+             f"| candidate | layout | params | val loss | {name} avg | " + " | ".join(f"{name}@{L}" for L in lengths)
+             + (" | MQAR (fresh model)" if not mqar else "") + " | train tok/s |",
+             "|---" * (6 + len(lengths) + (0 if mqar else 1)) + "|"]
+    for r in rows:
+        lines.append(f"| {r['name']} | `{r['layout']}` | {r['params']:,} | {r['val_loss']:.3f} | {r['recall']:.3f} | "
+                     + " | ".join(f"{v:.3f}" for v in r["per_length"].values())
+                     + (f" | {r['mqar_acc']:.3f}" if not mqar else "") + f" | {r['tokens_per_s']:.0f} |")
+    if not mqar:
+        lines += ["", "Per task (averaged over lengths):", "", "| candidate | " + " | ".join(TASKS) + " |", "|---" * (len(TASKS) + 1) + "|"]
+        for r in rows:
+            lines.append(f"| {r['name']} | " + " | ".join(f"{r['ruler_tasks'].get(t, float('nan')):.2f}" for t in TASKS) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -183,6 +183,7 @@ def _score_dir(ckpt_dir, score_cfg) -> dict:
     from hlnas.data.packing import TokenStream
     from hlnas.data.sources import DataConfig
     from hlnas.data.tokenizer import load_tokenizer
+    from hlnas.recipe import mqar_recall_config
     from hlnas.score.objectives import score
     from hlnas.train import TrainConfig, load_checkpoint, resolve_device
 
@@ -194,18 +195,19 @@ def _score_dir(ckpt_dir, score_cfg) -> dict:
     if "val_loss" in score_cfg.objectives:
         val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
     return score(model, load_tokenizer(dcfg.tokenizer), score_cfg, val_batches=val, device=device, seed=tcfg.seed,
-                 progress=lambda name: print(f"scoring: {name}", file=sys.stderr, flush=True))
+                 progress=lambda name: print(f"scoring: {name}", file=sys.stderr, flush=True),
+                 mixed_mqar=mqar_recall_config(tcfg, dcfg))
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
         help="score a trained checkpoint on chosen objectives",
-        description="Score a checkpoint written by 'hlnas train' on objectives val_loss, ruler, mqar, lm_eval "
+        description="Score a checkpoint written by 'hlnas train' on objectives val_loss, ruler, mqar, mqar_mixed, lm_eval "
         "and write JSON (default: CHECKPOINT_DIR/eval.json).",
     )
     p.add_argument("checkpoint", help="a training output directory or its checkpoint.pt")
-    p.add_argument("--objectives", help="comma-separated: val_loss, ruler, mqar, lm_eval (default: the recipe's)")
+    p.add_argument("--objectives", help="comma-separated: val_loss, ruler, mqar, mqar_mixed, lm_eval (default: the recipe's)")
     p.add_argument("--set", action="append", default=[], metavar="score.KEY=VALUE", help="override score settings")
     p.add_argument("--out", help="JSON output path")
     p.set_defaults(func=cmd_eval)

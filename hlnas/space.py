@@ -36,13 +36,14 @@ __all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CON
 SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 METRICS = {  # metric key in a trial's results -> default direction
     "recall": "maximize",  # the recall the scale measures: RULER weighted average if scored, else MQAR accuracy
-    "ruler": "maximize", "mqar_acc": "maximize", "lm_acc": "maximize",
+    "ruler": "maximize", "mqar_acc": "maximize", "mqar_mixed_acc": "maximize", "lm_acc": "maximize",
     "val_loss": "minimize", "kv_cache_bytes": "minimize", "state_bytes": "minimize",
     "params": "minimize", "flops_per_token": "minimize", "inference_bytes": "minimize"}
 DIRECTIONS = ("maximize", "minimize")
 CONSTRAINTS = {"max_params": "params", "max_kv_bytes": "kv_cache_bytes", "max_state_bytes": "state_bytes"}
 # Trained metrics need a ScoreConfig objective; the rest come from hlnas.budget without training.
-_NEEDS = {"recall": ("ruler", "mqar"), "ruler": ("ruler",), "mqar_acc": ("mqar",), "lm_acc": ("lm_eval",),
+_NEEDS = {"recall": ("ruler", "mqar_mixed", "mqar"), "ruler": ("ruler",), "mqar_acc": ("mqar",),
+          "mqar_mixed_acc": ("mqar_mixed",), "lm_acc": ("lm_eval",),
           "val_loss": ("val_loss",)}
 TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "layers", "hetero", "scale",
             "objectives", "constraints", "sampler")
@@ -160,9 +161,11 @@ class SearchSpace:
         return [self.layout(p) for p in self.grid()]
 
     def result_key(self, metric: str) -> str:
-        """Where ``metric`` sits in a trial's results: score() writes the RULER average as 'recall'."""
+        """Where ``metric`` sits in a trial's results: 'recall' is RULER's average when it ran, else the
+        mixed-in MQAR accuracy, else the fresh-model MQAR accuracy (the order run_trial fills it)."""
         if metric == "recall":
-            return "recall" if "ruler" in self.score_config().objectives else "mqar_acc"
+            objectives = self.score_config().objectives
+            return "recall" if "ruler" in objectives else "mqar_mixed_acc" if "mqar_mixed" in objectives else "mqar_acc"
         return "recall" if metric == "ruler" else metric
 
     # -- the scale, as the real config objects --------------------------------------------------
@@ -405,6 +408,10 @@ class _Validator:
                 built[k] = build(sections[k])
             except (ConfigError, TypeError, ValueError) as e:
                 self.fail(f"scale.{k}: {e}")
+        mixed = built["train"].recall_every and built["train"].recall_format == "mqar"
+        if "mqar_mixed" in built["score"].objectives and not mixed:
+            self.fail("scale.score.objectives has mqar_mixed, which scores the MQAR instances mixed into training: "
+                      "set scale.train.recall_format: mqar and scale.train.recall_every >= 1")
         return built["model"], sections
 
     def layers(self, value, model_cfg, model_section: dict) -> int:

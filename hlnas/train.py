@@ -40,6 +40,10 @@ class NonFiniteLoss(HlnasError):
         super().__init__(f"loss became {loss} at step {step}; lower the learning rate or check the data")
 
 
+#: recall-format documents the recall protocol can mix into training (``TrainConfig.recall_format``)
+RECALL_FORMATS = ("ruler", "mqar")
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     tokens: int = 1_000_000  # training budget in tokens (rounded down to whole steps)
@@ -59,8 +63,12 @@ class TrainConfig:
     log_every: int = 10
     checkpoint_every: int = 0  # steps; 0 = only at the end and on interrupt
     val_batches: int = 8
-    recall_every: int = 0  # mix one recall-format document every N corpus documents (0 = off)
+    recall_every: int = 0  # mix recall_count recall-format documents after every N corpus documents (0 = off)
+    recall_count: int = 1  # recall documents per insertion (short MQAR instances need many per corpus document)
     recall_length: int = 0  # context of the mixed recall documents (0 = seq_len)
+    recall_format: str = "ruler"  # ruler: RULER instances as text | mqar: MQAR instances as tokens
+    recall_kv_pairs: int = 8  # mqar format: key-value pairs per instance
+    recall_vocab: int = 64  # mqar format: symbols (keys take half, values half)
 
     def __post_init__(self) -> None:
         positive = ("tokens", "batch_size", "seq_len", "log_every", "val_batches")
@@ -71,6 +79,18 @@ class TrainConfig:
             raise ConfigError(f"train.lr must be a positive number, got {self.lr}")
         if not 0 <= self.warmup_frac < 1:
             raise ConfigError(f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        if self.recall_format not in RECALL_FORMATS:
+            raise ConfigError(f"train.recall_format '{self.recall_format}' is not allowed; allowed: {', '.join(RECALL_FORMATS)}")
+        if self.recall_count < 1:
+            raise ConfigError(f"train.recall_count must be >= 1, got {self.recall_count}")
+        if self.recall_every < 0 or self.recall_length < 0:
+            raise ConfigError(f"train.recall_every and train.recall_length must be >= 0, got {self.recall_every} and {self.recall_length}")
+        if self.recall_format == "mqar" and self.recall_every:
+            L, K, V = self.recall_length or self.seq_len, self.recall_kv_pairs, self.recall_vocab
+            if L % 2 or K < 1 or 4 * K > L:
+                raise ConfigError(f"train.recall_format mqar needs an even recall length L (recall_length, or seq_len) and 1 <= recall_kv_pairs <= L/4; got L={L}, recall_kv_pairs={K}")
+            if V < 2 * K + 2:
+                raise ConfigError(f"train.recall_vocab={V} holds {max(V // 2 - 1, 0)} distinct keys; recall_kv_pairs={K} needs recall_vocab >= {2 * K + 2}")
         if self.autocast not in ("auto", "bf16", "off"):
             raise ConfigError(f"train.autocast '{self.autocast}' is not allowed; allowed: auto, bf16, off")
         if self.steps < 1:
@@ -262,7 +282,8 @@ def train(
     if ckpt is not None:
         ckpt.parent.mkdir(parents=True, exist_ok=True)
 
-    mix = {"extra_docs": extra_docs, "extra_every": train_cfg.recall_every} if extra_docs and train_cfg.recall_every else {}
+    mix = ({"extra_docs": extra_docs, "extra_every": train_cfg.recall_every, "extra_count": train_cfg.recall_count}
+           if extra_docs and train_cfg.recall_every else {})
     stream = TokenStream(data_cfg, train_cfg.seq_len, **mix)
     step_fn = torch.compile(model) if train_cfg.compile else model
     t0 = time.perf_counter()

@@ -99,7 +99,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         from hlnas.data.tokenizer import load_tokenizer
         from hlnas.layout import Layout
         from hlnas.score.objectives import ScoreConfig, score
-        from hlnas.recipe import recall_documents
+        from hlnas.recipe import mqar_recall_config, recall_documents
         from hlnas.train import TrainConfig, train
 
         metrics.update(layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement))
@@ -115,11 +115,14 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         from hlnas.data.packing import TokenStream
 
         val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches) if "val_loss" in scfg.objectives else None
-        scores = score(tr.model, load_tokenizer(dcfg.tokenizer), scfg, val_batches=val, seed=tcfg.seed)
+        scores = score(tr.model, load_tokenizer(dcfg.tokenizer), scfg, val_batches=val, seed=tcfg.seed,
+                       mixed_mqar=mqar_recall_config(tcfg, dcfg))
         metrics.update(scores)
-        # "recall" is the study's recall measure: RULER's weighted average when it ran, else MQAR accuracy
-        if "recall" not in metrics and "mqar_acc" in metrics:
-            metrics["recall"] = metrics["mqar_acc"]
+        # "recall" is the study's recall measure: RULER's weighted average when it ran, else the mixed-in
+        # MQAR accuracy, else the fresh-model MQAR accuracy (SearchSpace.result_key says the same)
+        for key in ("mqar_mixed_acc", "mqar_acc"):
+            if "recall" not in metrics and key in metrics:
+                metrics["recall"] = metrics[key]
         if "ruler" in metrics:
             metrics["ruler"] = {k: metrics["ruler"][k] for k in ("tasks", "groups", "average") if k in metrics["ruler"]}
         metrics["status"] = "ok"

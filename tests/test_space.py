@@ -209,6 +209,13 @@ def test_result_keys_for_recall():
     assert s.result_key("recall") == "mqar_acc" and s.result_key("kv_cache_bytes") == "kv_cache_bytes"
     r = s.with_overrides(score={"objectives": ["val_loss", "ruler", "mqar"]})
     assert r.result_key("recall") == "recall" and r.result_key("ruler") == "recall"
+    recall = [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}]
+    m = s.with_overrides(score={"objectives": ["val_loss", "mqar_mixed"]}, objectives=recall,
+                         train={**s.train, "recall_every": 1, "recall_format": "mqar", "recall_length": 32})
+    assert m.result_key("recall") == "mqar_mixed_acc"
+    with pytest.raises(SpaceError, match="mqar_mixed, which scores the MQAR instances mixed into training: set "
+                                         "scale.train.recall_format: mqar and scale.train.recall_every >= 1"):
+        s.with_overrides(score={"objectives": ["val_loss", "mqar_mixed"]}, objectives=recall)
 
 
 def test_defaults():
@@ -261,7 +268,7 @@ ERRORS = [
      "{p}: sampler='cmaes' is not allowed; allowed: nsga2, tpe, gp, random, grid"),
     ("mixers: [gla]\nratios: ['6:1']\nsampler: nsga\n", "{p}: sampler='nsga' is not allowed; allowed: nsga2, tpe, gp, random, grid. Did you mean: nsga2?"),
     ("mixers: [gla]\nratios: ['6:1']\nobjectives: [{metric: acc}]\n",
-     "{p}: objectives[0].metric='acc' is not allowed; allowed: recall, ruler, mqar_acc, lm_acc, val_loss"),
+     "{p}: objectives[0].metric='acc' is not allowed; allowed: recall, ruler, mqar_acc, mqar_mixed_acc, lm_acc, val_loss"),
     ("mixers: [gla]\nratios: ['6:1']\nobjectives: [{metric: val_loss, direction: max}]\n",
      "{p}: objectives[0].direction='max' is not allowed; allowed: maximize, minimize"),
     ("mixers: [gla]\nratios: ['6:1']\nobjectives: [{metric: val_loss, weight: 2}]\n",
@@ -287,7 +294,7 @@ ERRORS = [
     ("mixers: [gla]\nratios: ['6:1']\nscale: {model: {preset: proxy-gpu}}\n", "{p}: scale.model.preset: put the preset at scale.preset"),
     ("mixers: [gla]\nratios: ['6:1']\nscale: {data: {sorce: x}}\n", "{p}: scale.data: unknown data config key 'sorce'"),
     ("mixers: [gla]\nratios: ['6:1']\nscale: {score: {objectives: [mqar, bleu]}}\n",
-     "{p}: scale.score: unknown objective 'bleu'. Allowed: val_loss, ruler, mqar, lm_eval"),
+     "{p}: scale.score: unknown objective 'bleu'. Allowed: val_loss, ruler, mqar, mqar_mixed, lm_eval"),
     ("mixers: [gla]\nratios: ['6:1']\nscale: {kv_context: 0}\n", "{p}: scale.kv_context=0 must be a positive integer"),
     ("mixers: [gla]\nratios: ['6:1']\nhetero: {ratio: '6:1'}\n", "{p}: 'ratios' cannot be used with 'hetero'"),
     ("mixers: [gla]\nhetero: {ratio: pure}\n",

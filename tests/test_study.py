@@ -325,3 +325,32 @@ def test_ctrl_c_while_an_inline_trial_scores_stops_at_once_and_requeues_it(tmp_p
     requeued = [t for t in ts if t.user_attrs.get("requeued_from") == 1]
     assert [t.state for t in requeued] == [TrialState.WAITING]
     assert requeued[0].system_attrs["fixed_params"] == ts[1].params  # a queued trial keeps its params here
+
+
+def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_path, monkeypatch):
+    """recall_format mqar: each trial trains with MQAR instances mixed into the corpus and its recall
+    objective is the trained candidate's own held-out MQAR accuracy (training length and 2x)."""
+    import hlnas.recipe
+
+    mixed, real = [], hlnas.recipe.recall_documents
+
+    def spy(train, data):
+        docs = real(train, data)
+        mixed.append(train.recall_format)
+        return docs
+
+    monkeypatch.setattr(hlnas.recipe, "recall_documents", spy)
+    raw = tiny_raw(ratios=["pure"], transformer=True)
+    raw["scale"]["train"].update(recall_every=1, recall_count=4, recall_format="mqar", recall_length=16, recall_kv_pairs=2,
+                                 recall_vocab=16)
+    raw["scale"]["score"] = {"objectives": ["val_loss", "mqar_mixed"], "mqar_test": 16, "mqar_batch": 8}
+    raw["objectives"] = [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}]
+    url = f"sqlite:///{tmp_path}/m.db"
+    study = run_search(space_from_dict(raw), storage=url, study_name="m", n_trials=2)
+    done = trained(study)
+    assert len(done) == 2 and mixed == ["mqar", "mqar"]
+    for t in done:
+        a = t.user_attrs
+        assert set(a["mqar_mixed"]["by_length"]) == {"16", "32"} and "mqar_acc" not in a
+        assert a["recall"] == a["mqar_mixed_acc"] == t.values[0]
+        assert 0 <= a["recall"] <= 1

@@ -72,6 +72,13 @@ def test_schedule_warms_up_then_decays_to_min():
         ({"lr": -1.0}, "train.lr must be a positive number"),
         ({"autocast": "fp8"}, "autocast 'fp8' is not allowed; allowed: auto, bf16, off"),
         ({"batch_size": 0}, "train.batch_size must be >= 1"),
+        ({"recall_format": "niah"}, "recall_format 'niah' is not allowed; allowed: ruler, mqar"),
+        ({"recall_count": 0}, "train.recall_count must be >= 1, got 0"),
+        ({"recall_every": -1}, "recall_every and train.recall_length must be >= 0"),
+        ({"recall_every": 1, "recall_format": "mqar", "recall_length": 30, "recall_kv_pairs": 8},
+         "even recall length L .recall_length, or seq_len. and 1 <= recall_kv_pairs <= L/4; got L=30"),
+        ({"recall_every": 1, "recall_format": "mqar", "recall_kv_pairs": 8, "recall_vocab": 16},
+         "recall_vocab=16 holds 7 distinct keys; recall_kv_pairs=8 needs recall_vocab >= 18"),
     ],
 )
 def test_bad_config(kwargs, message):

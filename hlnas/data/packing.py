@@ -38,24 +38,29 @@ def tokens_per_batch(batch_size: int, seq_len: int) -> int:
 class TokenStream:
     """Training and validation batches of token ids, ``LongTensor [batch, seq_len + 1]``.
 
-    ``extra_docs``: optional ``seed -> iterable of str`` (e.g. recall-format documents); when given,
-    one extra document is inserted after every ``extra_every`` source documents of the training
-    stream (validation is never mixed). It must yield the same documents for the same seed; it is
-    called again with the same seed if it runs out.
+    ``extra_docs``: optional ``seed -> iterable of documents`` (e.g. recall-format documents); when
+    given, ``extra_count`` extra documents are inserted after every ``extra_every`` source documents of
+    the training stream (validation is never mixed). A document is a str, or a list of token ids taken as they are
+    (synthetic token-level tasks such as MQAR). It must yield the same documents for the same seed; it
+    is called again with the same seed if it runs out.
     """
 
     def __init__(self, cfg: DataConfig, seq_len: int, *,
-                 extra_docs: Callable[[int], Iterable[str]] | None = None, extra_every: int = 0):
+                 extra_docs: Callable[[int], Iterable[str | list[int]]] | None = None, extra_every: int = 0,
+                 extra_count: int = 1):
         if seq_len < 1:
             raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
         if extra_docs is not None and extra_every < 1:
             raise ConfigError(f"extra_every must be >= 1 when extra_docs is given, got {extra_every}")
+        if extra_count < 1:
+            raise ConfigError(f"extra_count must be >= 1, got {extra_count}")
         self.cfg = cfg
         self.seq_len = seq_len
         self.row_len = seq_len + 1
         self.tokenizer: Tokenizer = load_tokenizer(cfg.tokenizer)
         self.extra_docs = extra_docs
         self.extra_every = extra_every
+        self.extra_count = extra_count
         self._val_rows: list[list[int]] | None = None
         if not cfg.source.startswith("hf:"):  # fail now on a bad path or column (a hub dataset loads lazily)
             iter_documents(cfg)
@@ -103,7 +108,9 @@ class TokenStream:
         extra = iter(self.extra_docs(self.cfg.seed))
         for i, doc in enumerate(docs, 1):
             yield doc
-            if i % self.extra_every == 0:
+            if i % self.extra_every:
+                continue
+            for _ in range(self.extra_count):
                 nxt = next(extra, None)
                 if nxt is None:  # ran out: start another pass with the same seed
                     extra = iter(self.extra_docs(self.cfg.seed))
@@ -113,14 +120,19 @@ class TokenStream:
                 yield nxt
 
     # ----- tokens and rows
-    def _n_tokens(self, doc: str) -> int:
+    def _n_tokens(self, doc: str | list[int]) -> int:
+        if isinstance(doc, list):
+            return len(doc)
         if isinstance(self.tokenizer, ByteTokenizer):  # same count as encode(), without building the list
             return len(doc.encode("utf-8"))
         return len(self.tokenizer.encode(doc))
 
-    def _token_chunks(self, docs: Iterable[str], skip_tokens: int = 0) -> Iterator[list[int]]:
+    def _token_chunks(self, docs: Iterable[str | list[int]], skip_tokens: int = 0) -> Iterator[list[int]]:
         """Each document's tokens plus eos, with the first ``skip_tokens`` of the flat stream dropped."""
-        encode, eos = self.tokenizer.encode, self.tokenizer.eos_id
+        eos = self.tokenizer.eos_id
+
+        def encode(doc):  # a token-id list is already tokens (copied: eos is appended to it)
+            return list(doc) if isinstance(doc, list) else self.tokenizer.encode(doc)
         for doc in docs:
             if skip_tokens:
                 n = self._n_tokens(doc) + 1

@@ -20,6 +20,8 @@ MQAR symbol i to model token ``token_map[i]`` (e.g. to keep the filler off the m
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +30,7 @@ from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
 
-__all__ = ["MQARConfig", "make_mqar", "mqar_accuracy", "mqar_loss", "TEST_SEED_OFFSET"]
+__all__ = ["MQARConfig", "make_mqar", "mqar_accuracy", "mqar_loss", "mqar_documents", "mqar_token_map", "as_documents", "TEST_SEED_OFFSET"]
 
 TEST_SEED_OFFSET = 2**31
 IGNORE = -100
@@ -91,6 +93,38 @@ def make_mqar(cfg: MQARConfig, n: int, seed: int, *, split: str = "test") -> tup
 
 
 _CHUNK = 1024
+
+
+def mqar_token_map(vocab_size: int, model_vocab: int, eos_id: int) -> tuple[int, ...]:
+    """Symbol -> token id for MQAR inside a language model's vocabulary: the first ``vocab_size`` ids,
+    skipping ``eos_id`` (the document separator must keep its meaning)."""
+    ids = [t for t in range(model_vocab) if t != eos_id][:vocab_size]
+    if len(ids) < vocab_size:
+        raise ConfigError(f"an MQAR vocabulary of {vocab_size} symbols needs a model vocabulary of at least {vocab_size + 1} (one id is eos), got {model_vocab}")
+    return tuple(ids)
+
+
+def as_documents(inputs: Tensor, labels: Tensor) -> Tensor:
+    """MQAR examples in language-model form: each query key is followed by its value (in Zoology's form
+    the next input is filler and the value is only a label), so plain next-token training teaches the
+    lookup. Labels keep their places, so :func:`mqar_accuracy` scores the same queries; a value after
+    query ``i`` helps no later query (each key is asked once)."""
+    docs = inputs.clone()
+    q = labels != IGNORE
+    shifted = torch.zeros_like(q)
+    shifted[:, 1:] = q[:, :-1]  # the position after each query (odd, never another query)
+    docs[shifted] = labels[q]
+    return docs
+
+
+def mqar_documents(cfg: MQARConfig, seed: int) -> Iterator[list[int]]:
+    """Endless MQAR training instances as token-id lists in language-model form (:func:`as_documents`,
+    ``cfg.token_map`` applied), for mixing into training: the recall protocol's MQAR format. Drawn from
+    the train stream, so never one of :func:`make_mqar`'s test instances; block ``b`` uses train seed
+    ``seed + b``."""
+    for block in itertools.count():
+        inputs, labels = make_mqar(cfg, _CHUNK, (seed + block) % TEST_SEED_OFFSET, split="train")
+        yield from as_documents(inputs, labels).tolist()
 
 
 def _chunk(cfg: MQARConfig, n: int, g: torch.Generator) -> tuple[Tensor, Tensor]:

@@ -7,6 +7,10 @@ Objectives (``ScoreConfig.objectives``):
   (``recall`` in the result), tasks and context lengths configurable;
 * ``mqar``: Zoology's multi-query associative recall, learned by a fresh copy of the candidate's
   architecture for ``mqar_steps`` steps (Zoology's protocol: recall capacity of the architecture);
+* ``mqar_mixed``: the recall protocol with ``train.recall_format: mqar``: MQAR instances were mixed
+  into the candidate's training; the trained candidate itself is scored on held-out instances at the
+  training length and longer (``mqar_mixed_scales``), same number of pairs, so longer means recall
+  over longer gaps;
 * ``lm_eval``: named lm-eval tasks (the paper's six by default) through :class:`~hlnas.score.lm.HlnasLM`.
 
 Every objective reports into one flat-ish dict so a study can pick any entry as its target.
@@ -28,7 +32,7 @@ from hlnas.train import cosine_lr
 
 __all__ = ["ScoreConfig", "OBJECTIVES", "score", "mqar_objective"]
 
-OBJECTIVES = ("val_loss", "ruler", "mqar", "lm_eval")
+OBJECTIVES = ("val_loss", "ruler", "mqar", "mqar_mixed", "lm_eval")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,8 +52,9 @@ class ScoreConfig:
     mqar_vocab: int = 256
     mqar_steps: int = 150
     mqar_batch: int = 32
-    mqar_lr: float = 3e-3
+    mqar_lr: float = 1e-3  # 3e-3 left a 2-layer Transformer on the ln(K) plateau for 6000 steps; 1e-3 solved it (mqar_pilot_cpu.md)
     mqar_test: int = 256
+    mqar_mixed_scales: tuple[int, ...] = (1, 2)  # mqar_mixed: test lengths as multiples of the training length
     # lm-eval (hlnas.score.lm)
     lm_eval_tasks: tuple[str, ...] = ("arc_challenge", "arc_easy", "hellaswag", "lambada_openai", "openbookqa", "piqa")
     lm_eval_limit: int | None = None
@@ -58,7 +63,7 @@ class ScoreConfig:
     batch_size: int = 8
 
     def __post_init__(self) -> None:
-        for name in ("objectives", "ruler_tasks", "ruler_lengths", "lm_eval_tasks"):
+        for name in ("objectives", "ruler_tasks", "ruler_lengths", "lm_eval_tasks", "mqar_mixed_scales"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for obj in self.objectives:
             if obj not in OBJECTIVES:
@@ -72,6 +77,8 @@ class ScoreConfig:
         for name in ("ruler_samples", "mqar_steps", "mqar_batch", "mqar_test", "batch_size", "lm_eval_max_length"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"score.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.mqar_mixed_scales or any(int(m) != m or m < 1 for m in self.mqar_mixed_scales):
+            raise ConfigError(f"score.mqar_mixed_scales must be whole multiples >= 1 of the training length, got {list(self.mqar_mixed_scales)}")
         if any(L < 1 for L in self.ruler_lengths) or not self.ruler_lengths:
             raise ConfigError(f"score.ruler_lengths must be positive token counts, got {list(self.ruler_lengths)}")
 
@@ -118,6 +125,23 @@ def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, 
             "mqar": {"seq_len": mcfg.seq_len, "kv_pairs": mcfg.num_kv_pairs, "vocab": vocab, "steps": cfg.mqar_steps}}
 
 
+def mqar_mixed_objective(model: HybridLM, trained_on, cfg: ScoreConfig, eos_id: int, *, seed: int = 0, device=None) -> dict:
+    """Score a candidate trained with MQAR instances mixed in (``trained_on``: their MQARConfig) on
+    held-out instances of the same format at each of ``cfg.mqar_mixed_scales`` x the training length."""
+    from hlnas.score.mqar import IGNORE, as_documents, make_mqar, mqar_accuracy
+
+    by_length = {}
+    for m in cfg.mqar_mixed_scales:
+        mc = trained_on.replace(seq_len=trained_on.seq_len * int(m))
+        x, y = make_mqar(mc, cfg.mqar_test, seed, split="test")
+        # as in training: the document form, each instance right after a document separator
+        sep = torch.full((x.shape[0], 1), eos_id, dtype=torch.long)
+        x, y = torch.cat([sep, as_documents(x, y)], 1), torch.cat([torch.full_like(sep, IGNORE), y], 1)
+        by_length[str(mc.seq_len)] = mqar_accuracy(model, x, y, batch_size=cfg.mqar_batch, device=device)
+    return {"mqar_mixed_acc": sum(by_length.values()) / len(by_length),
+            "mqar_mixed": {"by_length": by_length, "kv_pairs": trained_on.num_kv_pairs, "vocab": trained_on.vocab_size}}
+
+
 def score(
     model: HybridLM,
     tokenizer,
@@ -127,8 +151,10 @@ def score(
     device=None,
     seed: int = 0,
     progress=None,
+    mixed_mqar=None,
 ) -> dict:
-    """Run the configured objectives on a trained ``model``. ``progress(name)`` is told each objective."""
+    """Run the configured objectives on a trained ``model``. ``progress(name)`` is told each objective.
+    ``mixed_mqar``: the MQARConfig of the instances mixed into training (``mqar_mixed`` needs it)."""
     out: dict = {}
     device = device or next(model.parameters()).device
     autocast = torch.bfloat16 if torch.device(device).type == "cuda" else None
@@ -151,6 +177,11 @@ def score(
             out.update(ruler=r, recall=r["average"])
         elif obj == "mqar":
             out.update(mqar_objective(model.layout, model.cfg, cfg, seed=seed, device=device))
+        elif obj == "mqar_mixed":
+            if mixed_mqar is None:
+                raise ConfigError("objective 'mqar_mixed' scores what training mixed in: train with train.recall_format: mqar "
+                                  "and train.recall_every >= 1, or drop mqar_mixed from score.objectives")
+            out.update(mqar_mixed_objective(model, mixed_mqar, cfg, tokenizer.eos_id, seed=seed, device=device))
         elif obj == "lm_eval":
             from hlnas.score.lm import run_lm_eval
 

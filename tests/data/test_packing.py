@@ -148,11 +148,30 @@ def test_extra_documents_are_mixed_into_training_only(numbered):
     assert same(take(TokenStream(cfg, 9, extra_docs=extra, extra_every=2).train_batches(2, start_step=23), 4), full[23:27])
 
 
+def test_token_id_documents_go_in_as_they_are_several_per_insertion(numbered):
+    """MQAR-style extra documents: lists of token ids (never re-tokenized), ``extra_count`` per insertion,
+    and resuming mid-stream (which skips by counting tokens) gives the same batches."""
+    extra = lambda seed: ([200 + seed, 201, 202 + i] for i in range(5))  # noqa: E731
+    cfg = DataConfig(source=str(numbered), val_docs=3, seed=5, shuffle_rows=0)
+    ts = TokenStream(cfg, 9, extra_docs=extra, extra_every=2, extra_count=3)
+    docs = take(ts.train_documents(), 12)
+    assert [type(d) for d in docs[:5]] == [str, str, list, list, list]
+    assert docs[2:5] == [[205, 201, 202], [205, 201, 203], [205, 201, 204]] and docs[7:10] == [[205, 201, 205], [205, 201, 206], [205, 201, 202]]
+    flat = torch.cat([b.flatten() for b in take(ts.train_batches(1), 60)]).tolist()  # unshuffled rows, end to end
+    eos = ts.eos_id
+    assert [205, 201, 202, eos, 205, 201, 203, eos] == flat[flat.index(205):flat.index(205) + 8]
+    full = take(ts.train_batches(2), 30)
+    again = TokenStream(cfg, 9, extra_docs=extra, extra_every=2, extra_count=3)
+    assert same(take(again.train_batches(2, start_step=17), 4), full[17:21])
+
+
 def test_errors_name_the_bad_value(tmp_path, numbered):
     with pytest.raises(ConfigError, match="seq_len must be >= 1, got 0"):
         TokenStream(DataConfig(), 0)
     with pytest.raises(ConfigError, match="extra_every must be >= 1"):
         TokenStream(DataConfig(), 8, extra_docs=lambda s: iter(["x"]))
+    with pytest.raises(ConfigError, match="extra_count must be >= 1, got 0"):
+        TokenStream(DataConfig(), 8, extra_docs=lambda s: iter(["x"]), extra_every=1, extra_count=0)
     ts = TokenStream(DataConfig(val_docs=1), 8)
     with pytest.raises(ConfigError, match="batch_size must be >= 1, got 0"):
         next(ts.train_batches(0))

@@ -1,5 +1,7 @@
 """MQAR data layout (Zoology), seeds, and the accuracy metric."""
 
+import itertools
+
 import pytest
 import torch
 from torch import nn
@@ -8,7 +10,8 @@ from hlnas.config import preset
 from hlnas.errors import ConfigError
 from hlnas.layout import build_layout
 from hlnas.model import build_model
-from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
+from hlnas.score.mqar import MQARConfig, as_documents, make_mqar, mqar_accuracy, mqar_documents, mqar_loss, mqar_token_map
+from hlnas.score.objectives import ScoreConfig, mqar_mixed_objective, score
 
 CFG = MQARConfig(vocab_size=256, seq_len=128, num_kv_pairs=8)
 
@@ -144,3 +147,72 @@ def test_runs_inside_a_byte_level_hybrid_model():
     assert 0.0 <= acc <= 0.25
     with pytest.raises(ConfigError, match="vocabulary"):
         mqar_accuracy(model, x, torch.where(y == -100, y, y + 1000))
+
+
+# ----- the recall protocol's MQAR format: instances mixed into LM training, the trained model scored on held-out ones
+
+def test_document_form_puts_each_value_after_its_query():
+    x, y = make_mqar(CFG, 16, seed=3)
+    docs = as_documents(x, y)
+    q = (y != -100).nonzero()
+    assert torch.equal(docs[q[:, 0], q[:, 1] + 1], y[q[:, 0], q[:, 1]])  # next token after a query = its value
+    untouched = torch.ones_like(x, dtype=torch.bool)
+    untouched[q[:, 0], q[:, 1] + 1] = False
+    assert torch.equal(docs[untouched], x[untouched]) and torch.equal(x[q[:, 0], q[:, 1] + 1], torch.zeros(len(q), dtype=torch.long))
+
+
+def test_training_documents_are_token_mapped_and_never_a_test_instance():
+    tmap = mqar_token_map(32, 256, eos_id=0)
+    assert tmap == tuple(range(1, 33))  # eos keeps its meaning: no MQAR symbol maps to it
+    assert mqar_token_map(4, 10, eos_id=2) == (0, 1, 3, 4)
+    cfg = MQARConfig(vocab_size=32, seq_len=32, num_kv_pairs=4, token_map=tmap)
+    docs = list(itertools.islice(mqar_documents(cfg, seed=0), 2100))  # spans three generator blocks
+    assert all(len(d) == 32 and 0 not in d and max(d) <= 32 for d in docs)
+    assert len({tuple(d) for d in docs}) > 2000  # later blocks are new instances, not the first block again
+    tx, ty = make_mqar(cfg, 256, seed=0, split="test")
+    test = {tuple(r) for r in as_documents(tx, ty).tolist()}
+    assert not test & {tuple(d) for d in docs}
+    assert list(itertools.islice(mqar_documents(cfg, seed=0), 5)) == docs[:5]  # same seed, same documents
+    with pytest.raises(ConfigError, match="needs a model vocabulary of at least 33"):
+        mqar_token_map(32, 32, eos_id=0)
+
+
+class Windowed(Oracle):
+    """The oracle, but it only sees the last ``window`` tokens: a fixed-memory model."""
+
+    def __init__(self, vocab, window):
+        super().__init__(vocab)
+        self.window = window
+
+    def forward(self, x):
+        out = torch.zeros(*x.shape, self.vocab)
+        out[..., 0] = 1.0  # no recollection: predict token 0
+        full = super().forward(x)
+        L = x.shape[1]
+        same = x[:, :, None] == x[:, None, :]
+        t, p = torch.arange(L)[:, None], torch.arange(L)[None, :]
+        seen = (same & (p < t) & (p >= t - self.window)).any(-1)  # the key is inside the window
+        return torch.where(seen[..., None], full, out)
+
+
+def test_mixed_objective_scores_the_document_form_at_each_length():
+    tmap = mqar_token_map(64, 256, eos_id=0)
+    trained_on = MQARConfig(vocab_size=64, seq_len=64, num_kv_pairs=8, token_map=tmap)
+    cfg = ScoreConfig(objectives=("mqar_mixed",), mqar_test=64, mqar_mixed_scales=(1, 4))
+    out = mqar_mixed_objective(Oracle(256), trained_on, cfg, eos_id=0)
+    assert out["mqar_mixed"]["by_length"] == {"64": 1.0, "256": 1.0} and out["mqar_mixed_acc"] == 1.0
+    # a memory of 48 tokens recalls nearly everything at length 64 and loses the far queries at 256
+    acc = mqar_mixed_objective(Windowed(256, 48), trained_on, cfg, eos_id=0)["mqar_mixed"]["by_length"]
+    assert acc["64"] > 0.9 and acc["256"] < acc["64"] - 0.1
+
+
+def test_mixed_objective_needs_mixed_training_and_whole_scales():
+    model = build_model(build_layout("transformer", None, 2), preset("proxy-tiny"))
+    from hlnas.data.tokenizer import load_tokenizer
+
+    with pytest.raises(ConfigError, match="train.recall_format: mqar"):
+        score(model, load_tokenizer("bytes"), ScoreConfig(objectives=("mqar_mixed",)))
+    with pytest.raises(ConfigError, match="mqar_mixed_scales must be whole multiples"):
+        ScoreConfig(mqar_mixed_scales=(1, 1.5))
+    with pytest.raises(ConfigError, match="mqar_mixed_scales"):
+        ScoreConfig(mqar_mixed_scales=())
