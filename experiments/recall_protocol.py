@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import platform
 import sys
@@ -47,6 +48,7 @@ def main() -> int:
     ap.add_argument("--mixer", default="gla")
     ap.add_argument("--preset", default="proxy-tiny")
     ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--heads", type=int, default=None, help="override the preset's attention/mixer heads")
     ap.add_argument("--tokens", type=int, default=6_000_000)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=16)
@@ -60,12 +62,36 @@ def main() -> int:
     ap.add_argument("--test", type=int, default=512, help="mqar: held-out instances per length")
     ap.add_argument("--mqar-steps", type=int, default=150, help="ruler: steps of the fresh-model MQAR objective")
     ap.add_argument("--candidates", default="pure,3:1,transformer", help="comma-separated ratios of --mixer, or transformer")
+    ap.add_argument("--jobs", type=int, default=1, help="candidates trained at once, one process and one torch thread each")
     ap.add_argument("--out", default=None, help="markdown output (JSON beside it)")
     args = ap.parse_args()
+    n = args.layers or preset(args.preset).n_layers
+    cands = args.candidates.split(",")
+    if args.jobs > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            rows = list(pool.map(_run_one, [args] * len(cands), cands, [1] * len(cands)))
+    else:
+        rows = [_run_one(args, c) for c in cands]
+    text = _report(args, n, rows)
+    print(text)
+    if args.out:
+        open(args.out, "w").write(text)
+        json.dump(rows, open(args.out.rsplit(".", 1)[0] + ".json", "w"), indent=1, default=str)
+    return 0
+
+
+def _run_one(args, cand: str, threads: int | None = None) -> dict:
+    """Train one candidate with the recall mix and score it; returns its table row."""
+    if threads:
+        torch.set_num_threads(threads)
     cfg = preset(args.preset)
     n = args.layers or cfg.n_layers
-    layouts = [build_layout("transformer", None, n) if c == "transformer" else build_layout(args.mixer, c, n)
-               for c in args.candidates.split(",")]
+    if args.heads:
+        cfg = cfg.replace(n_heads=args.heads)
+    layout = build_layout("transformer", None, n) if cand == "transformer" else build_layout(args.mixer, cand, n)
     mqar = args.format == "mqar"
     tcfg = TrainConfig(tokens=args.tokens, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, log_every=50,
                        recall_every=args.recall_every, recall_count=args.recall_count if mqar else 1,
@@ -79,29 +105,23 @@ def main() -> int:
     else:
         scfg = ScoreConfig(objectives=("val_loss", "ruler", "mqar"), ruler_tasks=TASKS, ruler_lengths=(args.seq_len, 2 * args.seq_len),
                            ruler_samples=args.samples, mqar_steps=args.mqar_steps)
-        extra = lambda seed: ruler_training_documents(tok, args.seq_len, seed, tasks=TASKS)  # noqa: E731
-    rows = []
-    for layout in layouts:
-        t0 = time.perf_counter()
-        r = train(layout, cfg, tcfg, dcfg, progress=True, extra_docs=extra)
-        val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
-        s = score(r.model, tok, scfg, val_batches=val, mixed_mqar=mqar_recall_config(tcfg, dcfg))
-        row = {"layout": str(layout), "name": "transformer" if layout.ratio == "transformer" else f"{args.mixer} {layout.ratio}",
-               "params": r.params, "train_loss": r.final_loss, "val_loss": s["val_loss"], "tokens_per_s": r.tokens_per_s,
-               "wall_s": round(time.perf_counter() - t0, 1)}
-        if mqar:
-            row.update(recall=s["mqar_mixed_acc"], per_length=s["mqar_mixed"]["by_length"])
-        else:
-            row.update(recall=s["ruler"]["average"], per_length={L: s["ruler"]["per_length"][L]["average"] for L in s["ruler"]["lengths"]},
-                       ruler_tasks=s["ruler"]["tasks"], mqar_acc=s["mqar_acc"])
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    text = _report(args, n, rows)
-    print(text)
-    if args.out:
-        open(args.out, "w").write(text)
-        json.dump(rows, open(args.out.rsplit(".", 1)[0] + ".json", "w"), indent=1, default=str)
-    return 0
+        extra = functools.partial(ruler_training_documents, tok, args.seq_len, tasks=TASKS)
+    t0 = time.perf_counter()
+    r = train(layout, cfg, tcfg, dcfg, progress=args.jobs == 1, extra_docs=extra)
+    if r.status != "ok":
+        raise SystemExit(f"{layout}: training {r.status}: {r.error}")
+    val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
+    s = score(r.model, tok, scfg, val_batches=val, mixed_mqar=mqar_recall_config(tcfg, dcfg))
+    row = {"layout": str(layout), "name": "transformer" if layout.ratio == "transformer" else f"{args.mixer} {layout.ratio}",
+           "params": r.params, "train_loss": r.final_loss, "val_loss": s["val_loss"], "tokens_per_s": r.tokens_per_s,
+           "wall_s": round(time.perf_counter() - t0, 1)}
+    if mqar:
+        row.update(recall=s["mqar_mixed_acc"], per_length=s["mqar_mixed"]["by_length"])
+    else:
+        row.update(recall=s["ruler"]["average"], per_length={L: s["ruler"]["per_length"][L]["average"] for L in s["ruler"]["lengths"]},
+                   ruler_tasks=s["ruler"]["tasks"], mqar_acc=s["mqar_acc"])
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def _report(args, n: int, rows: list[dict]) -> str:
@@ -114,7 +134,7 @@ def _report(args, n: int, rows: list[dict]) -> str:
     lines = [f"# Recall protocol, {args.format} format ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
              f"cuda {torch.cuda.is_available()}", f"command: python {' '.join(sys.argv)}", "",
-             f"preset {args.preset}, {n} layers, {args.tokens:,} tokens at seq_len {args.seq_len}, lr {args.lr}; {what}", "",
+             f"preset {args.preset}{f' with {args.heads} heads' if args.heads else ''}, {n} layers, {args.tokens:,} tokens at seq_len {args.seq_len}, lr {args.lr}; {what}", "",
              f"| candidate | layout | params | val loss | {name} avg | " + " | ".join(f"{name}@{L}" for L in lengths)
              + (" | MQAR (fresh model)" if not mqar else "") + " | train tok/s |",
              "|---" * (6 + len(lengths) + (0 if mqar else 1)) + "|"]

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from hlnas.config import ModelConfig
-from hlnas.data.packing import TokenStream
+from hlnas.data.packing import TokenStream, split_targets
 from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError, HlnasError, check_fields
 from hlnas.layout import Layout
@@ -293,12 +293,13 @@ def train(
         with _Interrupt() as interrupt:
             batches = stream.train_batches(train_cfg.batch_size, start_step=start)
             for step in range(start, train_cfg.steps):
-                batch = next(batches).to(device, non_blocking=True)
+                tokens, targets = split_targets(next(batches))  # targets: -100 where a document says input only
+                tokens, targets = tokens.to(device, non_blocking=True), targets.to(device, non_blocking=True)
                 for g in opt.param_groups:
                     g["lr"] = lr_at(step, train_cfg)
                 with _autocast(train_cfg, device):
-                    logits = step_fn(batch[:, :-1])
-                loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+                    logits = step_fn(tokens[:, :-1])
+                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
                 loss_val = loss.item()
                 if not math.isfinite(loss_val):
                     raise NonFiniteLoss(step, loss_val)

@@ -27,7 +27,24 @@ from .corpus import synthetic_documents
 from .sources import DataConfig, DataSourceError, iter_documents
 from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
-__all__ = ["TokenStream", "tokens_per_batch"]
+__all__ = ["TokenStream", "tokens_per_batch", "not_a_target", "split_targets"]
+
+
+def not_a_target(token_id: int) -> int:
+    """How a token-id document marks a token the model reads but is not trained to predict: ``-id - 1``.
+    (MQAR's random keys and values carry no signal; their loss drowns the answers', see
+    experiments/results/mqar_pilot_cpu.md.) Rows keep the marks; :func:`split_targets` removes them."""
+    return -token_id - 1
+
+
+def split_targets(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A training batch ``[B, seq_len + 1]`` -> ``(tokens, targets)``: tokens with marks removed, and
+    ``targets = tokens[:, 1:]`` with -100 (cross-entropy's ignore index) where a token was marked."""
+    marked = batch < 0
+    if not bool(marked.any()):
+        return batch, batch[:, 1:]
+    tokens = torch.where(marked, -batch - 1, batch)
+    return tokens, tokens[:, 1:].masked_fill(marked[:, 1:], -100)
 
 
 def tokens_per_batch(batch_size: int, seq_len: int) -> int:
@@ -41,7 +58,8 @@ class TokenStream:
     ``extra_docs``: optional ``seed -> iterable of documents`` (e.g. recall-format documents); when
     given, ``extra_count`` extra documents are inserted after every ``extra_every`` source documents of
     the training stream (validation is never mixed). A document is a str, or a list of token ids taken as they are
-    (synthetic token-level tasks such as MQAR). It must yield the same documents for the same seed; it
+    (synthetic token-level tasks such as MQAR), where :func:`not_a_target` marks tokens that are input
+    only (train batches keep the marks until :func:`split_targets`). It must yield the same documents for the same seed; it
     is called again with the same seed if it runs out.
     """
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hlnas.data.corpus import synthetic_document
-from hlnas.data.packing import TokenStream, tokens_per_batch
+from hlnas.data.packing import TokenStream, not_a_target, split_targets, tokens_per_batch
 from hlnas.data.sources import DataConfig, DataSourceError
 from hlnas.errors import ConfigError
 
@@ -163,6 +163,16 @@ def test_token_id_documents_go_in_as_they_are_several_per_insertion(numbered):
     full = take(ts.train_batches(2), 30)
     again = TokenStream(cfg, 9, extra_docs=extra, extra_every=2, extra_count=3)
     assert same(take(again.train_batches(2, start_step=17), 4), full[17:21])
+
+
+def test_marked_tokens_are_read_but_not_targets():
+    batch = torch.tensor([[5, not_a_target(7), 9, not_a_target(0)], [1, 2, 3, 4]])
+    tokens, targets = split_targets(batch)
+    assert tokens.tolist() == [[5, 7, 9, 0], [1, 2, 3, 4]]
+    assert targets.tolist() == [[-100, 9, -100], [2, 3, 4]]
+    plain = torch.tensor([[1, 2, 3]])
+    t, y = split_targets(plain)
+    assert t is plain and y.tolist() == [[2, 3]]
 
 
 def test_errors_name_the_bad_value(tmp_path, numbered):

@@ -12,6 +12,9 @@ from hlnas.layout import build_layout
 from hlnas.model import build_model
 from hlnas.score.mqar import MQARConfig, as_documents, make_mqar, mqar_accuracy, mqar_documents, mqar_loss, mqar_token_map
 from hlnas.score.objectives import ScoreConfig, mqar_mixed_objective, score
+from hlnas.data.packing import split_targets
+
+_CHUNK_ROWS = 1024  # mqar_documents draws instances in blocks of this many rows
 
 CFG = MQARConfig(vocab_size=256, seq_len=128, num_kv_pairs=8)
 
@@ -166,13 +169,21 @@ def test_training_documents_are_token_mapped_and_never_a_test_instance():
     assert tmap == tuple(range(1, 33))  # eos keeps its meaning: no MQAR symbol maps to it
     assert mqar_token_map(4, 10, eos_id=2) == (0, 1, 3, 4)
     cfg = MQARConfig(vocab_size=32, seq_len=32, num_kv_pairs=4, token_map=tmap)
-    docs = list(itertools.islice(mqar_documents(cfg, seed=0), 2100))  # spans three generator blocks
+    marked = list(itertools.islice(mqar_documents(cfg, seed=0), 2100))  # spans three generator blocks
+    docs = [split_targets(torch.tensor([d]))[0][0].tolist() for d in marked]
     assert all(len(d) == 32 and 0 not in d and max(d) <= 32 for d in docs)
     assert len({tuple(d) for d in docs}) > 2000  # later blocks are new instances, not the first block again
     tx, ty = make_mqar(cfg, 256, seed=0, split="test")
     test = {tuple(r) for r in as_documents(tx, ty).tolist()}
     assert not test & {tuple(d) for d in docs}
-    assert list(itertools.islice(mqar_documents(cfg, seed=0), 5)) == docs[:5]  # same seed, same documents
+    # only the answers are training targets: the token after each query, which is that key's value
+    x, y = make_mqar(cfg, _CHUNK_ROWS, seed=0, split="train")
+    first = torch.tensor(marked[:_CHUNK_ROWS])
+    answers = torch.zeros_like(y, dtype=torch.bool)
+    answers[:, 1:] = y[:, :-1] != -100
+    assert torch.equal(first >= 0, answers) and int(answers.sum()) == _CHUNK_ROWS * 4
+    assert torch.equal(split_targets(first)[0], as_documents(x, y))
+    assert list(itertools.islice(mqar_documents(cfg, seed=0), 5)) == marked[:5]  # same seed, same documents
     with pytest.raises(ConfigError, match="needs a model vocabulary of at least 33"):
         mqar_token_map(32, 32, eos_id=0)
 
