@@ -53,6 +53,9 @@ def main() -> int:
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--beta2", type=float, default=0.95, help="AdamW beta2 (the trainer's default 0.95)")
+    ap.add_argument("--warmup", type=float, default=0.05, help="warmup fraction of the steps")
+    ap.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decays to lr x this")
     ap.add_argument("--recall-every", type=int, default=1, help="insert recall documents after every N corpus documents")
     ap.add_argument("--recall-count", type=int, default=30, help="recall documents per insertion")
     ap.add_argument("--recall-length", type=int, default=64, help="mqar: tokens per instance")
@@ -61,12 +64,15 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=20, help="ruler: samples per task and length")
     ap.add_argument("--test", type=int, default=512, help="mqar: held-out instances per length")
     ap.add_argument("--mqar-steps", type=int, default=150, help="ruler: steps of the fresh-model MQAR objective")
+    ap.add_argument("--seed", type=int, default=0, help="training seed (data order, initialisation) and test-instance seed")
     ap.add_argument("--candidates", default="pure,3:1,transformer", help="comma-separated ratios of --mixer, or transformer")
     ap.add_argument("--jobs", type=int, default=1, help="candidates trained at once, one process and one torch thread each")
     ap.add_argument("--out", default=None, help="markdown output (JSON beside it)")
     args = ap.parse_args()
     n = args.layers or preset(args.preset).n_layers
     cands = args.candidates.split(",")
+    for c in cands:  # fail before any training on a ratio the depth does not hold
+        build_layout("transformer", None, n) if c == "transformer" else build_layout(args.mixer, c, n)
     if args.jobs > 1:
         import concurrent.futures
         import multiprocessing
@@ -94,10 +100,11 @@ def _run_one(args, cand: str, threads: int | None = None) -> dict:
     layout = build_layout("transformer", None, n) if cand == "transformer" else build_layout(args.mixer, cand, n)
     mqar = args.format == "mqar"
     tcfg = TrainConfig(tokens=args.tokens, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, log_every=50,
+                       beta2=args.beta2, warmup_frac=args.warmup, min_lr_ratio=args.min_lr_ratio, seed=args.seed,
                        recall_every=args.recall_every, recall_count=args.recall_count if mqar else 1,
                        recall_format=args.format, recall_length=args.recall_length if mqar else 0,
                        recall_kv_pairs=args.kv_pairs, recall_vocab=args.recall_vocab)
-    dcfg = DataConfig()
+    dcfg = DataConfig(seed=args.seed)  # the corpus, its shuffle and the mixed-in instances
     tok = load_tokenizer(dcfg.tokenizer)
     if mqar:
         scfg = ScoreConfig(objectives=("val_loss", "mqar_mixed"), mqar_test=args.test, mqar_mixed_scales=(1, 2))
@@ -111,7 +118,7 @@ def _run_one(args, cand: str, threads: int | None = None) -> dict:
     if r.status != "ok":
         raise SystemExit(f"{layout}: training {r.status}: {r.error}")
     val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
-    s = score(r.model, tok, scfg, val_batches=val, mixed_mqar=mqar_recall_config(tcfg, dcfg))
+    s = score(r.model, tok, scfg, val_batches=val, mixed_mqar=mqar_recall_config(tcfg, dcfg), seed=args.seed)
     row = {"layout": str(layout), "name": "transformer" if layout.ratio == "transformer" else f"{args.mixer} {layout.ratio}",
            "params": r.params, "train_loss": r.final_loss, "val_loss": s["val_loss"], "tokens_per_s": r.tokens_per_s,
            "wall_s": round(time.perf_counter() - t0, 1)}
@@ -134,7 +141,8 @@ def _report(args, n: int, rows: list[dict]) -> str:
     lines = [f"# Recall protocol, {args.format} format ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
              f"cuda {torch.cuda.is_available()}", f"command: python {' '.join(sys.argv)}", "",
-             f"preset {args.preset}{f' with {args.heads} heads' if args.heads else ''}, {n} layers, {args.tokens:,} tokens at seq_len {args.seq_len}, lr {args.lr}; {what}", "",
+             f"preset {args.preset}{f' with {args.heads} heads' if args.heads else ''}, {n} layers, {args.tokens:,} tokens at seq_len {args.seq_len}, "
+             f"lr {args.lr} (AdamW beta2 {args.beta2}, warmup {args.warmup}, cosine to {args.min_lr_ratio}), seed {args.seed}; {what}", "",
              f"| candidate | layout | params | val loss | {name} avg | " + " | ".join(f"{name}@{L}" for L in lengths)
              + (" | MQAR (fresh model)" if not mqar else "") + " | train tok/s |",
              "|---" * (6 + len(lengths) + (0 if mqar else 1)) + "|"]
