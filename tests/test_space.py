@@ -350,3 +350,16 @@ def test_the_alternative_scales_in_paper_grid_comments_validate():
         t = s.with_overrides(**scale)
         assert t.preset in ("proxy-gpu", "paper-340m") and len(t.candidates()) == 31
         assert t.result_key("recall") == "recall"  # RULER is scored at these scales
+
+
+@pytest.mark.parametrize("name", ["grid_h200", "grid_h200_mqar", "placement_h200"])
+def test_the_gpu_experiment_spaces_load(name):
+    """experiments/paper_grid's spaces run only on a GPU lease: a typo there must show up here first."""
+    s = load_space(str(pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / f"{name}.yaml"))
+    if name.startswith("grid"):
+        assert len(s.candidates()) == 31 and s.n_layers == 24
+    if name == "grid_h200_mqar":
+        assert s.result_key("recall") == "mqar_mixed_acc"
+        t = s.train_config()
+        assert (t.recall_format, t.recall_length, t.recall_kv_pairs, t.recall_count) == ("mqar", 64, 8, 120)
+        assert s.score_config().mqar_mixed_scales == (1, 2, 4)

@@ -11,7 +11,8 @@ mkdir -p "$OUT/logs" /tmp/hlnas_state
 export TRITON_CACHE_DIR=$HOME/.triton/cache PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 # one Triton config per kernel: a full fla autotune compile of the grid's kernels took > 5 minutes of a lease
 export HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick}
-STATE=/tmp/hlnas_state DB=sqlite:////tmp/hlnas_state/h200.db SPACE=experiments/paper_grid/grid_h200.yaml
+STATE=/tmp/hlnas_state DB=sqlite:////tmp/hlnas_state/h200.db
+SPACE=${SPACE:-experiments/paper_grid/grid_h200.yaml} GRID_STUDY=${GRID_STUDY:-paper_grid_h200}  # another grid space: a new study name
 t0=$(date +%s); say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
 if [ ! -d "$TRITON_CACHE_DIR" ] && ls .triton_cache/triton_cache.tgz.* >/dev/null 2>&1; then
@@ -86,10 +87,10 @@ for step in "$@"; do
     warm) warm ;;
     check*) [[ $step == check:* ]] && t=${step#check:} || t=200; check $t; export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops) ;;
     train_all*) train_all "${step#train_all:}" ;;
-    grid:*) search $SPACE paper_grid_h200 "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
+    grid:*) search $SPACE $GRID_STUDY "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
       left=$(( ${step#grid_by:} - ($(date +%s) - t0) ))
-      [ $left -gt 30 ] && search $SPACE paper_grid_h200 $left $(( left + 60 )) || say "no time left for the grid" ;;
+      [ $left -gt 30 ] && search $SPACE $GRID_STUDY $left $(( left + 60 )) || say "no time left for the grid" ;;
     placement_by:*)
       left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
       [ $left -gt 30 ] && search experiments/paper_grid/placement_h200.yaml placement_h200 $left $(( left + 60 )) || say "no time left for placement" ;;
