@@ -354,3 +354,17 @@ def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_pa
         assert set(a["mqar_mixed"]["by_length"]) == {"16", "32"} and "mqar_acc" not in a
         assert a["recall"] == a["mqar_mixed_acc"] == t.values[0]
         assert 0 <= a["recall"] <= 1
+    # experiments/paper_grid/collect.py turns such a study into the grid CSV's rows
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / "collect.py"
+    spec = importlib.util.spec_from_file_location("collect", path)
+    collect = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(collect)
+    rows = {r["layout"]: r for r in collect.rows(study)}
+    for t in done:
+        r = rows[t.user_attrs["layout"]]
+        assert r["status"] == "ok" and r["mqar_mixed_acc"] == t.user_attrs["mqar_mixed_acc"] == r["recall"]
+        by = t.user_attrs["mqar_mixed"]["by_length"]
+        assert r["mqar_mixed_by_length"] == f"16:{by['16']:.4f} 32:{by['32']:.4f}"

@@ -23,7 +23,7 @@ from hlnas.space import space_from_dict  # noqa: E402
 from hlnas.trial import layout_metrics  # noqa: E402
 
 COLUMNS = ["mixer", "ratio", "layout", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k", "state_bytes",
-           "val_loss", "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "recall", "tokens_per_s",
+           "val_loss", "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length", "recall", "tokens_per_s",
            "train_wall_s", "status", "error_kind", "trial"]
 
 
@@ -54,6 +54,8 @@ def rows(study: optuna.Study) -> list[dict]:
                "kv_cache_bytes_4k": m4["kv_cache_bytes"], "kv_cache_bytes_32k": m32["kv_cache_bytes"],
                "state_bytes": m4["state_bytes"], "val_loss": a.get("val_loss"),
                "ruler_avg": (a.get("ruler") or {}).get("average"), "mqar_acc": a.get("mqar_acc"), "recall": a.get("recall"),
+               "mqar_mixed_acc": a.get("mqar_mixed_acc"),
+               "mqar_mixed_by_length": " ".join(f"{L}:{v:.4f}" for L, v in (a.get("mqar_mixed") or {}).get("by_length", {}).items()) or None,
                "tokens_per_s": a.get("tokens_per_s"), "train_wall_s": a.get("train_wall_s"),
                "status": ("not run" if t is None else a.get("status") or t.state.name.lower()),
                "error_kind": a.get("error_kind"), "trial": None if t is None else t.number}
@@ -82,8 +84,9 @@ def main() -> int:
     print(f"{args.out}: {len(data)} candidates, {len(done)} trained and scored")
     for r in data:
         vl = "-" if r["val_loss"] is None else f"{r['val_loss']:.3f}"
-        mq = "-" if r["mqar_acc"] is None else f"{r['mqar_acc']:.4f}"
-        print(f"  {r['layout']}  {r['mixer']:<15} {str(r['ratio']):<5} val_loss {vl:>6}  MQAR {mq:>7}  {r['status']} {r['error_kind'] or ''}")
+        key, name = ("mqar_mixed_acc", "MQAR mixed") if r["mqar_mixed_acc"] is not None else ("mqar_acc", "MQAR")
+        rc = "-" if r[key] is None else f"{r[key]:.4f}"
+        print(f"  {r['layout']}  {r['mixer']:<15} {str(r['ratio']):<5} val_loss {vl:>6}  {name} {rc:>7}  {r['status']} {r['error_kind'] or ''}")
     return 0
 
 
