@@ -30,7 +30,7 @@ from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model
 from hlnas.train import cosine_lr
 
-__all__ = ["ScoreConfig", "OBJECTIVES", "score", "mqar_objective"]
+__all__ = ["ScoreConfig", "OBJECTIVES", "score", "mqar_objective", "mqar_mixed_objective"]
 
 OBJECTIVES = ("val_loss", "ruler", "mqar", "mqar_mixed", "lm_eval")
 
