@@ -42,7 +42,9 @@ METRICS = {  # metric key in a trial's results -> default direction
 DIRECTIONS = ("maximize", "minimize")
 CONSTRAINTS = {"max_params": "params", "max_kv_bytes": "kv_cache_bytes", "max_state_bytes": "state_bytes"}
 # Trained metrics need a ScoreConfig objective; the rest come from hlnas.budget without training.
-_NEEDS = {"recall": ("ruler", "mqar_mixed", "mqar"), "ruler": ("ruler",), "mqar_acc": ("mqar",),
+#: where a trial's "recall" comes from, in order of preference: (score objective, its result key)
+RECALL_SOURCES = (("ruler", "recall"), ("mqar_mixed", "mqar_mixed_acc"), ("mqar", "mqar_acc"))
+_NEEDS = {"recall": tuple(obj for obj, _ in RECALL_SOURCES), "ruler": ("ruler",), "mqar_acc": ("mqar",),
           "mqar_mixed_acc": ("mqar_mixed",), "lm_acc": ("lm_eval",),
           "val_loss": ("val_loss",)}
 TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "layers", "hetero", "scale",
@@ -161,11 +163,11 @@ class SearchSpace:
         return [self.layout(p) for p in self.grid()]
 
     def result_key(self, metric: str) -> str:
-        """Where ``metric`` sits in a trial's results: 'recall' is RULER's average when it ran, else the
-        mixed-in MQAR accuracy, else the fresh-model MQAR accuracy (the order run_trial fills it)."""
+        """Where ``metric`` sits in a trial's results: 'recall' is the first of :data:`RECALL_SOURCES` this
+        scale scores (RULER's average, else the mixed-in MQAR accuracy, else the fresh-model one)."""
         if metric == "recall":
             objectives = self.score_config().objectives
-            return "recall" if "ruler" in objectives else "mqar_mixed_acc" if "mqar_mixed" in objectives else "mqar_acc"
+            return next((key for obj, key in RECALL_SOURCES if obj in objectives), "mqar_acc")
         return "recall" if metric == "ruler" else metric
 
     # -- the scale, as the real config objects --------------------------------------------------
