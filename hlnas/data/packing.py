@@ -30,10 +30,11 @@ from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 __all__ = ["TokenStream", "tokens_per_batch", "not_a_target", "split_targets"]
 
 
-def not_a_target(token_id: int) -> int:
-    """How a token-id document marks a token the model reads but is not trained to predict: ``-id - 1``.
-    (MQAR's random keys and values carry no signal; their loss drowns the answers', see
-    experiments/results/mqar_pilot_cpu.md.) Rows keep the marks; :func:`split_targets` removes them."""
+def not_a_target(token_id):
+    """How a token-id document marks a token the model reads but is not trained to predict: ``-id - 1``
+    (an int or a tensor of ids; applied to a mark it gives the id back). MQAR's random keys and values
+    carry no signal and their loss drowns the answers' (experiments/results/mqar_pilot_cpu.md). Rows
+    keep the marks; :func:`split_targets` removes them."""
     return -token_id - 1
 
 
@@ -43,7 +44,7 @@ def split_targets(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     marked = batch < 0
     if not bool(marked.any()):
         return batch, batch[:, 1:]
-    tokens = torch.where(marked, -batch - 1, batch)
+    tokens = torch.where(marked, not_a_target(batch), batch)
     return tokens, tokens[:, 1:].masked_fill(marked[:, 1:], -100)
 
 

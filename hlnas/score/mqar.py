@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hlnas.data.packing import not_a_target
 from hlnas.errors import ConfigError
 
 __all__ = ["MQARConfig", "make_mqar", "mqar_accuracy", "mqar_loss", "mqar_documents", "mqar_token_map", "as_documents", "TEST_SEED_OFFSET"]
@@ -121,14 +122,14 @@ def mqar_documents(cfg: MQARConfig, seed: int) -> Iterator[list[int]]:
     """Endless MQAR training instances as token-id lists in language-model form (:func:`as_documents`,
     ``cfg.token_map`` applied), for mixing into training: the recall protocol's MQAR format. Only the
     answers (the value after each query) are training targets; every other token is marked input-only
-    (``hlnas.data.packing.not_a_target``), as Zoology trains on query positions only. Drawn from the
+    (:func:`~hlnas.data.packing.not_a_target`), as Zoology trains on query positions only. Drawn from the
     train stream, so never one of :func:`make_mqar`'s test instances; block ``b`` uses train seed ``seed + b``."""
     for block in itertools.count():
         inputs, labels = make_mqar(cfg, _CHUNK, (seed + block) % TEST_SEED_OFFSET, split="train")
         docs = as_documents(inputs, labels)
         answer = torch.zeros_like(labels, dtype=torch.bool)
         answer[:, 1:] = labels[:, :-1] != IGNORE
-        yield from torch.where(answer, docs, -docs - 1).tolist()  # = not_a_target(id) off the answers
+        yield from torch.where(answer, docs, not_a_target(docs)).tolist()
 
 
 def _chunk(cfg: MQARConfig, n: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
