@@ -53,9 +53,9 @@ def main() -> int:
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--beta2", type=float, default=0.95, help="AdamW beta2 (the trainer's default 0.95)")
-    ap.add_argument("--warmup", type=float, default=0.05, help="warmup fraction of the steps")
-    ap.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decays to lr x this")
+    ap.add_argument("--beta2", type=float, default=TrainConfig.beta2, help="AdamW beta2 (default: the trainer's)")
+    ap.add_argument("--warmup", type=float, default=TrainConfig.warmup_frac, help="warmup fraction of the steps (default: the trainer's)")
+    ap.add_argument("--min-lr-ratio", type=float, default=TrainConfig.min_lr_ratio, help="cosine decays to lr x this (default: the trainer's)")
     ap.add_argument("--recall-every", type=int, default=1, help="insert recall documents after every N corpus documents")
     ap.add_argument("--recall-count", type=int, default=30, help="recall documents per insertion")
     ap.add_argument("--recall-length", type=int, default=64, help="mqar: tokens per instance")
@@ -72,7 +72,7 @@ def main() -> int:
     n = args.layers or preset(args.preset).n_layers
     cands = args.candidates.split(",")
     for c in cands:  # fail before any training on a ratio the depth does not hold
-        build_layout("transformer", None, n) if c == "transformer" else build_layout(args.mixer, c, n)
+        _layout(args, c, n)
     if args.jobs > 1:
         import concurrent.futures
         import multiprocessing
@@ -89,6 +89,11 @@ def main() -> int:
     return 0
 
 
+def _layout(args, cand: str, n: int):
+    """A candidate of the comparison: ``transformer``, or a ratio of ``--mixer``."""
+    return build_layout("transformer", None, n) if cand == "transformer" else build_layout(args.mixer, cand, n)
+
+
 def _run_one(args, cand: str, threads: int | None = None) -> dict:
     """Train one candidate with the recall mix and score it; returns its table row."""
     if threads:
@@ -97,7 +102,7 @@ def _run_one(args, cand: str, threads: int | None = None) -> dict:
     n = args.layers or cfg.n_layers
     if args.heads:
         cfg = cfg.replace(n_heads=args.heads)
-    layout = build_layout("transformer", None, n) if cand == "transformer" else build_layout(args.mixer, cand, n)
+    layout = _layout(args, cand, n)
     mqar = args.format == "mqar"
     tcfg = TrainConfig(tokens=args.tokens, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, log_every=50,
                        beta2=args.beta2, warmup_frac=args.warmup, min_lr_ratio=args.min_lr_ratio, seed=args.seed,
