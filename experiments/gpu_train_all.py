@@ -25,9 +25,9 @@ from hlnas.data.packing import TokenStream  # noqa: E402
 from hlnas.data.sources import DataConfig  # noqa: E402
 from hlnas.data.tokenizer import load_tokenizer  # noqa: E402
 from hlnas.layout import build_layout  # noqa: E402
-from hlnas.recipe import recall_documents  # noqa: E402
+from hlnas.recipe import mqar_recall_config, recall_documents  # noqa: E402
 from hlnas.score.objectives import ScoreConfig, score  # noqa: E402
-from hlnas.train import TrainConfig, train  # noqa: E402
+from hlnas.train import STEADY_AFTER, TrainConfig, train  # noqa: E402
 
 
 def main() -> int:
@@ -68,31 +68,47 @@ def main() -> int:
     candidates += [(m, build_layout(m, None if m == "transformer" else args.ratio, cfg.n_layers)) for m in args.mixers.split(",")]
     for name, layout in candidates:
         r = train(layout, cfg, tcfg, dcfg, progress=False, extra_docs=recall_documents(tcfg, dcfg))
-        row = {"mixer": name, "layout": str(layout), "status": r.status, "params": r.params, "tokens_per_s": r.tokens_per_s,
+        row = {"mixer": name, "layout": str(layout), "status": r.status, "params": r.params, "steps": r.steps,
+               "tokens_per_s": r.tokens_per_s, "steady_tokens_per_s": r.steady_tokens_per_s, "wall_s": r.wall_s,
                "final_loss": r.final_loss, "error": r.error}
         if r.status == "ok":
             val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
-            s = score(r.model, tok, scfg, val_batches=val)
-            row.update(val_loss=s.get("val_loss"), mqar_acc=s.get("mqar_acc"), ruler=s.get("recall"))
+            s = score(r.model, tok, scfg, val_batches=val, mixed_mqar=mqar_recall_config(tcfg, dcfg))
+            row.update(val_loss=s.get("val_loss"), mqar_acc=s.get("mqar_acc"), mqar_mixed_acc=s.get("mqar_mixed_acc"),
+                       ruler=(s.get("ruler") or {}).get("average"))
         del r
         torch.cuda.empty_cache()
         rows.append(row)
         print(json.dumps(row), flush=True)
-    base = rows[0]["tokens_per_s"] if rows and not args.no_baseline and rows[0]["tokens_per_s"] else float("nan")
+        _write(rows, args)  # after every row: a step that runs out of time keeps what finished
+    return 0
+
+
+def _write(rows: list[dict], args) -> None:
+    """Markdown table; throughput is steady-state (after the trainer's first STEADY_AFTER steps, which compile)."""
+    base = (rows[0].get("steady_tokens_per_s") if rows and rows[0]["mixer"] == "transformer" else None) or float("nan")
     lines = [f"# GPU end-to-end training ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"device: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'}, torch {torch.__version__}, "
              f"python {platform.python_version()}", f"command: python {' '.join(sys.argv)}", "",
-             "| candidate | layout | params | train tok/s | vs Transformer | final loss | val loss | MQAR | RULER |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"tok/s: steady state, after the first {STEADY_AFTER} steps (compile and autotune); overall: every step, compile included.",
+             "", "| candidate | layout | params | steps | train tok/s | vs Transformer | overall tok/s | final loss | val loss "
+             "| MQAR (mixed) | MQAR (fresh) | RULER |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    nan = float("nan")
     for r in rows:
-        tps = r["tokens_per_s"] or float("nan")
-        lines.append(f"| {r['mixer']} | `{r['layout']}` | {r['params']:,} | {tps:,.0f} | {tps / base:.2f}x | "
-                     f"{r['final_loss']} | {r.get('val_loss')} | {r.get('mqar_acc')} | {r.get('ruler')} |")
+        tps = r.get("steady_tokens_per_s") or nan
+        lines.append(f"| {r['mixer']} | `{r['layout']}` | {r['params']:,} | {r['steps']} | {tps:,.0f} | {tps / base:.2f}x | "
+                     f"{r['tokens_per_s'] or nan:,.0f} | {_f(r['final_loss'])} | {_f(r.get('val_loss'))} | "
+                     f"{_f(r.get('mqar_mixed_acc'))} | {_f(r.get('mqar_acc'))} | {_f(r.get('ruler'))} |"
+                     + (f" {r['status']}: {r['error']}" if r["status"] != "ok" else ""))
     text = "\n".join(lines) + "\n"
-    print(text)
+    print(text, flush=True)
     if args.out:
         open(args.out, "w").write(text)
-    return 0
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ from hlnas.model import HybridLM, build_model
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device", "cosine_lr", "lr_at"]
 
 CHECKPOINT = "checkpoint.pt"
+# steps left out of steady_tokens_per_s: the first calls compile (torch.compile, Triton kernels and their autotune)
+STEADY_AFTER = 3
 
 
 class NonFiniteLoss(HlnasError):
@@ -124,7 +126,8 @@ class TrainResult:
     tokens: int = 0
     final_loss: float | None = None  # loss of the last step
     val_loss: float | None = None
-    tokens_per_s: float | None = None
+    tokens_per_s: float | None = None  # over every step of this run, first-step compile included
+    steady_tokens_per_s: float | None = None  # after the first STEADY_AFTER steps (compile, autotune): the kernels' speed
     wall_s: float = 0.0
     error_kind: str | None = None  # nan | oom | other
     error: str | None = None
@@ -287,6 +290,7 @@ def train(
     stream = TokenStream(data_cfg, train_cfg.seq_len, **mix)
     step_fn = torch.compile(model) if train_cfg.compile else model
     t0 = time.perf_counter()
+    t_steady = None  # set when STEADY_AFTER steps of this run have finished
     done, loss_val = start, None
     bar = _bar(progress, train_cfg, start)
     try:
@@ -308,6 +312,8 @@ def train(
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 done = step + 1
+                if done - start == STEADY_AFTER:
+                    t_steady = time.perf_counter()  # loss.item() above synchronised the device
                 if done % train_cfg.log_every == 0 or done == train_cfg.steps:
                     result.losses.append((done, loss_val))
                 if bar is not None:
@@ -333,6 +339,9 @@ def train(
     result.final_loss, result.wall_s = loss_val, round(wall, 3)
     if step > start and wall > 0:
         result.tokens_per_s = round((step - start) * train_cfg.tokens_per_step / wall, 1)
+    if t_steady is not None and step - start > STEADY_AFTER:
+        steady_wall = (t0 + wall) - t_steady
+        result.steady_tokens_per_s = round((step - start - STEADY_AFTER) * train_cfg.tokens_per_step / steady_wall, 1)
     if result.status in ("ok", "interrupted") and ckpt is not None:
         _save(ckpt, model, opt, step, result.losses, meta)
     if result.status == "ok":

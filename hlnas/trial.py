@@ -108,8 +108,8 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         tcfg, dcfg, scfg = TrainConfig.from_dict(spec.train), DataConfig.from_dict(spec.data), ScoreConfig.from_dict(spec.score)
         extra = recall_documents(tcfg, dcfg)
         tr = train(layout, model_cfg, tcfg, dcfg, out_dir=spec.out_dir, progress=False, extra_docs=extra)
-        metrics.update(final_loss=tr.final_loss, tokens_per_s=tr.tokens_per_s, train_wall_s=tr.wall_s,
-                       train_tokens=tr.tokens, device=tr.device)
+        metrics.update(final_loss=tr.final_loss, tokens_per_s=tr.tokens_per_s, steady_tokens_per_s=tr.steady_tokens_per_s,
+                       train_wall_s=tr.wall_s, train_tokens=tr.tokens, device=tr.device)
         if tr.status != "ok":
             metrics.update(status=tr.status, error_kind=tr.error_kind, error=tr.error, finished_at=time.time())
             return TrialResult(spec.number, tr.status, metrics, tr.error_kind, tr.error, time.perf_counter() - t0)

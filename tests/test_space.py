@@ -352,13 +352,18 @@ def test_the_alternative_scales_in_paper_grid_comments_validate():
         assert t.result_key("recall") == "recall"  # RULER is scored at these scales
 
 
-@pytest.mark.parametrize("name", ["grid_h200", "grid_h200_mqar", "placement_h200"])
+@pytest.mark.parametrize("name", ["grid_h200", "grid_h200_mqar", "placement_h200", "placement_h200_mqar"])
 def test_the_gpu_experiment_spaces_load(name):
     """experiments/paper_grid's spaces run only on a GPU lease: a typo there must show up here first."""
     s = load_space(str(pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / f"{name}.yaml"))
     if name.startswith("grid"):
         assert len(s.candidates()) == 31 and s.n_layers == 24
-    if name == "grid_h200_mqar":
+    if name.startswith("placement"):
+        assert len(s.candidates()) == 28 and s.n_layers == 24
+    if name == "placement_h200_mqar":  # the paper placement's rows come from the grid's study: same scale, same protocol
+        grid = load_space(str(pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / "grid_h200_mqar.yaml"))
+        assert (s.model_config(), s.train_config(), s.score_config()) == (grid.model_config(), grid.train_config(), grid.score_config())
+    if name.endswith("_mqar"):
         assert s.result_key("recall") == "mqar_mixed_acc"
         t = s.train_config()
         assert (t.recall_format, t.recall_length, t.recall_kv_pairs, t.recall_count) == ("mqar", 64, 8, 120)

@@ -40,6 +40,30 @@ def test_interrupted_run_resumes_to_the_same_final_loss(tmp_path):
     assert sum(p.numel() for p in model.parameters()) == full.params
 
 
+def test_steady_throughput_leaves_out_the_compile_steps(monkeypatch):
+    import time
+
+    import hlnas.train as T
+
+    calls, ce = [0], T.F.cross_entropy
+
+    def slow_first_steps(*a, **k):  # stands in for a first call that compiles kernels
+        calls[0] += 1
+        if calls[0] <= T.STEADY_AFTER:
+            time.sleep(0.5)
+        return ce(*a, **k)
+
+    monkeypatch.setattr(T.F, "cross_entropy", slow_first_steps)
+    r = train(LAYOUT, CFG, TCFG, DATA, progress=False)
+    assert r.status == "ok" and r.steps == 8
+    # overall: 8 steps over >= 1.5 s; steady: the last 5 steps only, none of them slowed
+    assert r.tokens_per_s <= 8 * TCFG.tokens_per_step / (0.5 * T.STEADY_AFTER)
+    assert r.steady_tokens_per_s > 3 * r.tokens_per_s
+    short = train(LAYOUT, CFG, TrainConfig(**{**TCFG.to_dict(), "tokens": T.STEADY_AFTER * TCFG.tokens_per_step}), DATA,
+                  progress=False)
+    assert short.status == "ok" and short.tokens_per_s and short.steady_tokens_per_s is None  # no step after the warm-up
+
+
 def test_nan_loss_is_a_failed_result_not_a_crash():
     r = train(LAYOUT, CFG, TrainConfig(**{**TCFG.to_dict(), "lr": 1e30, "grad_clip": 1e30}), DATA, progress=False)
     assert r.status == "failed" and r.error_kind == "nan"

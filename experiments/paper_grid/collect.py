@@ -24,7 +24,7 @@ from hlnas.trial import layout_metrics  # noqa: E402
 
 COLUMNS = ["mixer", "ratio", "layout", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k", "state_bytes",
            "val_loss", "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length", "recall", "tokens_per_s",
-           "train_wall_s", "status", "error_kind", "trial"]
+           "steady_tokens_per_s", "train_wall_s", "status", "error_kind", "trial"]
 
 
 def rows(study: optuna.Study) -> list[dict]:
@@ -56,7 +56,8 @@ def rows(study: optuna.Study) -> list[dict]:
                "ruler_avg": (a.get("ruler") or {}).get("average"), "mqar_acc": a.get("mqar_acc"), "recall": a.get("recall"),
                "mqar_mixed_acc": a.get("mqar_mixed_acc"),
                "mqar_mixed_by_length": " ".join(f"{L}:{v:.4f}" for L, v in (a.get("mqar_mixed") or {}).get("by_length", {}).items()) or None,
-               "tokens_per_s": a.get("tokens_per_s"), "train_wall_s": a.get("train_wall_s"),
+               "tokens_per_s": a.get("tokens_per_s"),
+               "steady_tokens_per_s": a.get("steady_tokens_per_s"), "train_wall_s": a.get("train_wall_s"),
                "status": ("not run" if t is None else a.get("status") or t.state.name.lower()),
                "error_kind": a.get("error_kind"), "trial": None if t is None else t.number}
         if t is not None and t.state == optuna.trial.TrialState.RUNNING:

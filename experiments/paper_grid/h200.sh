@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU side of experiments/paper_grid (README there). Runs on the lent H200 machine, in the repo root:
-#   bash experiments/paper_grid/h200.sh STEP...     steps: warm, check, train_all, grid:SECONDS, placement:SECONDS
+#   bash experiments/paper_grid/h200.sh STEP...
+# steps: warm[:T] (compile every mixer's kernels and check every op at once), check[:T], train_all[:T],
+#   grid:SECONDS / grid_by:T, placement:SECONDS / placement_by:T (T: seconds from the script's start)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
 # A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
@@ -12,7 +14,9 @@ export TRITON_CACHE_DIR=$HOME/.triton/cache PYTHONUNBUFFERED=1 TOKENIZERS_PARALL
 # one Triton config per kernel: a full fla autotune compile of the grid's kernels took > 5 minutes of a lease
 export HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick}
 STATE=/tmp/hlnas_state DB=sqlite:////tmp/hlnas_state/h200.db
-SPACE=${SPACE:-experiments/paper_grid/grid_h200.yaml} GRID_STUDY=${GRID_STUDY:-paper_grid_h200}  # another grid space: a new study name
+# another space: a new study name
+SPACE=${SPACE:-experiments/paper_grid/grid_h200_mqar.yaml} GRID_STUDY=${GRID_STUDY:-paper_grid_h200_mqar}
+PLACE_SPACE=${PLACE_SPACE:-experiments/paper_grid/placement_h200_mqar.yaml} PLACE_STUDY=${PLACE_STUDY:-placement_h200_mqar}
 t0=$(date +%s); say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
 if [ ! -d "$TRITON_CACHE_DIR" ] && ls .triton_cache/triton_cache.tgz.* >/dev/null 2>&1; then
@@ -32,29 +36,25 @@ NG=$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')
 say "$(nvidia-smi -L | head -4 | tr '\n' ' ') ($NG GPUs)"
 MIXERS="transformer hgrn retnet gla hgrn2 deltanet gated_deltanet mamba2"
 
-warm() {  # compile every kernel the grid uses, in parallel (Triton compiles on the CPU: 16+ cores here)
-  local i=0 pids=()
+PIDS=()
+warm_mixers() {  # compile every kernel the grid uses, in parallel (Triton compiles on the CPU: 16+ cores here)
+  local i=0
   for m in $MIXERS; do
-    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout 300 python3 experiments/gpu_train_all.py --space $SPACE --mixers $m --no-baseline \
-      --ratio 6:1 --tokens 163840 --quick-score >"$OUT/logs/warm_$m.log" 2>&1 & pids+=($!); i=$((i + 1))
+    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 experiments/gpu_train_all.py --space $SPACE --mixers $m --no-baseline \
+      --ratio 6:1 --tokens 65536 --quick-score >"$OUT/logs/warm_$m.log" 2>&1 & PIDS+=($!); i=$((i + 1))
   done
-  # the op checks and GPU tests compile their own shapes meanwhile (their timings are taken again later, alone)
-  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout 300 python3 experiments/gpu_check.py --out "$OUT/logs/gpu_check_cold.md" >"$OUT/logs/check_cold.log" 2>&1 &
-  pids+=($!)
-  CUDA_VISIBLE_DEVICES=$(((i + 1) % NG)) timeout 300 python3 -m pytest -q -m gpu tests/kernels tests/test_model_gpu.py -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 &
-  pids+=($!)
-  for p in "${pids[@]}"; do wait $p; done
-  say "warm done"; tail -n 3 "$OUT/logs/pytest_gpu.log"
 }
-check() {  # every op in its own process (a CUDA fault in one must not poison the others), both GPUs
-  local i=0 pids=()
+check_ops() {  # every op in its own process (a CUDA fault in one must not poison the others), all GPUs
+  local i=0
   for op in attention hgrn simple_gla simple_gla@g_gamma gla delta_rule gated_delta_rule; do
-    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "${1:-200}" python3 experiments/gpu_check.py --ops $op \
-      --out "$OUT/logs/check_${op/@/_}.md" >"$OUT/logs/check_${op/@/_}.log" 2>&1 & pids+=($!); i=$((i + 1))
+    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 experiments/gpu_check.py --ops $op \
+      --out "$OUT/logs/check_${op/@/_}.md" >"$OUT/logs/check_${op/@/_}.log" 2>&1 & PIDS+=($!); i=$((i + 1))
   done
-  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "${1:-200}" python3 -m pytest -q -m gpu tests/kernels tests/test_model_gpu.py \
-    -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 & pids+=($!)
-  for p in "${pids[@]}"; do wait $p; done
+  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -m gpu tests/kernels tests/test_model_gpu.py \
+    -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 & PIDS+=($!)
+}
+check_done() {
+  for p in "${PIDS[@]}"; do wait $p; done; PIDS=()
   # an op whose fla kernel failed its check here runs on the PyTorch path in everything that follows
   python3 - "$OUT/logs" >$STATE/torch_ops <<'PY'
 import glob, json, sys
@@ -65,11 +65,12 @@ for f in glob.glob(sys.argv[1] + "/check_*.json"):
             bad.add(r["op"].split("@")[0])
 print(",".join(sorted(bad)))
 PY
-  say "check done; ops kept on PyTorch: '$(cat $STATE/torch_ops)'"; tail -n 3 "$OUT/logs/pytest_gpu.log"
-  cat "$OUT"/logs/check_*.md | grep "^| [a-z]" 
+  export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops)
+  say "check done; ops kept on PyTorch: '$HLNAS_TORCH_OPS'"; tail -n 3 "$OUT/logs/pytest_gpu.log"
+  cat "$OUT"/logs/check_*.md | grep "^| [a-z]"
 }
 train_all() {
-  CUDA_VISIBLE_DEVICES=0 timeout "${1:-150}" python3 experiments/gpu_train_all.py --space $SPACE --tokens 819200 --quick-score \
+  CUDA_VISIBLE_DEVICES=0 timeout "${1:-150}" python3 experiments/gpu_train_all.py --space $SPACE --tokens 491520 --quick-score \
     --mixers hgrn,retnet,gla,hgrn2,deltanet,gated_deltanet,mamba2 --out "$OUT/logs/gpu_train.md" >"$OUT/logs/train_all.log" 2>&1
   say "train_all rc=$?"; grep "^| " "$OUT/logs/gpu_train.md" 2>/dev/null
 }
@@ -84,8 +85,8 @@ search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard
 
 for step in "$@"; do
   case $step in
-    warm) warm ;;
-    check*) [[ $step == check:* ]] && t=${step#check:} || t=200; check $t; export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops) ;;
+    warm*) [[ $step == warm:* ]] && t=${step#warm:} || t=300; warm_mixers $t; check_ops $t; check_done ;;  # compile + check at once
+    check*) [[ $step == check:* ]] && t=${step#check:} || t=200; check_ops $t; check_done ;;
     train_all*) train_all "${step#train_all:}" ;;
     grid:*) search $SPACE $GRID_STUDY "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
@@ -93,8 +94,8 @@ for step in "$@"; do
       [ $left -gt 30 ] && search $SPACE $GRID_STUDY $left $(( left + 60 )) || say "no time left for the grid" ;;
     placement_by:*)
       left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
-      [ $left -gt 30 ] && search experiments/paper_grid/placement_h200.yaml placement_h200 $left $(( left + 60 )) || say "no time left for placement" ;;
-    placement:*) search experiments/paper_grid/placement_h200.yaml placement_h200 "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
+      [ $left -gt 30 ] && search $PLACE_SPACE $PLACE_STUDY $left $(( left + 60 )) || say "no time left for placement" ;;
+    placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
