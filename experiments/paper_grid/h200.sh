@@ -29,7 +29,7 @@ if [ ! -f /tmp/site/.hlnas ]; then
     && touch /tmp/site/.hlnas || exit 1
   say "installed $(ls .whl/gpu | wc -l) wheels"
 fi
-[ -f $STATE/h200.db ] || { [ -f .gpu_state/h200.db ] && cp .gpu_state/h200.db $STATE/ && say "restored study database"; }
+[ -f $STATE/h200.db ] || { [ -f .gpu_state/h200.db ] && cp .gpu_state/h200.db $STATE/ && chmod u+w $STATE/h200.db && say "restored study database"; }
 export PYTHONPATH=/tmp/site:$PWD
 [ -f $STATE/torch_ops ] && export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops)
 NG=$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')
