@@ -75,7 +75,7 @@ train_all() {
   say "train_all rc=$?"; grep "^| " "$OUT/logs/gpu_train.md" 2>/dev/null
 }
 search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard stop (SIGTERM: running trials re-queued)
-  local resume=() workers=$((NG * 4))
+  local resume=() workers=${WORKERS:-$((NG * 4))}  # trials sharing the GPUs (one process each)
   python3 -c "import optuna,sys; optuna.load_study(study_name='$2', storage='$DB')" 2>/dev/null && resume=(--resume)
   [ -n "${RETRY_FAILED:-}" ] && [ ${#resume[@]} -gt 0 ] && resume+=(--retry-failed)  # after fixing what failed
   timeout -s TERM "$4" python3 -m hlnas search --space "$1" --storage $DB --study "$2" "${resume[@]}" \
