@@ -67,7 +67,14 @@ def main() -> int:
     candidates = [] if args.no_baseline else [("transformer", build_layout("transformer", None, cfg.n_layers))]
     candidates += [(m, build_layout(m, None if m == "transformer" else args.ratio, cfg.n_layers)) for m in args.mixers.split(",")]
     for name, layout in candidates:
-        r = train(layout, cfg, tcfg, dcfg, progress=False, extra_docs=recall_documents(tcfg, dcfg))
+        try:
+            r = train(layout, cfg, tcfg, dcfg, progress=False, extra_docs=recall_documents(tcfg, dcfg))
+        except Exception as e:  # one mixer's fault is that row's result, not the end of the run
+            rows.append({"mixer": name, "layout": str(layout), "status": "failed", "params": 0, "steps": 0,
+                         "tokens_per_s": None, "final_loss": None, "error": f"{type(e).__name__}: {e}"[:300]})
+            print(json.dumps(rows[-1]), flush=True)
+            _write(rows, args)
+            continue
         row = {"mixer": name, "layout": str(layout), "status": r.status, "params": r.params, "steps": r.steps,
                "tokens_per_s": r.tokens_per_s, "steady_tokens_per_s": r.steady_tokens_per_s, "wall_s": r.wall_s,
                "final_loss": r.final_loss, "error": r.error}

@@ -18,7 +18,7 @@ from hlnas.model import build_model
 pytestmark = pytest.mark.gpu
 
 CFG = ModelConfig(d_model=128, n_layers=2, vocab_size=256, n_heads=2)
-TOL = 2e-2  # both paths under the same bf16 autocast: what differs is the sequence kernel alone
+TOL = 2e-2
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -34,20 +34,44 @@ def _run(model, ids, backend: str, bf16: bool):
     return logits.float().detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("mixer", linear_mixer_names())
-def test_fla_model_matches_the_pytorch_model(mixer):
+def _model(mixer):
     torch.manual_seed(0)
     model = build_model(Layout.parse(str(build_layout(mixer, "pure", 1)) + "A"), CFG).cuda()  # the mixer, then attention
-    ids = torch.randint(0, 256, (2, 256), device="cuda")
-    # the same bf16 autocast on both sides, so the comparison isolates the kernels and their wiring (an fp32
-    # reference also measures bf16 matmul error in every projection: HGRN-2's forget-gate projection
-    # gradient differed by 5.8e-2 that way on the H200, on 2026-11-30)
-    ref_logits, ref_grads = _run(model, ids, "torch", bf16=True)
-    logits, grads = _run(model, ids, "fla", bf16=True)
+    return model, torch.randint(0, 256, (2, 256), device="cuda")
+
+
+@pytest.mark.parametrize("mixer", linear_mixer_names())
+def test_fla_model_matches_the_pytorch_model_in_float32(mixer):
+    """The wiring (gate dtypes, head reshapes, short convolutions, states), parameter by parameter: in float32
+    the two paths differ by the kernels' accumulation order (and TF32 dots) only."""
+    model, ids = _model(mixer)
+    ref_logits, ref_grads = _run(model, ids, "torch", bf16=False)
+    logits, grads = _run(model, ids, "fla", bf16=False)
     assert rel(logits, ref_logits) < TOL
     assert set(grads) == set(ref_grads)
-    worst = max(grads, key=lambda n: rel(grads[n], ref_grads[n]))
-    assert rel(grads[worst], ref_grads[worst]) < TOL, f"{mixer}: gradient of {worst} off by {rel(grads[worst], ref_grads[worst]):.2e}"
+    errs = {n: rel(grads[n], ref_grads[n]) for n in grads}
+    worst = max(errs, key=errs.get)
+    print(f"{mixer} fp32: logits {rel(logits, ref_logits):.1e}, worst gradient {worst} {errs[worst]:.1e}")
+    assert errs[worst] < TOL, f"{mixer}: gradient of {worst} off by {errs[worst]:.2e}"
+
+
+@pytest.mark.parametrize("mixer", linear_mixer_names())
+def test_fla_model_under_bf16_autocast_trains_like_the_float32_model(mixer):
+    """What training sees: the fla model under the trainer's bf16 autocast against the float32 PyTorch model,
+    on the logits and on the whole gradient (every parameter's, concatenated: the update the optimizer takes).
+    Per parameter, bf16 can be far off where a gradient is a near-cancelling sum: HGRN-2's forget gate feeds
+    both k = 1 - f and g = log f, and its projection's gradient differed by 4.5e-2 (5.8e-2 against float32)
+    on the H200 on 2026-11-30 while logits and the other gradients were within 2e-2."""
+    model, ids = _model(mixer)
+    ref_logits, ref_grads = _run(model, ids, "torch", bf16=False)
+    logits, grads = _run(model, ids, "fla", bf16=True)
+    assert set(grads) == set(ref_grads)
+    whole = rel(torch.cat([grads[n].flatten() for n in sorted(grads)]), torch.cat([ref_grads[n].flatten() for n in sorted(grads)]))
+    errs = {n: rel(grads[n], ref_grads[n]) for n in grads}
+    worst = max(errs, key=errs.get)
+    print(f"{mixer} bf16: logits {rel(logits, ref_logits):.1e}, whole gradient {whole:.1e}, worst {worst} {errs[worst]:.1e}")
+    assert rel(logits, ref_logits) < TOL
+    assert whole < TOL, f"{mixer}: whole gradient off by {whole:.2e}"
 
 
 @pytest.mark.parametrize("mixer", linear_mixer_names())

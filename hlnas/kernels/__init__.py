@@ -29,7 +29,7 @@ import torch
 
 from hlnas.errors import KernelUnavailable
 
-__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend", "quick_autotune", "warn_once"]
+__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend", "quick_autotune", "warn_once", "without_autocast"]
 
 #: Every sequence op, one module each under hlnas/kernels/, with ``<op>``, ``naive_<op>`` and ``make_inputs``.
 OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule")
@@ -71,6 +71,25 @@ def resolve_backend(op: str, x: torch.Tensor, backend: str | None = None) -> str
         raise KernelUnavailable(op, "fla", reason)
     warn_once(f"using the PyTorch kernels on CUDA: {reason}")
     return "torch"
+
+
+def without_autocast(fn):
+    """Run a PyTorch path in the precision it chose (float32, or float64 in tests), not an enclosing autocast's.
+
+    The trainer runs models under bf16 autocast on CUDA; there, autocast would recast these paths' matmuls
+    to bf16 and ``triangular_solve`` has no bf16 kernel at all (both found on the H200, where the PyTorch
+    path is the fallback for several fla kernels). Outputs still leave in the input's dtype.
+    """
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with contextlib.ExitStack() as stack:
+            for device_type in ("cuda", "cpu"):
+                if torch.is_autocast_enabled(device_type):
+                    stack.enter_context(torch.autocast(device_type, enabled=False))
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def warn_once(message: str) -> None:

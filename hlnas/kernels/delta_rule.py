@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend
+from hlnas.kernels import resolve_backend, without_autocast
 
 __all__ = ["delta_rule", "naive_delta_rule", "chunk_delta_rule_torch", "make_inputs"]
 
@@ -55,6 +55,7 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+@without_autocast
 def _naive(q, k, v, beta, g, scale, initial_state, output_final_state):
     """Token loop of the (gated) delta rule; g=None means no decay."""
     out_dtype, dt = q.dtype, _compute_dtype(q)
@@ -76,6 +77,7 @@ def _naive(q, k, v, beta, g, scale, initial_state, output_final_state):
     return o, (S if output_final_state else None)
 
 
+@without_autocast
 def _chunked(q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size):
     """Chunked (gated) delta rule in PyTorch; autograd-differentiable. g=None means no decay."""
     if chunk_size < 1:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend
+from hlnas.kernels import resolve_backend, without_autocast
 
 __all__ = ["gla", "naive_gla", "chunk_gla_torch", "make_inputs"]
 
@@ -46,6 +46,7 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+@without_autocast
 def naive_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float | None = None,
               initial_state: Tensor | None = None, output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
     """Token-by-token reference -> (o ``[B,T,H,V]`` in q's dtype, final state ``[B,H,K,V]`` or None)."""
@@ -121,6 +122,7 @@ def _split(q: Tensor, k: Tensor, b: Tensor, thr: float) -> Tensor:
     return A.permute(2, 0, 3, 1, 4).reshape(M, C, C)
 
 
+@without_autocast
 def chunk_gla_torch(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float | None = None,
                     initial_state: Tensor | None = None, output_final_state: bool = False,
                     chunk_size: int = 64, max_fast_decay: float | None = None) -> tuple[Tensor, Tensor | None]:

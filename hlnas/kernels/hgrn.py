@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend
+from hlnas.kernels import resolve_backend, without_autocast
 
 __all__ = ["hgrn", "naive_hgrn", "chunk_hgrn_torch", "make_inputs"]
 
@@ -31,6 +31,7 @@ def _check(x: Tensor, g: Tensor, initial_state: Tensor | None) -> None:
         )
 
 
+@without_autocast
 def naive_hgrn(
     x: Tensor, g: Tensor, *, initial_state: Tensor | None = None, output_final_state: bool = False
 ) -> tuple[Tensor, Tensor | None]:
@@ -149,6 +150,7 @@ class _HgrnScan(torch.autograd.Function):
         return dx, dg, dh0, None
 
 
+@without_autocast
 def chunk_hgrn_torch(
     x: Tensor,
     g: Tensor,

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend, warn_once
+from hlnas.kernels import resolve_backend, warn_once, without_autocast
 
 __all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch", "make_inputs"]
 
@@ -52,6 +52,7 @@ def _log_decay(q: Tensor, g: Tensor | None, g_gamma: Tensor | None, dt: torch.dt
     return q.new_zeros(B, T, H, dtype=dt)
 
 
+@without_autocast
 def naive_simple_gla(
     q: Tensor,
     k: Tensor,
@@ -84,6 +85,7 @@ def naive_simple_gla(
 _LOG2E = 1.4426950408889634
 
 
+@without_autocast
 def chunk_simple_gla_torch(
     q: Tensor,
     k: Tensor,
