@@ -50,7 +50,7 @@ check_ops() {  # every op in its own process (a CUDA fault in one must not poiso
     CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 experiments/gpu_check.py --ops $op \
       --out "$OUT/logs/check_${op/@/_}.md" >"$OUT/logs/check_${op/@/_}.log" 2>&1 & PIDS+=($!); i=$((i + 1))
   done
-  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -m gpu tests/kernels tests/test_model_gpu.py \
+  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -rP -m gpu tests/kernels tests/test_model_gpu.py \
     -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 & PIDS+=($!)
 }
 check_done() {
