@@ -56,22 +56,22 @@ def test_fla_model_matches_the_pytorch_model_in_float32(mixer):
 
 
 @pytest.mark.parametrize("mixer", linear_mixer_names())
-def test_fla_model_under_bf16_autocast_trains_like_the_float32_model(mixer):
-    """What training sees: the fla model under the trainer's bf16 autocast against the float32 PyTorch model,
-    on the logits and on the whole gradient (every parameter's, concatenated: the update the optimizer takes).
-    Per parameter, bf16 can be far off where a gradient is a near-cancelling sum: HGRN-2's forget gate feeds
-    both k = 1 - f and g = log f, and its projection's gradient differed by 4.5e-2 (5.8e-2 against float32)
-    on the H200 on 2026-11-30 while logits and the other gradients were within 2e-2."""
+def test_fla_model_matches_the_pytorch_model_under_bf16_autocast(mixer):
+    """What training runs: both paths under the trainer's bf16 autocast (the PyTorch kernels keep float32
+    inside it), so what differs is the fla kernel alone, parameter by parameter.
+
+    Against a float32 model, bf16 autocast itself moves HGRN-2's forget-gate projection gradient by 5.9e-2 on
+    either path (its gradient is a near-cancelling sum through k = 1 - f and g = log f); fla's kernel adds
+    5.8e-3 to the whole gradient (experiments/results/gpu_model_precision_h200.md, H200, 2026-11-30)."""
     model, ids = _model(mixer)
-    ref_logits, ref_grads = _run(model, ids, "torch", bf16=False)
+    ref_logits, ref_grads = _run(model, ids, "torch", bf16=True)
     logits, grads = _run(model, ids, "fla", bf16=True)
+    assert rel(logits, ref_logits) < TOL
     assert set(grads) == set(ref_grads)
-    whole = rel(torch.cat([grads[n].flatten() for n in sorted(grads)]), torch.cat([ref_grads[n].flatten() for n in sorted(grads)]))
     errs = {n: rel(grads[n], ref_grads[n]) for n in grads}
     worst = max(errs, key=errs.get)
-    print(f"{mixer} bf16: logits {rel(logits, ref_logits):.1e}, whole gradient {whole:.1e}, worst {worst} {errs[worst]:.1e}")
-    assert rel(logits, ref_logits) < TOL
-    assert whole < TOL, f"{mixer}: whole gradient off by {whole:.2e}"
+    print(f"{mixer} bf16: logits {rel(logits, ref_logits):.1e}, worst gradient {worst} {errs[worst]:.1e}")
+    assert errs[worst] < TOL, f"{mixer}: gradient of {worst} off by {errs[worst]:.2e}"
 
 
 @pytest.mark.parametrize("mixer", linear_mixer_names())

@@ -88,6 +88,8 @@ for step in "$@"; do
     warm*) [[ $step == warm:* ]] && t=${step#warm:} || t=300; warm_mixers $t; check_ops $t; check_done ;;  # compile + check at once
     check*) [[ $step == check:* ]] && t=${step#check:} || t=200; check_ops $t; check_done ;;
     train_all*) train_all "${step#train_all:}" ;;
+    precision) timeout 120 python3 experiments/gpu_model_precision.py --out "$OUT/logs/gpu_model_precision.md" >"$OUT/logs/precision.log" 2>&1
+               say "precision rc=$?"; grep "^| " "$OUT/logs/gpu_model_precision.md" ;;
     grid:*) search $SPACE $GRID_STUDY "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
       left=$(( ${step#grid_by:} - ($(date +%s) - t0) ))
