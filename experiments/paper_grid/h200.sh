@@ -83,6 +83,11 @@ search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard
   say "search $2 rc=$? ($workers workers)"; grep -c " done " "$OUT/logs/search_$2.log"; grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
 }
 
+# A search's hard stop: 60 s after its last start, but never past CALL_LIMIT (the device call's limit) less the
+# time the closing archive needs. A call killed by its limit brings back no database and no logs archive.
+CALL_LIMIT=${CALL_LIMIT:-600}
+hard_stop() { local cap=$(( CALL_LIMIT - 20 - ($(date +%s) - t0) )); echo $(( $1 + 60 < cap ? $1 + 60 : cap )); }
+
 for step in "$@"; do
   case $step in
     warm*) [[ $step == warm:* ]] && t=${step#warm:} || t=300; warm_mixers $t; check_ops $t; check_done ;;  # compile + check at once
@@ -93,10 +98,10 @@ for step in "$@"; do
     grid:*) search $SPACE $GRID_STUDY "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
       left=$(( ${step#grid_by:} - ($(date +%s) - t0) ))
-      [ $left -gt 30 ] && search $SPACE $GRID_STUDY $left $(( left + 60 )) || say "no time left for the grid" ;;
+      [ $left -gt 30 ] && search $SPACE $GRID_STUDY $left $(hard_stop $left) || say "no time left for the grid" ;;
     placement_by:*)
       left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
-      [ $left -gt 30 ] && search $PLACE_SPACE $PLACE_STUDY $left $(( left + 60 )) || say "no time left for placement" ;;
+      [ $left -gt 30 ] && search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) || say "no time left for placement" ;;
     placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

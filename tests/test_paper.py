@@ -1,0 +1,42 @@
+"""Rank correlation used to compare a study's grid with the paper's Table 7."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hlnas.paper import recall_by_ratio, spearman
+
+
+def test_spearman_is_one_for_any_increasing_relation_and_minus_one_reversed():
+    a = [0.1, 0.5, 0.2, 0.9, 0.3]
+    assert spearman(a, [x**3 for x in a])[0] == pytest.approx(1.0)
+    assert spearman(a, [-math.exp(x) for x in a])[0] == pytest.approx(-1.0)
+
+
+def test_spearman_with_ties_matches_the_hand_computed_value():
+    # ranks of a: 1, 2.5, 2.5, 4; of b: 1, 2, 3, 4 -> Pearson of those ranks = 4.5 / sqrt(4.5 * 5)
+    rho, _ = spearman([1, 2, 2, 3], [10, 20, 30, 40])
+    assert rho == pytest.approx(4.5 / math.sqrt(4.5 * 5))
+
+
+def test_spearman_p_value_separates_a_perfect_order_from_noise():
+    a = list(range(12))
+    assert spearman(a, a, permutations=5000)[1] < 0.001  # 12! orderings; almost none reach rho = 1
+    rho, p = spearman(a, [5, 11, 0, 7, 3, 9, 1, 10, 4, 8, 2, 6], permutations=5000)
+    assert abs(rho) < 0.3 and p > 0.3
+    assert spearman(a, a, seed=1) == spearman(a, a, seed=1)  # seeded
+
+
+def test_spearman_refuses_too_few_or_unpaired_values():
+    with pytest.raises(ValueError, match="at least 3"):
+        spearman([1, 2], [1, 2])
+    with pytest.raises(ValueError, match="equally long"):
+        spearman([1, 2, 3], [1, 2])
+
+
+def test_the_paper_recall_table_covers_the_four_mixers_it_reports():
+    t7 = recall_by_ratio()
+    assert {m for m in t7 if m != "average"} == {"deltanet", "gated_deltanet", "gla", "hgrn2"}
+    assert all(set(t7[m]) == {"pure", "24:1", "12:1", "6:1", "3:1"} for m in t7)
