@@ -69,7 +69,8 @@ class ProcessExecutor:
     candidates leave a GPU mostly idle, so ``workers`` of them share it. Each worker imports torch/fla
     and compiles Triton kernels once and reuses them for every trial it runs; all share one Triton
     cache directory. With several GPUs, worker ``i`` sees GPU ``i % n_gpus`` only. A worker that dies
-    (segfault, OOM-kill) is reported as ``worker_died`` and replaced; the study goes on.
+    (segfault, OOM-kill) is reported as ``worker_died`` and replaced; the study goes on. Workers ignore
+    SIGINT and SIGTERM: the driver stops them once it has re-queued their trials.
     """
 
     def __init__(self, workers: int, *, threads: int = 1, triton_cache: str | None = None, gpus: int | None = None):
@@ -100,7 +101,11 @@ class ProcessExecutor:
         if not idle:
             raise HlnasError("no idle worker process; wait() for a result before submitting more")
         i = idle[0]
-        self._slots[i][1].send(spec)
+        try:
+            self._slots[i][1].send(spec)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):  # the idle worker died: a fresh one takes it
+            self._replace(i)
+            self._slots[i][1].send(spec)
         self._busy[i] = spec
 
     def in_flight(self) -> int:
@@ -136,10 +141,8 @@ class ProcessExecutor:
 
     def _replace(self, i: int) -> None:
         proc, conn = self._slots[i]
-        proc.terminate()
+        proc.kill()  # dead already, or poisoned by a CUDA fault (workers ignore SIGTERM)
         proc.join(timeout=10)
-        if proc.is_alive():
-            proc.kill()
         conn.close()
         self._slots[i] = self._start(i)
 
@@ -149,7 +152,7 @@ class ProcessExecutor:
         for i, (proc, conn) in enumerate(self._slots):
             try:
                 if i in self._busy:
-                    proc.terminate()
+                    proc.kill()  # workers ignore SIGTERM
                 else:
                     conn.send(None)
             except (OSError, ValueError):
@@ -166,7 +169,11 @@ class ProcessExecutor:
 def _serve(conn, env: dict, threads: int) -> None:
     """A worker process: set its environment, import once, then run trials until told to stop."""
     os.environ.update(env)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops the workers itself
+    # Stopping is the driver's job: it re-queues the running trials, then ends the workers. A Ctrl-C, or a
+    # SIGTERM sent to the whole process group (Slurm's time limit, `timeout`), reaches the workers too; a
+    # worker that died of it would be recorded as a failed layout instead of an interrupted trial.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent()
     import torch
 

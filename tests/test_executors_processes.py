@@ -50,6 +50,34 @@ def test_worker_processes_run_trials_in_parallel_and_stay_alive_between_trials()
         ProcessExecutor(0)
 
 
+def test_an_idle_worker_that_died_is_replaced_when_a_trial_is_submitted_to_it():
+    """Between trials nothing watches a worker; the next submit found its pipe broken and crashed the search."""
+    space = tiny_space()
+    ex = ProcessExecutor(1)
+    try:
+        proc = ex._slots[0][0]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(timeout=10)
+        ex.submit(_spec(space, 0, space.grid()[0], None))
+        (result,) = ex.wait(timeout=120)
+        assert result.ok and result.metrics["worker_pid"] != proc.pid
+    finally:
+        ex.shutdown()
+
+
+def test_workers_leave_sigterm_to_the_driver():
+    ex = ProcessExecutor(1)
+    try:
+        proc = ex._slots[0][0]
+        time.sleep(1.0)  # the worker has installed its handlers
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.is_alive()
+    finally:
+        ex.shutdown()
+    assert not proc.is_alive()  # shutdown still ends it
+
+
 def test_a_killed_worker_process_fails_its_trial_and_the_study_goes_on(tmp_path):
     url, seen = f"sqlite:///{tmp_path}/die.db", {}
     run_search(tiny_space(), storage=url, study_name="die", n_trials=3, executor="processes", workers=1,
@@ -96,6 +124,28 @@ def test_sigterm_stops_a_search_like_ctrl_c(tmp_path):
         assert pid != p.pid
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_whole_process_group_requeues_running_trials_instead_of_failing_them(tmp_path, sig):
+    """Slurm's time limit, ``timeout`` and a terminal's Ctrl-C signal every process of the group, workers too.
+    A worker must leave stopping to the driver: on the H200 a worker killed by that SIGTERM was recorded as
+    ``worker_died`` and its layout as failed, so a resume skipped it (experiments/paper_grid, trial 20)."""
+    space_file = stoppable_space(tmp_path)
+    url, name = f"sqlite:///{tmp_path}/group.db", "group"
+    p = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "5",
+              "--executor", "processes", "--workers", "2"], tmp_path, own_group=True)
+    _stop_while_training(p, url, name, sig, min_complete=1, group=True)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-3000:]
+    ts = _trials(url, name)
+    kinds = [t.user_attrs.get("error_kind") for t in ts if t.state == TrialState.FAIL]
+    assert "worker_died" not in kinds and "interrupted" in kinds, kinds
+    assert not [t for t in ts if t.state == TrialState.RUNNING]
+    # every interrupted layout waits to run again (once: a duplicate that waited on it shares its queue entry)
+    waiting = {tuple(sorted(t.system_attrs["fixed_params"].items())) for t in ts if t.state == TrialState.WAITING}
+    stopped = {tuple(sorted(t.params.items())) for t in ts if t.user_attrs.get("error_kind") == "interrupted"}
+    assert stopped and stopped <= waiting
 
 
 def test_a_cuda_fault_replaces_the_worker_that_had_it():

@@ -20,10 +20,25 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 N_TRIALS = 5
 
 
-def _cli(args: list[str], cwd) -> subprocess.Popen:
+def _cli(args: list[str], cwd, own_group: bool = False) -> subprocess.Popen:
+    """``own_group``: the search leads its own process group, so a signal can go to all of it, workers included."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # 1 thread: tiny models, busy 2-core CI
     return subprocess.Popen([sys.executable, "-m", "hlnas.cli", "search", *args, "--no-progress"], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=own_group)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Processes of process group ``pgid`` other than its leader (Linux /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != pgid:
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:  # fields after "(comm)": state, ppid, pgrp
+                out.append(int(entry))
+    return out
 
 
 def _trials(url: str, name: str) -> list:
@@ -33,14 +48,20 @@ def _trials(url: str, name: str) -> list:
         return []
 
 
-def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, min_complete: int) -> None:
-    """Send ``sig`` once the storage shows >= min_complete COMPLETE trials and one RUNNING."""
+def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, min_complete: int,
+                         group: bool = False) -> None:
+    """Send ``sig`` once the storage shows >= min_complete COMPLETE trials and one RUNNING; ``group``: to the
+    search's whole process group (as Slurm at a time limit, ``timeout`` or a terminal's Ctrl-C do)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"search ended before it could be stopped:\n{proc.communicate()[1][-3000:]}"
         ts = _trials(url, name)
         running = [t for t in ts if t.state == TrialState.RUNNING]
         if sum(t.state == TrialState.COMPLETE for t in ts) >= min_complete and running:
+            if group:  # the rest of the group first, then the driver: the order a group signal can arrive in
+                for pid in _group_members(proc.pid):
+                    os.kill(pid, sig)
+                time.sleep(0.5)
             proc.send_signal(sig)
             return
         time.sleep(0.05)
