@@ -17,6 +17,7 @@ from hlnas.errors import HlnasError, did_you_mean
 __all__ = ["StorageError", "UnknownStudyError", "ALLOWED_SCHEMES", "DEFAULT_STORAGE", "open_storage", "load_study", "study_names"]
 
 DEFAULT_STORAGE = "sqlite:///hlnas.db"
+SQLITE_BUSY_TIMEOUT_S = 120.0  # how long a SQLite write waits for another connection's lock
 #: optuna's RDB dialects (a driver may follow: ``postgresql+psycopg2://``) and its journal file.
 ALLOWED_SCHEMES = ("sqlite", "postgresql", "mysql", "journal")
 _EXAMPLES = "sqlite:///path/to/study.db, postgresql://user@host/db, mysql://user@host/db, journal:///path/to/study.log"
@@ -66,7 +67,11 @@ def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False
             from optuna.storages.journal import JournalFileBackend
 
             return optuna.storages.JournalStorage(JournalFileBackend(path))
-        return optuna.storages.RDBStorage(url, engine_kwargs=None if kind == "sqlite" else {"pool_pre_ping": True})
+        if kind == "sqlite":
+            # a reader (the dashboard, `hlnas status`, a second search) can hold SQLite's lock for a moment; wait
+            # for it rather than fail the search after sqlite's default 5 s ("database is locked")
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}})
+        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except Exception as e:  # sqlalchemy and driver errors: not a database, unreachable host, missing driver
         raise StorageError(
             f"cannot open storage {url!r}: {type(e).__name__}: {str(e).splitlines()[0][:300]}; allowed schemes: {', '.join(ALLOWED_SCHEMES)}"

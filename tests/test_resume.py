@@ -10,6 +10,7 @@ import sys
 import time
 
 import optuna
+import sqlalchemy.exc
 import yaml
 from optuna.trial import TrialState
 
@@ -27,24 +28,12 @@ def _cli(args: list[str], cwd, own_group: bool = False) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=own_group)
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Processes of process group ``pgid`` other than its leader (Linux /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != pgid:
-            try:
-                stat = open(f"/proc/{entry}/stat").read()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:  # fields after "(comm)": state, ppid, pgrp
-                out.append(int(entry))
-    return out
-
-
 def _trials(url: str, name: str) -> list:
+    """The study's trials as another process sees them; [] while it does not exist yet or the search holds
+    SQLite's lock (a poll must stay quick and never fail the test: the next poll reads again)."""
     try:
         return optuna.load_study(study_name=name, storage=url).get_trials()
-    except KeyError:  # not created yet
+    except (KeyError, sqlalchemy.exc.OperationalError):
         return []
 
 
@@ -58,11 +47,10 @@ def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, 
         ts = _trials(url, name)
         running = [t for t in ts if t.state == TrialState.RUNNING]
         if sum(t.state == TrialState.COMPLETE for t in ts) >= min_complete and running:
-            if group:  # the rest of the group first, then the driver: the order a group signal can arrive in
-                for pid in _group_members(proc.pid):
-                    os.kill(pid, sig)
-                time.sleep(0.5)
-            proc.send_signal(sig)
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
             return
         time.sleep(0.05)
     proc.kill()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 
 import optuna
 import pytest
@@ -125,6 +126,37 @@ def test_same_search_on_every_storage_then_resume(kind, tmp_path, request):
     run_search(None, storage=url, study_name=name, n_trials=4, resume=True)
     done = trained(load_hlnas_study(url, name))
     assert len(done) == 4 and len({t.user_attrs["layout"] for t in done}) == 4
+
+
+def test_a_sqlite_write_waits_out_another_connections_lock(tmp_path, monkeypatch):
+    """A dashboard or a second process can hold SQLite's lock; sqlite's own 5 s default then failed the search's
+    write with "database is locked" (seen in CI while a test polled the study)."""
+    import sqlite3
+    import threading
+
+    import hlnas.storage as S
+
+    monkeypatch.setattr(S, "SQLITE_BUSY_TIMEOUT_S", 30.0)
+    path = tmp_path / "busy.db"
+    study = optuna.create_study(study_name="busy", storage=S.open_storage(f"sqlite:///{path}", create=True))
+    locked, hold = threading.Event(), 6.0  # longer than sqlite's default busy timeout of 5 s
+
+    def lock_it():
+        con = sqlite3.connect(path, timeout=0)
+        con.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        time.sleep(hold)
+        con.commit()
+        con.close()
+
+    th = threading.Thread(target=lock_it)
+    th.start()
+    locked.wait(10)
+    t0 = time.monotonic()
+    study = optuna.load_study(study_name="busy", storage=S.open_storage(f"sqlite:///{path}"))
+    study.set_user_attr("written", True)  # waits for the lock instead of raising
+    th.join()
+    assert time.monotonic() - t0 > 4.0 and study.user_attrs["written"] is True
 
 
 @pytest.mark.parametrize("url, needle", [
