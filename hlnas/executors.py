@@ -103,7 +103,7 @@ class ProcessExecutor:
         i = idle[0]
         try:
             self._slots[i][1].send(spec)
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):  # the idle worker died: a fresh one takes it
+        except (OSError, EOFError):  # a broken pipe: the idle worker died, and a fresh one takes the trial
             self._replace(i)
             self._slots[i][1].send(spec)
         self._busy[i] = spec
