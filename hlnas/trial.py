@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-__all__ = ["TrialSpec", "TrialResult", "run_trial", "ERROR_KINDS"]
+__all__ = ["TrialSpec", "TrialResult", "run_trial", "recall_metrics", "ERROR_KINDS"]
 
 ERROR_KINDS = ("nan", "oom", "kernel", "config", "worker_died", "other")
 
@@ -30,6 +30,9 @@ class TrialSpec:
     kv_context: int = 4096
     placement: str | None = None
     out_dir: str | None = None  # checkpoints; a re-run of the same trial resumes from them
+    # score the fresh-model recall objective only (no LM training): calibration's extra seeds, whose
+    # recall does not depend on the trained candidate
+    recall_only: bool = False
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -73,6 +76,22 @@ def layout_metrics(layout_str: str, model: dict, kv_context: int, placement: str
     }
 
 
+def recall_metrics(scores: dict, sources) -> dict:
+    """The study's recall from a trial's scores: the first of ``sources`` (raw accuracy keys) present, its
+    strongest no-recall baseline, and ``recall``, that accuracy corrected for the baseline (what searches
+    optimise: :func:`hlnas.score.baselines.corrected`). Empty when no recall objective was scored."""
+    from hlnas.score.baselines import corrected
+
+    key = next((k for k in sources if k in scores and scores[k] is not None), None)
+    if key is None:
+        return {}
+    prefix = key.removesuffix("_acc").removesuffix("_avg")
+    raw, base = float(scores[key]), float(scores.get(f"{prefix}_baseline", 0.0))
+    return {"recall_source": key, "recall_raw": raw, "recall_baseline": base,
+            "recall_baseline_name": scores.get(f"{prefix}_baseline_name"),
+            "recall_baselines": scores.get(f"{prefix}_baselines", {}), "recall": corrected(raw, base)}
+
+
 def _classify(e: BaseException) -> str:
     import torch
 
@@ -106,6 +125,12 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         metrics.update(layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement))
         layout, model_cfg = Layout.parse(spec.layout), ModelConfig.from_dict(spec.model)
         tcfg, dcfg, scfg = TrainConfig.from_dict(spec.train), DataConfig.from_dict(spec.data), ScoreConfig.from_dict(spec.score)
+        if spec.recall_only:
+            from hlnas.score.objectives import mqar_objective
+
+            metrics.update(mqar_objective(layout, model_cfg, scfg, seed=tcfg.seed))
+            metrics.update(recall_metrics(metrics, ["mqar_acc"]), status="ok", finished_at=time.time())
+            return TrialResult(spec.number, "ok", metrics, wall_s=time.perf_counter() - t0)
         extra = recall_documents(tcfg, dcfg)
         tr = train(layout, model_cfg, tcfg, dcfg, out_dir=spec.out_dir, progress=False, extra_docs=extra)
         metrics.update(final_loss=tr.final_loss, tokens_per_s=tr.tokens_per_s, steady_tokens_per_s=tr.steady_tokens_per_s,
@@ -119,11 +144,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         scores = score(tr.model, load_tokenizer(dcfg.tokenizer), scfg, val_batches=val, seed=tcfg.seed,
                        mixed_mqar=mqar_recall_config(tcfg, dcfg))
         metrics.update(scores)
-        # "recall" is the study's recall measure: the first of RECALL_SOURCES that was scored (score()
-        # itself writes RULER's weighted average there)
-        key = next((key for _, key in RECALL_SOURCES if key in metrics), None)
-        if key is not None:
-            metrics["recall"] = metrics[key]
+        metrics.update(recall_metrics(metrics, [key for _, key in RECALL_SOURCES]))
         if "ruler" in metrics:
             metrics["ruler"] = {k: metrics["ruler"][k] for k in ("tasks", "groups", "average") if k in metrics["ruler"]}
         metrics["status"] = "ok"

@@ -19,6 +19,7 @@ Every objective reports into one flat-ish dict so a study can pick any entry as 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -28,9 +29,8 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, check_fields, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model
-from hlnas.train import cosine_lr
 
-__all__ = ["ScoreConfig", "OBJECTIVES", "score", "mqar_objective", "mqar_mixed_objective"]
+__all__ = ["ScoreConfig", "OBJECTIVES", "score", "mqar_objective", "mqar_mixed_objective", "mixed_test_instances", "mixed_baselines"]
 
 OBJECTIVES = ("val_loss", "ruler", "mqar", "mqar_mixed", "lm_eval")
 
@@ -54,6 +54,18 @@ class ScoreConfig:
     mqar_batch: int = 32
     mqar_lr: float = 1e-3  # 3e-3 left a 2-layer Transformer on the ln(K) plateau for 6000 steps; 1e-3 solved it (mqar_pilot_cpu.md)
     mqar_test: int = 256
+    mqar_test_seed: int = 0  # test instances: the same for every candidate and seed (so are their baselines)
+    # the fresh recall model and its training (hlnas.score.recall_proxy)
+    mqar_model: dict = field(default_factory=dict)  # ModelConfig overrides for the recall model, e.g. {d_model: 128}
+    mqar_lrs: tuple[float, ...] = ()  # learning rates swept, best kept by validation accuracy (() = [mqar_lr])
+    mqar_target: float | None = None  # stop a rate once validation accuracy reaches this (None: train mqar_steps)
+    mqar_eval_every: int = 100  # steps between validation checks
+    mqar_val: int = 256  # validation instances (train stream, never the test ones)
+    mqar_beta2: float = 0.98
+    mqar_warmup_frac: float = 0.1
+    mqar_graph: bool = True  # on CUDA: one captured CUDA graph per step (hlnas.graphs)
+    # seconds after which a rate stops (for sweeps on a lease; a protocol should stop by steps or target)
+    mqar_budget_s: float | None = None
     mqar_mixed_scales: tuple[int, ...] = (1, 2)  # mqar_mixed: test lengths as multiples of the training length
     # lm-eval (hlnas.score.lm)
     lm_eval_tasks: tuple[str, ...] = ("arc_challenge", "arc_easy", "hellaswag", "lambada_openai", "openbookqa", "piqa")
@@ -63,7 +75,7 @@ class ScoreConfig:
     batch_size: int = 8
 
     def __post_init__(self) -> None:
-        for name in ("objectives", "ruler_tasks", "ruler_lengths", "lm_eval_tasks", "mqar_mixed_scales"):
+        for name in ("objectives", "ruler_tasks", "ruler_lengths", "lm_eval_tasks", "mqar_mixed_scales", "mqar_lrs"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for obj in self.objectives:
             if obj not in OBJECTIVES:
@@ -74,9 +86,26 @@ class ScoreConfig:
             for t in self.ruler_tasks:
                 if t not in RULER_TASKS:
                     raise ConfigError(f"unknown RULER task '{t}'.{did_you_mean(t, RULER_TASKS)} Allowed: {', '.join(RULER_TASKS)}")
-        for name in ("ruler_samples", "mqar_steps", "mqar_batch", "mqar_test", "batch_size", "lm_eval_max_length"):
+        for name in ("ruler_samples", "mqar_steps", "mqar_batch", "mqar_test", "batch_size", "lm_eval_max_length",
+                     "mqar_eval_every", "mqar_val"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"score.{name} must be >= 1, got {getattr(self, name)}")
+        for lr in (self.mqar_lr, *self.mqar_lrs):
+            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+                raise ConfigError(f"score.mqar_lr and score.mqar_lrs must be positive numbers, got {lr!r}")
+        if self.mqar_target is not None and not 0 < self.mqar_target <= 1:
+            raise ConfigError(f"score.mqar_target must be an accuracy in (0, 1] or null, got {self.mqar_target!r}")
+        if not 0 < self.mqar_beta2 < 1 or not 0 <= self.mqar_warmup_frac < 1:
+            raise ConfigError(f"score.mqar_beta2 must be in (0, 1) and score.mqar_warmup_frac in [0, 1), got "
+                              f"{self.mqar_beta2} and {self.mqar_warmup_frac}")
+        if not isinstance(self.mqar_model, dict):
+            raise ConfigError(f"score.mqar_model must be a mapping of ModelConfig fields, got {self.mqar_model!r}")
+        from hlnas.score.recall_proxy import RECALL_MODEL_KEYS
+
+        for key in self.mqar_model:
+            if key not in RECALL_MODEL_KEYS:
+                raise ConfigError(f"score.mqar_model: key '{key}' is not allowed.{did_you_mean(key, RECALL_MODEL_KEYS)} "
+                                  f"Allowed: {', '.join(RECALL_MODEL_KEYS)}")
         if not self.mqar_mixed_scales or any(int(m) != m or m < 1 for m in self.mqar_mixed_scales):
             raise ConfigError(f"score.mqar_mixed_scales must be whole multiples >= 1 of the training length, got {list(self.mqar_mixed_scales)}")
         if any(L < 1 for L in self.ruler_lengths) or not self.ruler_lengths:
@@ -93,53 +122,52 @@ class ScoreConfig:
 
 
 def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, seed: int = 0, device=None) -> dict:
-    """Train a fresh model of ``layout`` on MQAR and return its test accuracy (Zoology's protocol)."""
-    from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
+    """Train fresh recall models of ``layout`` on MQAR and return their test accuracy beside its no-recall
+    baselines (:func:`hlnas.score.recall_proxy.train_mqar`: Zoology's protocol)."""
+    from hlnas.score.recall_proxy import train_mqar
 
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    vocab = min(cfg.mqar_vocab, model_cfg.vocab_size)
-    mcfg = MQARConfig(vocab_size=vocab, seq_len=cfg.mqar_seq_len, num_kv_pairs=cfg.mqar_kv_pairs)
-    torch.manual_seed(seed)
-    model = build_model(layout, model_cfg).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.mqar_lr, weight_decay=0.1)
-    x, y = make_mqar(mcfg, cfg.mqar_steps * cfg.mqar_batch, seed, split="train")
-    use_bf16 = device.type == "cuda"
-    t0 = time.perf_counter()
-    model.train()
-    for step in range(cfg.mqar_steps):
-        for g in opt.param_groups:  # same warmup + cosine shape as training (works for any step count)
-            g["lr"] = cosine_lr(step, cfg.mqar_steps, cfg.mqar_lr, 0.1, 0.0)
-        sl = slice(step * cfg.mqar_batch, (step + 1) * cfg.mqar_batch)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            logits = model(x[sl].to(device))
-        loss = mqar_loss(logits.float(), y[sl].to(device))
-        if not torch.isfinite(loss):
-            return {"mqar_acc": 0.0, "mqar_error": f"non-finite MQAR loss at step {step}"}
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    xt, yt = make_mqar(mcfg, cfg.mqar_test, seed, split="test")
-    acc = mqar_accuracy(model, xt, yt, batch_size=cfg.mqar_batch, device=device)
-    return {"mqar_acc": acc, "mqar_final_loss": loss.item(), "mqar_s": round(time.perf_counter() - t0, 2),
-            "mqar": {"seq_len": mcfg.seq_len, "kv_pairs": mcfg.num_kv_pairs, "vocab": vocab, "steps": cfg.mqar_steps}}
+    return train_mqar(layout, model_cfg, cfg, seed=seed, device=device)
+
+
+def mixed_test_instances(trained_on, cfg: ScoreConfig, eos_id: int):
+    """``(MQARConfig, inputs, labels)`` per test length of the ``mqar_mixed`` objective: held-out instances of
+    the trained format at each of ``cfg.mqar_mixed_scales`` x the training length, in document form, each right
+    after a document separator as in training; ``cfg.mqar_test_seed``'s, whatever the training seed."""
+    from hlnas.score.mqar import IGNORE, as_documents, make_mqar
+
+    for m in cfg.mqar_mixed_scales:
+        mc = trained_on.replace(seq_len=trained_on.seq_len * int(m))
+        x, y = make_mqar(mc, cfg.mqar_test, cfg.mqar_test_seed, split="test")
+        sep = torch.full((x.shape[0], 1), eos_id, dtype=torch.long)
+        yield mc, torch.cat([sep, as_documents(x, y)], 1), torch.cat([torch.full_like(sep, IGNORE), y], 1)
+
+
+def mixed_baselines(trained_on, cfg: ScoreConfig, eos_id: int) -> dict:
+    """The no-recall baselines of the ``mqar_mixed`` test instances: per length, and averaged over lengths as
+    the accuracy is (document form: eliminating revealed values is one)."""
+    from hlnas.score.baselines import mqar_baselines
+
+    by_length = {str(mc.seq_len): mqar_baselines(x, y, mc.vocab_size, mc.token_map, document_form=True)
+                 for mc, x, y in mixed_test_instances(trained_on, cfg, eos_id)}
+    n = len(by_length)
+    mean = {k: sum(b[k] for b in by_length.values()) / n for k in next(iter(by_length.values()))}
+    return {"mean": mean, "by_length": by_length}
 
 
 def mqar_mixed_objective(model: HybridLM, trained_on, cfg: ScoreConfig, eos_id: int, *, seed: int = 0, device=None) -> dict:
     """Score a candidate trained with MQAR instances mixed in (``trained_on``: their MQARConfig) on
-    held-out instances of the same format at each of ``cfg.mqar_mixed_scales`` x the training length."""
-    from hlnas.score.mqar import IGNORE, as_documents, make_mqar, mqar_accuracy
+    :func:`mixed_test_instances`, beside their no-recall baselines (:func:`mixed_baselines`)."""
+    from hlnas.score.baselines import strongest
+    from hlnas.score.mqar import mqar_accuracy
 
-    by_length = {}
-    for m in cfg.mqar_mixed_scales:
-        mc = trained_on.replace(seq_len=trained_on.seq_len * int(m))
-        x, y = make_mqar(mc, cfg.mqar_test, seed, split="test")
-        # as in training: the document form, each instance right after a document separator
-        sep = torch.full((x.shape[0], 1), eos_id, dtype=torch.long)
-        x, y = torch.cat([sep, as_documents(x, y)], 1), torch.cat([torch.full_like(sep, IGNORE), y], 1)
-        by_length[str(mc.seq_len)] = mqar_accuracy(model, x, y, batch_size=cfg.mqar_batch, device=device)
-    return {"mqar_mixed_acc": sum(by_length.values()) / len(by_length),
-            "mqar_mixed": {"by_length": by_length, "kv_pairs": trained_on.num_kv_pairs, "vocab": trained_on.vocab_size}}
+    by_length = {str(mc.seq_len): mqar_accuracy(model, x, y, batch_size=cfg.mqar_batch, device=device)
+                 for mc, x, y in mixed_test_instances(trained_on, cfg, eos_id)}
+    base = mixed_baselines(trained_on, cfg, eos_id)
+    name, b = strongest(base["mean"])
+    return {"mqar_mixed_acc": sum(by_length.values()) / len(by_length), "mqar_mixed_baselines": base["mean"],
+            "mqar_mixed_baseline": b, "mqar_mixed_baseline_name": name,
+            "mqar_mixed": {"by_length": by_length, "baselines_by_length": base["by_length"],
+                           "kv_pairs": trained_on.num_kv_pairs, "vocab": trained_on.vocab_size}}
 
 
 def score(
@@ -174,7 +202,8 @@ def score(
 
             r = evaluate_ruler(model, tokenizer, cfg.ruler_tasks or RULER_TASKS, cfg.ruler_lengths, cfg.ruler_samples,
                                cfg.ruler_seed, cfg.cache_dir, cfg.qa_files, batch_size=cfg.batch_size, device=device)
-            out.update(ruler=r, recall=r["average"])
+            out.update(ruler=r, ruler_avg=r["average"], ruler_baselines={"copy_shape": r["baseline"]},
+                       ruler_baseline=r["baseline"], ruler_baseline_name="copy_shape")
         elif obj == "mqar":
             out.update(mqar_objective(model.layout, model.cfg, cfg, seed=seed, device=device))
         elif obj == "mqar_mixed":

@@ -290,10 +290,13 @@ def evaluate_ruler(
     if unknown:
         raise ConfigError(f"qa_files keys must be among {', '.join(QA_TASKS)}, got {', '.join(sorted(unknown))}")
     skipped = {t: "no QA data file given (qa_files)" for t in tasks if t in QA_TASKS and t not in qa_files}
-    per_length = {}
+    from hlnas.score.baselines import ruler_sample_baseline
+
+    per_length, base_length = {}, {}
     too_long: dict[str, list[int]] = {}
     for length in lengths:
         scores: dict[str, float] = {}
+        base: dict[str, float] = {}
         for task in tasks:
             if task in skipped:
                 continue
@@ -304,19 +307,27 @@ def evaluate_ruler(
                 continue
             preds = greedy_generate(model, tokenizer, [s.prompt for s in samples], MAX_NEW_TOKENS[task], device=device, batch_size=batch_size)
             scores[task] = sum(score_sample(task, p, s.answers) for p, s in zip(preds, samples)) / len(samples)
+            base[task] = sum(ruler_sample_baseline(task, s.prompt, s.answers) for s in samples) / len(samples)
         per_length[int(length)] = aggregate(scores)
+        base_length[int(length)] = base
     for task, ls in too_long.items():
         if len(ls) == len(lengths):
             skipped[task] = f"does not fit any evaluated length ({', '.join(map(str, ls))} tokens)"
         else:
             skipped[task] = f"does not fit length(s) {', '.join(map(str, ls))}; scored at the others"
     ran = [t for t in tasks if any(t in per_length[int(L)]["tasks"] for L in lengths)]
-    mean_scores = {}
+    mean_scores, mean_base = {}, {}
     for t in ran:
         got = [per_length[int(L)]["tasks"][t] for L in lengths if t in per_length[int(L)]["tasks"]]
         mean_scores[t] = sum(got) / len(got)
+        got = [base_length[int(L)][t] for L in lengths if t in base_length[int(L)]]
+        mean_base[t] = sum(got) / len(got)
+    baseline = aggregate(mean_base)
     return {
         **aggregate(mean_scores),
+        # the no-recall baseline (copy context strings of the answers' shape), weighted like the average
+        "baseline": baseline["average"] if baseline["average"] is not None else 0.0,
+        "baseline_tasks": baseline["tasks"],
         "per_length": per_length,
         "skipped": skipped,
         "lengths": [int(L) for L in lengths],

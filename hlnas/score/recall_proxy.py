@@ -1,0 +1,154 @@
+"""The fresh-model MQAR recall proxy: a copy of the candidate's layer pattern trained on Zoology-form MQAR.
+
+What it measures is how much associative recall the *architecture* can hold, so the protocol follows
+Zoology (arXiv 2312.04927) rather than a fixed short budget (reference/recall-and-speed-2026-12-01.md,
+section 2, for what a fixed budget measured instead):
+
+* the recall model is the candidate's layout at its own width (``score.mqar_model`` overrides any
+  ModelConfig field, e.g. a narrower ``d_model``), its vocabulary the MQAR symbols, and never the
+  iso-parameter MLP solve (``target_params``): a shallow model given a huge MLP learned nothing;
+* each learning rate of ``score.mqar_lrs`` (Zoology sweeps four log-spaced values) trains a fresh model
+  for up to ``mqar_steps`` steps, stopping early once held-out *validation* accuracy reaches
+  ``mqar_target``; the sweep stops at the first rate that reaches it;
+* the best rate by validation accuracy is kept, and its model is scored on the test instances, the same
+  instances for every candidate and seed (``mqar_test_seed``), beside their no-recall baselines.
+
+Training data come from the train stream (block ``b`` of seed ``s``: train seed ``s * 2**20 + b``),
+validation from train seed ``2**31 - 1 - s``, test from the test stream: never the same instances.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+import torch
+
+from hlnas.config import ModelConfig
+from hlnas.errors import ConfigError
+from hlnas.layout import Layout
+from hlnas.model import build_model
+from hlnas.score.baselines import mqar_baselines, strongest
+from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
+
+__all__ = ["recall_model_config", "train_mqar", "RECALL_MODEL_KEYS"]
+
+#: ModelConfig fields score.mqar_model may set (the vocabulary is the MQAR one; no parameter-count solve)
+RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
+_BLOCK_STEPS = 64  # training batches generated at once
+
+
+def recall_model_config(model_cfg: ModelConfig, overrides: dict, vocab: int) -> ModelConfig:
+    """The recall model's config: the candidate's, with ``overrides``, the MQAR vocabulary, and the MLP width
+    of fla's rule wherever the candidate's came from the ``target_params`` solve."""
+    bad = [k for k in overrides if k not in RECALL_MODEL_KEYS]
+    if bad:
+        raise ConfigError(f"score.mqar_model: key '{bad[0]}' is not allowed; allowed: {', '.join(RECALL_MODEL_KEYS)} "
+                          "(the vocabulary is the MQAR symbols, and the recall model never solves its MLP for a parameter count)")
+    base = model_cfg.to_dict()
+    mlp = base["mlp_hidden"] if base.get("target_params") is None else None
+    merged = {**base, "mlp_hidden": mlp, "target_params": None, **overrides, "vocab_size": vocab}
+    try:
+        return ModelConfig.from_dict(merged)
+    except (TypeError, ConfigError) as e:
+        raise ConfigError(f"score.mqar_model: {e}") from None
+
+
+def _batches(mcfg: MQARConfig, batch: int, seed: int):
+    block = 0
+    while True:
+        x, y = make_mqar(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
+        for i in range(_BLOCK_STEPS):
+            yield x[i * batch : (i + 1) * batch], y[i * batch : (i + 1) * batch]
+        block += 1
+
+
+def _lr_at(step: int, total: int, peak: float, warmup_frac: float) -> float:
+    warm = max(1, int(warmup_frac * total))
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warm) / max(1, total - warm))))
+
+
+def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg, lr: float, seed: int, device, val) -> dict:
+    from hlnas.graphs import make_optimizer, make_step, set_lr
+
+    torch.manual_seed(seed)
+    model = build_model(layout, rcfg).to(device)
+    model.train()
+    use_graph = bool(cfg.mqar_graph) and device.type == "cuda"
+    opt = make_optimizer(model, lr, betas=(0.9, cfg.mqar_beta2), weight_decay=0.1, graph=use_graph)
+    autocast = torch.bfloat16 if device.type == "cuda" else None
+    batches = _batches(mcfg, cfg.mqar_batch, seed)
+    x0, y0 = (t.to(device) for t in next(batches))
+    set_lr(opt, _lr_at(0, cfg.mqar_steps, lr, cfg.mqar_warmup_frac))
+    step_fn, mode = make_step(model, opt, mqar_loss, (x0, y0), graph=use_graph, autocast=autocast)
+    # graph capture trains its warm-up steps on the first batch: they count as steps
+    done = 3 if mode == "graph" else 0
+    curve, best_val, t0, loss = [], 0.0, time.perf_counter(), None
+    error = None
+    while done < cfg.mqar_steps:
+        x, y = next(batches) if done or mode == "graph" else (x0, y0)
+        set_lr(opt, _lr_at(done, cfg.mqar_steps, lr, cfg.mqar_warmup_frac))
+        loss = step_fn(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
+        done += 1
+        if done % cfg.mqar_eval_every == 0 or done == cfg.mqar_steps:
+            lv = float(loss)
+            if not math.isfinite(lv):
+                error = f"non-finite MQAR loss {lv} at step {done} (lr {lr:g})"
+                break
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast is not None):
+                acc = mqar_accuracy(model, *val, batch_size=cfg.mqar_batch, device=device)
+            curve.append([done, round(acc, 4), round(lv, 4)])
+            if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
+                print(f"[recall] {layout} lr={lr:g} step={done} val={acc:.3f} loss={lv:.3f} t={time.perf_counter() - t0:.0f}s "
+                      f"mode={mode}", file=sys.stderr, flush=True)
+            best_val = max(best_val, acc)
+            if cfg.mqar_target is not None and acc >= cfg.mqar_target:
+                break
+            if cfg.mqar_budget_s is not None and time.perf_counter() - t0 > cfg.mqar_budget_s:
+                break
+    return {"lr": lr, "val_acc": curve[-1][1] if curve else 0.0, "steps": done, "curve": curve, "mode": mode,
+            "final_loss": curve[-1][2] if curve else None, "wall_s": round(time.perf_counter() - t0, 2),
+            "error": error, "model": model}
+
+
+def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg, *, seed: int = 0, device=None) -> dict:
+    """Train fresh recall models of ``layout`` on MQAR over ``cfg``'s learning rates and score the best.
+
+    Returns ``mqar_acc`` (test accuracy of the best rate), ``mqar_baselines`` (no-recall strategies on the
+    same test instances), ``mqar_baseline`` (the strongest), and ``mqar`` (settings, per-rate curves)."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    vocab = cfg.mqar_vocab
+    mcfg = MQARConfig(vocab_size=vocab, seq_len=cfg.mqar_seq_len, num_kv_pairs=cfg.mqar_kv_pairs)
+    rcfg = recall_model_config(model_cfg, dict(cfg.mqar_model), vocab)
+    xt, yt = make_mqar(mcfg, cfg.mqar_test, cfg.mqar_test_seed, split="test")
+    val = make_mqar(mcfg, cfg.mqar_val, (2**31 - 1 - seed) % 2**31, split="train")
+    t0 = time.perf_counter()
+    runs = []
+    for lr in cfg.mqar_lrs or (cfg.mqar_lr,):
+        runs.append(_one_rate(layout, rcfg, mcfg, cfg, float(lr), seed, device, val))
+        if cfg.mqar_target is not None and runs[-1]["val_acc"] >= cfg.mqar_target:
+            break  # later rates could only tie
+    ok = [r for r in runs if r["error"] is None] or runs
+    best = max(ok, key=lambda r: (r["val_acc"], -r["steps"]))
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        acc = mqar_accuracy(best["model"], xt, yt, batch_size=cfg.mqar_batch, device=device) if best["error"] is None else 0.0
+    base = mqar_baselines(xt, yt, vocab)
+    name, b = strongest(base)
+    out = {
+        "mqar_acc": acc, "mqar_baselines": base, "mqar_baseline": b, "mqar_baseline_name": name,
+        "mqar_lr": best["lr"], "mqar_steps_done": sum(r["steps"] for r in runs), "mqar_s": round(time.perf_counter() - t0, 2),
+        "mqar_final_loss": best["final_loss"],
+        "mqar": {"seq_len": mcfg.seq_len, "kv_pairs": mcfg.num_kv_pairs, "vocab": vocab, "steps": cfg.mqar_steps,
+                 "target": cfg.mqar_target, "test": cfg.mqar_test, "test_seed": cfg.mqar_test_seed,
+                 "model": {k: v for k, v in best["model"].cfg.to_dict().items()
+                           if k in ("d_model", "n_heads", "n_layers", "mlp_hidden", "vocab_size")},
+                 "params": best["model"].num_params(), "mode": best["mode"],
+                 "runs": [{k: v for k, v in r.items() if k != "model"} for r in runs]},
+    }
+    if best["error"] is not None:
+        out["mqar_error"] = best["error"]
+    return out

@@ -1,0 +1,108 @@
+"""The fresh-model MQAR recall proxy: recall model config, learning-rate sweep, early stop, baselines."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hlnas.config import ModelConfig, preset
+from hlnas.errors import ConfigError
+from hlnas.graphs import make_optimizer, make_step
+from hlnas.layout import Layout
+from hlnas.score.objectives import ScoreConfig
+from hlnas.score.recall_proxy import recall_model_config, train_mqar
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_recall_model_never_solves_the_mlp_for_a_parameter_count():
+    cand = ModelConfig(d_model=256, vocab_size=256, n_heads=4, target_params=21_000_000)
+    r = recall_model_config(cand, {}, vocab=64)
+    assert r.target_params is None and r.mlp_hidden is None and r.vocab_size == 64  # fla's width at build time
+    fixed = preset("proxy-tiny")
+    assert recall_model_config(fixed, {}, 32).mlp_hidden == fixed.mlp_hidden  # a fixed width is kept
+    assert recall_model_config(fixed, {"d_model": 32, "n_heads": 2}, 32).d_model == 32
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"target_params": 10}, "score.mqar_model: key 'target_params' is not allowed"),
+    ({"vocab_size": 10}, "key 'vocab_size' is not allowed"),
+    ({"d_model": 30, "n_heads": 4}, "score.mqar_model: d_model=30 must be divisible by n_heads=4"),
+])
+def test_bad_recall_model_settings_are_named(over, message):
+    with pytest.raises(ConfigError, match=message):
+        recall_model_config(preset("proxy-tiny"), over, 32)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("mqar_lrs", [1e-3, -1], "score.mqar_lr and score.mqar_lrs must be positive numbers, got -1"),
+    ("mqar_target", 1.5, r"score.mqar_target must be an accuracy in \(0, 1\] or null, got 1.5"),
+    ("mqar_model", {"d_modle": 3}, "score.mqar_model: key 'd_modle' is not allowed. Did you mean: d_model?"),
+    ("mqar_eval_every", 0, "score.mqar_eval_every must be >= 1"),
+])
+def test_bad_score_settings_are_named(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        ScoreConfig.from_dict({field: value})
+
+
+def _cfg(**kw) -> ScoreConfig:
+    base = dict(objectives=("mqar",), mqar_seq_len=16, mqar_kv_pairs=2, mqar_vocab=16, mqar_batch=8, mqar_steps=60,
+                mqar_eval_every=20, mqar_test=32, mqar_val=32, mqar_model={"d_model": 32, "n_heads": 2, "mlp_hidden": 32})
+    return ScoreConfig(**{**base, **kw})
+
+
+def test_train_mqar_reports_accuracy_beside_its_baselines():
+    out = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(), seed=0, device="cpu")
+    assert 0 <= out["mqar_acc"] <= 1 and out["mqar_baseline"] == pytest.approx(0.5)  # copy any of 2 values
+    assert out["mqar_baselines"]["uniform"] == pytest.approx(1 / 8) and out["mqar_baseline_name"] == "copy_any"
+    run = out["mqar"]["runs"][0]
+    assert run["steps"] == 60 and [c[0] for c in run["curve"]] == [20, 40, 60] and run["mode"] == "eager"
+    assert out["mqar"]["model"]["vocab_size"] == 16 and out["mqar"]["model"]["d_model"] == 32
+
+
+def test_a_reached_target_stops_training_and_the_sweep():
+    """A target of a tiny accuracy is reached at the first check: one check of the first rate, no second rate."""
+    out = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(mqar_target=0.01, mqar_lrs=(1e-3, 3e-3)), device="cpu")
+    runs = out["mqar"]["runs"]
+    assert len(runs) == 1 and runs[0]["steps"] == 20 and out["mqar_lr"] == 1e-3
+
+
+def test_the_sweep_keeps_the_rate_with_the_best_validation_accuracy(monkeypatch):
+    import hlnas.score.recall_proxy as rp
+
+    real = rp._one_rate
+
+    def fake_val(layout, rcfg, mcfg, cfg, lr, seed, device, val):
+        r = real(layout, rcfg, mcfg, cfg, lr, seed, device, val)
+        r["val_acc"] = {1e-4: 0.2, 1e-3: 0.9, 1e-2: 0.5}[lr]
+        return r
+
+    monkeypatch.setattr(rp, "_one_rate", fake_val)
+    out = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(mqar_steps=20, mqar_lrs=(1e-4, 1e-3, 1e-2)), device="cpu")
+    assert out["mqar_lr"] == 1e-3 and len(out["mqar"]["runs"]) == 3
+
+
+def test_test_instances_do_not_depend_on_the_training_seed():
+    a = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(mqar_steps=20), seed=0, device="cpu")
+    b = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(mqar_steps=20), seed=1, device="cpu")
+    assert a["mqar_baselines"] == b["mqar_baselines"]  # same instances; the models differ
+    assert a["mqar"]["runs"][0]["curve"] != b["mqar"]["runs"][0]["curve"]
+
+
+def test_make_step_is_eager_on_cpu_and_trains():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(8, 16), torch.nn.Linear(16, 8))
+    opt = make_optimizer(model, 1e-2, graph=True)
+    x = torch.randint(8, (4, 5))
+    loss_fn = lambda logits, y: torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())  # noqa: E731
+    step, mode = make_step(model, opt, loss_fn, (x, x), graph=True)
+    first = float(step(x, x))
+    for _ in range(50):
+        last = float(step(x, x))
+    assert mode == "eager" and last < first / 2
