@@ -254,10 +254,12 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///hlnas.db), postgresql://..., journal:///FILE.log")
     p.add_argument("--study", help="study name (default: the space's name)")
     p.add_argument("--trials", type=int, help="distinct layouts to train (default: the whole space if small, else 12)")
-    p.add_argument("--workers", type=int, default=1, help="trials at once (worker processes or Ray actors; default 1)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="trials at once (worker processes or Ray actors); default: 2 worker processes on a CPU-only "
+                        "machine with 2+ cores (the small default candidates use one core each), else 1")
     p.add_argument("--executor", choices=("auto", "inline", "processes", "ray"), default="auto",
                    help="inline: this process; processes: local worker processes sharing this machine's GPUs; ray: Ray actors "
-                        "(auto: ray when workers > 1 or --address and ray is installed, else processes; inline for 1 worker)")
+                        "(auto: ray when --workers > 1 or --address and ray is installed, else processes; inline for 1 worker)")
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: train again the layouts whose trials failed (after fixing the cause)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
@@ -271,6 +273,8 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override the space's scale, e.g. train.tokens=100000 or score.mqar_steps=50")
     p.add_argument("--out", help="folder for trial checkpoints (default: none kept)")
+    p.add_argument("--skip-calibration", action="store_true",
+                   help="do not run the recall protocol's controls first (hlnas calibrate); the front is then unvalidated")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_search)
 
@@ -301,13 +305,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         trials = load_hlnas_study(storage, name).user_attrs.get("hlnas_trials")
     if trials is None:
         trials = len(space.grid()) if space is not None and len(space.grid()) <= 40 else 12
-    executor = args.executor
-    if executor == "auto":
-        executor = "inline"
-        if args.workers > 1 or args.address:
-            import importlib.util
-
-            executor = "ray" if args.address or importlib.util.find_spec("ray") else "processes"
+    executor = _executor(args)
     ui = _SearchUI(trials, progress=not args.no_progress)
     print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
@@ -318,17 +316,111 @@ def cmd_search(args: argparse.Namespace) -> int:
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                           out_root=args.out, on_event=ui.event, time_limit=args.timeout, retry_failed=args.retry_failed)
+                           out_root=args.out, on_event=ui.event, time_limit=args.timeout, retry_failed=args.retry_failed,
+                           skip_calibration=args.skip_calibration)
     except KeyboardInterrupt:
         ui.close()
         print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} --study {name}",
               file=sys.stderr)
         return 130
     ui.close()
-    _print_front(front_rows(study))
+    _print_front(front_rows(study), study)
     print(f"\nstudy '{name}' stored in {storage}\n  hlnas status --storage {storage} --study {name}\n"
           f"  hlnas dashboard --storage {storage}")
     return 0
+
+
+def _default_workers(args: argparse.Namespace) -> None:
+    """--workers unset: both cores of a small CPU machine (processes, no Ray start-up), else one."""
+    if args.workers is not None:
+        return
+    import os
+
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not torch.cuda.is_available() and cores >= 2 and not getattr(args, "address", None):
+        args.workers = 2
+        if args.executor == "auto":
+            args.executor = "processes"
+    else:
+        args.workers = 1
+
+
+def _executor(args: argparse.Namespace) -> str:
+    """--executor auto: inline for one worker, else ray when installed (or --address), else processes."""
+    _default_workers(args)
+    executor = args.executor
+    if executor == "auto":
+        executor = "inline"
+        if args.workers > 1 or getattr(args, "address", None):
+            import importlib.util
+
+            executor = "ray" if getattr(args, "address", None) or importlib.util.find_spec("ray") else "processes"
+    return executor
+
+
+def _add_calibrate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "calibrate", help="run a space's recall controls and say whether its recall protocol measures recall",
+        description="Train, at the space's exact scale and protocol, the all-attention control, each of its mixers pure "
+        "and its 3:1 hybrid (2 seeds; the space's 'calibration' section changes these), and print recall, no-recall "
+        "baselines, seed spread and the verdict. Valid when the control reaches 0.9 at the training length and every "
+        "pure model and hybrid is more than twice its seed spread from its baseline or from its partner. The runs are "
+        "stored in the study, so a following 'hlnas search' with the same space and study reuses them (seed-0 runs "
+        "become its trials). Exit code 0 when valid, 1 when not.")
+    p.add_argument("space", nargs="?", default="tiny", help="search space YAML or a shipped name (default tiny)")
+    p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///hlnas.db), postgresql://..., journal:///FILE.log")
+    p.add_argument("--study", help="study name (default: the space's name)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the space's scale")
+    p.add_argument("--workers", type=int, default=None, help="runs at once (default as for hlnas search)")
+    p.add_argument("--executor", choices=("auto", "inline", "processes", "ray"), default="auto")
+    p.add_argument("--cpus-per-trial", type=float, default=1.0)
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from hlnas.calibrate import CalibrationFailed, format_table
+    from hlnas.space import load_space
+    from hlnas.storage import study_names
+    from hlnas.study import DEFAULT_STORAGE, needs_calibration, open_storage, run_search
+
+    space = load_space(args.space)
+    if args.set:
+        space = space.with_overrides(**_scale_sets(space, args.set))
+    if not needs_calibration(space):
+        raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
+    storage = args.storage or DEFAULT_STORAGE
+    name = args.study or space.name
+    exists = name in study_names(open_storage(storage))
+    ui = _SearchUI(0, progress=False) if not args.json else None
+    executor = _executor(args)
+    try:
+        study = run_search(space, storage=storage, study_name=name, n_trials=1, workers=args.workers, executor=executor,
+                           resume=exists, cpus_per_trial=args.cpus_per_trial, on_event=ui.event if ui else None,
+                           calibrate_only=True)
+        valid, message = True, None
+    except CalibrationFailed as e:
+        from hlnas.study import load_hlnas_study
+
+        study, valid, message = load_hlnas_study(storage, name), False, str(e)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished control runs are stored. Continue with: hlnas calibrate {args.space} "
+              f"--storage {storage} --study {name}", file=sys.stderr)
+        return 130
+    verdict = (study.user_attrs.get("hlnas_calibration") or {}).get("verdict")
+    if args.json:
+        print(json.dumps({"study": name, "storage": storage, "verdict": verdict}, indent=1, default=str))
+    else:
+        if ui is None or not verdict:
+            print(format_table(verdict))
+        if message:
+            print(f"\n{message}", file=sys.stderr)
+        else:
+            print(f"\nthe protocol is valid; search it with:\n  hlnas search --space {args.space} --storage {storage} --study {name}")
+    return 0 if valid else 1
 
 
 def _scale_sets(space, sets: list[str]) -> dict:
@@ -349,6 +441,13 @@ def _scale_sets(space, sets: list[str]) -> dict:
 
 def _fmt(x) -> str:
     return "-" if x is None else f"{x:.3f}"
+
+
+def _recall_text(m: dict) -> str:
+    """'recall 0.84 (raw 0.88, no-recall 0.25)': the corrected value the search optimises, with its parts."""
+    if m.get("recall_raw") is None:
+        return f"recall {_fmt(m.get('recall'))}"
+    return f"recall {_fmt(m.get('recall'))} (raw {_fmt(m.get('recall_raw'))}, no-recall {_fmt(m.get('recall_baseline'))})"
 
 
 class _SearchUI:
@@ -374,7 +473,7 @@ class _SearchUI:
         elif kind == "finished":
             m = data.get("metrics") or {}
             if data["status"] == "ok":
-                self.write(f"  trial {data['number']:>3} done      {data['layout']}  recall {m.get('recall', float('nan')):.3f}  "
+                self.write(f"  trial {data['number']:>3} done      {data['layout']}  {_recall_text(m)}  "
                            f"KV {m.get('kv_cache_bytes', 0) / 2**20:.1f} MiB  val_loss {m.get('val_loss', float('nan')):.3f}  "
                            f"({m.get('train_wall_s', 0):.0f}s train)")
                 if self.bar is not None:
@@ -400,23 +499,47 @@ class _SearchUI:
             self.write(f"  time limit of {data['seconds']:.0f}s reached with {data['trained']} trained; resume to continue")
         elif kind == "requeued":
             self.write(f"  re-queued {data['n']} trial(s) left running by an earlier process")
+        elif kind == "calibration_started":
+            self.write(f"calibration: {data['n']} control runs (all-attention, each mixer pure and hybrid, per seed)"
+                       + (f"; {data['reused']} stored runs reused" if data["reused"] else ""))
+        elif kind == "calibration_run_started":
+            self.write(f"  control {data['key']:<28} started   {data['layout']}")
+        elif kind == "calibration_run":
+            raw, base = data.get("raw_train_length"), data.get("baseline_train_length")
+            if data["status"] == "ok" and raw is not None:
+                self.write(f"  control {data['key']:<28} done      {data['layout']}  recall {raw:.3f} (no-recall baseline "
+                           f"{base:.3f})")
+            else:
+                self.write(f"  control {data['key']:<28} {data['status']:<9} {data['layout']}  {data.get('error_kind')}: "
+                           f"{(data.get('error') or '').strip().splitlines()[0] if data.get('error') else ''}")
+        elif kind == "calibration":
+            from hlnas.calibrate import format_table
+
+            head = "calibration (stored with the study, reused):" if data.get("reused") else "calibration:"
+            self.write(head + "\n" + format_table(data))
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
 
 
-def _print_front(rows: list[dict]) -> None:
+def _print_front(rows: list[dict], study=None) -> None:
     if not rows:
         print("no completed trials yet")
         return
-    print("\nPareto front (recall vs KV cache; feasible completed trials):")
-    print(f"  {'#':>4}  {'layout':<26} {'ratio':<11} {'recall':>7} {'KV cache':>12} {'val_loss':>9} {'params':>12}")
+    base = next((r.get("recall_baseline") for r in rows if r.get("recall_baseline") is not None), None)
+    print("\nPareto front (feasible completed trials). recall = (raw - b) / (1 - b), clipped at 0, with b the strongest "
+          "no-recall baseline on the same test instances" + (f" (b = {base:.3f}, {rows[0].get('recall_baseline_name')})"
+                                                            if base is not None else "") + ":")
+    print(f"  {'#':>4}  {'layout':<26} {'ratio':<11} {'recall':>7} {'raw':>7} {'no-rec.':>7} {'KV cache':>12} {'val_loss':>9} {'params':>12}")
     for r in rows:
-        rec = "-" if r["recall"] is None else f"{r['recall']:.3f}"
-        vl = "-" if r["val_loss"] is None else f"{r['val_loss']:.3f}"
         kv = _bytes(r["kv_cache_bytes"] or 0).split(" (")[0]
-        print(f"  {r['number']:>4}  {r['layout']:<26} {r['ratio']:<11} {rec:>7} {kv:>12} {vl:>9} {r['params'] or 0:>12,}")
+        print(f"  {r['number']:>4}  {r['layout']:<26} {r['ratio']:<11} {_fmt(r['recall']):>7} {_fmt(r.get('recall_raw')):>7} "
+              f"{_fmt(r.get('recall_baseline')):>7} {kv:>12} {_fmt(r['val_loss']):>9} {r['params'] or 0:>12,}")
+    if study is not None:
+        status = (study.user_attrs.get("hlnas_calibration") or {}).get("status")
+        if status in ("skipped", "disabled", None):
+            print(f"  (calibration {status or 'not run'}: these recall numbers were not validated by the protocol's controls)")
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:
@@ -438,11 +561,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     counts = {s.name.lower(): sum(t.state == s for t in trials) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)}
     rows = front_rows(study)
     if args.json:
-        print(json.dumps({"study": args.study, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"], "front": rows}, indent=1))
+        print(json.dumps({"study": args.study, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
+                          "calibration": study.user_attrs.get("hlnas_calibration"), "front": rows}, indent=1, default=str))
         return 0
     print(f"study '{args.study}': " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
     print("objectives: " + ", ".join(f"{o['direction']} {o['metric']}" for o in study.user_attrs["hlnas_objectives"]))
-    _print_front(rows)
+    cal = study.user_attrs.get("hlnas_calibration") or {}
+    if cal.get("verdict"):
+        from hlnas.calibrate import format_table
+
+        print("calibration:\n" + format_table(cal["verdict"]))
+    elif cal:
+        print(f"calibration: {cal.get('status')}")
+    _print_front(rows, study)
     return 0
 
 
@@ -567,6 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_eval(sub)
     _add_search(sub)
+    _add_calibrate(sub)
     _add_status(sub)
     _add_dashboard(sub)
     _add_report(sub)

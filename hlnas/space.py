@@ -35,20 +35,26 @@ __all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CON
 
 SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 METRICS = {  # metric key in a trial's results -> default direction
-    "recall": "maximize",  # the recall the scale measures: RULER weighted average if scored, else MQAR accuracy
+    # the recall the scale measures (RULER's weighted average if scored, else mixed-in MQAR, else fresh-model MQAR),
+    # corrected for its strongest no-recall baseline: max(0, (acc - b) / (1 - b)) (hlnas.score.baselines)
+    "recall": "maximize", "recall_raw": "maximize",
     "ruler": "maximize", "mqar_acc": "maximize", "mqar_mixed_acc": "maximize", "lm_acc": "maximize",
     "val_loss": "minimize", "kv_cache_bytes": "minimize", "state_bytes": "minimize",
     "params": "minimize", "flops_per_token": "minimize", "inference_bytes": "minimize"}
 DIRECTIONS = ("maximize", "minimize")
 CONSTRAINTS = {"max_params": "params", "max_kv_bytes": "kv_cache_bytes", "max_state_bytes": "state_bytes"}
 # Trained metrics need a ScoreConfig objective; the rest come from hlnas.budget without training.
-#: where a trial's "recall" comes from, in order of preference: (score objective, its result key)
-RECALL_SOURCES = (("ruler", "recall"), ("mqar_mixed", "mqar_mixed_acc"), ("mqar", "mqar_acc"))
-_NEEDS = {"recall": tuple(obj for obj, _ in RECALL_SOURCES), "ruler": ("ruler",), "mqar_acc": ("mqar",),
+#: where a trial's "recall" comes from, in order of preference: (score objective, its raw accuracy key); the
+#: objective also reports ``<key prefix>_baseline`` (the strongest no-recall baseline) and ``..._baselines``
+RECALL_SOURCES = (("ruler", "ruler_avg"), ("mqar_mixed", "mqar_mixed_acc"), ("mqar", "mqar_acc"))
+#: raw recall metrics: a study may not optimise them (a score below its baseline would rank as recall)
+RAW_RECALL_METRICS = ("ruler", "mqar_acc", "mqar_mixed_acc", "recall_raw")
+_NEEDS = {"recall": tuple(obj for obj, _ in RECALL_SOURCES), "recall_raw": tuple(obj for obj, _ in RECALL_SOURCES),
+          "ruler": ("ruler",), "mqar_acc": ("mqar",),
           "mqar_mixed_acc": ("mqar_mixed",), "lm_acc": ("lm_eval",),
           "val_loss": ("val_loss",)}
 TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "layers", "hetero", "scale",
-            "objectives", "constraints", "sampler")
+            "objectives", "constraints", "sampler", "calibration")
 SCALE_KEYS = ("preset", "model", "train", "data", "score", "kv_context")
 GRID_LIMIT = 100_000  # combinations grid() will enumerate; beyond this use a sampler
 EXPLICIT = "explicit"
@@ -98,6 +104,11 @@ class SearchSpace:
     kv_context: int = 4096
     constraints: dict[str, float] = field(default_factory=dict)
     sampler: str = "nsga2"
+    calibration: dict = field(default_factory=dict)  # CalibrationConfig fields (hlnas.calibrate); {} = defaults
+
+    def calibration_config(self):
+        from hlnas.calibrate import CalibrationConfig
+        return CalibrationConfig.from_dict(self.calibration)
 
     # -- the dimensions a sampler sees ----------------------------------------------------------
     @property
@@ -163,12 +174,13 @@ class SearchSpace:
         return [self.layout(p) for p in self.grid()]
 
     def result_key(self, metric: str) -> str:
-        """Where ``metric`` sits in a trial's results: 'recall' is the first of :data:`RECALL_SOURCES` this
-        scale scores (RULER's average, else the mixed-in MQAR accuracy, else the fresh-model one)."""
-        if metric == "recall":
-            objectives = self.score_config().objectives
-            return next((key for obj, key in RECALL_SOURCES if obj in objectives), "mqar_acc")
-        return "recall" if metric == "ruler" else metric
+        """Where ``metric`` sits in a trial's results ('ruler' is RULER's weighted average, ``ruler_avg``)."""
+        return "ruler_avg" if metric == "ruler" else metric
+
+    def recall_source(self) -> str | None:
+        """The raw accuracy key behind this scale's 'recall': the first of :data:`RECALL_SOURCES` it scores."""
+        objectives = self.score_config().objectives
+        return next((key for obj, key in RECALL_SOURCES if obj in objectives), None)
 
     # -- the scale, as the real config objects --------------------------------------------------
     # (imported here: these config modules pull in torch, which loading a space file must not need twice)
@@ -200,6 +212,8 @@ class SearchSpace:
                  scale={"preset": self.preset, "model": copy.deepcopy(self.model), "train": copy.deepcopy(self.train),
                         "data": copy.deepcopy(self.data), "score": copy.deepcopy(self.score), "kv_context": self.kv_context},
                  objectives=[o.to_dict() for o in self.objectives], constraints=dict(self.constraints), sampler=self.sampler)
+        if self.calibration:  # absent from older stored spaces: their fingerprints stay the same
+            d["calibration"] = copy.deepcopy(self.calibration)
         return json.loads(json.dumps(d, default=list))  # plain JSON types all the way down
 
     def fingerprint(self) -> str:
@@ -336,7 +350,7 @@ def space_from_dict(raw: dict, where: str = "<dict>") -> SearchSpace:
         include_transformer=transformer, n_layers=n_layers, hetero_ratio=hetero_ratio,
         preset=scale.get("preset", "proxy-tiny"), **sections, objectives=v.objectives(raw.get("objectives"), sections["score"]),
         kv_context=kv_context, constraints=v.constraints(raw.get("constraints") or {}),
-        sampler=v.choice("sampler", raw.get("sampler", "nsga2"), SAMPLERS))
+        sampler=v.choice("sampler", raw.get("sampler", "nsga2"), SAMPLERS), calibration=v.calibration(raw.get("calibration")))
     if space.sampler == "grid" and space.size() > GRID_LIMIT:
         v.fail(f"sampler='grid' over {space.size():,} combinations (more than {GRID_LIMIT:,}); use nsga2, tpe, gp or random")
     return space
@@ -483,7 +497,12 @@ class _Validator:
             key = f"objectives[{i}]"
             o = {"metric": o} if isinstance(o, str) else o  # "- val_loss" is {metric: val_loss}
             self.keys(key + ".", o, ("name", "metric", "direction"))
-            metric = self.choice(f"{key}.metric", o.get("metric", o.get("name") if str(o.get("name")) in METRICS else None), tuple(METRICS))
+            metric = o.get("metric", o.get("name") if str(o.get("name")) in METRICS else None)
+            if metric in RAW_RECALL_METRICS:
+                self.fail(f"{key}.metric={metric!r} is a raw recall score, which a model with no key-to-value association "
+                          "can reach (copying any in-context value scores 1/K); use metric: recall, the same score "
+                          "corrected for its strongest no-recall baseline")
+            metric = self.choice(f"{key}.metric", metric, tuple(m for m in METRICS if m not in RAW_RECALL_METRICS))
             direction = self.choice(f"{key}.direction", o.get("direction", METRICS[metric]), DIRECTIONS)
             name = o.get("name", metric)
             if not isinstance(name, str) or not name:
@@ -502,6 +521,19 @@ class _Validator:
                 self.fail(f"objectives[{i}] (metric '{o.metric}') needs {' or '.join(map(repr, needs))} in "
                           f"scale.score.objectives; got {scored}")
         return tuple(objs)
+
+    def calibration(self, value) -> dict:
+        if value is None:
+            return {}
+        from hlnas.calibrate import CalibrationConfig
+
+        if not isinstance(value, dict):
+            self.fail(f"calibration must be a mapping of calibration settings, got {value!r}")
+        try:
+            CalibrationConfig.from_dict(value)
+        except (ConfigError, TypeError) as e:
+            self.fail(f"calibration: {e}")
+        return copy.deepcopy(value)
 
     def constraints(self, value) -> dict[str, float]:
         self.keys("constraints.", value, tuple(CONSTRAINTS))

@@ -31,6 +31,7 @@ from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
 from hlnas.storage import open_storage as _open_storage
 from hlnas.space import SAMPLERS, SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, TrialSpec, layout_metrics
+import hlnas.calibrate as calib
 
 __all__ = ["StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE"]
 
@@ -68,6 +69,97 @@ def _spec(space: SearchSpace, number: int, params: dict, out_root: str | None) -
     )
 
 
+def _layout_spec(space: SearchSpace, number: int, layout: str, *, seed: int, recall_only: bool = False) -> TrialSpec:
+    """A run of ``layout`` at the space's scale with training seed ``seed`` (calibration runs)."""
+    from hlnas.data.sources import DataConfig
+    from hlnas.recipe import model_from_spec
+    from hlnas.score.objectives import ScoreConfig
+    from hlnas.train import TrainConfig
+
+    model = model_from_spec({"preset": space.preset, **space.model, "n_layers": space.n_layers})
+    train = {**TrainConfig.from_dict(space.train).to_dict(), "seed": seed}
+    return TrialSpec(number=number, layout=layout, model=model.to_dict(), train=train,
+                     data=DataConfig.from_dict(space.data).to_dict(), score=ScoreConfig.from_dict(space.score).to_dict(),
+                     kv_context=space.kv_context, recall_only=recall_only)
+
+
+def needs_calibration(space: SearchSpace) -> bool:
+    """A space with a recall objective and calibration enabled is calibrated before its search."""
+    return space.calibration_config().enabled and any(o.metric == "recall" for o in space.objectives)
+
+
+def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, check_stop) -> dict:
+    """Run the calibration runs not yet stored with the study (all of them the first time), through the
+    search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
+    Returns the verdict (also stored as study attr ``hlnas_calibration``)."""
+    stored = dict(study.user_attrs.get("hlnas_calibration") or {})
+    runs: dict = dict(stored.get("runs") or {})
+    plan = calib.plan(space)
+    todo = [r for r in plan if r.key not in runs]
+    recall_only = space.recall_source() == "mqar_acc"  # a fresh-model recall does not need the LM trained
+    if todo:
+        emit("calibration_started", {"n": len(todo), "total": len(plan), "reused": len(plan) - len(todo)})
+    queue, pending = list(todo), {}
+    by_number = {-(i + 1): r for i, r in enumerate(plan)}
+    number_of = {r.key: n for n, r in by_number.items()}
+
+    def save(status: str = "running", result: dict | None = None) -> None:
+        study.set_user_attr("hlnas_calibration", {"status": status, "runs": runs, **({"verdict": result} if result else {})})
+
+    while queue or pending:
+        check_stop()
+        while queue and len(pending) < ex.capacity:
+            check_stop()
+            run = queue.pop(0)
+            spec = _layout_spec(space, number_of[run.key], run.layout, seed=run.seed,
+                                recall_only=recall_only and run.params is None)
+            pending[spec.number] = run
+            emit("calibration_run_started", {"key": run.key, "layout": run.layout, "seed": run.seed})
+            ex.submit(spec)
+        for result in ex.wait(timeout=1.0):
+            if result.status == "interrupted":
+                raise KeyboardInterrupt
+            run = pending.pop(result.number)
+            summary = calib.run_summary(run, result.status, result.metrics)
+            if run.params is not None and result.status in ("ok", "failed", "infeasible"):
+                summary["trial"] = _tell_calibration_trial(study, space, run, result)
+            runs[run.key] = summary
+            save()
+            emit("calibration_run", summary)
+    result = calib.verdict(space, runs)
+    save("valid" if result["valid"] else "invalid", result)
+    emit("calibration", result)
+    return result
+
+
+def _tell_calibration_trial(study: optuna.Study, space: SearchSpace, run, result: TrialResult) -> int:
+    """Store a seed-0 calibration run of one of the space's layouts as the study's trial of that layout
+    (added whole, not asked: a WAITING trial queued by the grid or a resume must not take its place)."""
+    cost = layout_metrics(run.layout, _layout_spec(space, 0, run.layout, seed=0).model, space.kv_context,
+                          run.params.get("placement"))
+    attrs = {**cost, **result.metrics, "wall_s": round(result.wall_s, 2), "calibration": run.key}
+    values = _values(space, result.metrics) if result.ok else None
+    if values is None and result.ok:
+        attrs.update(status="failed", error_kind="other",
+                     error=f"objective metrics missing or not finite: {[o.metric for o in space.objectives]}")
+    dims = space.params()
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.COMPLETE if values is not None else TrialState.FAIL, values=values, params=run.params,
+        distributions={k: optuna.distributions.CategoricalDistribution(dims[k]) for k in run.params},
+        user_attrs=attrs, constraints=_constraints(space, cost) or None))
+    return max(t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("calibration") == run.key)
+
+
+def calibration_failed_message(space: SearchSpace, result: dict, storage: str, name: str) -> str:
+    lines = [f"the recall protocol of space '{space.name}' failed its controls, so its recall numbers would not "
+             "measure recall:"]
+    lines += [f"  - {m}" for m in result["failures"]]
+    lines.append(f"Change: {calib.advice(space, result)}.")
+    lines.append(f"The calibration is stored in study '{name}' ({storage}); no search trial was trained beyond its "
+                 "controls. Start a new --study with the changed settings, or pass --skip-calibration to search anyway.")
+    return "\n".join(lines)
+
+
 def _values(space: SearchSpace, metrics: dict) -> list[float] | None:
     vals = []
     for o in space.objectives:
@@ -100,6 +192,12 @@ def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool)
             )
         return study, stored
     if exists:
+        study = optuna.load_study(study_name=name, storage=storage)
+        # a study holding only a calibration (``hlnas calibrate``) of this very space continues into its search
+        only_calibrated = "hlnas_space" in study.user_attrs and all(
+            "calibration" in t.user_attrs for t in study.get_trials(deepcopy=False))
+        if only_calibrated and space is not None and study.user_attrs.get("hlnas_space_hash") == space.fingerprint():
+            return study, space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{name}'")
         raise HlnasError(f"study '{name}' already exists in this storage; pass --resume to continue it, or choose another --study name")
     assert space is not None
     directions = [o.direction for o in space.objectives]
@@ -154,13 +252,21 @@ def run_search(
     on_event: Callable[[str, dict], None] | None = None,
     time_limit: float | None = None,
     retry_failed: bool = False,
+    skip_calibration: bool = False,
+    calibrate_only: bool = False,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
     and do not count. After ``time_limit`` seconds no new trial starts; those running finish and are
     stored, and a later ``resume`` continues (a run split over several machine leases). Layouts that failed
     (NaN, a crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is
-    queued once more (infeasible ones, which broke a constraint, stay out)."""
+    queued once more (infeasible ones, which broke a constraint, stay out).
+
+    Before any search trial, a space with a recall objective is calibrated (:mod:`hlnas.calibrate`): its
+    controls run through the same executor, the verdict is stored with the study (and reused on resume),
+    seed-0 runs of the space's layouts become trials, and an invalid protocol raises
+    :class:`~hlnas.calibrate.CalibrationFailed` before the search starts. ``skip_calibration`` opts out;
+    ``calibrate_only`` stops after the calibration (``hlnas calibrate``)."""
     if n_trials < 1:
         raise ConfigError(f"trials must be >= 1, got {n_trials}")
     store = open_storage(storage)
@@ -172,9 +278,6 @@ def run_search(
     requeued = _recover(study)
     if requeued:
         emit("requeued", {"n": requeued})
-    if sampler_name == "grid" and not study.get_trials(deepcopy=False):
-        for params in space.grid():
-            study.enqueue_trial(params)
     unique = len(space.grid()) if _small(space) else None  # how many distinct layouts exist, when countable
     ray_kwargs = {}
     if executor == "ray":
@@ -184,6 +287,40 @@ def run_search(
     elif executor == "processes":
         ray_kwargs = {"cpus_per_trial": cpus_per_trial}
     ex = make_executor(executor, workers, **ray_kwargs)
+    calibrating = not skip_calibration and needs_calibration(space)
+    if not calibrating:
+        if "hlnas_calibration" not in study.user_attrs:
+            why = ("skipped" if skip_calibration else "disabled" if not space.calibration_config().enabled else "not needed")
+            study.set_user_attr("hlnas_calibration", {"status": why})
+    else:
+        stored = study.user_attrs.get("hlnas_calibration") or {}
+        if stored.get("status") in ("valid", "invalid"):
+            emit("calibration", {**stored["verdict"], "reused": True})
+            verdict = stored["verdict"]
+        else:
+            stop_flag: list[int] = []
+            old = _catch_stop_signals(stop_flag, [executor == "inline"])
+
+            def check_calibration_stop() -> None:
+                if stop_flag:
+                    raise KeyboardInterrupt
+            try:
+                verdict = _run_calibration(study, space, ex, emit, check_calibration_stop)
+            except BaseException:
+                ex.shutdown()
+                raise
+            finally:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+        if not verdict["valid"]:
+            ex.shutdown()
+            raise calib.CalibrationFailed(calibration_failed_message(space, verdict, storage, study_name))
+    if calibrate_only:
+        ex.shutdown()
+        return study
+    if sampler_name == "grid" and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
+        for params in space.grid():
+            study.enqueue_trial(params)
     t_start = time.monotonic()
     pending: dict[int, tuple[optuna.trial.Trial, str]] = {}  # trial number -> (trial, layout) being trained
     waiting: list[tuple[optuna.trial.Trial, str]] = []  # duplicates of a layout still training
@@ -431,7 +568,9 @@ def front_rows(study: optuna.Study) -> list[dict]:
             continue
         rows.append({"number": t.number, "layout": a.get("layout"), "ratio": a.get("ratio"),
                      **{o["name"]: v for o, v in zip(objs, t.values)},
-                     "recall": a.get("recall"), "kv_cache_bytes": a.get("kv_cache_bytes"), "val_loss": a.get("val_loss"),
+                     "recall": a.get("recall"), "recall_raw": a.get("recall_raw"), "recall_baseline": a.get("recall_baseline"),
+                     "recall_baseline_name": a.get("recall_baseline_name"),
+                     "kv_cache_bytes": a.get("kv_cache_bytes"), "val_loss": a.get("val_loss"),
                      "params": a.get("params")})
     rows.sort(key=lambda r: (r["kv_cache_bytes"] or 0, -(r["recall"] or 0)))
     return rows

@@ -10,7 +10,7 @@ import pytest
 
 from hlnas.cli import build_parser, main
 
-SUBCOMMANDS = ["layout", "train", "eval", "search", "status", "dashboard", "report", "bench-samplers"]
+SUBCOMMANDS = ["layout", "train", "eval", "search", "calibrate", "status", "dashboard", "report", "bench-samplers"]
 
 
 def test_every_subcommand_has_help(capsys):

@@ -45,7 +45,7 @@ def test_status_prints_the_front(done_study, capsys):
     assert main(["status", "--storage", done_study, "--study", "st"]) == 0
     out = capsys.readouterr().out
     assert "study 'st': 4 complete" in out and "objectives: maximize recall, minimize kv_cache_bytes" in out
-    assert re.search(r"#\s+layout\s+ratio\s+recall\s+KV cache\s+val_loss\s+params", out)
+    assert re.search(r"#\s+layout\s+ratio\s+recall\s+raw\s+no-rec.\s+KV cache\s+val_loss\s+params", out)
     front_lines = [l for l in out.splitlines() if re.match(r"\s+\d+\s+[GA]{4}\s", l)]
     assert front_lines and all(re.search(r"\d\.\d{3}\s+\S+ \w*B\s+\d\.\d{3}\s+[\d,]+$", l) for l in front_lines)
 
@@ -120,7 +120,8 @@ def test_search_joins_an_existing_ray_cluster(tmp_path):
 
 @pytest.mark.slow
 def test_plain_hlnas_search_is_the_main_job(tmp_path):
-    """No arguments: the embedded tiny space, inline on CPU, SQLite in the current directory, front printed."""
+    """No arguments: the embedded tiny space calibrated then searched on this machine's CPU cores, SQLite in the
+    current directory, front printed."""
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "hlnas.cli", "search", "--no-progress"], cwd=tmp_path,
                        env={k: v for k, v in ENV.items() if k != "OMP_NUM_THREADS"}, capture_output=True, text=True,
@@ -131,6 +132,14 @@ def test_plain_hlnas_search_is_the_main_job(tmp_path):
     assert "study 'tiny' stored in sqlite:///hlnas.db" in r.stdout and "Pareto front" in r.stdout
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path}/hlnas.db")
     done = [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]
-    assert len(done) == 10 and len({t.user_attrs["layout"] for t in done}) == 10  # the whole 10-candidate space
+    assert len(done) == 11 and len({t.user_attrs["layout"] for t in done}) == 11  # the whole 11-candidate space
     assert len(study.directions) == 3 and study.best_trials
+    # the protocol's controls ran first and passed; their seed-0 runs are 5 of the 11 trials
+    cal = study.user_attrs["hlnas_calibration"]
+    assert cal["status"] == "valid" and len(cal["runs"]) == 10 and "calibration:" in r.stderr
+    assert sum("calibration" in t.user_attrs for t in done) == 5
+    rows = {r["role"] + ":" + r["mixer"]: r for r in cal["verdict"]["rows"]}
+    assert min(rows["control:transformer"]["recall"]) >= 0.9
+    assert all(rows[f"pure:{m}"]["mean"] < rows[f"hybrid:{m}"]["mean"] for m in ("hgrn", "hgrn2"))
+    assert "no-rec." in r.stdout and "b = 0.250, copy_any" in r.stdout
     print(f"hlnas search (defaults): {wall:.0f} s wall, {len(study.trials)} trials")

@@ -24,6 +24,8 @@ N_TRIALS = 5
 def _cli(args: list[str], cwd, own_group: bool = False) -> subprocess.Popen:
     """``own_group``: the search leads its own process group, so a signal can go to all of it, workers included."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # 1 thread: tiny models, busy 2-core CI
+    if "--workers" not in args:  # one inline trial at a time (the CLI's default on a 2-core CPU is 2 processes)
+        args = [*args, "--workers", "1"]
     return subprocess.Popen([sys.executable, "-m", "hlnas.cli", "search", *args, "--no-progress"], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=own_group)
 

@@ -30,7 +30,7 @@ def space(sampler: str):
                   "score": {"objectives": ["val_loss", "mqar"]}},
         "objectives": [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}],
         "constraints": {"max_kv_bytes": 5 * 2**20},  # excludes the Transformer (6 attention layers)
-        "sampler": sampler,
+        "sampler": sampler, "calibration": {"enabled": False},
     })
 
 

@@ -50,6 +50,7 @@ def tiny_raw(**top) -> dict:
             "kv_context": 256,
         },
         "sampler": "grid",
+        "calibration": {"enabled": False},  # these tests are about the search loop; tests/test_calibrate.py runs controls
     }
     raw.update(top)
     return raw

@@ -1,0 +1,263 @@
+"""Controls before a search spends its budget: is the space's recall protocol measuring recall?
+
+Under the space's exact scale and protocol, :func:`plan` trains the all-attention control, each of the
+space's linear mixers pure, and each one's 3:1 hybrid (paper placement), for ``seeds`` seeds. The
+protocol is **valid** when
+
+1. the all-attention control reaches ``control_min`` (0.9) raw recall at the training length, and
+2. every pure model and every hybrid is separated from its no-recall baseline, or from its partner
+   (a mixer's pure model from its hybrid), by more than twice its seed spread (max - min over seeds,
+   never taken below ``spread_floor``, so equal results are never "separated").
+
+A recall number that fails these says nothing about recall: ``hlnas search`` refuses to start on an
+invalid protocol (:class:`CalibrationFailed` names the failed control, by how much, and which settings to
+change). The verdict is stored with the study; seed-0 runs of layouts in the space become its trials.
+
+This module plans and judges; running the plan is the study loop's (``hlnas.study``), through the same
+executor as the trials. A run is a :class:`~hlnas.trial.TrialSpec` with a negative number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hlnas.errors import ConfigError, HlnasError, check_fields
+from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
+
+__all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table",
+           "run_summary", "training_length_recall"]
+
+
+class CalibrationFailed(HlnasError):
+    """The space's recall protocol failed its controls (the message says which, by how much, what to change)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationConfig:
+    enabled: bool = True
+    seeds: int = 2  # seeds 0..seeds-1 of every control
+    control_min: float = 0.9  # raw recall the all-attention control must reach at the training length
+    hybrid_ratio: str = "3:1"  # the hybrid trained beside each pure model
+    spread_floor: float = 0.01  # the smallest seed spread assumed (two equal seeds are not "separated" by 0)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"calibration.enabled must be true or false, got {self.enabled!r}")
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or not 2 <= self.seeds <= 10:
+            raise ConfigError(f"calibration.seeds={self.seeds!r} is not allowed; allowed: an integer from 2 to 10 "
+                              "(a seed spread needs two seeds)")
+        for name in ("control_min", "spread_floor"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise ConfigError(f"calibration.{name}={v!r} is not allowed; allowed: a fraction in [0, 1]")
+        try:
+            r = parse_ratio(self.hybrid_ratio) if isinstance(self.hybrid_ratio, str) else None
+        except HlnasError:
+            r = None
+        if r is None:
+            raise ConfigError(f"calibration.hybrid_ratio={self.hybrid_ratio!r} is not allowed; allowed: a ratio r:1 "
+                              "such as '3:1' (one attention layer every r-th layer)")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CalibrationConfig":
+        check_fields("calibration", data, cls)
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    key: str  # "<role>:<mixer>:s<seed>"
+    role: str  # control | pure | hybrid
+    mixer: str  # linear mixer, or 'transformer' for the control
+    layout: str
+    seed: int
+    params: dict | None  # the space point with this layout (seed 0 becomes a trial), or None
+
+
+def _point(space, layout: str, mixer: str, ratio: str | None) -> dict | None:
+    """The space's parameters that build ``layout``, if the space holds it (hetero spaces: never)."""
+    if space.hetero_ratio:
+        return None
+    dims = space.params()
+    if mixer not in dims["mixer"]:
+        return None
+    guesses = []
+    if mixer == TRANSFORMER:
+        guesses.append({"mixer": mixer, "ratio": dims["ratio"][0] if dims["ratio"] else "pure",
+                        "placement": dims["placement"][0] if dims["placement"] else "paper"})
+    elif ratio in dims["ratio"]:
+        for placement in dims["placement"]:
+            guesses.append({"mixer": mixer, "ratio": ratio, "placement": placement})
+    for params in guesses:
+        try:
+            if str(space.layout(params)) == layout:
+                return {k: v for k, v in params.items() if k in dims}
+        except HlnasError:
+            continue
+    return None
+
+
+def plan(space) -> list[CalibrationRun]:
+    """The runs of the space's calibration: control, then per mixer pure and hybrid, each over the seeds."""
+    cfg = space.calibration_config()
+    r = parse_ratio(cfg.hybrid_ratio)
+    if space.n_layers % r:
+        raise ConfigError(f"calibration.hybrid_ratio={cfg.hybrid_ratio!r} needs a depth that is a multiple of {r}; "
+                          f"the space has layers={space.n_layers}. Set calibration.hybrid_ratio to a ratio dividing it")
+    groups = [("control", TRANSFORMER, str(build_layout(TRANSFORMER, None, space.n_layers)), None)]
+    for m in space.mixers:
+        groups.append(("pure", m, str(build_layout(m, "pure", space.n_layers)), "pure"))
+        groups.append(("hybrid", m, str(build_layout(m, cfg.hybrid_ratio, space.n_layers, "paper")), cfg.hybrid_ratio))
+    runs = []
+    for seed in range(cfg.seeds):
+        for role, mixer, layout, ratio in groups:
+            runs.append(CalibrationRun(f"{role}:{mixer}:s{seed}", role, mixer, layout, seed,
+                                       _point(space, layout, mixer, ratio) if seed == 0 else None))
+    return runs
+
+
+def training_length_recall(metrics: dict) -> tuple[float | None, float | None]:
+    """(raw recall, strongest no-recall baseline) of a run at the length it trained on: the fresh-model MQAR
+    score, the mixed-in MQAR score at 1x, or RULER's average (its first length)."""
+    src = metrics.get("recall_source")
+    if src == "mqar_mixed_acc":
+        mixed = metrics.get("mqar_mixed") or {}
+        by_len, bases = mixed.get("by_length") or {}, mixed.get("baselines_by_length") or {}
+        if by_len:
+            first = min(by_len, key=int)
+            b = bases.get(first) or {}
+            return by_len[first], (max(b.values()) if b else metrics.get("recall_baseline"))
+    return metrics.get("recall_raw"), metrics.get("recall_baseline")
+
+
+def run_summary(run: CalibrationRun, status: str, metrics: dict) -> dict:
+    """What the study stores of one calibration run."""
+    raw, base = training_length_recall(metrics)
+    keep = ("recall", "recall_raw", "recall_baseline", "recall_baseline_name", "recall_source", "mqar_lr",
+            "mqar_steps_done", "val_loss", "error_kind", "error", "wall_s", "train_wall_s", "mqar_s")
+    return {"key": run.key, "role": run.role, "mixer": run.mixer, "layout": run.layout, "seed": run.seed,
+            "status": status, "raw_train_length": raw, "baseline_train_length": base,
+            **{k: metrics[k] for k in keep if k in metrics}}
+
+
+def _spread(values: list[float], floor: float) -> float:
+    return max(max(values) - min(values), floor) if values else floor
+
+
+def verdict(space, runs: dict[str, dict]) -> dict:
+    """Judge stored run summaries (``key -> run_summary``): rows, failures, and ``valid``."""
+    cfg = space.calibration_config()
+    rows, failures = [], []
+    by_group: dict[tuple[str, str], list[dict]] = {}
+    for r in runs.values():
+        by_group.setdefault((r["role"], r["mixer"]), []).append(r)
+    expected = {(p.role, p.mixer): p.layout for p in plan(space)}
+    for (role, mixer), layout in expected.items():
+        got = sorted(by_group.get((role, mixer), []), key=lambda r: r["seed"])
+        ok = [r for r in got if r["status"] == "ok" and r.get("raw_train_length") is not None]
+        vals = [float(r["raw_train_length"]) for r in ok]
+        bases = [float(r["baseline_train_length"] or 0.0) for r in ok]
+        row = {"role": role, "mixer": mixer, "layout": layout, "seeds": [r["seed"] for r in ok], "recall": vals,
+               "mean": sum(vals) / len(vals) if vals else None, "spread": _spread(vals, cfg.spread_floor),
+               "baseline": max(bases) if bases else None, "failed_runs": [r["key"] for r in got if r not in ok],
+               "lr": [r.get("mqar_lr") for r in ok]}
+        rows.append(row)
+    index = {(r["role"], r["mixer"]): r for r in rows}
+    for row in rows:
+        if len(row["recall"]) < cfg.seeds:
+            failures.append({"row": row, "kind": "missing",
+                             "message": f"{_name(row)} has {len(row['recall'])} of {cfg.seeds} seeds scored "
+                                        f"(failed or missing runs: {', '.join(row['failed_runs']) or 'none'})"})
+            row["verdict"] = "missing"
+            continue
+        if row["role"] == "control":
+            short = cfg.control_min - row["mean"]
+            row["verdict"] = "pass" if min(row["recall"]) >= cfg.control_min else "FAIL"
+            if row["verdict"] == "FAIL":
+                worst = min(row["recall"])
+                failures.append({"row": row, "kind": "control",
+                                 "message": f"the all-attention control {row['layout']} reached {worst:.3f} raw recall at the "
+                                            f"training length (seeds {_vals(row)}), {cfg.control_min - worst:.3f} short of "
+                                            f"calibration.control_min={cfg.control_min}"})
+            row["short"] = short
+            continue
+        partner = index.get(("hybrid" if row["role"] == "pure" else "pure", row["mixer"]))
+        need = 2 * row["spread"]
+        above = row["mean"] - row["baseline"]
+        apart = None
+        if partner and partner.get("mean") is not None:
+            apart = abs(row["mean"] - partner["mean"])
+            need_pair = 2 * max(row["spread"], partner["spread"])
+        sep_base = above > need
+        sep_pair = apart is not None and apart > need_pair
+        row.update(above_baseline=above, apart_from_partner=apart, verdict="pass" if sep_base or sep_pair else "FAIL")
+        if row["verdict"] == "FAIL":
+            msg = (f"{_name(row)} ({row['layout']}) scored {row['mean']:.3f} (seeds {_vals(row)}), {above:+.3f} from its "
+                   f"no-recall baseline {row['baseline']:.3f}")
+            if apart is not None:
+                msg += f" and {apart:.3f} from its {'hybrid' if row['role'] == 'pure' else 'pure model'} ({partner['mean']:.3f})"
+            msg += f": neither is more than twice the seed spread ({need:.3f})"
+            failures.append({"row": row, "kind": "separation", "message": msg})
+    for m in space.mixers:
+        p, h = index.get(("pure", m)), index.get(("hybrid", m))
+        if p and h and p.get("mean") is not None and h.get("mean") is not None:
+            h["pure_below"] = p["pure_below"] = p["mean"] < h["mean"]
+    return {"valid": not failures, "rows": rows, "failures": [f["message"] for f in failures],
+            "kinds": sorted({f["kind"] for f in failures}), "config": cfg.to_dict()}
+
+
+def _name(row: dict) -> str:
+    return "the all-attention control" if row["role"] == "control" else f"{row['mixer']} {row['role']}"
+
+
+def _vals(row: dict) -> str:
+    return ", ".join(f"{v:.3f}" for v in row["recall"])
+
+
+def advice(space, result: dict) -> str:
+    """Which settings to change, for the kinds of failure in ``result``."""
+    sc = space.score_config()
+    objectives = sc.objectives
+    if "mqar" in objectives and "mqar_mixed" not in objectives and "ruler" not in objectives:
+        knobs = (f"score.mqar_steps (now {sc.mqar_steps}), score.mqar_lrs (now {list(sc.mqar_lrs) or [sc.mqar_lr]}), "
+                 f"score.mqar_kv_pairs (now {sc.mqar_kv_pairs}) and score.mqar_seq_len (now {sc.mqar_seq_len}), "
+                 f"score.mqar_model (the recall model's width, now {sc.mqar_model or 'the candidate'})")
+    elif "mqar_mixed" in objectives:
+        tc = space.train_config()
+        knobs = (f"train.tokens (now {tc.tokens}), train.lr (now {tc.lr}), train.recall_count (now {tc.recall_count}), "
+                 f"train.recall_kv_pairs (now {tc.recall_kv_pairs})")
+    else:
+        knobs = "train.tokens, train.recall_every and score.ruler_lengths"
+    tips = []
+    if "control" in result["kinds"]:
+        tips.append("to let the all-attention control learn: train longer or sweep learning rates, or make the task "
+                    f"easier (fewer pairs, shorter sequences): {knobs}")
+    if "separation" in result["kinds"]:
+        tips.append("to separate the candidates: a harder task (more pairs than a fixed-size state holds) or more training")
+    if "missing" in result["kinds"]:
+        tips.append("fix the failed runs (their errors are in the table)")
+    return "; ".join(tips)
+
+
+def format_table(result: dict) -> str:
+    """The verdict as a plain-text table (what ``hlnas calibrate`` and ``hlnas search`` print)."""
+    lines = [f"{'role':<8} {'mixer':<15} {'layout':<26} {'recall (seeds)':<22} {'mean':>6} {'spread':>7} "
+             f"{'no-recall':>9} {'verdict':>8}"]
+    for r in result["rows"]:
+        seeds = ", ".join(f"{v:.3f}" for v in r["recall"]) or "-"
+        mean = "-" if r["mean"] is None else f"{r['mean']:.3f}"
+        base = "-" if r["baseline"] is None else f"{r['baseline']:.3f}"
+        lines.append(f"{r['role']:<8} {r['mixer']:<15} {r['layout'][:26]:<26} {seeds:<22} {mean:>6} {r['spread']:>7.3f} "
+                     f"{base:>9} {r.get('verdict', '-'):>8}")
+    cfg = result["config"]
+    lines.append(f"valid: {'yes' if result['valid'] else 'NO'} (control >= {cfg['control_min']} at the training length; "
+                 f"every pure model and {cfg['hybrid_ratio']} hybrid more than 2x its seed spread from its no-recall "
+                 "baseline or from its partner)")
+    pairs = [r for r in result["rows"] if r["role"] == "pure" and "pure_below" in r]
+    if pairs:
+        lines.append("pure below its hybrid: " + ", ".join(f"{r['mixer']} {'yes' if r['pure_below'] else 'no'}" for r in pairs))
+    return "\n".join(lines)

@@ -1,0 +1,245 @@
+"""Calibration: the plan, the verdict's rules, and the search refusing an invalid protocol (fake trials:
+the real protocol on CPU is tests/test_cli_search.py::test_plain_hlnas_search_is_the_main_job)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from hlnas import calibrate, executors
+from hlnas.calibrate import CalibrationFailed, plan, verdict
+from hlnas.cli import main
+from hlnas.errors import ConfigError
+from hlnas.layout import Layout
+from hlnas.space import SpaceError, space_from_dict
+from hlnas.study import run_search
+from hlnas.trial import TrialResult, layout_metrics
+
+
+def raw_space(**top) -> dict:
+    raw = {"name": "cal", "mixers": ["gla", "hgrn"], "ratios": ["pure", "6:1", "3:1"], "transformer": True, "layers": 6,
+           "scale": {"preset": "proxy-tiny", "train": {"tokens": 512, "seq_len": 32, "batch_size": 2},
+                     "score": {"objectives": ["val_loss", "mqar"]}},
+           "sampler": "grid"}
+    raw.update(top)
+    return raw
+
+
+def test_plan_covers_control_pure_and_hybrid_for_every_seed():
+    s = space_from_dict(raw_space())
+    runs = plan(s)
+    assert [r.key for r in runs[:5]] == ["control:transformer:s0", "pure:gla:s0", "hybrid:gla:s0", "pure:hgrn:s0", "hybrid:hgrn:s0"]
+    assert len(runs) == 10 and {r.seed for r in runs} == {0, 1}
+    layouts = {r.key: r.layout for r in runs}
+    assert layouts["control:transformer:s1"] == "AAAAAA" and layouts["hybrid:gla:s0"] == "GGAGGA"
+    # seed-0 runs of layouts in the space carry their parameters (they become trials); seed 1 never does
+    assert all(r.params is not None for r in runs if r.seed == 0) and all(r.params is None for r in runs if r.seed == 1)
+    for r in runs[:5]:
+        assert str(s.layout(r.params)) == r.layout
+
+
+def test_plan_runs_controls_outside_the_space_without_making_them_trials():
+    s = space_from_dict(raw_space(ratios=["pure", "6:1"], transformer=False))
+    by_key = {r.key: r for r in plan(s)}
+    assert by_key["hybrid:gla:s0"].params is None and by_key["control:transformer:s0"].params is None
+    assert by_key["pure:gla:s0"].params == {"mixer": "gla", "ratio": "pure", "placement": "paper"}
+
+
+def test_plan_names_a_hybrid_ratio_the_depth_cannot_hold():
+    s = space_from_dict(raw_space(layers=4, ratios=["pure", "2:1"]))
+    with pytest.raises(ConfigError, match=r"calibration.hybrid_ratio='3:1' needs a depth that is a multiple of 3; the space "
+                                          r"has layers=4"):
+        plan(s)
+    assert len(plan(space_from_dict(raw_space(layers=4, ratios=["pure", "2:1"], calibration={"hybrid_ratio": "2:1"})))) == 10
+
+
+@pytest.mark.parametrize(("cal", "message"), [
+    ({"seeds": 1}, "calibration.seeds=1 is not allowed; allowed: an integer from 2 to 10"),
+    ({"seeds": "2"}, "calibration.seeds='2' is not allowed"),
+    ({"control_min": 1.5}, r"calibration.control_min=1.5 is not allowed; allowed: a fraction in \[0, 1\]"),
+    ({"hybrid_ratio": "pure"}, "calibration.hybrid_ratio='pure' is not allowed; allowed: a ratio r:1"),
+    ({"hybrid_ratio": "x"}, "calibration.hybrid_ratio='x' is not allowed; allowed: a ratio r:1"),
+    ({"enabled": "yes"}, "calibration.enabled must be true or false"),
+    ({"seed": 2}, "unknown calibration key 'seed'. Did you mean: seeds?"),
+    ("on", "calibration must be a mapping"),
+])
+def test_bad_calibration_settings_name_the_key(cal, message):
+    with pytest.raises(SpaceError, match=message):
+        space_from_dict(raw_space(calibration=cal))
+
+
+def summary(key: str, layout: str, raw: float, base: float = 0.25, status: str = "ok") -> dict:
+    role, mixer, seed = key.split(":")
+    return {"key": key, "role": role, "mixer": mixer, "layout": layout, "seed": int(seed[1:]), "status": status,
+            "raw_train_length": raw if status == "ok" else None, "baseline_train_length": base}
+
+
+def runs_of(values: dict) -> dict:
+    """{'control:transformer': (s0, s1), ...} -> stored summaries."""
+    s = space_from_dict(raw_space())
+    layouts = {r.key.rsplit(":", 1)[0]: r.layout for r in plan(s)}
+    out = {}
+    for group, vals in values.items():
+        for seed, v in enumerate(vals):
+            out[f"{group}:s{seed}"] = summary(f"{group}:s{seed}", layouts[group], v)
+    return out
+
+
+GOOD = {"control:transformer": (0.99, 0.97), "pure:gla": (0.30, 0.32), "hybrid:gla": (0.98, 0.99),
+        "pure:hgrn": (0.27, 0.29), "hybrid:hgrn": (0.95, 0.97)}
+
+
+def test_verdict_valid_when_the_control_learns_and_everything_is_separated():
+    v = verdict(space_from_dict(raw_space()), runs_of(GOOD))
+    assert v["valid"] and not v["failures"]
+    rows = {(r["role"], r["mixer"]): r for r in v["rows"]}
+    assert rows[("pure", "gla")]["spread"] == pytest.approx(0.02) and rows[("pure", "gla")]["pure_below"]
+    assert "valid: yes" in calibrate.format_table(v) and "pure below its hybrid: gla yes, hgrn yes" in calibrate.format_table(v)
+
+
+def test_verdict_names_a_control_that_did_not_learn_and_by_how_much():
+    v = verdict(space_from_dict(raw_space()), runs_of({**GOOD, "control:transformer": (0.23, 0.95)}))
+    assert not v["valid"] and v["kinds"] == ["control"]
+    assert "the all-attention control AAAAAA reached 0.230 raw recall at the training length (seeds 0.230, 0.950), 0.670 " \
+           "short of calibration.control_min=0.9" in v["failures"][0]
+
+
+def test_verdict_needs_separation_beyond_twice_the_seed_spread():
+    # gla pure and hybrid both at the baseline, within noise of each other and of it
+    bad = {**GOOD, "pure:gla": (0.26, 0.30), "hybrid:gla": (0.27, 0.29)}
+    v = verdict(space_from_dict(raw_space()), runs_of(bad))
+    assert not v["valid"] and v["kinds"] == ["separation"] and len(v["failures"]) == 2
+    assert "gla pure (GGGGGG) scored 0.280" in v["failures"][0] and "neither is more than twice the seed spread" in v["failures"][0]
+    # equal at the ceiling: far from the baseline, so separated even though pure ties its hybrid
+    tie = {**GOOD, "pure:gla": (0.99, 0.99), "hybrid:gla": (0.99, 0.99)}
+    v = verdict(space_from_dict(raw_space()), runs_of(tie))
+    assert v["valid"] and not {r["mixer"]: r for r in v["rows"] if r["role"] == "pure"}["gla"]["pure_below"]
+
+
+def test_verdict_spread_floor_keeps_equal_seeds_from_separating_by_zero():
+    s = space_from_dict(raw_space(calibration={"spread_floor": 0.05}))
+    near = {**GOOD, "pure:gla": (0.32, 0.32), "hybrid:gla": (0.33, 0.33)}  # 0.07 above a 0.25 baseline: < 2 x 0.05
+    assert not verdict(s, runs_of(near))["valid"]
+
+
+def test_verdict_counts_failed_runs_as_missing_seeds():
+    runs = runs_of(GOOD)
+    runs["hybrid:hgrn:s1"] = summary("hybrid:hgrn:s1", "HHAHHA", 0.0, status="failed")
+    v = verdict(space_from_dict(raw_space()), runs)
+    assert not v["valid"] and "hgrn hybrid has 1 of 2 seeds scored (failed or missing runs: hybrid:hgrn:s1)" in v["failures"][0]
+
+
+# -- the search's calibration step, with fake trials ----------------------------------------------------------------
+def fake_trial(scores: dict):
+    """A run_trial whose recall is scores[(layout, seed)] (default: by attention count), baseline 0.25."""
+    calls = []
+
+    def run(spec):
+        calls.append((spec.number, spec.layout, spec.train["seed"], spec.recall_only))
+        m = layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement)
+        n_attn = len(Layout.parse(spec.layout).attention_layers)
+        raw = scores.get((spec.layout, spec.train["seed"]), min(0.99, 0.28 + 0.35 * n_attn))
+        m.update(status="ok", val_loss=3.0, mqar_acc=raw, mqar_baseline=0.25, mqar_baseline_name="copy_any",
+                 mqar_baselines={"copy_any": 0.25, "uniform": 0.03})
+        from hlnas.trial import recall_metrics
+
+        m.update(recall_metrics(m, ["mqar_acc"]))
+        return TrialResult(spec.number, "ok", m)
+
+    return run, calls
+
+
+def test_search_calibrates_first_and_reuses_seed_0_runs_as_trials(monkeypatch, tmp_path):
+    run, calls = fake_trial({})
+    monkeypatch.setattr(executors, "run_trial", run)
+    url = f"sqlite:///{tmp_path}/c.db"
+    events = []
+    study = run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7,
+                       on_event=lambda k, d: events.append(k))
+    assert events.index("calibration") < events.index("started")
+    cal_calls = [c for c in calls if c[0] < 0]
+    assert len(cal_calls) == 10
+    # seed-1 controls need only the fresh-model recall (no LM training), seed-0 ones are whole trials
+    assert all(c[3] for c in cal_calls if c[2] == 1) and not any(c[3] for c in cal_calls if c[2] == 0)
+    done = [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]
+    assert len(done) == 7 and len({t.user_attrs["layout"] for t in done}) == 7
+    assert {t.user_attrs["layout"] for t in done if "calibration" in t.user_attrs} == {"AAAAAA", "GGGGGG", "GGAGGA", "HHHHHH", "HHAHHA"}
+    assert len([c for c in calls if c[0] >= 0]) == 2  # the search trained only the two 6:1 layouts itself
+    cal = study.user_attrs["hlnas_calibration"]
+    assert cal["status"] == "valid" and cal["verdict"]["valid"] and len(cal["runs"]) == 10
+    t = next(t for t in done if t.user_attrs["layout"] == "GGAGGA")
+    assert t.user_attrs["recall_raw"] == pytest.approx(0.98) and t.user_attrs["recall_baseline"] == 0.25
+    assert t.values[0] == pytest.approx((0.98 - 0.25) / 0.75)  # the study optimises the corrected recall
+
+    calls.clear()  # resume: the stored calibration is reused, nothing is trained again
+    run_search(None, storage=url, study_name="c", n_trials=7, resume=True, on_event=lambda k, d: events.append((k, d)))
+    assert calls == [] and any(e[0] == "calibration" and e[1].get("reused") for e in events if isinstance(e, tuple))
+
+
+def test_invalid_protocol_refuses_to_search_and_keeps_the_controls(monkeypatch, tmp_path):
+    run, calls = fake_trial({("AAAAAA", 0): 0.3, ("AAAAAA", 1): 0.31})
+    monkeypatch.setattr(executors, "run_trial", run)
+    url = f"sqlite:///{tmp_path}/c.db"
+    with pytest.raises(CalibrationFailed) as e:
+        run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7)
+    msg = str(e.value)
+    assert "the all-attention control AAAAAA reached 0.300 raw recall at the training length" in msg
+    assert "0.600 short of calibration.control_min=0.9" in msg and "score.mqar_steps" in msg and "--skip-calibration" in msg
+    assert not any(c[0] >= 0 for c in calls)  # no search trial
+    study = optuna.load_study(study_name="c", storage=url)
+    assert study.user_attrs["hlnas_calibration"]["status"] == "invalid"
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 5  # the seed-0 controls are kept as trials
+    # --skip-calibration searches anyway on a new study
+    s = run_search(space_from_dict(raw_space()), storage=url, study_name="d", n_trials=2, skip_calibration=True)
+    assert s.user_attrs["hlnas_calibration"] == {"status": "skipped"}
+
+
+def test_an_interrupted_calibration_resumes_with_the_missing_runs(monkeypatch, tmp_path):
+    run, calls = fake_trial({})
+
+    def interrupt_at_the_4th(spec):
+        if len(calls) == 3:
+            calls.append("stop")
+            raise KeyboardInterrupt
+        return run(spec)
+
+    monkeypatch.setattr(executors, "run_trial", interrupt_at_the_4th)
+    url = f"sqlite:///{tmp_path}/c.db"
+    with pytest.raises(KeyboardInterrupt):
+        run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7)
+    stored = optuna.load_study(study_name="c", storage=url).user_attrs["hlnas_calibration"]
+    assert stored["status"] == "running" and len(stored["runs"]) == 3
+    monkeypatch.setattr(executors, "run_trial", run)
+    calls.clear()
+    study = run_search(None, storage=url, study_name="c", n_trials=7, resume=True)
+    assert len([c for c in calls if c[0] < 0]) == 7 and study.user_attrs["hlnas_calibration"]["status"] == "valid"
+
+
+def test_hlnas_calibrate_then_hlnas_search_continue_one_study(monkeypatch, tmp_path, capsys):
+    run, calls = fake_trial({})
+    monkeypatch.setattr(executors, "run_trial", run)
+    import yaml
+
+    space_file = tmp_path / "cal.yaml"
+    space_file.write_text(yaml.safe_dump(raw_space()))
+    url = f"sqlite:///{tmp_path}/c.db"
+    assert main(["calibrate", str(space_file), "--storage", url, "--workers", "1"]) == 0
+    out = capsys.readouterr()
+    assert "valid: yes" in out.err + out.out and "hlnas search --space" in out.out
+    n = len(calls)
+    assert main(["search", "--space", str(space_file), "--storage", url, "--workers", "1", "--no-progress"]) == 0
+    assert len([c for c in calls[n:] if c[0] < 0]) == 0  # calibration reused
+    assert "no-rec." in capsys.readouterr().out
+
+
+def test_hlnas_calibrate_exits_1_on_an_invalid_protocol(monkeypatch, tmp_path, capsys):
+    run, _ = fake_trial({("AAAAAA", 0): 0.3, ("AAAAAA", 1): 0.3})
+    monkeypatch.setattr(executors, "run_trial", run)
+    import yaml
+
+    space_file = tmp_path / "cal.yaml"
+    space_file.write_text(yaml.safe_dump(raw_space()))
+    assert main(["calibrate", str(space_file), "--storage", f"sqlite:///{tmp_path}/c.db", "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "failed its controls" in err and "valid: NO" in err
