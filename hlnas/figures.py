@@ -31,25 +31,32 @@ from hlnas.paper import attention_share, mixer_and_ratio
 
 __all__ = [
     "FIGURE_IDS", "MIXER_COLORS", "TradeoffInfo", "RatioInfo", "RulerInfo", "HypervolumeInfo", "LayoutInfo",
+    "CalibrationInfo", "calibration_info", "plot_calibration", "recall_baseline",
     "tradeoff_info", "ratio_info", "ruler_info", "hypervolume_info", "layout_info", "plot_tradeoff", "plot_ratio",
     "plot_ruler", "plot_hypervolume", "plot_layouts", "build_figures", "format_metric", "metric_titles",
 ]  # fmt: skip
 
 FIGURE_IDS = ("hlnas_recall_vs_kv", "hlnas_loss_vs_kv", "hlnas_recall_vs_ratio", "hlnas_lm_vs_ratio",
-              "hlnas_ruler", "hlnas_hypervolume", "hlnas_layouts")  # fmt: skip
+              "hlnas_ruler", "hlnas_hypervolume", "hlnas_layouts", "hlnas_calibration")  # fmt: skip
 MIXER_COLORS = {
     "attention": "#d62728", "transformer": "#444444", "hgrn": "#1f77b4", "hgrn2": "#17becf", "retnet": "#9467bd",
     "gla": "#2ca02c", "deltanet": "#ff7f0e", "gated_deltanet": "#8c564b", "mamba2": "#e377c2", "average": "#7f7f7f",
 }  # fmt: skip
-_HOVER_METRICS = ("recall", "kv_cache_bytes", "val_loss", "mqar_acc", "lm_acc", "params", "state_bytes",
+_HOVER_METRICS = ("recall", "recall_raw", "recall_baseline", "kv_cache_bytes", "val_loss", "mqar_acc", "lm_acc", "params", "state_bytes",
                   "flops_per_token", "tokens_per_s", "train_wall_s")  # fmt: skip
 _TITLES = {"recall": "recall", "kv_cache_bytes": "KV cache", "val_loss": "validation loss",
-           "lm_acc": "LM accuracy", "mqar_acc": "MQAR accuracy"}  # fmt: skip
+           "lm_acc": "LM accuracy", "mqar_acc": "MQAR accuracy", "recall_raw": "recall (raw)"}  # fmt: skip
+_SOURCE_TITLES = {"mqar_acc": "MQAR acc", "mqar_mixed_acc": "mixed-in MQAR acc", "ruler_avg": "RULER avg"}
 
 
 def metric_titles(data: StudyData) -> dict[str, str]:
     """Axis names; ``recall`` says which measure it is (the study loop falls back to MQAR without RULER)."""
     ok = [r for r in data.records if r.status == "ok" and r.metric("recall") is not None]
+    sources = {r.attrs.get("recall_source") for r in ok} - {None}
+    if len(sources) == 1:
+        name = _SOURCE_TITLES.get(next(iter(sources)), next(iter(sources)))
+        return {**_TITLES, "recall": f"recall above the no-recall baseline ({name}, corrected)",
+                "recall_raw": f"recall ({name}, raw)"}
     if any(isinstance(r.attrs.get("ruler"), dict) for r in ok):
         recall = "recall (RULER avg)"
     elif ok and all(r.metric("recall") == r.metric("mqar_acc") for r in ok):
@@ -98,9 +105,27 @@ class TradeoffInfo(NamedTuple):
     kv_context: int | None
     paper_points: tuple[tuple[float, float, str, str], ...]  # (x, y, hover, label) from the paper
     titles: dict[str, str]  # metric -> axis title
+    baseline: float | None = None  # the strongest no-recall baseline: the shaded band below it is "no recall"
+    baseline_name: str | None = None
+
+
+def recall_baseline(data: StudyData) -> tuple[float | None, str | None]:
+    """The study's strongest no-recall baseline (the same test instances for every trial: one value)."""
+    got = [(r.metric("recall_baseline"), r.attrs.get("recall_baseline_name")) for r in data.records
+           if r.metric("recall_baseline") is not None]
+    if not got:
+        return None, None
+    return max(got, key=lambda t: t[0])
 
 
 def tradeoff_info(data: StudyData, y_metric: str = "recall", x_metric: str = "kv_cache_bytes") -> TradeoffInfo:
+    """A trade-off; ``recall`` is drawn raw beside its no-recall band when the trials carry baselines (the
+    corrected recall the study optimises is a monotone map of it, so the front is the same)."""
+    baseline, baseline_name = (None, None)
+    if y_metric == "recall":
+        baseline, baseline_name = recall_baseline(data)
+        if baseline is not None:
+            y_metric = "recall_raw"
     info = pareto_info(data.records, None, x_metric, y_metric)
     points = {}
     if data.paper_grid and y_metric == "recall":
@@ -113,7 +138,7 @@ def tradeoff_info(data: StudyData, y_metric: str = "recall", x_metric: str = "kv
             elif ratio in table7.get(mixer, {}):
                 v = table7[mixer][ratio]
                 points[(mixer, ratio, x)] = (x, v, f"{paper.paper_label(7)}<br>{mixer} {ratio}: RULER avg {v}", paper.paper_label(7))
-    return TradeoffInfo(info, data.kv_context, tuple(points.values()), metric_titles(data))
+    return TradeoffInfo(info, data.kv_context, tuple(points.values()), metric_titles(data), baseline, baseline_name)
 
 
 def plot_tradeoff(info: TradeoffInfo):
@@ -154,6 +179,10 @@ def plot_tradeoff(info: TradeoffInfo):
     xs = [p.point(r)[0] for r in (*p.front, *p.dominated, *scored_infeasible)]
     lo, hi = min(xs), max(xs)
     pad = 0.18 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.5
+    if info.baseline is not None:  # below the strongest no-association strategy a score is not recall
+        fig.add_hrect(y0=0, y1=info.baseline, fillcolor="#999999", opacity=0.18, line_width=0, layer="below",
+                      annotation_text=f"no recall: at or below {info.baseline_name or 'the baseline'} {info.baseline:.3f}",
+                      annotation_position="top left", annotation_font=dict(size=10, color="#555555"))
     counts = f"{len(p.front)} on front, {len(p.dominated)} dominated, {len(p.infeasible)} infeasible, {len(p.failed)} failed"
     ctx = f" at {info.kv_context} tokens" if xm == "kv_cache_bytes" and info.kv_context else ""
     x_title = f"{info.titles.get(xm, xm)}{ctx} ({'lower' if xd == 'minimize' else 'higher'} is better)"
@@ -403,6 +432,56 @@ def plot_layouts(info: LayoutInfo):
     return fig
 
 
+# -- calibration ---------------------------------------------------------------------------
+
+
+class CalibrationInfo(NamedTuple):
+    status: str  # valid | invalid | running | skipped | not needed | absent
+    rows: tuple[dict, ...]  # calibrate.verdict rows
+    control_min: float | None
+    failures: tuple[str, ...]
+
+
+def calibration_info(data: StudyData) -> CalibrationInfo:
+    cal = data.user_attrs.get("hlnas_calibration") or {}
+    verdict = cal.get("verdict") or {}
+    return CalibrationInfo(cal.get("status", "absent"), tuple(verdict.get("rows") or ()),
+                           (verdict.get("config") or {}).get("control_min"), tuple(verdict.get("failures") or ()))
+
+
+def plot_calibration(info: CalibrationInfo):
+    """The protocol's controls: raw recall per mixer, pure and hybrid side by side, the all-attention control
+    and the no-recall baseline as lines, seed spread as error bars."""
+    import plotly.graph_objects as go
+
+    title = "recall protocol calibration"
+    if not info.rows:
+        return _empty(title, f"calibration: {info.status}" + (" (search run with --skip-calibration)" if info.status == "skipped" else ""))
+    fig = go.Figure()
+    for role, color in (("pure", "#7f7f7f"), ("hybrid", "#d62728")):
+        rows = [r for r in info.rows if r["role"] == role and r.get("mean") is not None]
+        if rows:
+            fig.add_trace(go.Bar(x=[r["mixer"] for r in rows], y=[r["mean"] for r in rows], name=role, marker_color=color,
+                                 error_y=dict(type="data", array=[r["spread"] / 2 for r in rows], visible=True),
+                                 text=[r["layout"] for r in rows], hovertemplate="%{text}: %{y:.3f}<extra>" + role + "</extra>"))
+    control = next((r for r in info.rows if r["role"] == "control" and r.get("mean") is not None), None)
+    if control is not None:
+        fig.add_hline(y=control["mean"], line=dict(color="#444444", dash="dash"),
+                      annotation_text=f"all-attention control {control['mean']:.3f}", annotation_position="top right")
+    if info.control_min is not None:
+        fig.add_hline(y=info.control_min, line=dict(color="#2ca02c", dash="dot"),
+                      annotation_text=f"control must reach {info.control_min}", annotation_position="bottom right")
+    bases = [r["baseline"] for r in info.rows if r.get("baseline") is not None]
+    if bases:
+        fig.add_hrect(y0=0, y1=max(bases), fillcolor="#999999", opacity=0.18, line_width=0, layer="below",
+                      annotation_text=f"no recall (baseline {max(bases):.3f})", annotation_position="top left")
+    sub = "valid" if info.status == "valid" else f"{info.status.upper()}: " + "; ".join(info.failures)[:300]
+    fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>"), template="plotly_white", barmode="group",
+                      yaxis=dict(title="raw recall at the training length", range=[0, 1.05]), xaxis=dict(title="mixer"),
+                      legend=dict(orientation="h", y=-0.2), margin=dict(l=60, r=20, t=70, b=40))
+    return fig
+
+
 # -- everything ----------------------------------------------------------------------------
 
 
@@ -416,4 +495,5 @@ def build_figures(data: StudyData) -> dict[str, object]:
         "hlnas_ruler": plot_ruler(ruler_info(data)),
         "hlnas_hypervolume": plot_hypervolume(hypervolume_info(data)),
         "hlnas_layouts": plot_layouts(layout_info(data)),
+        "hlnas_calibration": plot_calibration(calibration_info(data)),
     }

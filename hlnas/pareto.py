@@ -41,6 +41,8 @@ METRIC_DIRECTIONS = {
     "kv_cache_bytes": "minimize", "state_bytes": "minimize", "params": "minimize", "flops_per_token": "minimize",
     "val_loss": "minimize", "train_wall_s": "minimize",
     "recall": "maximize", "mqar_acc": "maximize", "lm_acc": "maximize", "tokens_per_s": "maximize",
+    "recall_raw": "maximize", "mqar_mixed_acc": "maximize", "ruler_avg": "maximize", "inference_bytes": "minimize",
+    "steady_tokens_per_s": "maximize",
 }  # fmt: skip
 DIRECTIONS = ("minimize", "maximize")
 

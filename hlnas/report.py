@@ -19,7 +19,7 @@ from hlnas.pareto import StudyData, TrialRecord, front, load_study, study_data
 
 __all__ = ["ReportError", "find_chromium", "write_report", "report_html"]
 
-_FRONT_COLUMNS = ("recall", "kv_cache_bytes", "val_loss", "lm_acc", "mqar_acc", "params")
+_FRONT_COLUMNS = ("recall", "recall_raw", "recall_baseline", "kv_cache_bytes", "val_loss", "lm_acc", "params")
 _INSTALL = "install Chromium (Debian/Ubuntu: `apt-get install -y chromium`) or call write_report(..., png=False)"
 
 
@@ -75,6 +75,22 @@ def _failed_table(data: StudyData) -> str:
     return f"<table><thead><tr><th>trial</th><th>layout</th><th>kind</th><th>error</th></tr></thead><tbody>{rows}</tbody></table>"
 
 
+def _calibration_table(data: StudyData) -> str:
+    cal = data.user_attrs.get("hlnas_calibration") or {}
+    verdict = cal.get("verdict")
+    if not verdict:
+        return f"<p>Calibration: {html.escape(str(cal.get('status', 'not run (a study from before calibration)')))}.</p>"
+    head = "".join(f"<th>{c}</th>" for c in ("role", "mixer", "layout", "recall per seed", "mean", "seed spread", "no-recall", "verdict"))
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
+            r["role"], r["mixer"], r["layout"], ", ".join(f"{v:.3f}" for v in r["recall"]),
+            "-" if r["mean"] is None else f"{r['mean']:.3f}", f"{r['spread']:.3f}",
+            "-" if r["baseline"] is None else f"{r['baseline']:.3f}", r.get("verdict", ""))) + "</tr>"
+        for r in verdict["rows"])
+    state = "valid" if verdict["valid"] else "INVALID: " + "; ".join(verdict["failures"])
+    return f"<p>The protocol is {html.escape(state)}.</p><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}th{background:#f3f3f3}
 code{font-size:12px}.fig{margin:1.5em 0}.note{color:#666;font-size:13px}"""
@@ -107,6 +123,9 @@ def report_html(data: StudyData, figures: dict) -> str:
 <body><h1>hlnas study <code>{html.escape(data.name)}</code></h1><p class="note">written {stamp}</p>
 <table>{rows}</table>
 <h2>Pareto front</h2>{_front_table(data)}
+<p class="note">recall = (raw - b) / (1 - b), clipped at 0: raw recall corrected for b, the strongest no-recall
+baseline (what a model with no key-to-value association scores) on the same test instances.</p>
+<h2>Calibration</h2>{_calibration_table(data)}
 <h2>Failed trials</h2>{_failed_table(data)}
 <h2>Figures</h2>{figs}
 <p class="note">Paper overlays compare shapes only: the paper trains 340M/1.3B models on 20B/100B tokens.

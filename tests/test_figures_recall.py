@@ -1,0 +1,54 @@
+"""Recall figures carry their no-recall baseline; the calibration verdict is drawn and tabled."""
+
+from __future__ import annotations
+
+from hlnas.figures import build_figures, calibration_info, plot_calibration, plot_tradeoff, tradeoff_info
+from hlnas.pareto import StudyData, TrialRecord
+from hlnas.report import report_html
+
+
+def _rec(n, layout, kv, raw, base=0.25):
+    corrected = max(0.0, (raw - base) / (1 - base))
+    return TrialRecord(number=n, state="complete", values=(corrected, float(kv)),
+                       attrs={"layout": layout, "kv_cache_bytes": kv, "recall": corrected, "recall_raw": raw,
+                              "recall_baseline": base, "recall_baseline_name": "copy_any", "recall_source": "mqar_acc",
+                              "status": "ok", "mixers": ["hgrn"] * len(layout), "attention_layers": [i for i, c in enumerate(layout) if c == "A"]},
+                       objective_names=("recall", "kv_cache"))
+
+
+VERDICT = {"valid": False, "failures": ["the all-attention control AAAAAA reached 0.300 ..."], "kinds": ["control"],
+           "config": {"control_min": 0.9, "hybrid_ratio": "3:1"},
+           "rows": [{"role": "control", "mixer": "transformer", "layout": "AAAAAA", "recall": [0.3, 0.31], "mean": 0.305,
+                     "spread": 0.01, "baseline": 0.25, "verdict": "FAIL"},
+                    {"role": "pure", "mixer": "hgrn", "layout": "HHHHHH", "recall": [0.3, 0.32], "mean": 0.31, "spread": 0.02,
+                     "baseline": 0.25, "verdict": "pass"},
+                    {"role": "hybrid", "mixer": "hgrn", "layout": "HHAHHA", "recall": [0.9, 0.95], "mean": 0.925, "spread": 0.05,
+                     "baseline": 0.25, "verdict": "pass"}]}
+
+
+def data(calibration=None):
+    recs = (_rec(0, "HHHHHH", 0, 0.30), _rec(1, "HHHHHA", 2**20, 0.98), _rec(2, "AAAAAA", 6 * 2**20, 0.99))
+    attrs = {"hlnas_version": "x", "hlnas_kv_context": 4096, "hlnas_calibration": calibration or {"status": "valid", "verdict": VERDICT}}
+    return StudyData("t", ("maximize", "minimize"), ("recall", "kv_cache"), recs, attrs)
+
+
+def test_recall_vs_kv_draws_raw_recall_over_a_shaded_no_recall_band():
+    info = tradeoff_info(data())
+    assert info.baseline == 0.25 and info.baseline_name == "copy_any" and info.pareto.metrics == ("kv_cache_bytes", "recall_raw")
+    fig = plot_tradeoff(info)
+    band = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(band) == 1 and band[0].y0 == 0 and band[0].y1 == 0.25
+    assert any("no recall: at or below copy_any 0.250" in (a.text or "") for a in fig.layout.annotations)
+    assert "raw" in fig.layout.yaxis.title.text
+
+
+def test_calibration_figure_and_report_table_show_the_verdict():
+    info = calibration_info(data())
+    assert info.status == "valid" and len(info.rows) == 3 and info.control_min == 0.9
+    fig = plot_calibration(info)
+    assert [t.name for t in fig.data] == ["pure", "hybrid"] and list(fig.data[1].y) == [0.925]
+    assert "hlnas_calibration" in build_figures(data())
+    html = report_html(data(), {})
+    assert "<h2>Calibration</h2>" in html and "HHAHHA" in html and "INVALID: the all-attention control" in html
+    skipped = plot_calibration(calibration_info(data({"status": "skipped"})))
+    assert "--skip-calibration" in skipped.layout.annotations[0].text
