@@ -359,7 +359,7 @@ def test_the_alternative_scales_in_paper_grid_comments_validate():
         assert t.recall_source() == "ruler_avg"  # RULER is scored at these scales
 
 
-@pytest.mark.parametrize("name", ["grid_h200", "grid_h200_mqar", "placement_h200", "placement_h200_mqar"])
+@pytest.mark.parametrize("name", ["grid_h200", "grid_h200_mqar", "placement_h200", "placement_h200_mqar", "recall_h200"])
 def test_the_gpu_experiment_spaces_load(name):
     """experiments/paper_grid's spaces run only on a GPU lease: a typo there must show up here first."""
     s = load_space(str(pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / f"{name}.yaml"))

@@ -23,8 +23,38 @@ from hlnas.space import space_from_dict  # noqa: E402
 from hlnas.trial import layout_metrics  # noqa: E402
 
 COLUMNS = ["mixer", "ratio", "layout", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k", "state_bytes",
-           "val_loss", "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length", "recall", "tokens_per_s",
+           "val_loss", "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length", "recall_raw",
+           "recall_baseline", "recall_baseline_name", "recall", "tokens_per_s",
            "steady_tokens_per_s", "train_wall_s", "status", "error_kind", "trial"]
+
+
+def _protocol_baseline(space, attrs: list[dict]) -> tuple[float, str] | None:
+    """The strongest no-recall baseline of the space's recall protocol, for studies from before hlnas stored it
+    with each trial: recomputed on the same test instances (mqar_mixed only; None otherwise)."""
+    if any(a.get("recall_baseline") is not None for a in attrs) or "mqar_mixed" not in space.score_config().objectives:
+        return None
+    from hlnas.data.tokenizer import load_tokenizer
+    from hlnas.recipe import mqar_recall_config
+    from hlnas.score.baselines import strongest
+    from hlnas.score.objectives import mixed_baselines
+
+    tcfg, dcfg = space.train_config(), space.data_config()
+    base = mixed_baselines(mqar_recall_config(tcfg, dcfg), space.score_config(), load_tokenizer(dcfg.tokenizer).eos_id)
+    name, b = strongest(base["mean"])
+    return b, name
+
+
+def _recall_columns(a: dict, baseline: tuple[float, str] | None) -> dict:
+    """Raw recall, its no-recall baseline and the corrected recall; an older trial's 'recall' was the raw score."""
+    from hlnas.score.baselines import corrected
+
+    if a.get("recall_raw") is not None:
+        return {k: a.get(k) for k in ("recall_raw", "recall_baseline", "recall_baseline_name", "recall")}
+    raw = a.get("mqar_mixed_acc", a.get("recall"))
+    if raw is None or baseline is None:
+        return {"recall_raw": raw, "recall_baseline": None, "recall_baseline_name": None, "recall": None}
+    return {"recall_raw": raw, "recall_baseline": baseline[0], "recall_baseline_name": baseline[1],
+            "recall": corrected(raw, baseline[0])}
 
 
 def rows(study: optuna.Study) -> list[dict]:
@@ -41,6 +71,7 @@ def rows(study: optuna.Study) -> list[dict]:
         old = by_layout.get(lay)
         if old is None or t.state == optuna.trial.TrialState.COMPLETE or old.state != optuna.trial.TrialState.COMPLETE:
             by_layout[lay] = t
+    baseline = _protocol_baseline(space, [t.user_attrs for t in by_layout.values()])
     out = []
     for params in space.grid():
         layout = str(space.layout(params))
@@ -53,7 +84,8 @@ def rows(study: optuna.Study) -> list[dict]:
                "layout": layout, "attention_layers": " ".join(map(str, m4["attention_layers"])), "params": m4["params"],
                "kv_cache_bytes_4k": m4["kv_cache_bytes"], "kv_cache_bytes_32k": m32["kv_cache_bytes"],
                "state_bytes": m4["state_bytes"], "val_loss": a.get("val_loss"),
-               "ruler_avg": (a.get("ruler") or {}).get("average"), "mqar_acc": a.get("mqar_acc"), "recall": a.get("recall"),
+               "ruler_avg": (a.get("ruler") or {}).get("average"), "mqar_acc": a.get("mqar_acc"),
+               **_recall_columns(a, baseline),
                "mqar_mixed_acc": a.get("mqar_mixed_acc"),
                "mqar_mixed_by_length": " ".join(f"{L}:{v:.4f}" for L, v in (a.get("mqar_mixed") or {}).get("by_length", {}).items()) or None,
                "tokens_per_s": a.get("tokens_per_s"),
@@ -85,9 +117,11 @@ def main() -> int:
     print(f"{args.out}: {len(data)} candidates, {len(done)} trained and scored")
     for r in data:
         vl = "-" if r["val_loss"] is None else f"{r['val_loss']:.3f}"
-        key, name = ("mqar_mixed_acc", "MQAR mixed") if r["mqar_mixed_acc"] is not None else ("mqar_acc", "MQAR")
-        rc = "-" if r[key] is None else f"{r[key]:.4f}"
-        print(f"  {r['layout']}  {r['mixer']:<15} {str(r['ratio']):<5} val_loss {vl:>6}  {name} {rc:>7}  {r['status']} {r['error_kind'] or ''}")
+        rc = "-" if r["recall_raw"] is None else f"{r['recall_raw']:.4f}"
+        b = "-" if r["recall_baseline"] is None else f"{r['recall_baseline']:.4f}"
+        cr = "-" if r["recall"] is None else f"{r['recall']:.4f}"
+        print(f"  {r['layout']}  {r['mixer']:<15} {str(r['ratio']):<5} val_loss {vl:>6}  recall raw {rc:>7} no-recall {b:>7} "
+              f"corrected {cr:>7}  {r['status']} {r['error_kind'] or ''}")
     return 0
 
 

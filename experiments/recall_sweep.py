@@ -1,0 +1,141 @@
+"""Sweep fresh-model MQAR recall protocols: which settings make the recall axis measure recall?
+
+Each case is one layout trained by hlnas's own recall proxy (``hlnas.score.recall_proxy.train_mqar``, the
+``mqar`` objective, run as a recall-only trial on hlnas's process executor, several cases sharing the
+machine's GPUs) under one MQAR task, one recall-model width and one learning rate. Prints one JSON line
+per case and writes ``OUT/recall_sweep.jsonl`` and a markdown table with each case's no-recall baseline.
+
+    python experiments/recall_sweep.py --cases cases.json --jobs 14 --deadline 420 --out results/
+    python experiments/recall_sweep.py --layouts AAAAAA,GGAGGA --lrs 1e-3,3e-4 --kv-pairs 4 --seq-len 32 ...
+
+A case file is a JSON list of objects with keys ``layout`` (a layout string, or ``mixer:ratio`` built at
+``--layers``), ``lr``, and optional ``kv_pairs``, ``seq_len``, ``vocab``, ``d_model``, ``n_heads``,
+``mixer_hparams``, ``steps``, ``seed``, ``tag``. Missing keys take the command line's values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _layout(text: str, layers: int) -> str:
+    from hlnas.layout import Layout, build_layout
+
+    if ":" in text:
+        mixer, ratio = text.split(":", 1)
+        if mixer == "transformer":
+            return str(build_layout("transformer", None, layers))
+        return str(build_layout(mixer, ratio, layers))
+    return str(Layout.parse(text))
+
+
+def _spec(i: int, case: dict, args):
+    from hlnas.config import preset
+    from hlnas.data.sources import DataConfig
+    from hlnas.score.objectives import ScoreConfig
+    from hlnas.train import TrainConfig
+    from hlnas.trial import TrialSpec
+
+    model = preset(args.preset).replace(d_model=case.get("d_model", args.d_model), n_heads=case.get("n_heads", args.heads),
+                                        target_params=None, mlp_hidden=None,
+                                        mixer_hparams=case.get("mixer_hparams", {}))
+    score = ScoreConfig(objectives=("mqar",), mqar_seq_len=case.get("seq_len", args.seq_len),
+                        mqar_kv_pairs=case.get("kv_pairs", args.kv_pairs), mqar_vocab=case.get("vocab", args.vocab),
+                        mqar_steps=case.get("steps", args.steps), mqar_batch=case.get("batch", args.batch),
+                        mqar_lr=float(case["lr"]), mqar_target=args.target, mqar_eval_every=args.eval_every,
+                        mqar_test=args.test, mqar_val=args.val, mqar_graph=case.get("graph", not args.no_graph),
+                        mqar_budget_s=case.get("budget_s", args.budget_s))
+    return TrialSpec(number=i, layout=case["layout"], model=model.to_dict(),
+                     train=TrainConfig(seed=case.get("seed", 0), tokens=1, batch_size=1, seq_len=1).to_dict(),
+                     data=DataConfig().to_dict(), score=score.to_dict(), recall_only=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", help="JSON file of cases (see the module docstring)")
+    p.add_argument("--layouts", help="comma-separated layouts or mixer:ratio (instead of --cases), crossed with --lrs")
+    p.add_argument("--lrs", default="1e-3")
+    p.add_argument("--layers", type=int, default=24)
+    p.add_argument("--preset", default="proxy-gpu")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--heads", type=int, default=2, help="attention heads")
+    p.add_argument("--kv-pairs", type=int, default=64)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=4000)
+    p.add_argument("--target", type=float, default=0.99)
+    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--test", type=int, default=512)
+    p.add_argument("--val", type=int, default=256)
+    p.add_argument("--no-graph", action="store_true")
+    p.add_argument("--budget-s", type=float, default=None, help="seconds per case (each stops at its next check)")
+    p.add_argument("--jobs", type=int, default=1, help="cases at once (worker processes sharing the GPUs)")
+    p.add_argument("--deadline", type=float, default=None, help="seconds after which no case starts; running ones are "
+                   "stopped at deadline + --grace and reported as unfinished")
+    p.add_argument("--grace", type=float, default=60.0)
+    p.add_argument("--out", default="recall_sweep")
+    args = p.parse_args(argv)
+    os.environ.setdefault("HLNAS_RECALL_PROGRESS", "1")  # workers inherit it: a line per check in the log
+
+    if args.cases:
+        cases = json.loads(Path(args.cases).read_text())
+    else:
+        cases = [{"layout": lay, "lr": float(lr)} for lay in (args.layouts or "").split(",") if lay
+                 for lr in args.lrs.split(",")]
+    for c in cases:
+        c["layout"] = _layout(c["layout"], args.layers)
+    from hlnas.executors import make_executor
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out / "recall_sweep.jsonl", "a")
+    ex = make_executor("processes", max(1, min(args.jobs, len(cases))))
+    t0 = time.monotonic()
+    queue, running, rows = list(enumerate(cases)), {}, []
+    try:
+        while queue or running:
+            late = args.deadline is not None and time.monotonic() - t0 > args.deadline
+            while queue and len(running) < ex.capacity and not late:
+                i, case = queue.pop(0)
+                ex.submit(_spec(i, case, args))
+                running[i] = case
+            if late and args.deadline is not None and time.monotonic() - t0 > args.deadline + args.grace:
+                break
+            for r in ex.wait(timeout=2.0):
+                case = running.pop(r.number)
+                m = r.metrics
+                mq = m.get("mqar") or {}
+                run = (mq.get("runs") or [{}])[-1]
+                row = {**case, "status": r.status, "acc": m.get("mqar_acc"), "baseline": m.get("mqar_baseline"),
+                       "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"),
+                       "wall_s": round(r.wall_s, 1), "mode": mq.get("mode"), "params": mq.get("params"),
+                       "curve": run.get("curve"), "error": (r.error or m.get("mqar_error") or "")[-300:] or None,
+                       "kv_pairs": mq.get("kv_pairs"), "seq_len": mq.get("seq_len"), "model": mq.get("model"),
+                       "at_s": round(time.monotonic() - t0, 1)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+    finally:
+        ex.shutdown()
+    for i, case in [*running.items(), *queue]:
+        rows.append({**case, "status": "unfinished"})
+    lines = ["| layout | tag | K | L | lr | acc | no-recall | steps | wall s | mode |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r.get("tag", ""), r["layout"], r.get("lr", 0))):
+        acc = "-" if r.get("acc") is None else f"{r['acc']:.3f}"
+        base = "-" if r.get("baseline") is None else f"{r['baseline']:.3f}"
+        lines.append(f"| {r['layout']} | {r.get('tag', '')} | {r.get('kv_pairs', '')} | {r.get('seq_len', '')} | {r.get('lr')} | "
+                     f"{acc} | {base} | {r.get('steps', '')} | {r.get('wall_s', '')} | {r.get('mode', r['status'])} |")
+    (out / "recall_sweep.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
