@@ -13,6 +13,45 @@ from hlnas.errors import HlnasError
 __all__ = ["main", "build_parser"]
 
 
+def _out_dir(path: str, flag: str = "--out"):
+    """Create an output folder, or say in one line why it cannot be (read-only, under a file, no permission)."""
+    from pathlib import Path
+
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HlnasError(f"{flag} {path}: cannot create that folder ({e.strerror or type(e).__name__}); give a writable folder") from None
+    return out
+
+
+def _write_text(path, text: str, flag: str = "--out") -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise HlnasError(f"{flag} {path}: cannot write the file ({e.strerror or type(e).__name__}); give a writable path") from None
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; allowed: 1-65535") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number; allowed: 1-65535")
+    return port
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} must be >= 1")
+    return n
+
+
 def _placement(text: str) -> str | list[int]:
     """A strategy name, or comma-separated 0-based attention indices ("5,11,17,23")."""
     if text and (text[0].isdigit() or "," in text):
@@ -36,7 +75,7 @@ def _add_layout(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("mixer", nargs="?", help=f"linear mixer ({', '.join(linear_mixer_names())}) or 'transformer'")
     p.add_argument("--ratio", default="pure", help=f"linear:full ratio r:1, one attention layer every r-th layer ({', '.join(PAPER_RATIOS)}, ...)")
-    p.add_argument("--layers", type=int, default=None, help="number of layers (default: the preset's, 24)")
+    p.add_argument("--layers", type=_positive_int, default=None, help="number of layers (default: the preset's, 24)")
     p.add_argument("--placement", type=_placement, default="paper", help=f"{', '.join(PLACEMENTS)}, or explicit indices like 5,11,17,23")
     p.add_argument("--string", help="describe an existing layout string instead (e.g. ZZZZZAZZZZZA...)")
     p.add_argument("--preset", default="paper-340m", help="model preset for the widths (default: paper-340m)")
@@ -57,7 +96,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
         layout = Layout.parse(args.string)
     elif args.mixer:
         layout = build_layout(args.mixer, None if args.mixer == "transformer" else args.ratio,
-                              args.layers or cfg.n_layers,
+                              args.layers if args.layers is not None else cfg.n_layers,
                               "paper" if args.mixer == "transformer" else args.placement)
     else:
         raise HlnasError("give a mixer (e.g. 'hlnas layout gla --ratio 6:1') or --string LAYOUT")
@@ -153,9 +192,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if string:
         base["layout"] = string
     recipe = load_recipe(args.config, sets, base)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+    out = _out_dir(args.out)
+    _write_text(out / "recipe.yaml", yaml.safe_dump(recipe.to_dict(), sort_keys=False))
     result = _train_recipe(recipe, out, progress=not args.no_progress)
     if args.score and result["status"] == "ok":
         result["scores"] = _score_dir(out, recipe.score)
@@ -233,7 +271,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raw["objectives"] = [o.strip() for o in args.objectives.split(",") if o.strip()]
     scores = _score_dir(ckpt_dir, ScoreConfig.from_dict(raw))
     out = Path(args.out) if args.out else ckpt_dir / "eval.json"
-    out.write_text(json.dumps(scores, indent=1, default=str))
+    _write_text(out, json.dumps(scores, indent=1, default=str))
     print(json.dumps({k: v for k, v in scores.items() if k not in ("ruler",)}, indent=1, default=str))
     print(f"wrote {out}", file=sys.stderr)
     return 0
@@ -306,6 +344,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     if trials is None:
         trials = len(space.grid()) if space is not None and len(space.grid()) <= 40 else 12
     executor = _executor(args)
+    from hlnas.study import validate_options
+
+    validate_options(n_trials=trials, workers=args.workers, executor=executor, cpus_per_trial=args.cpus_per_trial,
+                     gpus_per_trial=args.gpus_per_trial, time_limit=args.timeout, address=args.address)
+    from hlnas.study import open_storage
+
+    open_storage(storage)  # a bad URL or file is named before the progress bar
     ui = _SearchUI(trials, progress=not args.no_progress)
     print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
@@ -498,7 +543,12 @@ class _SearchUI:
         elif kind == "time_limit":
             self.write(f"  time limit of {data['seconds']:.0f}s reached with {data['trained']} trained; resume to continue")
         elif kind == "requeued":
-            self.write(f"  re-queued {data['n']} trial(s) left running by an earlier process")
+            if data.get("why"):
+                self.write(f"  re-queued {data['layout']}: {data['why']}")
+            else:
+                self.write(f"  re-queued {data['n']} trial(s) left running by an earlier process")
+        elif kind == "target_raised":
+            self.write(f"  retrying {data['retried']} failed layout(s): the trial target rises from {data['from']} to {data['to']}")
         elif kind == "calibration_started":
             self.write(f"calibration: {data['n']} control runs (all-attention, each mixer pure and hybrid, per seed)"
                        + (f"; {data['reused']} stored runs reused" if data["reused"] else ""))
@@ -585,7 +635,7 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="storage URL (default sqlite:///hlnas.db)")
     p.add_argument("--study", help="only this study (default: every hlnas study in the storage)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--port", type=_port, default=8080, help="1-65535 (default 8080)")
     p.add_argument("--refresh", type=float, default=5.0, help="seconds between checks for new trials (default 5)")
     p.set_defaults(func=cmd_dashboard)
 
@@ -667,6 +717,7 @@ def cmd_bench_samplers(args: argparse.Namespace) -> int:
     samplers = {name: load_sampler(name) for name in names}
     if args.seeds < 1:
         raise HlnasError(f"--seeds must be >= 1, got {args.seeds}")
+    _out_dir(args.out)  # before the runs: a bad folder must not cost them
     print(bench.describe(), file=sys.stderr)
     t0 = time.perf_counter()
 
@@ -675,7 +726,7 @@ def cmd_bench_samplers(args: argparse.Namespace) -> int:
               f"100% after {r.evals_to(1.0) or 'never'}  [{time.perf_counter() - t0:.1f}s]", file=sys.stderr, flush=True)
 
     result = compare(bench, samplers, args.evals, args.seeds, on_run=progress)
-    paths = write_outputs(result, args.out, png=args.png)
+    paths = write_outputs(result, _out_dir(args.out), png=args.png)
     if args.json:
         print(json.dumps({"benchmark": bench.describe(), "n_evals": result.n_evals, "seeds": list(result.seeds),
                           "summary": result.summary()}, indent=1, default=str))

@@ -142,6 +142,9 @@ def write_report(storage_url, study_name: str, out_dir, *, png: bool = True, wid
     """
     study = load_study(storage_url, study_name)
     data = study_data(study)
+    if not data.is_hlnas:
+        raise ReportError(f"study '{study_name}' was not created by hlnas (no hlnas_version attribute): its trials lack "
+                          "the layouts and metrics a report shows")
     figures = build_figures(data)
     out = Path(out_dir)
     try:

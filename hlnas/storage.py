@@ -53,6 +53,9 @@ def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False
         if kind == "journal" and not path:
             raise StorageError(f"storage {url!r} names no file; write journal:///path/to/study.log")
         if path and path != ":memory:":
+            if kind == "journal" and os.path.isfile(path) and not _is_journal(path):
+                raise StorageError(f"storage {url!r}: '{path}' exists and is not an Optuna journal (its first line is no "
+                                   "journal record); it was left untouched: name a new file or an existing journal")
             if create:
                 parent = os.path.dirname(os.path.abspath(path))
                 if not os.path.isdir(parent):
@@ -76,6 +79,20 @@ def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False
         raise StorageError(
             f"cannot open storage {url!r}: {type(e).__name__}: {str(e).splitlines()[0][:300]}; allowed schemes: {', '.join(ALLOWED_SCHEMES)}"
         ) from None
+
+
+def _is_journal(path: str) -> bool:
+    """An empty file, or one whose first line is a JSON journal record (optuna's op_code)."""
+    import json
+
+    with open(path, "rb") as f:
+        first = f.readline(1 << 16)
+    if not first.strip():
+        return True
+    try:
+        return isinstance(rec := json.loads(first), dict) and "op_code" in rec
+    except ValueError:
+        return False
 
 
 def study_names(storage: optuna.storages.BaseStorage) -> list[str]:

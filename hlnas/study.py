@@ -3,16 +3,18 @@
 Everything needed to continue is stored with the study (the space, objectives, hlnas version), so
 ``resume_search(storage, name)`` needs nothing else. After a crash or ``kill -9`` of the driver,
 completed trials are kept; trials left RUNNING are marked FAIL and their parameters re-queued; the
-study then runs until it holds the requested number of COMPLETE trials. One driver per study at a time.
+study then runs until it holds the requested number of COMPLETE trials. One driver per study at a time
+(:mod:`hlnas.lease`: a heartbeat in study attr ``hlnas_driver``; a second live driver is refused).
 
 Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``,
 ``hlnas_space_hash``, ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``,
-``hlnas_paper_grid``, ``hlnas_trials`` (the latest target); every trial's user attrs hold the layout's cost and its scores
+``hlnas_paper_grid``, ``hlnas_trials`` (the latest target), ``hlnas_calibration``, ``hlnas_driver``; every trial's user attrs hold the layout's cost and its scores
 (:func:`hlnas.trial.layout_metrics` plus :func:`hlnas.score.objectives.score`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -27,6 +29,7 @@ from optuna.trial import TrialState
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.executors import make_executor
+from hlnas.lease import DriverLease, StudyBusy
 from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
 from hlnas.storage import open_storage as _open_storage
 from hlnas.space import SAMPLERS, SearchSpace, space_from_dict
@@ -177,58 +180,129 @@ def _constraints(space: SearchSpace, metrics: dict) -> dict[str, float]:
     return {k: float(metrics[keys[k]]) - float(limit) for k, limit in space.constraints.items()}
 
 
+def _study_attrs(space: SearchSpace) -> dict:
+    """Everything a resume needs, derived from the space alone (so a half-written set can be rebuilt)."""
+    return {
+        "hlnas_version": hlnas.__version__, "hlnas_space_hash": space.fingerprint(),
+        "hlnas_objectives": [{"name": o.name, "metric": o.metric, "direction": o.direction} for o in space.objectives],
+        "hlnas_kv_context": space.kv_context, "hlnas_preset": space.preset, "hlnas_paper_grid": space.name == "paper_grid",
+    }
+
+
+def _repair(study: optuna.Study, space: SearchSpace) -> list[str]:
+    """Write the attrs an interrupted creation left out (the space was written first); returns their names."""
+    missing = {k: v for k, v in _study_attrs(space).items() if k not in study.user_attrs and k != "hlnas_version"}
+    for k, v in missing.items():
+        study.set_user_attr(k, v)
+    if missing and not study.metric_names:
+        study.set_metric_names([o.name for o in space.objectives])
+    return sorted(missing)
+
+
+def _husk(study: optuna.Study) -> bool:
+    """A study whose creation was interrupted before its space was stored, with nothing in it."""
+    return "hlnas_space" not in study.user_attrs and not study.get_trials(deepcopy=False)
+
+
 def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool) -> tuple[optuna.Study, SearchSpace]:
     exists = name in study_names(storage)
+    if exists:
+        study = optuna.load_study(study_name=name, storage=storage)
+        if _husk(study):
+            if space is None:
+                raise HlnasError(f"study '{name}' was left half-created by an interrupted start (no settings, no trials); "
+                                 f"start it again without --resume (hlnas search --study {name} --space ...), which replaces it")
+            optuna.delete_study(study_name=name, storage=storage)  # nothing in it to lose
+            exists = False
+        elif "hlnas_space" not in study.user_attrs:
+            raise HlnasError(f"study '{name}' was not created by hlnas (it has trials but no hlnas_space attribute); "
+                             "choose another --study name")
     if resume:
         if not exists:
             names = study_names(storage)
             raise HlnasError(f"no study '{name}' to resume in this storage; studies there: {', '.join(names) or 'none'}")
-        study = optuna.load_study(study_name=name, storage=storage)
         stored = space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{name}'")
         if space is not None and space.fingerprint() != stored.fingerprint():
             raise HlnasError(
                 f"study '{name}' was created with another search space; resuming with a changed space is refused.\n  "
                 + "\n  ".join(stored.diff(space)) + "\nResume without --space to use the stored one, or start a new --study."
             )
+        _repair(study, stored)
         return study, stored
     if exists:
-        study = optuna.load_study(study_name=name, storage=storage)
+        stored = space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{name}'")
         # a study holding only a calibration (``hlnas calibrate``) of this very space continues into its search
-        only_calibrated = "hlnas_space" in study.user_attrs and all(
-            "calibration" in t.user_attrs for t in study.get_trials(deepcopy=False))
-        if only_calibrated and space is not None and study.user_attrs.get("hlnas_space_hash") == space.fingerprint():
-            return study, space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{name}'")
+        only_calibrated = all("calibration" in t.user_attrs for t in study.get_trials(deepcopy=False))
+        if only_calibrated and space is not None and stored.fingerprint() == space.fingerprint():
+            _repair(study, stored)
+            return study, stored
         raise HlnasError(f"study '{name}' already exists in this storage; pass --resume to continue it, or choose another --study name")
     assert space is not None
-    directions = [o.direction for o in space.objectives]
-    study = optuna.create_study(study_name=name, storage=storage, directions=directions)
-    study.set_metric_names([o.name for o in space.objectives])
-    attrs = {
-        "hlnas_version": hlnas.__version__, "hlnas_space": space.to_dict(), "hlnas_space_hash": space.fingerprint(),
-        "hlnas_objectives": [{"name": o.name, "metric": o.metric, "direction": o.direction} for o in space.objectives],
-        "hlnas_kv_context": space.kv_context, "hlnas_preset": space.preset, "hlnas_paper_grid": space.name == "paper_grid",
-    }
-    for k, v in attrs.items():
-        study.set_user_attr(k, v)
+    with _deferred_stop_signals():  # Ctrl-C/SIGTERM land after the study is whole; kill -9 leaves a husk, repaired above
+        study = optuna.create_study(study_name=name, storage=storage, directions=[o.direction for o in space.objectives])
+        study.set_user_attr("hlnas_space", space.to_dict())  # first: with it the rest can be rebuilt
+        for k, v in _study_attrs(space).items():
+            study.set_user_attr(k, v)
+        study.set_metric_names([o.name for o in space.objectives])
     return study, space
 
 
+class _deferred_stop_signals:
+    """Hold SIGINT/SIGTERM back for a few storage writes, then deliver them (main thread only)."""
+
+    def __enter__(self):
+        self.got: list[int] = []
+        self.old = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.old[sig] = signal.signal(sig, lambda signum, frame: self.got.append(signum))
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+        if self.got:
+            signal.raise_signal(self.got[0])
+
+
+#: how many times a layout is re-queued after the search or its worker stopped under it (a layout that kills
+#: its worker or the driver would otherwise be retried on every resume); then it is recorded as failed
+MAX_REQUEUES = 2
+#: failures where the layout itself may be fine: the driver stopped (interrupted) or the worker died
+_REQUEUED_KINDS = ("interrupted", "worker_died")
+
+
 def _recover(study: optuna.Study) -> int:
-    """Mark trials left RUNNING/WAITING-by-a-dead-driver FAIL and re-queue their parameters."""
+    """Fail trials a dead driver left RUNNING and re-queue their parameters (within :data:`MAX_REQUEUES`)."""
     storage = study._storage
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage.set_trial_user_attr(t._trial_id, "error", "the search process stopped while this trial ran; re-queued")
-        storage.set_trial_user_attr(t._trial_id, "error_kind", "interrupted")
+        kind, error = _stop_record(study, t.params, "the search process stopped while this trial ran")
+        storage.set_trial_user_attr(t._trial_id, "error", error)
+        storage.set_trial_user_attr(t._trial_id, "error_kind", kind)
         storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        _requeue(study, t.params, t.number)
+        if kind != "requeue_limit":
+            _requeue(study, t.params, t.number)
         n += 1
     return n
 
 
+def _stop_record(study: optuna.Study, params: dict, what: str, kind: str = "interrupted") -> tuple[str, str]:
+    """``(error_kind, error)`` for a trial stopped under its layout: ``kind`` (re-queued) while the layout has been
+    stopped at most :data:`MAX_REQUEUES` times before, ``requeue_limit`` (a failure of the layout) after that."""
+    earlier = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+               if t.params == params and t.user_attrs.get("error_kind") in _REQUEUED_KINDS]
+    if len(earlier) < MAX_REQUEUES:
+        return kind, f"{what}; re-queued"
+    kinds = ", ".join(sorted({kind, *(t.user_attrs.get("error_kind") for t in earlier)}))
+    return "requeue_limit", (f"{what}: stopped {len(earlier) + 1} times ({kinds}); re-queued {MAX_REQUEUES} times, not "
+                             "again (a layout that kills its worker or the search would be retried forever). Fix the "
+                             "cause, then --resume --retry-failed")
+
+
 def _requeue(study: optuna.Study, params: dict, number: int) -> None:
-    """Enqueue ``params`` again unless already WAITING. (Not ``skip_if_exists``: it matches the failed
-    trial itself, so nothing would ever be re-queued.)"""
+    """Enqueue ``params`` again unless already WAITING. (Not ``skip_if_exists``: it matches the failed trial
+    itself, so nothing would ever be re-queued.)"""
     if any(t.system_attrs.get("fixed_params") == params for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
         return
     study.enqueue_trial(params, user_attrs={"requeued_from": number})
@@ -267,10 +341,76 @@ def run_search(
     seed-0 runs of the space's layouts become trials, and an invalid protocol raises
     :class:`~hlnas.calibrate.CalibrationFailed` before the search starts. ``skip_calibration`` opts out;
     ``calibrate_only`` stops after the calibration (``hlnas calibrate``)."""
-    if n_trials < 1:
-        raise ConfigError(f"trials must be >= 1, got {n_trials}")
+    validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
+                     gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address)
     store = open_storage(storage)
+    existed = study_name in study_names(store)
     study, space = _create_or_load(space, store, study_name, resume)
+    lease = DriverLease(study).acquire()  # StudyBusy while another live driver holds it
+    try:
+        return _drive(study, space, storage=storage, study_name=study_name, n_trials=n_trials, workers=workers,
+                      executor=executor, sampler=sampler, seed=seed, address=address, cpus_per_trial=cpus_per_trial,
+                      gpus_per_trial=gpus_per_trial, out_root=out_root, on_event=on_event, time_limit=time_limit,
+                      retry_failed=retry_failed, skip_calibration=skip_calibration, calibrate_only=calibrate_only,
+                      fresh=not existed)
+    finally:
+        lease.release()
+
+
+def validate_options(*, n_trials: int, workers: int, executor: str, cpus_per_trial: float = 1.0,
+                     gpus_per_trial: float | None = None, time_limit: float | None = None, address: str | None = None) -> None:
+    """Every search option, checked before anything is written to the storage (one-line errors)."""
+    from hlnas.executors import EXECUTORS
+
+    def whole(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if not whole(n_trials) or n_trials < 1:
+        raise ConfigError(f"--trials must be a whole number >= 1, got {n_trials!r}")
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor {executor!r} is not allowed; allowed: {', '.join(EXECUTORS)}")
+    if not whole(workers) or workers < 1:
+        raise ConfigError(f"--workers must be a whole number >= 1, got {workers!r}")
+    if executor == "inline" and workers != 1:
+        raise ConfigError(f"--executor inline runs one trial at a time; got --workers {workers} (use --executor processes or ray)")
+    if not cpus_per_trial > 0:
+        raise ConfigError(f"--cpus-per-trial must be > 0 (CPUs reserved and torch threads per trial), got {cpus_per_trial}")
+    if gpus_per_trial is not None and not gpus_per_trial >= 0:
+        raise ConfigError(f"--gpus-per-trial must be >= 0, got {gpus_per_trial}")
+    if time_limit is not None and not time_limit > 0:
+        raise ConfigError(f"--timeout must be a positive number of seconds, got {time_limit}")
+    if address:
+        if executor != "ray":
+            raise ConfigError(f"--address {address} joins a Ray cluster, which needs --executor ray (got {executor})")
+        _probe_ray(address)
+
+
+RAY_PROBE_S = 5.0
+
+
+def _probe_ray(address: str) -> None:
+    """Fail fast on an unreachable Ray address (ray.init itself waits about 85 s before giving up)."""
+    import socket
+
+    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    if address == "auto":
+        return
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379 or ray://head:10001)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=RAY_PROBE_S):
+            pass
+    except OSError as e:
+        raise HlnasError(f"cannot reach the Ray cluster at --address {address}: a TCP connection to {host}:{port} failed "
+                         f"within {RAY_PROBE_S:.0f} s ({type(e).__name__}: {e}); start its head with "
+                         f"`ray start --head --port {port}` there, or fix the address") from None
+
+
+def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str, n_trials: int, workers: int, executor: str,
+           sampler, seed: int, address, cpus_per_trial: float, gpus_per_trial, out_root, on_event, time_limit,
+           retry_failed: bool, skip_calibration: bool, calibrate_only: bool, fresh: bool) -> optuna.Study:
+    """The search itself, on a study this driver holds (see :func:`run_search`)."""
     sampler_name = sampler or space.sampler
     study.sampler = _sampler(sampler_name, seed, len(space.objectives))
     study.set_user_attr("hlnas_trials", n_trials)  # the target a plain --resume continues to
@@ -286,7 +426,12 @@ def run_search(
         ray_kwargs = {"address": address, "cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus}
     elif executor == "processes":
         ray_kwargs = {"cpus_per_trial": cpus_per_trial}
-    ex = make_executor(executor, workers, **ray_kwargs)
+    try:
+        ex = make_executor(executor, workers, **ray_kwargs)
+    except BaseException:
+        if fresh and not study.get_trials(deepcopy=False):  # created just now for nothing: leave no empty study
+            optuna.delete_study(study_name=study_name, storage=study._storage)
+        raise
     calibrating = not skip_calibration and needs_calibration(space)
     if not calibrating:
         if "hlnas_calibration" not in study.user_attrs:
@@ -327,11 +472,17 @@ def run_search(
     done_by_layout = _completed_by_layout(study)
     dead = _failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
     if retry_failed:
+        retried = 0
         for layout, t in list(dead.items()):
             if t.user_attrs.get("error_kind") != "constraint":
                 del dead[layout]
                 _requeue(study, t.params, t.number)
+                retried += 1
                 emit("retry", {"number": t.number, "layout": layout, "error_kind": t.user_attrs.get("error_kind")})
+        if retried and len(done_by_layout) + retried > n_trials:  # retry them even where the target is already met
+            emit("target_raised", {"from": n_trials, "to": len(done_by_layout) + retried, "retried": retried})
+            n_trials = len(done_by_layout) + retried
+            study.set_user_attr("hlnas_trials", n_trials)
     dup_streak = 0
     rng = random.Random(seed)
     last_front: tuple = ()
@@ -418,10 +569,17 @@ def run_search(
                 if result.status == "interrupted":  # Ctrl-C/SIGTERM caught by the trainer (inline): stop the search
                     raise KeyboardInterrupt
                 trial, layout = pending.pop(result.number)
+                if result.error_kind == "worker_died":  # the layout may be fine: re-queued, within the bound
+                    kind, error = _stop_record(study, trial.params, result.error or "its worker died", "worker_died")
+                    result = dataclasses.replace(result, error_kind=kind, error=error,
+                                                 metrics={**result.metrics, "error_kind": kind, "error": error})
                 _tell(study, space, trial, result)
                 frozen = study._storage.get_trial(trial._trial_id)
                 if frozen.state == TrialState.COMPLETE:
                     done_by_layout[layout] = frozen
+                elif frozen.user_attrs.get("error_kind") == "worker_died":
+                    _requeue(study, trial.params, trial.number)
+                    emit("requeued", {"n": 1, "layout": layout, "why": "its worker died"})
                 elif frozen.user_attrs.get("error_kind") not in _RETRY:
                     dead[layout] = frozen
                 emit("finished", {"number": result.number, "layout": layout, "status": result.status,
@@ -433,10 +591,12 @@ def run_search(
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit, finished=layout)
     except KeyboardInterrupt:
         for trial, _ in list(pending.values()) + waiting:  # leave nothing RUNNING; resume re-queues these
-            trial.set_user_attr("error_kind", "interrupted")
-            trial.set_user_attr("error", "the search was interrupted while this trial ran; re-queued")
+            kind, error = _stop_record(study, trial.params, "the search was interrupted while this trial ran")
+            trial.set_user_attr("error_kind", kind)
+            trial.set_user_attr("error", error)
             study.tell(trial, state=TrialState.FAIL)
-            _requeue(study, trial.params, trial.number)
+            if kind != "requeue_limit":
+                _requeue(study, trial.params, trial.number)
         _recover(study)  # a trial asked but not yet submitted when the signal came is RUNNING too
         raise
     finally:
@@ -513,7 +673,7 @@ def _small(space: SearchSpace) -> bool:
 
 
 # failures worth another attempt: the process stopped under the trial, or a concurrent duplicate failed
-_RETRY = ("interrupted", "duplicate_failed", None)
+_RETRY = ("interrupted", "worker_died", "duplicate_failed", None)
 
 
 def _failed_by_layout(study: optuna.Study) -> dict:

@@ -93,6 +93,8 @@ class TrainConfig:
                 raise ConfigError(f"train.recall_format mqar needs an even recall length L (recall_length, or seq_len) and 1 <= recall_kv_pairs <= L/4; got L={L}, recall_kv_pairs={K}")
             if V < 2 * K + 2:
                 raise ConfigError(f"train.recall_vocab={V} holds {max(V // 2 - 1, 0)} distinct keys; recall_kv_pairs={K} needs recall_vocab >= {2 * K + 2}")
+        if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise ConfigError(f"train.device={self.device!r} is not allowed; allowed: auto, cpu, cuda, cuda:N")
         if self.autocast not in ("auto", "bf16", "off"):
             raise ConfigError(f"train.autocast '{self.autocast}' is not allowed; allowed: auto, bf16, off")
         if self.steps < 1:

@@ -60,7 +60,7 @@ def test_search_on_two_ray_workers_overlaps_trials_on_long_lived_actors(tmp_path
 
 def test_a_killed_ray_worker_fails_its_trial_and_the_study_goes_on(tmp_path):
     url, seen = f"sqlite:///{tmp_path}/die.db", {}
-    run_search(tiny_space(), storage=url, study_name="die", n_trials=3, executor="ray", workers=1,
+    run_search(tiny_space(), storage=url, study_name="die", n_trials=4, executor="ray", workers=1,
                on_event=kill_first_worker_at_next_start(seen))
     study = load_hlnas_study(url, "die")
     victim = study.trials[seen["killed"]]
@@ -68,5 +68,7 @@ def test_a_killed_ray_worker_fails_its_trial_and_the_study_goes_on(tmp_path):
     a = victim.user_attrs
     assert (a["status"], a["error_kind"]) == ("failed", "worker_died") and "worker died while running trial" in a["error"]
     done = trained(study)
-    assert len(done) == 3  # the other three layouts, on a replacement worker
+    assert len(done) == 4  # on a replacement worker, the victim's layout re-queued among them
+    (retry,) = [t for t in study.trials if t.user_attrs.get("requeued_from") == victim.number]
+    assert retry.state == TrialState.COMPLETE
     assert {t.user_attrs["worker_pid"] for t in done if t.number > victim.number} - {seen["pid"]}

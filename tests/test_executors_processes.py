@@ -80,15 +80,17 @@ def test_workers_leave_sigterm_to_the_driver():
 
 def test_a_killed_worker_process_fails_its_trial_and_the_study_goes_on(tmp_path):
     url, seen = f"sqlite:///{tmp_path}/die.db", {}
-    run_search(tiny_space(), storage=url, study_name="die", n_trials=3, executor="processes", workers=1,
+    run_search(tiny_space(), storage=url, study_name="die", n_trials=4, executor="processes", workers=1,
                on_event=kill_first_worker_at_next_start(seen))
     study = load_hlnas_study(url, "die")
     victim = study.trials[seen["killed"]]
     a = victim.user_attrs
     assert victim.state == TrialState.FAIL and (a["status"], a["error_kind"]) == ("failed", "worker_died")
-    assert f"worker died while running trial {victim.number} (exit code -9)" == a["error"]
+    assert f"worker died while running trial {victim.number} (exit code -9); re-queued" == a["error"]
     done = trained(study)
-    assert len(done) == 3  # three other layouts, on a replacement worker
+    assert len(done) == 4  # on a replacement worker, the victim's layout among them (re-queued)
+    (retry,) = [t for t in study.trials if t.user_attrs.get("requeued_from") == victim.number]
+    assert retry.state == TrialState.COMPLETE
     assert {t.user_attrs["worker_pid"] for t in done if t.number > victim.number} - {seen["pid"]}
 
 

@@ -1,0 +1,317 @@
+"""The fault suite: concurrent drivers, interrupted creation, options checked before any write, lost workers,
+bad inputs with one-line errors, plain postgresql:// URLs. (Crash/kill -9/resume of one driver:
+tests/test_resume.py; a Ray node lost mid-trial: test_ray_node_loss below.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from hlnas import executors
+from hlnas.cli import main
+from hlnas.errors import ConfigError, HlnasError
+from hlnas.lease import ATTR, DriverLease, StudyBusy, holder_alive
+from hlnas.storage import StorageError
+from hlnas.study import MAX_REQUEUES, load_hlnas_study, run_search
+from hlnas.trial import TrialResult, layout_metrics, run_trial
+from tests.test_resume import _cli, _stop_while_training, _trials, stoppable_space
+from tests.test_study import tiny_raw, tiny_space
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def slow_space(tmp_path, tokens: int = 65536):
+    """Trials of several seconds each: time for a second driver to start while the first trains."""
+    raw = tiny_raw(mixers=["gla", "hgrn"], sampler="random")
+    raw["scale"]["train"]["tokens"] = tokens
+    f = tmp_path / "slow.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    return f
+
+
+def trained(study):
+    return [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]
+
+
+# -- 1. one driver per study --------------------------------------------------------------------------------------------
+def test_a_second_driver_refuses_at_once_while_the_first_lives(tmp_path):
+    space_file = slow_space(tmp_path)
+    url, name = f"sqlite:///{tmp_path}/two.db", "two"
+    first = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "3"], tmp_path)
+    try:
+        _stop_while_training(first, url, name, 0, min_complete=1)  # signal 0: only wait for a RUNNING trial
+        t0 = time.monotonic()
+        second = _cli(["--resume", "--storage", url, "--study", name], tmp_path)
+        out, err = second.communicate(timeout=120)
+        assert second.returncode == 2, err[-2000:]
+        assert f"is being searched by another driver: host {socket.gethostname()}, pid {first.pid}, last heartbeat" in err
+        assert time.monotonic() - t0 < 30
+        out, err = first.communicate(timeout=300)
+        assert first.returncode == 0, err[-3000:]  # the first never saw its live trial failed under it
+    finally:
+        if first.poll() is None:
+            first.kill()
+    ts = _trials(url, name)
+    assert not [t for t in ts if t.user_attrs.get("error_kind") == "interrupted"]
+    layouts = [t.user_attrs["layout"] for t in ts if t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs]
+    assert len(layouts) == 3 == len(set(layouts))
+    claim = optuna.load_study(study_name=name, storage=url).user_attrs[ATTR]
+    assert claim["pid"] == first.pid and claim["released_at"]  # released on exit: the next driver need not wait
+
+
+def test_two_drivers_started_together_one_searches_the_other_refuses(tmp_path):
+    space_file = slow_space(tmp_path, tokens=16384)
+    url, name = f"sqlite:///{tmp_path}/pair.db", "pair"
+    p = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "1"], tmp_path)
+    assert p.wait(timeout=300) == 0
+    a, b = (_cli(["--resume", "--storage", url, "--study", name, "--trials", "3"], tmp_path) for _ in range(2))
+    results = [(q.wait(timeout=300), q.communicate()[1]) for q in (a, b)]
+    codes = sorted(rc for rc, _ in results)
+    assert codes == [0, 2], [e[-1500:] for _, e in results]
+    assert "is being searched by another driver" in next(e for rc, e in results if rc == 2)
+    layouts = [t.user_attrs["layout"] for t in _trials(url, name) if t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs]
+    assert len(layouts) == 3 == len(set(layouts))
+
+
+def test_a_lease_is_taken_over_only_from_a_driver_that_is_gone(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/l.db", study_name="l")
+    now = time.time()
+    base = {"token": "x", "started_at": now - 100}
+    assert holder_alive({**base, "host": "elsewhere", "pid": 1, "heartbeat_at": now - 5})
+    assert not holder_alive({**base, "host": "elsewhere", "pid": 1, "heartbeat_at": now - 120})  # past the grace
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert not holder_alive({**base, "host": socket.gethostname(), "pid": dead.pid, "heartbeat_at": now})  # gone at once
+    assert not holder_alive({**base, "host": "elsewhere", "pid": 1, "heartbeat_at": now, "released_at": now})
+    study.set_user_attr(ATTR, {**base, "host": "elsewhere", "pid": 4242, "heartbeat_at": now})
+    with pytest.raises(StudyBusy, match=r"host elsewhere, pid 4242, last heartbeat \d+ s ago"):
+        DriverLease(study, settle_s=0).acquire()
+    study.set_user_attr(ATTR, {**base, "host": "elsewhere", "pid": 4242, "heartbeat_at": now - 3600})
+    lease = DriverLease(study, settle_s=0, beat_s=0.05).acquire()
+    try:
+        first = study.user_attrs[ATTR]["heartbeat_at"]
+        time.sleep(0.3)
+        assert study.user_attrs[ATTR]["heartbeat_at"] > first and lease.previous["pid"] == 4242  # it beats
+    finally:
+        lease.release()
+
+
+# -- 2. creation is atomic from the user's view --------------------------------------------------------------------------
+def test_a_half_created_study_is_replaced_by_a_new_search_and_explained_to_resume(tmp_path):
+    url = f"sqlite:///{tmp_path}/h.db"
+    optuna.create_study(storage=url, study_name="h", directions=["maximize"])  # killed before any hlnas attribute
+    with pytest.raises(HlnasError, match="left half-created by an interrupted start .* start it again without --resume"):
+        run_search(None, storage=url, study_name="h", n_trials=1, resume=True)
+    run_search(tiny_space(), storage=url, study_name="h", n_trials=1)
+    assert len(trained(load_hlnas_study(url, "h"))) == 1
+
+
+def test_a_study_missing_some_attributes_is_repaired_on_resume(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    space = tiny_space()
+    study = optuna.create_study(storage=url, study_name="r", directions=[o.direction for o in space.objectives])
+    study.set_user_attr("hlnas_space", space.to_dict())  # the first write; the kill came before the rest
+    run_search(None, storage=url, study_name="r", n_trials=1, resume=True)
+    attrs = optuna.load_study(study_name="r", storage=url).user_attrs
+    assert {"hlnas_space_hash", "hlnas_objectives", "hlnas_kv_context", "hlnas_preset"} <= set(attrs)
+    assert attrs["hlnas_space_hash"] == space.fingerprint()
+
+
+def test_a_stop_signal_during_creation_lands_after_it():
+    from hlnas.study import _deferred_stop_signals
+
+    got = []
+    old = signal.signal(signal.SIGTERM, lambda s, f: got.append("after"))
+    try:
+        with _deferred_stop_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            got.append("inside")
+        time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert got == ["inside", "after"]
+
+
+# -- 4. options are checked before any storage write ---------------------------------------------------------------------
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"workers": 0}, "--workers must be a whole number >= 1, got 0"),
+    ({"executor": "inline", "workers": 2}, "--executor inline runs one trial at a time; got --workers 2"),
+    ({"cpus_per_trial": 0}, "--cpus-per-trial must be > 0"),
+    ({"time_limit": -1}, "--timeout must be a positive number of seconds, got -1"),
+    ({"executor": "ray", "address": "127.0.0.1:1"}, r"cannot reach the Ray cluster at --address 127.0.0.1:1: a TCP connection"),
+    ({"executor": "processes", "address": "127.0.0.1:1"}, "--address 127.0.0.1:1 joins a Ray cluster, which needs --executor ray"),
+])
+def test_bad_options_fail_before_the_study_is_created(tmp_path, kw, message):
+    url = f"sqlite:///{tmp_path}/o.db"
+    t0 = time.monotonic()
+    with pytest.raises(HlnasError, match=message):
+        run_search(tiny_space(), storage=url, study_name="o", n_trials=1, **kw)
+    assert time.monotonic() - t0 < 15
+    assert optuna.get_all_study_summaries(url) == []  # nothing written: the corrected command just works
+
+
+# -- 5. lost workers are re-queued, within a bound ---------------------------------------------------------------------
+def test_a_lost_workers_trial_is_requeued_then_failed_at_the_bound(tmp_path, monkeypatch):
+    space = tiny_space()
+    victim = str(space.layout(space.grid()[0]))
+    deaths = []
+
+    def dies_on_the_victim(spec):
+        if spec.layout == victim:
+            deaths.append(spec.number)
+            return TrialResult(spec.number, "failed", {**layout_metrics(spec.layout, spec.model, spec.kv_context),
+                                                       "status": "failed", "error_kind": "worker_died", "error": "worker died"},
+                               "worker_died", "worker died")
+        return run_trial(spec)
+
+    monkeypatch.setattr(executors, "run_trial", dies_on_the_victim)
+    url = f"sqlite:///{tmp_path}/w.db"
+    run_search(space, storage=url, study_name="w", n_trials=4)
+    study = load_hlnas_study(url, "w")
+    assert len(deaths) == MAX_REQUEUES + 1  # tried, re-queued twice, then given up
+    last = study.trials[deaths[-1]]
+    assert last.user_attrs["error_kind"] == "requeue_limit" and "re-queued 2 times, not again" in last.user_attrs["error"]
+    assert last.user_attrs["status"] == "failed"
+    assert victim not in {t.user_attrs["layout"] for t in trained(study)} and len(trained(study)) == 3
+
+    # the cause fixed, --retry-failed trains it even though the target of 4 could not rise above the space's size
+    monkeypatch.setattr(executors, "run_trial", run_trial)
+    events = []
+    run_search(None, storage=url, study_name="w", n_trials=3, resume=True, retry_failed=True,
+               on_event=lambda k, d: events.append((k, d)))
+    assert victim in {t.user_attrs["layout"] for t in trained(load_hlnas_study(url, "w"))}
+    assert ("target_raised", {"from": 3, "to": 4, "retried": 1}) in events
+
+
+def test_a_worker_killed_mid_trial_is_requeued_and_its_layout_trained(tmp_path):
+    from tests.helpers import kill_first_worker_at_next_start
+
+    url, seen = f"sqlite:///{tmp_path}/k.db", {}
+    run_search(tiny_space(), storage=url, study_name="k", n_trials=4, executor="processes", workers=1,
+               on_event=kill_first_worker_at_next_start(seen))
+    study = load_hlnas_study(url, "k")
+    victim = study.trials[seen["killed"]]
+    assert victim.user_attrs["error_kind"] == "worker_died"
+    (retry,) = [t for t in study.trials if t.user_attrs.get("requeued_from") == victim.number]
+    assert retry.state == TrialState.COMPLETE and retry.params == victim.params and len(trained(study)) == 4
+
+
+# -- 3. postgresql:// as the README writes it ------------------------------------------------------------------------------
+def test_a_plain_postgresql_url_opens(tmp_path, request):
+    url = request.getfixturevalue("pg_url").replace("postgresql+psycopg2://", "postgresql://")
+    run_search(tiny_space(), storage=url, study_name="plainpg", n_trials=1)
+    assert len(trained(load_hlnas_study(url, "plainpg"))) == 1
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    from tests.pg import PostgresUnavailable, postgres_server
+
+    try:
+        with postgres_server() as url:
+            yield url
+    except PostgresUnavailable as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(e))
+
+
+# -- 6. bad inputs: one line naming the value and what is allowed ----------------------------------------------------------
+@pytest.mark.parametrize(("argv", "message"), [
+    (["train", "gla", "--out", "/proc/x", "--tokens", "4096"], "--out /proc/x: cannot create that folder"),
+    (["train", "gla", "--device", "tpu", "--tokens", "4096"], "train.device='tpu' is not allowed; allowed: auto, cpu, cuda, cuda:N"),
+    (["bench-samplers", "--out", "/proc/b", "--seeds", "1", "--samplers", "random"], "--out /proc/b: cannot create that folder"),
+    (["dashboard", "--port", "99999"], "argument --port: 99999 is not a port number; allowed: 1-65535"),
+    (["dashboard", "--port", "-1"], "argument --port: -1 is not a port number; allowed: 1-65535"),
+    (["layout", "gla", "--layers", "0"], "argument --layers: 0 must be >= 1"),
+    (["search", "--cpus-per-trial", "0", "--trials", "1"], "--cpus-per-trial must be > 0"),
+    (["search", "--storage", "postgresql://x@127.0.0.1:1/x", "--trials", "1"], "cannot open storage 'postgresql://x@127.0.0.1:1/x'"),
+])
+def test_bad_inputs_get_one_line(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) if "argument" in message else _no_raise():
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+class _no_raise:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_train_out_under_a_file_and_eval_out_unwritable(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    assert main(["train", "gla", "--out", "afile/sub", "--tokens", "4096"]) == 2
+    assert "--out afile/sub: cannot create that folder (Not a directory)" in capsys.readouterr().err
+    assert main(["train", "gla", "--ratio", "6:1", "--tokens", "512", "--seq-len", "32", "--batch-size", "2", "--out", "r",
+                 "--no-progress", "--set", "model.n_layers=6"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "r", "--objectives", "val_loss", "--out", "/proc/e.json"]) == 2
+    assert "--out /proc/e.json: cannot write the file" in capsys.readouterr().err
+
+
+def test_a_journal_path_that_is_not_a_journal_is_refused_untouched(tmp_path):
+    f = tmp_path / "notes.log"
+    f.write_text("my notes\n")
+    with pytest.raises(StorageError, match="exists and is not an Optuna journal .* left untouched"):
+        run_search(tiny_space(), storage=f"journal:///{f}", study_name="j", n_trials=1)
+    assert f.read_text() == "my notes\n"
+
+
+def test_report_on_a_study_hlnas_did_not_create_is_refused(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/x.db"
+    optuna.create_study(storage=url, study_name="plain").optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert main(["report", "--storage", url, "--study", "plain", "--out", str(tmp_path / "rep"), "--no-png"]) == 2
+    assert "study 'plain' was not created by hlnas" in capsys.readouterr().err
+
+
+# -- 7. Ray beyond one machine: a node lost mid-trial --------------------------------------------------------------------
+@pytest.mark.slow
+def test_ray_node_loss_requeues_its_trial_and_the_study_reaches_its_budget(tmp_path):
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    url, state = f"sqlite:///{tmp_path}/ray.db", {}
+
+    def remove_the_node_of_the_first_trial(kind, data):
+        if kind == "started" and "removed" not in state:
+            time.sleep(1.0)  # the trial is on its actor by now
+            busy = {a["Address"]["NodeID"] for a in ray.util.state.list_actors(filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+                    if a.get("class_name") == "_Worker"} if hasattr(ray.util, "state") else set()
+            victim = next((n for n in nodes if n.node_id in busy), nodes[0])
+            cluster.remove_node(victim)
+            state["removed"] = data["number"]
+
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        run_search(tiny_space(), storage=url, study_name="ray", n_trials=4, executor="ray", workers=1,
+                   address=cluster.address, on_event=remove_the_node_of_the_first_trial)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    study = load_hlnas_study(url, "ray")
+    assert len(trained(study)) == 4  # the budget was reached on the node that stayed
+    lost = [t for t in study.trials if t.user_attrs.get("error_kind") == "worker_died"]
+    assert state["removed"] in [t.number for t in lost], "the removed node's trial was not the one lost"
+    for t in lost:  # each trial of the lost node was re-queued and trained again, nothing else was lost
+        (retry,) = [r for r in study.trials if r.user_attrs.get("requeued_from") == t.number]
+        assert retry.params == t.params
