@@ -254,19 +254,14 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-
-    from hlnas.recipe import yaml_load
+    from hlnas.overrides import parse_sets, yaml_load
     from hlnas.score.objectives import ScoreConfig
 
     ckpt = Path(args.checkpoint)
     ckpt_dir = ckpt if ckpt.is_dir() else ckpt.parent
     recipe_file = ckpt_dir / "recipe.yaml"
     raw = (yaml_load(recipe_file.read_text()) or {}).get("score", {}) if recipe_file.exists() else {}
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq or not key.startswith("score."):
-            raise HlnasError(f"--set {item!r}: write score.KEY=VALUE")
-        raw[key[len("score."):]] = yaml_load(value)
+    raw = parse_sets(args.set, {"score": ScoreConfig}, {"score": raw}).get("score", raw)
     if args.objectives:
         raw["objectives"] = [o.strip() for o in args.objectives.split(",") if o.strip()]
     scores = _score_dir(ckpt_dir, ScoreConfig.from_dict(raw))
@@ -469,19 +464,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _scale_sets(space, sets: list[str]) -> dict:
-    """--set train.tokens=... onto the space's scale sections."""
-    from hlnas.recipe import yaml_load
+    """--set train.tokens=... as {section: the space's section with the changes}, for SearchSpace.with_overrides."""
+    from hlnas.config import ModelConfig
+    from hlnas.data.sources import DataConfig
+    from hlnas.overrides import parse_sets
+    from hlnas.score.objectives import ScoreConfig
+    from hlnas.train import TrainConfig
 
-    changes: dict = {}
-    for item in sets:
-        key, eq, value = item.partition("=")
-        section, _, field = key.partition(".")
-        if not eq or section not in ("model", "train", "data", "score") or not field:
-            raise HlnasError(f"--set {item!r}: write SECTION.KEY=VALUE with SECTION one of model, train, data, score")
-        current = dict(changes.get(section, getattr(space, section)))
-        current[field] = yaml_load(value)
-        changes[section] = current
-    return changes
+    sections = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "score": ScoreConfig}
+    return parse_sets(sets, sections, {name: getattr(space, name) for name in sections})
 
 
 def _fmt(x) -> str:

@@ -8,12 +8,11 @@ data: {source: synthetic, tokenizer: bytes}
 score: {objectives: [val_loss, mqar]}
 ```
 
-``--set train.lr=3e-4`` style overrides apply on top (values parsed as YAML scalars).
+``--set train.lr=3e-4`` style overrides apply on top, checked against the field types (hlnas.overrides).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,33 +22,17 @@ from hlnas.config import ModelConfig, preset
 from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout, build_layout
+from hlnas.overrides import field_types, parse_sets, yaml_load
 from hlnas.score.objectives import ScoreConfig
 from hlnas.train import TrainConfig
 
 __all__ = ["recall_documents", "mqar_recall_config", "RunConfig", "load_recipe", "apply_overrides", "layout_from_spec", "model_from_spec", "yaml_load"]
 
-SECTIONS = ("model", "layout", "train", "data", "score")
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads ``6:1`` as the base-60 integer 361; ratios must stay strings."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:int"]
-    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-# YAML 1.1 also wants a dot in floats, so 1e-3 would stay a string; accept it as a number.
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?([0-9][0-9_]*)?\.?[0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789.")
-)
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o?[0-7_]+)$"), list("-+0123456789")
-)
-
-
-def yaml_load(text: str):
-    return yaml.load(text, Loader=_Loader)
+# The keys of a layout mapping, typed for --set; a layout may also be one compact string.
+LAYOUT_KEYS = {"mixer": str | list[str], "ratio": str | int | None, "placement": str | list[int], "layers": int}
+SECTION_TYPES = {"model": {**field_types(ModelConfig), "preset": str}, "layout": LAYOUT_KEYS, "train": TrainConfig,
+                 "data": DataConfig, "score": ScoreConfig}
+SECTIONS = tuple(SECTION_TYPES)
 
 
 def recall_documents(train: TrainConfig, data: DataConfig):
@@ -91,10 +74,9 @@ def layout_from_spec(spec, n_layers: int) -> Layout:
         return Layout.parse(spec)
     if not isinstance(spec, dict):
         raise ConfigError(f"layout must be a layout string or a mapping with 'mixer'; got {type(spec).__name__}")
-    allowed = {"mixer", "ratio", "placement", "layers"}
     for key in spec:
-        if key not in allowed:
-            raise ConfigError(f"unknown layout key '{key}'.{did_you_mean(key, allowed)} Allowed: {', '.join(sorted(allowed))}")
+        if key not in LAYOUT_KEYS:
+            raise ConfigError(f"unknown layout key '{key}'.{did_you_mean(key, LAYOUT_KEYS)} Allowed: {', '.join(sorted(LAYOUT_KEYS))}")
     if "mixer" not in spec:
         raise ConfigError("layout needs 'mixer' (a linear mixer name, 'transformer', or a per-layer list)")
     mixer = spec["mixer"]
@@ -161,22 +143,8 @@ def _diff(d: dict, base: dict) -> dict:
 
 
 def apply_overrides(raw: dict, sets: list[str]) -> dict:
-    """``["train.lr=3e-4", "layout.ratio=3:1"]`` applied to a raw recipe dict (values as YAML scalars)."""
-    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
-    for item in sets:
-        key, eq, value = item.partition("=")
-        if not eq or "." not in key:
-            raise ConfigError(f"--set {item!r}: write SECTION.KEY=VALUE, e.g. train.lr=3e-4")
-        section, _, name = key.partition(".")
-        if section not in SECTIONS:
-            raise ConfigError(f"--set {item!r}: unknown section '{section}'; allowed: {', '.join(SECTIONS)}")
-        current = raw.get(section)
-        if isinstance(current, str):  # a layout string being refined field by field
-            current = {}
-        current = dict(current or {})
-        current[name] = yaml_load(value) if value != "" else None
-        raw[section] = current
-    return raw
+    """``["train.lr=3e-4", "layout.ratio=3:1"]`` applied to a raw recipe dict (a new one; ``raw`` is not changed)."""
+    return {**raw, **parse_sets(sets, SECTION_TYPES, raw)}
 
 
 def load_recipe(path: str | Path | None, sets: list[str] | None = None, base: dict | None = None) -> RunConfig:

@@ -1,0 +1,131 @@
+"""--set SECTION.KEY=VALUE: one parser for train, eval, search and calibrate, checked against the config's field types."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hlnas.cli import _scale_sets, main
+from hlnas.errors import ConfigError
+from hlnas.recipe import apply_overrides, load_recipe
+from hlnas.space import load_space
+
+GLA = {"layout": {"mixer": "gla", "ratio": "6:1"}}
+
+
+def _sets(*items: str) -> dict:
+    return apply_overrides({}, list(items))
+
+
+def test_an_integer_field_takes_a_number_that_is_exactly_an_integer():
+    train = _sets("train.tokens=1e5", "train.seq_len=2.0", "train.batch_size=1_000")["train"]
+    assert train == {"tokens": 100000, "seq_len": 2, "batch_size": 1000}
+    assert all(type(v) is int for v in train.values())
+    assert _sets("train.tokens=1e30")["train"]["tokens"] == 10**30  # exact, not int(1e30)'s rounding
+    recipe = load_recipe(None, ["train.tokens=1e5"], GLA)
+    assert recipe.train.tokens == 100000 and recipe.train.steps == 100000 // (8 * 256)
+
+
+@pytest.mark.parametrize("item, message", [
+    ("train.seq_len=12.5", "--set train.seq_len=12.5: train.seq_len is an integer; got 12.5"),
+    ("train.tokens=abc", "--set train.tokens=abc: train.tokens is an integer; got abc"),
+    ("train.lr=abc", "--set train.lr=abc: train.lr is a number; got abc"),
+    ("train.compile=1", "train.compile is true or false; got 1"),
+    ("score.mqar_lrs=[1e-3, abc]", "score.mqar_lrs is a list of numbers; got [1e-3, abc]"),
+    ("score.objectives=val_loss", "score.objectives is a list of strings; got val_loss"),
+    ("score.lm_eval_limit=abc", "score.lm_eval_limit is an integer or null; got abc"),
+    ("model.mixer_hparams=3", "model.mixer_hparams is a mapping; got 3"),
+    ("train.lr.peak=1", "train.lr is a number and has no keys"),
+])
+def test_a_value_of_the_wrong_type_names_the_field_its_type_and_the_value(item, message):
+    with pytest.raises(ConfigError) as e:
+        _sets(item)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_numbers_and_strings_keep_their_field_types():
+    d = _sets("train.lr=3e-4", "train.min_lr_ratio=1", "train.autocast=off", "data.source=2024", "train.compile=true")
+    assert d["train"] == {"lr": 3e-4, "min_lr_ratio": 1.0, "autocast": "off", "compile": True}
+    assert d["data"] == {"source": "2024"}  # the text as written, not YAML's int (or false for off)
+    assert _sets("layout.ratio=6:1")["layout"] == {"ratio": "6:1"}
+
+
+def test_list_fields_take_yaml_lists_and_check_each_element():
+    score = _sets("score.mqar_lrs=[1e-3,5e-4]", "score.ruler_lengths=[1e3, 2048]", "score.objectives=[val_loss]")["score"]
+    assert score == {"mqar_lrs": [1e-3, 5e-4], "ruler_lengths": [1000, 2048], "objectives": ["val_loss"]}
+    assert type(score["ruler_lengths"][0]) is int
+    assert _sets("layout.placement=[5, 11]")["layout"] == {"placement": [5, 11]}
+
+
+def test_optional_fields_take_null():
+    assert _sets("score.mqar_target=null", "score.cache_dir=null")["score"] == {"mqar_target": None, "cache_dir": None}
+    assert _sets("model.n_kv_heads=null", "model.window=128")["model"] == {"n_kv_heads": None, "window": 128}
+    with pytest.raises(ConfigError, match="train.seq_len is an integer; got null"):
+        _sets("train.seq_len=null")
+
+
+def test_nested_keys_reach_into_mapping_fields_and_keep_their_siblings():
+    raw = {"model": {"d_model": 64, "mixer_hparams": {"gla": {"expand_v": 1}}}, "layout": "GGGGGA"}
+    out = apply_overrides(raw, ["model.mixer_hparams.gla.num_heads=2", "score.qa_files.squad=qa/squad.json",
+                                "layout.mixer=gla"])
+    assert out["model"] == {"d_model": 64, "mixer_hparams": {"gla": {"expand_v": 1, "num_heads": 2}}}
+    assert out["score"] == {"qa_files": {"squad": "qa/squad.json"}}
+    assert out["layout"] == {"mixer": "gla"}  # a layout string refined field by field
+    assert raw["model"]["mixer_hparams"] == {"gla": {"expand_v": 1}}  # the input is not changed
+    recipe = load_recipe(None, ["model.mixer_hparams.gla.num_heads=2"], GLA)
+    assert recipe.model.mixer_hparams == {"gla": {"num_heads": 2}}
+
+
+@pytest.mark.parametrize("item, message", [
+    ("train.lrr=1", "--set train.lrr=1: unknown train key 'lrr'. Did you mean: lr? Allowed: autocast, batch_size,"),
+    ("trian.lr=1", "--set trian.lr=1: unknown section 'trian'. Did you mean: train? Allowed: model, layout, train, data, score"),
+    ("model.d_modl=64", "unknown model key 'd_modl'. Did you mean: d_model?"),
+    ("layout.ration=3:1", "unknown layout key 'ration'. Did you mean: ratio? Allowed: layers, mixer, placement, ratio"),
+    ("train.lr", "--set train.lr: write SECTION.KEY=VALUE with SECTION one of model, layout, train, data, score"),
+])
+def test_an_unknown_section_or_key_suggests_the_closest_and_lists_the_allowed(item, message):
+    with pytest.raises(ConfigError) as e:
+        _sets(item)
+    assert message in str(e.value)
+
+
+def test_search_sets_merge_over_the_space_sections():
+    space = load_space("tiny")
+    changes = _scale_sets(space, ["train.tokens=2e4", "model.mixer_hparams.gla.num_heads=2", "score.mqar_target=null"])
+    assert changes["train"] == {**space.train, "tokens": 20000}
+    assert changes["model"]["mixer_hparams"] == {**space.model["mixer_hparams"], "gla": {"num_heads": 2}}
+    assert changes["score"]["mqar_target"] is None and set(changes) == {"train", "model", "score"}
+    assert space.with_overrides(**changes).train["tokens"] == 20000
+    with pytest.raises(ConfigError, match="train.seq_len is an integer; got 12.5"):
+        _scale_sets(space, ["train.seq_len=12.5"])
+    with pytest.raises(ConfigError, match="unknown section 'layout'"):
+        _scale_sets(space, ["layout.ratio=3:1"])
+
+
+def test_eval_takes_only_score_sets(tmp_path, capsys):
+    assert main(["eval", str(tmp_path), "--set", "train.lr=1"]) == 2
+    assert "unknown section 'train'. Allowed: score" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path), "--set", "score.mqar_steps=1.5"]) == 2
+    assert "score.mqar_steps is an integer; got 1.5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["search"], ["calibrate", "tiny"]])
+def test_search_and_calibrate_refuse_a_bad_set_before_any_run(argv, tmp_path, capsys):
+    argv = [*argv, "--storage", f"sqlite:///{tmp_path}/s.db"]
+    assert main([*argv, "--set", "train.tokens=abc", "--no-progress"]) == 2
+    assert "--set train.tokens=abc: train.tokens is an integer; got abc" in capsys.readouterr().err
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_train_with_a_float_token_count_end_to_end(tmp_path, capsys):
+    out = tmp_path / "r"
+    argv = ["train", "gla", "--ratio", "6:1", "--tokens", "4096", "--set", "train.tokens=1e4", "--set", "train.seq_len=32",
+            "--set", "train.batch_size=2", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "ok" and metrics["steps"] == 10000 // 64
+    capsys.readouterr()
+    assert main([*argv, "--set", "train.seq_len=12.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--set train.seq_len=12.5: train.seq_len is an integer; got 12.5" in err and "Traceback" not in err
