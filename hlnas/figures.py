@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import hlnas.metrics as metric_table
 from hlnas import paper
 from hlnas.catalog import mixer_for_code
 from hlnas.layout import PAPER_RATIOS
@@ -44,8 +45,7 @@ MIXER_COLORS = {
 }  # fmt: skip
 _HOVER_METRICS = ("recall", "recall_raw", "recall_baseline", "kv_cache_bytes", "val_loss", "mqar_acc", "lm_acc", "params", "state_bytes",
                   "flops_per_token", "tokens_per_s", "train_wall_s")  # fmt: skip
-_TITLES = {"recall": "recall", "kv_cache_bytes": "KV cache", "val_loss": "validation loss",
-           "lm_acc": "LM accuracy", "mqar_acc": "MQAR accuracy", "recall_raw": "recall (raw)"}  # fmt: skip
+_TITLES = {name: m.title for name, m in metric_table.METRICS.items()}  # hlnas.metrics: one table of titles
 _SOURCE_TITLES = {"mqar_acc": "MQAR acc", "mqar_mixed_acc": "mixed-in MQAR acc", "ruler_avg": "RULER avg"}
 
 
@@ -69,12 +69,13 @@ def metric_titles(data: StudyData) -> dict[str, str]:
 def format_metric(name: str, value) -> str:
     if value is None:
         return "n/a"
-    if name.endswith("_bytes"):
-        for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    unit = metric_table.METRICS[name].unit if name in metric_table.METRICS else ("bytes" if name.endswith("_bytes") else "")
+    if unit == "bytes":
+        for suffix, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
             if abs(value) >= size:
-                return f"{value / size:.2f} {unit}"
+                return f"{value / size:.2f} {suffix}"
         return f"{int(value)} B"
-    if name in ("params", "flops_per_token"):
+    if unit == "count":
         return f"{value / 1e6:.2f}M"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
@@ -245,7 +246,7 @@ def ratio_info(data: StudyData, metric: str = "recall") -> RatioInfo:
     for m, by_ratio in grid.items():
         if m in mixers:  # the paper's Average column mixes other mixers: left out
             paper_lines[m] = tuple(by_ratio.get(r) for r in ratios)
-    direction = METRIC_DIRECTIONS.get(metric, "maximize")
+    direction = metric_table.get(metric).direction  # an unknown metric is an error, not silently "maximize"
     return RatioInfo(metric, direction, tuple(ratios), lines, counts, transformer, paper_lines, paper_t, label, secondary,
                      metric_titles(data))
 

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import optuna
 
+import hlnas.metrics as metric_table
 from hlnas.storage import ALLOWED_SCHEMES, StorageError, UnknownStudyError, load_study, open_storage  # noqa: F401  (re-exported)
 
 
@@ -36,14 +37,8 @@ __all__ = [
     "hypervolume_history",
 ]  # fmt: skip
 
-#: Direction of the trial metrics the study loop records, used when a caller names no direction.
-METRIC_DIRECTIONS = {
-    "kv_cache_bytes": "minimize", "state_bytes": "minimize", "params": "minimize", "flops_per_token": "minimize",
-    "val_loss": "minimize", "train_wall_s": "minimize",
-    "recall": "maximize", "mqar_acc": "maximize", "lm_acc": "maximize", "tokens_per_s": "maximize",
-    "recall_raw": "maximize", "mqar_mixed_acc": "maximize", "ruler_avg": "maximize", "inference_bytes": "minimize",
-    "steady_tokens_per_s": "maximize",
-}  # fmt: skip
+#: Direction of the trial metrics the study loop records, used when a caller names no direction (hlnas.metrics).
+METRIC_DIRECTIONS = metric_table.directions()
 DIRECTIONS = ("minimize", "maximize")
 
 _STATES = {

@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import hlnas.metrics as metric_table
 from hlnas.catalog import canonical, linear_mixer_names
 from hlnas.config import PRESETS
 from hlnas.errors import ConfigError, HlnasError, LayoutError, did_you_mean
@@ -34,25 +35,14 @@ __all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CON
            "space_from_dict", "builtin_spaces"]
 
 SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
-METRICS = {  # metric key in a trial's results -> default direction
-    # the recall the scale measures (RULER's weighted average if scored, else mixed-in MQAR, else fresh-model MQAR),
-    # corrected for its strongest no-recall baseline: max(0, (acc - b) / (1 - b)) (hlnas.score.baselines)
-    "recall": "maximize", "recall_raw": "maximize",
-    "ruler": "maximize", "mqar_acc": "maximize", "mqar_mixed_acc": "maximize", "lm_acc": "maximize",
-    "val_loss": "minimize", "kv_cache_bytes": "minimize", "state_bytes": "minimize",
-    "params": "minimize", "flops_per_token": "minimize", "inference_bytes": "minimize"}
+# the metric table lives in hlnas.metrics; these views are what the validator reads
+METRICS = {n: metric_table.get(n).direction for n in (*metric_table.objective_metrics(), *metric_table.raw_recall_metrics())}
 DIRECTIONS = ("maximize", "minimize")
 CONSTRAINTS = {"max_params": "params", "max_kv_bytes": "kv_cache_bytes", "max_state_bytes": "state_bytes"}
-# Trained metrics need a ScoreConfig objective; the rest come from hlnas.budget without training.
-#: where a trial's "recall" comes from, in order of preference: (score objective, its raw accuracy key); the
-#: objective also reports ``<key prefix>_baseline`` (the strongest no-recall baseline) and ``..._baselines``
-RECALL_SOURCES = (("ruler", "ruler_avg"), ("mqar_mixed", "mqar_mixed_acc"), ("mqar", "mqar_acc"))
+RECALL_SOURCES = metric_table.RECALL_SOURCES
 #: raw recall metrics: a study may not optimise them (a score below its baseline would rank as recall)
-RAW_RECALL_METRICS = ("ruler", "mqar_acc", "mqar_mixed_acc", "recall_raw")
-_NEEDS = {"recall": tuple(obj for obj, _ in RECALL_SOURCES), "recall_raw": tuple(obj for obj, _ in RECALL_SOURCES),
-          "ruler": ("ruler",), "mqar_acc": ("mqar",),
-          "mqar_mixed_acc": ("mqar_mixed",), "lm_acc": ("lm_eval",),
-          "val_loss": ("val_loss",)}
+RAW_RECALL_METRICS = metric_table.raw_recall_metrics()
+_NEEDS = {name: metric_table.get(name).needs for name in METRICS if metric_table.get(name).needs}
 TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "layers", "hetero", "scale",
             "objectives", "constraints", "sampler", "calibration")
 SCALE_KEYS = ("preset", "model", "train", "data", "score", "kv_context")

@@ -1,0 +1,88 @@
+"""Every metric a trial records, in one table: direction, unit, title, and what it needs.
+
+The space validator (which metrics a study may optimise, and which score objective each needs), the
+Pareto code (directions), the figures (axis titles, number formats) and the tabular benchmark all read
+this table, so they cannot disagree. Adding a metric is one :func:`register` call here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlnas.errors import ConfigError, did_you_mean
+
+__all__ = ["Metric", "METRICS", "register", "get", "directions", "objective_metrics", "raw_recall_metrics",
+           "RECALL_SOURCES"]
+
+#: where a trial's "recall" comes from, in order of preference: (score objective, its raw accuracy key); the
+#: objective also reports ``<key prefix>_baseline`` (the strongest no-recall baseline) and ``..._baselines``
+RECALL_SOURCES = (("ruler", "ruler_avg"), ("mqar_mixed", "mqar_mixed_acc"), ("mqar", "mqar_acc"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metric:
+    name: str  # the key in a trial's user attrs
+    direction: str  # maximize | minimize
+    title: str  # axis and table title
+    unit: str = ""  # bytes | count | fraction | loss | tokens/s | s | ""
+    needs: tuple[str, ...] = ()  # score objectives that produce it (any one of them); () = the cost model or training
+    objective: bool = True  # may be a study objective
+    raw_recall: bool = False  # a recall score not corrected for its no-recall baseline (refused as an objective)
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("maximize", "minimize"):
+            raise ConfigError(f"metric '{self.name}': direction {self.direction!r}; allowed: maximize, minimize")
+
+
+METRICS: dict[str, Metric] = {}
+
+
+def register(metric: Metric) -> Metric:
+    if metric.name in METRICS and METRICS[metric.name] != metric:
+        raise ConfigError(f"metric '{metric.name}' is registered twice with different settings")
+    METRICS[metric.name] = metric
+    return metric
+
+
+def get(name: str) -> Metric:
+    if name not in METRICS:
+        raise ConfigError(f"unknown metric '{name}'.{did_you_mean(name, METRICS)} Known: {', '.join(METRICS)}")
+    return METRICS[name]
+
+
+def directions() -> dict[str, str]:
+    return {m.name: m.direction for m in METRICS.values()}
+
+
+def objective_metrics() -> tuple[str, ...]:
+    """What a study may optimise."""
+    return tuple(m.name for m in METRICS.values() if m.objective and not m.raw_recall)
+
+
+def raw_recall_metrics() -> tuple[str, ...]:
+    return tuple(m.name for m in METRICS.values() if m.raw_recall)
+
+
+_RECALL = tuple(obj for obj, _ in RECALL_SOURCES)
+for _m in (
+    # recall corrected for its strongest no-recall baseline, max(0, (raw - b) / (1 - b)) (hlnas.score.baselines)
+    Metric(name="recall", direction="maximize", title="recall", unit="fraction", needs=_RECALL),
+    Metric(name="recall_raw", direction="maximize", title="recall (raw)", unit="fraction", needs=_RECALL, raw_recall=True),
+    Metric(name="recall_baseline", direction="maximize", title="no-recall baseline", unit="fraction", objective=False),
+    Metric(name="ruler", direction="maximize", title="RULER average", unit="fraction", needs=("ruler",), raw_recall=True),
+    Metric(name="ruler_avg", direction="maximize", title="RULER average", unit="fraction", needs=("ruler",), raw_recall=True),
+    Metric(name="mqar_acc", direction="maximize", title="MQAR accuracy", unit="fraction", needs=("mqar",), raw_recall=True),
+    Metric(name="mqar_mixed_acc", direction="maximize", title="mixed-in MQAR accuracy", unit="fraction",
+           needs=("mqar_mixed",), raw_recall=True),
+    Metric(name="lm_acc", direction="maximize", title="LM accuracy", unit="fraction", needs=("lm_eval",)),
+    Metric(name="val_loss", direction="minimize", title="validation loss", unit="loss", needs=("val_loss",)),
+    Metric(name="kv_cache_bytes", direction="minimize", title="KV cache", unit="bytes"),
+    Metric(name="state_bytes", direction="minimize", title="recurrent state", unit="bytes"),
+    Metric(name="inference_bytes", direction="minimize", title="inference memory", unit="bytes"),
+    Metric(name="params", direction="minimize", title="parameters", unit="count"),
+    Metric(name="flops_per_token", direction="minimize", title="FLOPs per token", unit="count"),
+    Metric(name="tokens_per_s", direction="maximize", title="training tokens/s", unit="tokens/s", objective=False),
+    Metric(name="steady_tokens_per_s", direction="maximize", title="steady training tokens/s", unit="tokens/s", objective=False),
+    Metric(name="train_wall_s", direction="minimize", title="training time", unit="s", objective=False),
+):
+    register(_m)
