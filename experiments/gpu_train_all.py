@@ -18,16 +18,14 @@ import sys
 
 import torch
 
-sys.path.insert(0, ".")
-from hlnas.catalog import PAPER_MIXERS  # noqa: E402
-from hlnas.config import preset  # noqa: E402
-from hlnas.data.packing import TokenStream  # noqa: E402
-from hlnas.data.sources import DataConfig  # noqa: E402
-from hlnas.data.tokenizer import load_tokenizer  # noqa: E402
-from hlnas.layout import build_layout  # noqa: E402
-from hlnas.recipe import mqar_recall_config, recall_documents  # noqa: E402
-from hlnas.score.objectives import ScoreConfig, score  # noqa: E402
-from hlnas.train import STEADY_AFTER, TrainConfig, train  # noqa: E402
+from hlnas.catalog import PAPER_MIXERS
+from hlnas.config import preset
+from hlnas.data.sources import DataConfig
+from hlnas.layout import build_layout
+from hlnas.recipe import RunConfig
+from hlnas.run import run
+from hlnas.score.objectives import ScoreConfig
+from hlnas.train import STEADY_AFTER, TrainConfig
 
 
 def main() -> int:
@@ -62,27 +60,27 @@ def main() -> int:
         dcfg = DataConfig()
     if args.quick_score:
         scfg = ScoreConfig.from_dict({**scfg.to_dict(), "ruler_samples": 2, "mqar_steps": 50, "mqar_test": scfg.mqar_batch})
-    tok = load_tokenizer(dcfg.tokenizer)
     rows = []
     candidates = [] if args.no_baseline else [("transformer", build_layout("transformer", None, cfg.n_layers))]
     candidates += [(m, build_layout(m, None if m == "transformer" else args.ratio, cfg.n_layers)) for m in args.mixers.split(",")]
     for name, layout in candidates:
         try:
-            r = train(layout, cfg, tcfg, dcfg, progress=False, extra_docs=recall_documents(tcfg, dcfg))
+            r = run(RunConfig(layout=layout, model=cfg, train=tcfg, data=dcfg, score=scfg))
         except Exception as e:  # one mixer's fault is that row's result, not the end of the run
             rows.append({"mixer": name, "layout": str(layout), "status": "failed", "params": 0, "steps": 0,
                          "tokens_per_s": None, "final_loss": None, "error": f"{type(e).__name__}: {e}"[:300]})
             print(json.dumps(rows[-1]), flush=True)
             _write(rows, args)
             continue
-        row = {"mixer": name, "layout": str(layout), "status": r.status, "params": r.params, "steps": r.steps,
-               "tokens_per_s": r.tokens_per_s, "steady_tokens_per_s": r.steady_tokens_per_s, "wall_s": r.wall_s,
-               "final_loss": r.final_loss, "error": r.error}
+        t = r.train
+        row = {"mixer": name, "layout": str(layout), "status": r.status, "params": t.params, "steps": t.steps,
+               "tokens_per_s": t.tokens_per_s, "steady_tokens_per_s": t.steady_tokens_per_s, "wall_s": t.wall_s,
+               "final_loss": t.final_loss, "error": r.error}
         if r.status == "ok":
-            val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
-            s = score(r.model, tok, scfg, val_batches=val, mixed_mqar=mqar_recall_config(tcfg, dcfg))
+            s = r.scores
             row.update(val_loss=s.get("val_loss"), mqar_acc=s.get("mqar_acc"), mqar_mixed_acc=s.get("mqar_mixed_acc"),
-                       ruler=(s.get("ruler") or {}).get("average"))
+                       ruler=(s.get("ruler") or {}).get("average"), recall_raw=s.get("recall_raw"),
+                       recall_baseline=s.get("recall_baseline"))
         del r
         torch.cuda.empty_cache()
         rows.append(row)

@@ -28,16 +28,15 @@ import time
 
 import torch
 
-sys.path.insert(0, ".")
-from hlnas.config import preset  # noqa: E402
-from hlnas.data.packing import TokenStream  # noqa: E402
-from hlnas.data.sources import DataConfig  # noqa: E402
-from hlnas.data.tokenizer import load_tokenizer  # noqa: E402
-from hlnas.layout import build_layout  # noqa: E402
-from hlnas.recipe import mqar_recall_config, recall_documents  # noqa: E402
-from hlnas.score.objectives import ScoreConfig, score  # noqa: E402
-from hlnas.score.ruler import ruler_training_documents  # noqa: E402
-from hlnas.train import TrainConfig, train  # noqa: E402
+from hlnas.config import preset
+from hlnas.data.sources import DataConfig
+from hlnas.data.tokenizer import load_tokenizer
+from hlnas.layout import build_layout
+from hlnas.recipe import RunConfig
+from hlnas.run import run
+from hlnas.score.objectives import ScoreConfig
+from hlnas.score.ruler import ruler_training_documents
+from hlnas.train import TrainConfig
 
 TASKS = ("niah_single_1", "niah_single_2", "niah_multikey_1", "niah_multikey_2", "niah_multivalue", "niah_multiquery", "vt")
 
@@ -113,20 +112,20 @@ def _run_one(args, cand: str, threads: int | None = None) -> dict:
     tok = load_tokenizer(dcfg.tokenizer)
     if mqar:
         scfg = ScoreConfig(objectives=("val_loss", "mqar_mixed"), mqar_test=args.test, mqar_mixed_scales=(1, 2))
-        extra = recall_documents(tcfg, dcfg)
+        extra = None  # the recipe's own recall protocol
     else:
         scfg = ScoreConfig(objectives=("val_loss", "ruler", "mqar"), ruler_tasks=TASKS, ruler_lengths=(args.seq_len, 2 * args.seq_len),
                            ruler_samples=args.samples, mqar_steps=args.mqar_steps)
         extra = functools.partial(ruler_training_documents, tok, args.seq_len, tasks=TASKS)
     t0 = time.perf_counter()
-    r = train(layout, cfg, tcfg, dcfg, progress=args.jobs == 1, extra_docs=extra)
-    if r.status != "ok":
-        raise SystemExit(f"{layout}: training {r.status}: {r.error}")
-    val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
-    s = score(r.model, tok, scfg, val_batches=val, mixed_mqar=mqar_recall_config(tcfg, dcfg), seed=args.seed)
+    result = run(RunConfig(layout=layout, model=cfg, train=tcfg, data=dcfg, score=scfg), progress=args.jobs == 1,
+                 extra_docs=extra)
+    if result.status != "ok":
+        raise SystemExit(f"{layout}: training {result.status}: {result.error}")
+    r, s = result.train, result.scores
     row = {"layout": str(layout), "name": "transformer" if layout.ratio == "transformer" else f"{args.mixer} {layout.ratio}",
            "params": r.params, "train_loss": r.final_loss, "val_loss": s["val_loss"], "tokens_per_s": r.tokens_per_s,
-           "wall_s": round(time.perf_counter() - t0, 1)}
+           "wall_s": round(time.perf_counter() - t0, 1), "recall_raw": s.get("recall_raw"), "recall_baseline": s.get("recall_baseline")}
     if mqar:
         row.update(recall=s["mqar_mixed_acc"], per_length=s["mqar_mixed"]["by_length"])
     else:

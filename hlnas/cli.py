@@ -194,9 +194,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.config, sets, base)
     out = _out_dir(args.out)
     _write_text(out / "recipe.yaml", yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-    result = _train_recipe(recipe, out, progress=not args.no_progress)
-    if args.score and result["status"] == "ok":
-        result["scores"] = _score_dir(out, recipe.score)
+    result = _train_recipe(recipe, out, progress=not args.no_progress, score=args.score)
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
     summary = {k: result.get(k) for k in ("status", "layout", "params", "steps", "tokens", "final_loss", "val_loss",
                                            "tokens_per_s", "wall_s", "device", "error_kind", "error")}
@@ -206,35 +204,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0 if result["status"] in ("ok", "interrupted") else 1
 
 
-def _train_recipe(recipe, out, progress: bool) -> dict:
-    from hlnas.recipe import recall_documents
-    from hlnas.train import train
+def _train_recipe(recipe, out, progress: bool, score: bool) -> dict:
+    from hlnas.run import run
 
-    extra = recall_documents(recipe.train, recipe.data)
-    r = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out, progress=progress, extra_docs=extra)
-    d = r.to_dict()
+    r = run(recipe, out_dir=out, progress=progress, score=score)
+    d = r.train.to_dict()
     d["recipe"] = recipe.to_dict()
+    if score and r.status == "ok":
+        d["scores"] = r.scores
     return d
-
-
-def _score_dir(ckpt_dir, score_cfg) -> dict:
-    from hlnas.data.packing import TokenStream
-    from hlnas.data.sources import DataConfig
-    from hlnas.data.tokenizer import load_tokenizer
-    from hlnas.recipe import mqar_recall_config
-    from hlnas.score.objectives import score
-    from hlnas.train import TrainConfig, load_checkpoint, resolve_device
-
-    model, meta = load_checkpoint(ckpt_dir)
-    tcfg, dcfg = TrainConfig.from_dict(meta["train"]), DataConfig.from_dict(meta["data"])
-    device = resolve_device(tcfg.device)
-    model.to(device)
-    val = None
-    if "val_loss" in score_cfg.objectives:
-        val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches)
-    return score(model, load_tokenizer(dcfg.tokenizer), score_cfg, val_batches=val, device=device, seed=tcfg.seed,
-                 progress=lambda name: print(f"scoring: {name}", file=sys.stderr, flush=True),
-                 mixed_mqar=mqar_recall_config(tcfg, dcfg))
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
@@ -264,7 +242,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     raw = parse_sets(args.set, {"score": ScoreConfig}, {"score": raw}).get("score", raw)
     if args.objectives:
         raw["objectives"] = [o.strip() for o in args.objectives.split(",") if o.strip()]
-    scores = _score_dir(ckpt_dir, ScoreConfig.from_dict(raw))
+    from hlnas.run import score_checkpoint
+
+    scores = score_checkpoint(ckpt_dir, ScoreConfig.from_dict(raw),
+                              progress=lambda name: print(f"scoring: {name}", file=sys.stderr, flush=True))
     out = Path(args.out) if args.out else ckpt_dir / "eval.json"
     _write_text(out, json.dumps(scores, indent=1, default=str))
     print(json.dumps({k: v for k, v in scores.items() if k not in ("ruler",)}, indent=1, default=str))

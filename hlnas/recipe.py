@@ -104,6 +104,12 @@ class RunConfig:
     preset: str = "proxy-tiny"
 
     @classmethod
+    def from_spec(cls, layout: str, model: dict, train: dict, data: dict, score: dict) -> "RunConfig":
+        """A recipe from the plain dicts a trial spec carries (each one a config's ``to_dict()``)."""
+        return cls(layout=Layout.parse(layout), model=ModelConfig.from_dict(model), train=TrainConfig.from_dict(train),
+                   data=DataConfig.from_dict(data), score=ScoreConfig.from_dict(score))
+
+    @classmethod
     def from_dict(cls, raw: dict, *, where: str = "recipe") -> "RunConfig":
         for key in raw:
             if key not in SECTIONS:

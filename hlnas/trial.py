@@ -77,19 +77,10 @@ def layout_metrics(layout_str: str, model: dict, kv_context: int, placement: str
 
 
 def recall_metrics(scores: dict, sources) -> dict:
-    """The study's recall from a trial's scores: the first of ``sources`` (raw accuracy keys) present, its
-    strongest no-recall baseline, and ``recall``, that accuracy corrected for the baseline (what searches
-    optimise: :func:`hlnas.score.baselines.corrected`). Empty when no recall objective was scored."""
-    from hlnas.score.baselines import corrected
+    """:func:`hlnas.score.baselines.recall_metrics` (imported when called: this module stays free of torch)."""
+    from hlnas.score.baselines import recall_metrics as summary
 
-    key = next((k for k in sources if k in scores and scores[k] is not None), None)
-    if key is None:
-        return {}
-    prefix = key.removesuffix("_acc").removesuffix("_avg")
-    raw, base = float(scores[key]), float(scores.get(f"{prefix}_baseline", 0.0))
-    return {"recall_source": key, "recall_raw": raw, "recall_baseline": base,
-            "recall_baseline_name": scores.get(f"{prefix}_baseline_name"),
-            "recall_baselines": scores.get(f"{prefix}_baselines", {}), "recall": corrected(raw, base)}
+    return summary(scores, sources)
 
 
 def _classify(e: BaseException) -> str:
@@ -113,39 +104,17 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     # which process ran it and when (wall clock): shows long-lived Ray workers and trials overlapping
     metrics: dict = {"worker_pid": os.getpid(), "started_at": time.time()}
     try:
-        from hlnas.config import ModelConfig
-        from hlnas.data.sources import DataConfig
-        from hlnas.data.tokenizer import load_tokenizer
-        from hlnas.layout import Layout
-        from hlnas.score.objectives import ScoreConfig, score
-        from hlnas.space import RECALL_SOURCES
-        from hlnas.recipe import mqar_recall_config, recall_documents
-        from hlnas.train import TrainConfig, train
+        from hlnas.recipe import RunConfig
+        from hlnas.run import run
 
         metrics.update(layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement))
-        layout, model_cfg = Layout.parse(spec.layout), ModelConfig.from_dict(spec.model)
-        tcfg, dcfg, scfg = TrainConfig.from_dict(spec.train), DataConfig.from_dict(spec.data), ScoreConfig.from_dict(spec.score)
-        if spec.recall_only:
-            from hlnas.score.objectives import mqar_objective
-
-            metrics.update(mqar_objective(layout, model_cfg, scfg, seed=tcfg.seed))
-            metrics.update(recall_metrics(metrics, ["mqar_acc"]), status="ok", finished_at=time.time())
-            return TrialResult(spec.number, "ok", metrics, wall_s=time.perf_counter() - t0)
-        extra = recall_documents(tcfg, dcfg)
-        tr = train(layout, model_cfg, tcfg, dcfg, out_dir=spec.out_dir, progress=False, extra_docs=extra)
-        metrics.update(final_loss=tr.final_loss, tokens_per_s=tr.tokens_per_s, steady_tokens_per_s=tr.steady_tokens_per_s,
-                       train_wall_s=tr.wall_s, train_tokens=tr.tokens, device=tr.device)
-        if tr.status != "ok":
-            metrics.update(status=tr.status, error_kind=tr.error_kind, error=tr.error, finished_at=time.time())
-            return TrialResult(spec.number, tr.status, metrics, tr.error_kind, tr.error, time.perf_counter() - t0)
-        from hlnas.data.packing import TokenStream
-
-        val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches) if "val_loss" in scfg.objectives else None
-        scores = score(tr.model, load_tokenizer(dcfg.tokenizer), scfg, val_batches=val, seed=tcfg.seed,
-                       mixed_mqar=mqar_recall_config(tcfg, dcfg))
-        metrics.update(scores)
-        metrics.update(recall_metrics(metrics, [key for _, key in RECALL_SOURCES]))
-        if "ruler" in metrics:
+        result = run(RunConfig.from_spec(spec.layout, spec.model, spec.train, spec.data, spec.score), out_dir=spec.out_dir,
+                     recall_only=spec.recall_only)
+        metrics.update(result.metrics)
+        if result.status != "ok":
+            metrics.update(status=result.status, error_kind=result.error_kind, error=result.error, finished_at=time.time())
+            return TrialResult(spec.number, result.status, metrics, result.error_kind, result.error, time.perf_counter() - t0)
+        if isinstance(metrics.get("ruler"), dict):  # the per-length detail stays out of the study's attrs
             metrics["ruler"] = {k: metrics["ruler"][k] for k in ("tasks", "groups", "average") if k in metrics["ruler"]}
         metrics["status"] = "ok"
         metrics["finished_at"] = time.time()

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["mqar_baselines", "ruler_sample_baseline", "strongest", "corrected", "MQAR_STRATEGIES"]
+__all__ = ["mqar_baselines", "ruler_sample_baseline", "strongest", "corrected", "recall_metrics", "MQAR_STRATEGIES"]
 
 MQAR_STRATEGIES = ("uniform", "copy_any", "eliminate_revealed")
 IGNORE = -100
@@ -50,6 +50,20 @@ def corrected(acc: float, baseline: float) -> float:
     if baseline >= 1.0:
         return 0.0
     return max(0.0, (acc - baseline) / (1.0 - baseline))
+
+
+def recall_metrics(scores: dict, sources) -> dict:
+    """The study's recall from a trial's scores: the first of ``sources`` (raw accuracy keys) present, its
+    strongest no-recall baseline, and ``recall``, that accuracy corrected for the baseline (what searches
+    optimise: :func:`hlnas.score.baselines.corrected`). Empty when no recall objective was scored."""
+    key = next((k for k in sources if k in scores and scores[k] is not None), None)
+    if key is None:
+        return {}
+    prefix = key.removesuffix("_acc").removesuffix("_avg")
+    raw, base = float(scores[key]), float(scores.get(f"{prefix}_baseline", 0.0))
+    return {"recall_source": key, "recall_raw": raw, "recall_baseline": base,
+            "recall_baseline_name": scores.get(f"{prefix}_baseline_name"),
+            "recall_baselines": scores.get(f"{prefix}_baselines", {}), "recall": corrected(raw, base)}
 
 
 def mqar_baselines(inputs: Tensor, labels: Tensor, vocab_size: int, token_map: Sequence[int] | None = None,

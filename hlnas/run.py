@@ -1,0 +1,84 @@
+"""One pipeline from a recipe to its result: train, then score.
+
+``run(recipe) -> RunResult`` is what a search trial, ``hlnas train --score``, ``hlnas eval`` (through
+:func:`score_checkpoint`) and the experiments call, so they train and score a candidate the same way:
+the recall protocol's documents mixed in as the recipe says, validation batches from the recipe's data,
+every objective of the recipe's score section, and the study's recall with its no-recall baseline
+(:func:`hlnas.trial.recall_metrics`). Failures in training (NaN, OOM) come back in the result; other
+exceptions propagate to the caller (a trial turns them into data).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+__all__ = ["RunResult", "run", "score_model", "score_checkpoint"]
+
+
+@dataclass
+class RunResult:
+    status: str  # ok | failed | infeasible | interrupted (training's), or ok for a recall-only run
+    metrics: dict = field(default_factory=dict)  # training summary + every score + the study's recall
+    scores: dict = field(default_factory=dict)  # the scores alone (score_model)
+    train: object | None = None  # hlnas.train.TrainResult (None for recall-only runs)
+    model: object | None = None  # the trained model, in this process
+    error_kind: str | None = None
+    error: str | None = None
+
+
+def score_model(model, recipe, *, device=None, progress=None) -> dict:
+    """Every objective of ``recipe.score`` on a trained ``model``, plus the study's recall summary."""
+    from hlnas.data.packing import TokenStream
+    from hlnas.data.tokenizer import load_tokenizer
+    from hlnas.recipe import mqar_recall_config
+    from hlnas.score.objectives import score
+    from hlnas.metrics import RECALL_SOURCES
+    from hlnas.score.baselines import recall_metrics
+
+    tcfg, dcfg, scfg = recipe.train, recipe.data, recipe.score
+    val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches) if "val_loss" in scfg.objectives else None
+    out = score(model, load_tokenizer(dcfg.tokenizer), scfg, val_batches=val, device=device, seed=tcfg.seed,
+                progress=progress, mixed_mqar=mqar_recall_config(tcfg, dcfg))
+    out.update(recall_metrics(out, [key for _, key in RECALL_SOURCES]))
+    return out
+
+
+def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = False, score: bool = True,
+        recall_only: bool = False, extra_docs=None) -> RunResult:
+    """Train ``recipe`` (a :class:`hlnas.recipe.RunConfig`) and score it. ``recall_only``: only the fresh-model
+    MQAR objective, which does not depend on the trained candidate (calibration's extra seeds). ``extra_docs``:
+    the documents mixed into training (``seed -> iterator``), when not the recipe's recall protocol."""
+    from hlnas.recipe import recall_documents
+    from hlnas.train import train
+
+    if recall_only:
+        from hlnas.score.objectives import mqar_objective
+        from hlnas.score.baselines import recall_metrics
+
+        m = mqar_objective(recipe.layout, recipe.model, recipe.score, seed=recipe.train.seed)
+        m.update(recall_metrics(m, ["mqar_acc"]))
+        return RunResult("ok", m, m)
+    tr = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out_dir, progress=progress,
+               extra_docs=extra_docs if extra_docs is not None else recall_documents(recipe.train, recipe.data))
+    metrics = {"final_loss": tr.final_loss, "tokens_per_s": tr.tokens_per_s, "steady_tokens_per_s": tr.steady_tokens_per_s,
+               "train_wall_s": tr.wall_s, "train_tokens": tr.tokens, "device": tr.device}
+    model = getattr(tr, "model", None)
+    if tr.status != "ok" or not score:
+        return RunResult(tr.status, metrics, {}, tr, model, tr.error_kind, tr.error)
+    scores = score_model(model, recipe)
+    return RunResult("ok", {**metrics, **scores}, scores, tr, model)
+
+
+def score_checkpoint(ckpt_dir, score_cfg, *, progress=None) -> dict:
+    """Score a checkpoint written by ``hlnas train`` on ``score_cfg`` (its recipe's training and data settings)."""
+    from hlnas.data.sources import DataConfig
+    from hlnas.recipe import RunConfig
+    from hlnas.train import TrainConfig, load_checkpoint, resolve_device
+
+    model, meta = load_checkpoint(ckpt_dir)
+    tcfg, dcfg = TrainConfig.from_dict(meta["train"]), DataConfig.from_dict(meta["data"])
+    device = resolve_device(tcfg.device)
+    model.to(device)
+    recipe = RunConfig(layout=model.layout, model=model.cfg, train=tcfg, data=dcfg, score=score_cfg)
+    return score_model(model, recipe, device=device, progress=progress)
