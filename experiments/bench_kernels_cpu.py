@@ -26,6 +26,7 @@ import time
 import torch
 
 sys.path.insert(0, ".")
+from tests.kernels.inputs import make_inputs  # noqa: E402
 from hlnas.kernels import OPS  # noqa: E402
 
 
@@ -55,7 +56,7 @@ def median_ms(fn, repeats: int, warmup: int = 3, warmup_s: float = 0.25) -> floa
 
 def bench_op(name: str, B: int, T: int, H: int, D: int, repeats: int, backward: bool) -> tuple[float, float]:
     mod = importlib.import_module(f"hlnas.kernels.{name}")
-    inputs = mod.make_inputs(B, T, H, D, D, dtype=torch.float32, seed=0)
+    inputs = make_inputs(name, B, T, H, D, D, dtype=torch.float32, seed=0)
     naive, fast = getattr(mod, f"naive_{name}"), getattr(mod, name)
 
     def run(fn, **kw):

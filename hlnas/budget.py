@@ -24,7 +24,7 @@ from hlnas.errors import ConfigError
 from hlnas.layout import Layout
 from hlnas.nn import SwiGLU
 
-__all__ = ["LayoutCost", "layout_cost", "resolve_config", "parse_dtype", "DTYPES"]
+__all__ = ["LayoutCost", "layout_cost", "layout_metrics", "resolve_config", "parse_dtype", "DTYPES"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 
@@ -125,3 +125,23 @@ def layout_cost(
         flops_per_token=flops,
         attention_layers=layout.attention_layers,
     )
+
+
+def layout_metrics(layout_str: str, model: dict, kv_context: int, placement: str | None = None) -> dict:
+    """What the cost model says about a layout (no weights built): the attributes every trial records."""
+    layout = Layout.parse(layout_str)
+    cost = layout_cost(layout, ModelConfig.from_dict(model), context=kv_context, batch=1, dtype="bf16")
+    return {
+        "layout": str(layout),
+        "mixers": list(layout.mixers),
+        "attention_layers": list(layout.attention_layers),
+        "ratio": layout.ratio,
+        "linear_mixers": list(layout.linear_mixers),
+        "placement": placement,
+        "params": cost.params,
+        "kv_cache_bytes": cost.kv_cache_bytes,
+        "kv_context": kv_context,
+        "state_bytes": cost.state_bytes,
+        "inference_bytes": cost.inference_bytes,
+        "flops_per_token": cost.flops_per_token,
+    }

@@ -9,7 +9,7 @@ study then runs until it holds the requested number of COMPLETE trials. One driv
 Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``,
 ``hlnas_space_hash``, ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``,
 ``hlnas_paper_grid``, ``hlnas_trials`` (the latest target), ``hlnas_calibration``, ``hlnas_driver``; every trial's user attrs hold the layout's cost and its scores
-(:func:`hlnas.trial.layout_metrics` plus :func:`hlnas.score.objectives.score`).
+(:func:`hlnas.budget.layout_metrics` plus :func:`hlnas.score.objectives.score`).
 """
 
 from __future__ import annotations

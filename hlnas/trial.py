@@ -53,27 +53,10 @@ class TrialResult:
 
 
 def layout_metrics(layout_str: str, model: dict, kv_context: int, placement: str | None = None) -> dict:
-    """What the cost model says about a layout (no weights built): the attributes every trial records."""
-    from hlnas.budget import layout_cost
-    from hlnas.config import ModelConfig
-    from hlnas.layout import Layout
+    """:func:`hlnas.budget.layout_metrics` (imported when called: this module stays free of torch)."""
+    from hlnas.budget import layout_metrics as cost_view
 
-    layout = Layout.parse(layout_str)
-    cost = layout_cost(layout, ModelConfig.from_dict(model), context=kv_context, batch=1, dtype="bf16")
-    return {
-        "layout": str(layout),
-        "mixers": list(layout.mixers),
-        "attention_layers": list(layout.attention_layers),
-        "ratio": layout.ratio,
-        "linear_mixers": list(layout.linear_mixers),
-        "placement": placement,
-        "params": cost.params,
-        "kv_cache_bytes": cost.kv_cache_bytes,
-        "kv_context": kv_context,
-        "state_bytes": cost.state_bytes,
-        "inference_bytes": cost.inference_bytes,
-        "flops_per_token": cost.flops_per_token,
-    }
+    return cost_view(layout_str, model, kv_context, placement)
 
 
 def recall_metrics(scores: dict, sources) -> dict:

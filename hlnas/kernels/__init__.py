@@ -31,7 +31,7 @@ from hlnas.errors import KernelUnavailable
 
 __all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend", "quick_autotune", "warn_once", "without_autocast"]
 
-#: Every sequence op, one module each under hlnas/kernels/, with ``<op>``, ``naive_<op>`` and ``make_inputs``.
+#: Every sequence op, one module each under hlnas/kernels/, with ``<op>`` and ``naive_<op>`` (inputs for checks: tests/kernels/inputs.py).
 OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule")
 
 log = logging.getLogger("hlnas.kernels")

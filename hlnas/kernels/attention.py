@@ -61,10 +61,3 @@ def naive_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = Non
     s = torch.einsum("bthd,bshd->bhts", q.to(dt), k) * scale
     s = s.masked_fill(~_mask(q.shape[1], k.shape[1], window, q.device), float("-inf"))
     return torch.einsum("bhts,bshd->bthd", s.softmax(-1), v).to(q.dtype)
-
-
-def make_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
-    """Random q, k, v for tests and benchmarks (V is ignored: attention has V == K here)."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    mk = lambda: torch.randn(B, T, H, K, generator=g).to(device=device, dtype=dtype)  # noqa: E731
-    return {"q": mk(), "k": mk(), "v": mk()}

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from hlnas.kernels import resolve_backend, without_autocast
 
-__all__ = ["delta_rule", "naive_delta_rule", "chunk_delta_rule_torch", "make_inputs"]
+__all__ = ["delta_rule", "naive_delta_rule", "chunk_delta_rule_torch"]
 
 #: fla's DeltaNet layer switches to the fused recurrent kernel at or below this length.
 _FLA_RECURRENT_MAX_T = 64
@@ -188,16 +188,3 @@ def _fla_delta_rule(q, k, v, beta, scale, initial_state, output_final_state):
     else:
         o, s = chunk_delta_rule(q, k, v, beta.to(dtype), **kw)
     return o.to(dtype), s
-
-
-def make_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
-    """Random q, k (l2-normalized), v, beta in (0, 1) for tests and benchmarks."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    rnd = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
-    out = {
-        "q": rnd(B, T, H, K),
-        "k": F.normalize(rnd(B, T, H, K), p=2, dim=-1),
-        "v": rnd(B, T, H, V),
-        "beta": torch.sigmoid(rnd(B, T, H)),
-    }
-    return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}

@@ -23,13 +23,12 @@ import os
 import re
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from hlnas.kernels import resolve_backend, warn_once
 from hlnas.kernels.delta_rule import _FLA_RECURRENT_MAX_T, _check, _chunked, _naive, _needs_grad, _torch_chunk
 
-__all__ = ["gated_delta_rule", "naive_gated_delta_rule", "chunk_gated_delta_rule_torch", "make_inputs"]
+__all__ = ["gated_delta_rule", "naive_gated_delta_rule", "chunk_gated_delta_rule_torch"]
 
 
 
@@ -152,17 +151,3 @@ def _tilelang_usable() -> tuple[bool, str]:
     if not CommonTileLangBackend().is_enabled():
         return False, "fla's TileLang backend is disabled (FLA_TILELANG=0)"
     return True, "tilelang installed and enabled"
-
-
-def make_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
-    """Random q, k (l2-normalized), v, g (log-decay in about [-2.5, -0.005], mostly near -0.15), beta in (0, 1)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    rnd = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
-    out = {
-        "q": rnd(B, T, H, K),
-        "k": F.normalize(rnd(B, T, H, K), p=2, dim=-1),
-        "v": rnd(B, T, H, V),
-        "g": F.logsigmoid(2.0 + rnd(B, T, H)),
-        "beta": torch.sigmoid(rnd(B, T, H)),
-    }
-    return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}

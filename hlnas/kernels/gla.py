@@ -22,7 +22,7 @@ from torch import Tensor
 
 from hlnas.kernels import resolve_backend, without_autocast
 
-__all__ = ["gla", "naive_gla", "chunk_gla_torch", "make_inputs"]
+__all__ = ["gla", "naive_gla", "chunk_gla_torch"]
 
 #: fla's layers switch to the fused recurrent kernel at or below this length (decode, short prompts).
 _FLA_RECURRENT_MAX_T = 64
@@ -201,11 +201,3 @@ def gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float | None = Non
                                        output_final_state=output_final_state)
         return chunk_gla(q, k, v, g, scale=scale, initial_state=h0, output_final_state=output_final_state)
     return chunk_gla_torch(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=output_final_state)
-
-
-def make_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
-    """Random q, k, v ~ N(0,1) and log-gates g = logsigmoid(N(0,1)) (mean -0.8: a decay of ~0.45 a step)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    rnd = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
-    out = {"q": rnd(B, T, H, K), "k": rnd(B, T, H, K), "v": rnd(B, T, H, V), "g": F.logsigmoid(rnd(B, T, H, K))}
-    return {name: x.to(device=device, dtype=dtype) for name, x in out.items()}

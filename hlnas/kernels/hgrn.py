@@ -15,7 +15,7 @@ from torch import Tensor
 
 from hlnas.kernels import resolve_backend, without_autocast
 
-__all__ = ["hgrn", "naive_hgrn", "chunk_hgrn_torch", "make_inputs"]
+__all__ = ["hgrn", "naive_hgrn", "chunk_hgrn_torch"]
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:
@@ -208,15 +208,3 @@ def hgrn(
         return o.to(x.dtype), ht
     # chunk_hgrn accumulates in float32 and returns a float32 final state
     return chunk_hgrn(x, g, initial_state=h0, output_final_state=output_final_state)
-
-
-def make_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
-    """x and g ``[B, T, H*K]`` (HGRN has no heads: D = H*K channels; V is ignored).
-
-    g = logsigmoid(N(2, 1)): per-step decays mostly in (0.7, 0.99), the range HGRN's gates sit in.
-    """
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    D = H * K
-    x = torch.randn(B, T, D, generator=gen)
-    g = F.logsigmoid(torch.randn(B, T, D, generator=gen) + 2.0)
-    return {"x": x.to(device=device, dtype=dtype), "g": g.to(device=device, dtype=dtype)}

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from hlnas.kernels import resolve_backend, warn_once, without_autocast
 
-__all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch", "make_inputs"]
+__all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch"]
 
 FLA_MIN_HEAD_DIM = 64  # smallest key head dim whose fla kernels passed on the H200 (experiments/results)
 
@@ -206,24 +206,3 @@ def simple_gla(
     # fla's layers decode with the recurrent kernel; launching the chunk kernel for a few tokens is slower
     fn = fused_recurrent_simple_gla if q.shape[1] <= 64 and not torch.is_grad_enabled() else chunk_simple_gla
     return fn(q, k, v, g=g, g_gamma=g_gamma, scale=scale, initial_state=h0, output_final_state=output_final_state)
-
-
-def make_inputs(
-    B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0, decay: str = "g"
-) -> dict:
-    """q, k ``[B,T,H,K]``, v ``[B,T,H,V]`` and the decay: ``decay="g"`` gives g ``[B,T,H]`` =
-    logsigmoid(N(3, 1)) (per-step decays mostly in 0.88..0.99), ``"g_gamma"`` RetNet's per-head
-    constants log(1 - 2^(-5-h)), ``"none"`` no decay."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    out = {
-        "q": torch.randn(B, T, H, K, generator=gen),
-        "k": torch.randn(B, T, H, K, generator=gen),
-        "v": torch.randn(B, T, H, V, generator=gen),
-    }
-    if decay == "g":
-        out["g"] = F.logsigmoid(torch.randn(B, T, H, generator=gen) + 3.0)
-    elif decay == "g_gamma":
-        out["g_gamma"] = torch.log1p(-(2.0 ** (-5.0 - torch.arange(H, dtype=torch.float64))))
-    elif decay != "none":
-        raise ValueError(f"decay must be 'g', 'g_gamma' or 'none'; got {decay!r}")
-    return {name: t.to(device=device, dtype=dtype) for name, t in out.items()}

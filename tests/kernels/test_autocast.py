@@ -17,6 +17,7 @@ from hlnas.config import ModelConfig
 from hlnas.kernels import use_backend
 from hlnas.layout import Layout, build_layout
 from hlnas.model import build_model
+from tests.kernels.inputs import make_inputs
 
 OPS = {  # op -> (function, the make_inputs keys it takes positionally)
     "hgrn": ("chunk_hgrn_torch", ("x", "g")),
@@ -37,7 +38,7 @@ def test_torch_paths_keep_float32_under_a_bf16_autocast(op, path):
     mod = importlib.import_module(f"hlnas.kernels.{op}")
     name, keys = OPS[op]
     fn = getattr(mod, name if path == "chunk" else f"naive_{op}")
-    inp = mod.make_inputs(1, 96, 2, 16, 16)
+    inp = make_inputs(op, 1, 96, 2, 16, 16)
     args = [inp[k].requires_grad_() for k in keys]
     o_ref, _ = fn(*args)
     g_ref = torch.autograd.grad(o_ref.square().sum(), args)

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from hlnas.kernels.hgrn import chunk_hgrn_torch, naive_hgrn
-from hlnas.kernels.hgrn import make_inputs as hgrn_inputs
 from hlnas.kernels.simple_gla import chunk_simple_gla_torch, naive_simple_gla
-from hlnas.kernels.simple_gla import make_inputs as sgla_inputs
 from tests.helpers import assert_close
 from tests.helpers import forward_and_grads as _run
+from tests.kernels.inputs import hgrn_inputs
+from tests.kernels.inputs import simple_gla_inputs as sgla_inputs
 
 
 def _hgrn(B, T, D, with_h0, dtype=torch.float64, seed=0):

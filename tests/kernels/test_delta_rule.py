@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.kernels.delta_rule import chunk_delta_rule_torch, delta_rule, make_inputs, naive_delta_rule
+from hlnas.kernels.delta_rule import chunk_delta_rule_torch, delta_rule, naive_delta_rule
 from tests.helpers import assert_close
 from tests.helpers import forward_and_grads as _run
+from tests.kernels.inputs import delta_rule_inputs as make_inputs
 
 # (B, T, H, K, V, chunk_size, with initial_state)
 SHAPES = [

@@ -14,6 +14,7 @@ import torch
 import hlnas.kernels as kernels
 import hlnas.kernels.hgrn as hgrn_mod
 import hlnas.kernels.simple_gla as sg_mod
+from tests.kernels.inputs import make_inputs
 
 fla_hgrn = pytest.importorskip("fla.ops.hgrn")
 
@@ -38,7 +39,7 @@ def test_hgrn_takes_the_recurrent_kernel_when_the_final_state_has_a_gradient(as_
     calls: list = []
     _spy(monkeypatch, fla_hgrn, "chunk_hgrn", calls)
     _spy(monkeypatch, fla_hgrn, "fused_recurrent_hgrn", calls)
-    inp = hgrn_mod.make_inputs(1, 100, 2, 8, 8)
+    inp = make_inputs('hgrn', 1, 100, 2, 8, 8)
     x, g = (t.requires_grad_() for t in (inp["x"], inp["g"]))
     hgrn_mod.hgrn(x, g, output_final_state=final_state)
     assert calls == [expect]
@@ -49,7 +50,7 @@ def test_hgrn_takes_the_recurrent_kernel_when_the_final_state_has_a_gradient(as_
 
 
 def test_simple_gla_with_small_heads_keeps_to_pytorch(as_if_cuda, caplog):
-    inp = sg_mod.make_inputs(1, 70, 2, 32, 32, decay="g_gamma")
+    inp = make_inputs('simple_gla', 1, 70, 2, 32, 32, decay="g_gamma")
     with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
         o, _ = sg_mod.simple_gla(**inp)  # would import and launch fla's kernel if it did not fall back
     ref, _ = sg_mod.simple_gla(**inp, backend="torch")
@@ -61,7 +62,7 @@ def test_simple_gla_gated_backward_falls_back_where_fla_is_wrong(as_if_cuda, mon
     import hlnas.kernels.gated_delta_rule as gdr
 
     monkeypatch.setattr(gdr, "_fla_gated_backward_ok", lambda: (False, "Hopper with triton 3.6.0 (fla #640)"))
-    inp = {k: v.requires_grad_() for k, v in sg_mod.make_inputs(1, 70, 2, 64, 64, decay="g").items()}
+    inp = {k: v.requires_grad_() for k, v in make_inputs('simple_gla', 1, 70, 2, 64, 64, decay="g").items()}
     with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
         o, _ = sg_mod.simple_gla(**inp)
     ref, _ = sg_mod.simple_gla(**inp, backend="torch")

@@ -13,11 +13,11 @@ import hlnas.kernels.gated_delta_rule as gdr
 from hlnas.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_torch,
     gated_delta_rule,
-    make_inputs,
     naive_gated_delta_rule,
 )
 from tests.helpers import assert_close
 from tests.helpers import forward_and_grads as _run
+from tests.kernels.inputs import gated_delta_rule_inputs as make_inputs
 
 # (B, T, H, K, V, chunk_size, with initial_state)
 SHAPES = [

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from hlnas.errors import KernelUnavailable
-from hlnas.kernels.gla import chunk_gla_torch, gla, make_inputs, naive_gla
+from hlnas.kernels.gla import chunk_gla_torch, gla, naive_gla
 from tests.helpers import assert_close
+from tests.kernels.inputs import gla_inputs as make_inputs
 
 SHAPES = [  # (B, T, H, K, V)
     (2, 100, 3, 16, 32),  # T not a multiple of the chunk

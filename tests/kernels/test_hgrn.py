@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.kernels.hgrn import chunk_hgrn_torch, hgrn, make_inputs, naive_hgrn
+from hlnas.kernels.hgrn import chunk_hgrn_torch, hgrn, naive_hgrn
 from tests.helpers import assert_close
 from tests.helpers import forward_and_grads as _run
+from tests.kernels.inputs import hgrn_inputs as make_inputs
 
 # (B, T, H, K, chunk_size, with initial state); D = H*K channels
 CASES = [

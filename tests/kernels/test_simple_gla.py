@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.kernels.simple_gla import chunk_simple_gla_torch, make_inputs, naive_simple_gla, simple_gla
+from hlnas.kernels.simple_gla import chunk_simple_gla_torch, naive_simple_gla, simple_gla
 from tests.helpers import assert_close
 from tests.helpers import forward_and_grads as _run
+from tests.kernels.inputs import simple_gla_inputs as make_inputs
 
 # (B, T, H, K, V, chunk_size, decay, with initial state, scale)
 CASES = [

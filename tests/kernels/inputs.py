@@ -1,0 +1,93 @@
+"""Random inputs of the right shapes and ranges for each sequence op: what the kernel tests, the GPU check
+(experiments/gpu_check.py) and the kernel benchmark feed the ops (kept out of the library's kernel modules)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["make_inputs", *[f"{op}_inputs" for op in ("attention", "delta_rule", "gated_delta_rule", "gla", "hgrn", "simple_gla")]]
+
+
+def attention_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
+    """Random q, k, v for tests and benchmarks (V is ignored: attention has V == K here)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    mk = lambda: torch.randn(B, T, H, K, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    return {"q": mk(), "k": mk(), "v": mk()}
+
+
+def delta_rule_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
+    """Random q, k (l2-normalized), v, beta in (0, 1) for tests and benchmarks."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    out = {
+        "q": rnd(B, T, H, K),
+        "k": F.normalize(rnd(B, T, H, K), p=2, dim=-1),
+        "v": rnd(B, T, H, V),
+        "beta": torch.sigmoid(rnd(B, T, H)),
+    }
+    return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}
+
+
+def gated_delta_rule_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
+    """Random q, k (l2-normalized), v, g (log-decay in about [-2.5, -0.005], mostly near -0.15), beta in (0, 1)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    out = {
+        "q": rnd(B, T, H, K),
+        "k": F.normalize(rnd(B, T, H, K), p=2, dim=-1),
+        "v": rnd(B, T, H, V),
+        "g": F.logsigmoid(2.0 + rnd(B, T, H)),
+        "beta": torch.sigmoid(rnd(B, T, H)),
+    }
+    return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}
+
+
+def gla_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
+    """Random q, k, v ~ N(0,1) and log-gates g = logsigmoid(N(0,1)) (mean -0.8: a decay of ~0.45 a step)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    out = {"q": rnd(B, T, H, K), "k": rnd(B, T, H, K), "v": rnd(B, T, H, V), "g": F.logsigmoid(rnd(B, T, H, K))}
+    return {name: x.to(device=device, dtype=dtype) for name, x in out.items()}
+
+
+def hgrn_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
+    """x and g ``[B, T, H*K]`` (HGRN has no heads: D = H*K channels; V is ignored).
+
+    g = logsigmoid(N(2, 1)): per-step decays mostly in (0.7, 0.99), the range HGRN's gates sit in.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    D = H * K
+    x = torch.randn(B, T, D, generator=gen)
+    g = F.logsigmoid(torch.randn(B, T, D, generator=gen) + 2.0)
+    return {"x": x.to(device=device, dtype=dtype), "g": g.to(device=device, dtype=dtype)}
+
+
+def simple_gla_inputs(
+    B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0, decay: str = "g"
+) -> dict:
+    """q, k ``[B,T,H,K]``, v ``[B,T,H,V]`` and the decay: ``decay="g"`` gives g ``[B,T,H]`` =
+    logsigmoid(N(3, 1)) (per-step decays mostly in 0.88..0.99), ``"g_gamma"`` RetNet's per-head
+    constants log(1 - 2^(-5-h)), ``"none"`` no decay."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    out = {
+        "q": torch.randn(B, T, H, K, generator=gen),
+        "k": torch.randn(B, T, H, K, generator=gen),
+        "v": torch.randn(B, T, H, V, generator=gen),
+    }
+    if decay == "g":
+        out["g"] = F.logsigmoid(torch.randn(B, T, H, generator=gen) + 3.0)
+    elif decay == "g_gamma":
+        out["g_gamma"] = torch.log1p(-(2.0 ** (-5.0 - torch.arange(H, dtype=torch.float64))))
+    elif decay != "none":
+        raise ValueError(f"decay must be 'g', 'g_gamma' or 'none'; got {decay!r}")
+    return {name: t.to(device=device, dtype=dtype) for name, t in out.items()}
+
+
+_BY_OP = {"attention": attention_inputs, "delta_rule": delta_rule_inputs, "gated_delta_rule": gated_delta_rule_inputs,
+          "gla": gla_inputs, "hgrn": hgrn_inputs, "simple_gla": simple_gla_inputs}
+
+
+def make_inputs(op: str, *args, **kwargs) -> dict:
+    """The inputs of ``op`` (a name of :data:`hlnas.kernels.OPS`)."""
+    return _BY_OP[op](*args, **kwargs)
