@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hlnas.errors import ConfigError, HlnasError, check_fields
+from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table",
@@ -61,8 +61,9 @@ class CalibrationConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "CalibrationConfig":
-        check_fields("calibration", data, cls)
-        return cls(**data)
+        from hlnas.overrides import config_from_dict
+
+        return config_from_dict(cls, data, "calibration")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

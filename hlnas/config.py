@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from hlnas.errors import ConfigError, check_fields, did_you_mean
+from hlnas.errors import ConfigError, did_you_mean
 
 __all__ = ["ModelConfig", "PRESETS", "preset", "swiglu_hidden"]
 
@@ -70,8 +70,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
-        check_fields("model config", data, cls)
-        return cls(**data)
+        from hlnas.overrides import config_from_dict
+
+        return config_from_dict(cls, data, "model config")
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)

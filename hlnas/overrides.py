@@ -25,7 +25,7 @@ import yaml
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["yaml_load", "field_types", "parse_sets"]
+__all__ = ["yaml_load", "field_types", "parse_sets", "typed_fields", "config_from_dict"]
 
 
 class _Loader(yaml.SafeLoader):
@@ -53,6 +53,30 @@ def field_types(cls: type) -> dict[str, object]:
     """Field name -> type of dataclass ``cls`` (its annotations are strings under ``from __future__ import annotations``)."""
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def typed_fields(cls: type, data: Mapping, kind: str) -> dict:
+    """``data`` (a mapping read from YAML, JSON or a stored study) checked key by key against dataclass ``cls``:
+    unknown keys refused with the allowed ones, each value made its field's type by the rules above
+    (``tokens: 1e5`` -> 100000; ``seq_len: 12.5`` refused, naming ``kind.seq_len``, its type and the value)."""
+    from hlnas.errors import check_fields
+
+    check_fields(kind, data, cls)
+    types_ = field_types(cls)
+    out = {}
+    for key, value in data.items():
+        try:
+            out[key] = _convert(value, None, types_[key])
+        except _Mismatch:
+            raise ConfigError(f"{kind}.{key} is {_describe(types_[key])}; got {value!r}") from None
+        if isinstance(out[key], list) and (typing.get_origin(types_[key]) or types_[key]) is tuple:
+            out[key] = tuple(out[key])
+    return out
+
+
+def config_from_dict(cls: type, data: Mapping, kind: str):
+    """``cls(**typed_fields(cls, data, kind))``: the one way every config is read back from plain data."""
+    return cls(**typed_fields(cls, data, kind))
 
 
 def parse_sets(items: list[str], sections: Mapping[str, type | Mapping[str, object]],

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from hlnas.config import ModelConfig
 from hlnas.data.packing import TokenStream, split_targets
 from hlnas.data.sources import DataConfig
-from hlnas.errors import ConfigError, HlnasError, check_fields
+from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model
 
@@ -115,8 +115,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
-        check_fields("train", data, cls)
-        return cls(**data)
+        from hlnas.overrides import config_from_dict
+
+        return config_from_dict(cls, data, "train")
 
 
 @dataclass

@@ -56,11 +56,11 @@ def test_plan_names_a_hybrid_ratio_the_depth_cannot_hold():
 
 @pytest.mark.parametrize(("cal", "message"), [
     ({"seeds": 1}, "calibration.seeds=1 is not allowed; allowed: an integer from 2 to 10"),
-    ({"seeds": "2"}, "calibration.seeds='2' is not allowed"),
+    ({"seeds": "two"}, "calibration.seeds is an integer; got 'two'"),
     ({"control_min": 1.5}, r"calibration.control_min=1.5 is not allowed; allowed: a fraction in \[0, 1\]"),
     ({"hybrid_ratio": "pure"}, "calibration.hybrid_ratio='pure' is not allowed; allowed: a ratio r:1"),
     ({"hybrid_ratio": "x"}, "calibration.hybrid_ratio='x' is not allowed; allowed: a ratio r:1"),
-    ({"enabled": "yes"}, "calibration.enabled must be true or false"),
+    ({"enabled": "yes"}, "calibration.enabled is true or false; got 'yes'"),
     ({"seed": 2}, "unknown calibration key 'seed'. Did you mean: seeds?"),
     ("on", "calibration must be a mapping"),
 ])

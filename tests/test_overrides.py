@@ -129,3 +129,16 @@ def test_train_with_a_float_token_count_end_to_end(tmp_path, capsys):
     assert main([*argv, "--set", "train.seq_len=12.5"]) == 2
     err = capsys.readouterr().err
     assert "--set train.seq_len=12.5: train.seq_len is an integer; got 12.5" in err and "Traceback" not in err
+
+
+def test_config_files_are_read_with_the_same_types_as_overrides():
+    """A recipe or space file goes through the same conversion as --set (hlnas.overrides.config_from_dict)."""
+    from hlnas.errors import ConfigError
+    from hlnas.recipe import RunConfig
+    from hlnas.train import TrainConfig
+
+    assert TrainConfig.from_dict({"tokens": 1e5, "seq_len": 64}).tokens == 100000
+    with pytest.raises(ConfigError, match=r"train.seq_len is an integer; got 12.5"):
+        TrainConfig.from_dict({"seq_len": 12.5})
+    with pytest.raises(ConfigError, match=r"recipe: train.lr is a number; got 'abc'"):
+        RunConfig.from_dict({"layout": "GGA", "train": {"lr": "abc"}})

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlnas.errors import ConfigError, HlnasError, check_fields, did_you_mean
+from hlnas.errors import ConfigError, HlnasError, did_you_mean
 
 from .corpus import synthetic_documents
 
@@ -70,8 +70,9 @@ class DataConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DataConfig":
-        check_fields("data config", data, cls)
-        return cls(**data)
+        from hlnas.overrides import config_from_dict
+
+        return config_from_dict(cls, data, "data config")
 
 
 def iter_documents(cfg: DataConfig) -> Iterator[str]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hlnas.config import ModelConfig
-from hlnas.errors import ConfigError, check_fields, did_you_mean
+from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model
 
@@ -117,8 +117,9 @@ class ScoreConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ScoreConfig":
-        check_fields("score", data, cls)
-        return cls(**data)
+        from hlnas.overrides import config_from_dict
+
+        return config_from_dict(cls, data, "score")
 
 
 def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, seed: int = 0, device=None) -> dict:
