@@ -29,11 +29,11 @@ from hlnas.catalog import canonical, linear_mixer_names
 from hlnas.config import PRESETS
 from hlnas.errors import ConfigError, HlnasError, LayoutError, did_you_mean
 from hlnas.layout import PLACEMENTS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
+from hlnas.samplers import SAMPLERS
 
 __all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CONSTRAINTS", "load_space",
            "space_from_dict", "builtin_spaces"]
 
-SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 METRICS = {  # metric key in a trial's results -> default direction
     # the recall the scale measures (RULER's weighted average if scored, else mixed-in MQAR, else fresh-model MQAR),
     # corrected for its strongest no-recall baseline: max(0, (acc - b) / (1 - b)) (hlnas.score.baselines)
