@@ -254,7 +254,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _add_search(sub: argparse._SubParsersAction) -> None:
-    from hlnas.space import SAMPLERS
+    from hlnas.samplers import SAMPLERS
 
     p = sub.add_parser(
         "search",
@@ -642,6 +642,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
+    from hlnas.samplers import SAMPLERS
+
     p = sub.add_parser(
         "bench-samplers", help="compare samplers on a table of results (look-up instead of training, CPU seconds)",
         description="Run real optuna studies over a search space whose candidates are looked up in a results table "
@@ -659,9 +661,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                    "kv_cache_bytes reads kv_cache_bytes_4k if needed)")
     p.add_argument("--missing", choices=("error", "infeasible"), default="error",
                    help="candidates of --space without a row: an error (default) or infeasible (not evaluated)")
-    p.add_argument("--samplers", default="nsga2,tpe,gp,random,grid",
-                   help="comma-separated: nsga2, tpe, gp, random, grid, or your own as module:attr or file.py:attr "
-                   "(an optuna sampler instance, class, or function seed -> sampler); default all five")
+    p.add_argument("--samplers", default=",".join(SAMPLERS),
+                   help=f"comma-separated: {', '.join(SAMPLERS)}, or your own as module:attr or file.py:attr "
+                   "(an optuna sampler instance, class, or function seed -> sampler); default all of them")
     p.add_argument("--evals", type=int, help="distinct candidates per run (default: all of them)")
     p.add_argument("--seeds", type=int, default=5, help="seeds per sampler, 0..K-1 (default 5)")
     p.add_argument("--scale", choices=("table", "front"), default="table",

@@ -30,11 +30,11 @@ from hlnas.catalog import canonical, linear_mixer_names
 from hlnas.config import PRESETS
 from hlnas.errors import ConfigError, HlnasError, LayoutError, did_you_mean
 from hlnas.layout import PLACEMENTS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
+from hlnas.samplers import SAMPLERS
 
 __all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CONSTRAINTS", "load_space",
            "space_from_dict", "builtin_spaces"]
 
-SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 # the metric table lives in hlnas.metrics; these views are what the validator reads
 METRICS = {n: metric_table.get(n).direction for n in (*metric_table.objective_metrics(), *metric_table.raw_recall_metrics())}
 DIRECTIONS = ("maximize", "minimize")

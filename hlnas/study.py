@@ -1,4 +1,5 @@
-"""The search: an Optuna study asked and told on the driver, trials run by an executor.
+"""The search: an Optuna study on the driver (created or resumed, held by one driver, calibrated), asked and told
+by the loop in :mod:`hlnas.proposals` (shared with the sampler benchmark), trials run by an executor.
 
 Everything needed to continue is stored with the study (the space, objectives, hlnas version), so
 ``resume_search(storage, name)`` needs nothing else. After a crash or ``kill -9`` of the driver,
@@ -14,13 +15,8 @@ Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hln
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import os
-import random
 import signal
 import threading
-import time
 from collections.abc import Callable
 
 import optuna
@@ -28,48 +24,22 @@ from optuna.trial import TrialState
 
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
-from hlnas.executors import make_executor
+from hlnas.executors import Executor, InlineExecutor, make_executor
 from hlnas.lease import DriverLease, StudyBusy
+from hlnas.proposals import (MAX_REQUEUES, catch_stop_signals, constraint_values, front_rows, objective_values,
+                             recover, search_loop)
+from hlnas.samplers import make_sampler
 from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
 from hlnas.storage import open_storage as _open_storage
-from hlnas.space import SAMPLERS, SearchSpace, space_from_dict
+from hlnas.space import SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, TrialSpec, layout_metrics
 import hlnas.calibrate as calib
 
-__all__ = ["StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE"]
+__all__ = ["StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
 def open_storage(url: str):
     """The search's storage: like :func:`hlnas.storage.open_storage`, but a new SQLite/journal file may be created."""
     return _open_storage(url, create=True)
-
-
-def _sampler(name: str, seed: int, n_objectives: int):
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
-    if name in ("random", "grid"):  # grid: every candidate is enqueued; random fills anything beyond
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ConfigError(f"unknown sampler '{name}'; allowed: {', '.join(SAMPLERS)}")
-
-
-def _spec(space: SearchSpace, number: int, params: dict, out_root: str | None) -> TrialSpec:
-    from hlnas.recipe import model_from_spec
-    from hlnas.score.objectives import ScoreConfig
-    from hlnas.train import TrainConfig
-    from hlnas.data.sources import DataConfig
-
-    layout = space.layout(params)
-    model = model_from_spec({"preset": space.preset, **space.model})
-    return TrialSpec(
-        number=number, layout=str(layout), model=model.to_dict(),
-        train=TrainConfig.from_dict(space.train).to_dict(), data=DataConfig.from_dict(space.data).to_dict(),
-        score=ScoreConfig.from_dict(space.score).to_dict(), kv_context=space.kv_context,
-        placement=params.get("placement"),
-        out_dir=None if out_root is None else os.path.join(out_root, str(layout)),
-    )
 
 
 def _layout_spec(space: SearchSpace, number: int, layout: str, *, seed: int, recall_only: bool = False) -> TrialSpec:
@@ -141,7 +111,7 @@ def _tell_calibration_trial(study: optuna.Study, space: SearchSpace, run, result
     cost = layout_metrics(run.layout, _layout_spec(space, 0, run.layout, seed=0).model, space.kv_context,
                           run.params.get("placement"))
     attrs = {**cost, **result.metrics, "wall_s": round(result.wall_s, 2), "calibration": run.key}
-    values = _values(space, result.metrics) if result.ok else None
+    values = objective_values([o.metric for o in space.objectives], result.metrics) if result.ok else None
     if values is None and result.ok:
         attrs.update(status="failed", error_kind="other",
                      error=f"objective metrics missing or not finite: {[o.metric for o in space.objectives]}")
@@ -149,7 +119,7 @@ def _tell_calibration_trial(study: optuna.Study, space: SearchSpace, run, result
     study.add_trial(optuna.trial.create_trial(
         state=TrialState.COMPLETE if values is not None else TrialState.FAIL, values=values, params=run.params,
         distributions={k: optuna.distributions.CategoricalDistribution(dims[k]) for k in run.params},
-        user_attrs=attrs, constraints=_constraints(space, cost) or None))
+        user_attrs=attrs, constraints=constraint_values(space, cost) or None))
     return max(t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("calibration") == run.key)
 
 
@@ -161,23 +131,6 @@ def calibration_failed_message(space: SearchSpace, result: dict, storage: str, n
     lines.append(f"The calibration is stored in study '{name}' ({storage}); no search trial was trained beyond its "
                  "controls. Start a new --study with the changed settings, or pass --skip-calibration to search anyway.")
     return "\n".join(lines)
-
-
-def _values(space: SearchSpace, metrics: dict) -> list[float] | None:
-    vals = []
-    for o in space.objectives:
-        v = metrics.get(o.metric)
-        if isinstance(v, dict):  # e.g. "ruler": its average
-            v = v.get("average")
-        if v is None or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-            return None
-        vals.append(float(v))
-    return vals
-
-
-def _constraints(space: SearchSpace, metrics: dict) -> dict[str, float]:
-    keys = {"max_params": "params", "max_kv_bytes": "kv_cache_bytes", "max_state_bytes": "state_bytes"}
-    return {k: float(metrics[keys[k]]) - float(limit) for k, limit in space.constraints.items()}
 
 
 def _study_attrs(space: SearchSpace) -> dict:
@@ -265,49 +218,6 @@ class _deferred_stop_signals:
             signal.raise_signal(self.got[0])
 
 
-#: how many times a layout is re-queued after the search or its worker stopped under it (a layout that kills
-#: its worker or the driver would otherwise be retried on every resume); then it is recorded as failed
-MAX_REQUEUES = 2
-#: failures where the layout itself may be fine: the driver stopped (interrupted) or the worker died
-_REQUEUED_KINDS = ("interrupted", "worker_died")
-
-
-def _recover(study: optuna.Study) -> int:
-    """Fail trials a dead driver left RUNNING and re-queue their parameters (within :data:`MAX_REQUEUES`)."""
-    storage = study._storage
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        kind, error = _stop_record(study, t.params, "the search process stopped while this trial ran")
-        storage.set_trial_user_attr(t._trial_id, "error", error)
-        storage.set_trial_user_attr(t._trial_id, "error_kind", kind)
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        if kind != "requeue_limit":
-            _requeue(study, t.params, t.number)
-        n += 1
-    return n
-
-
-def _stop_record(study: optuna.Study, params: dict, what: str, kind: str = "interrupted") -> tuple[str, str]:
-    """``(error_kind, error)`` for a trial stopped under its layout: ``kind`` (re-queued) while the layout has been
-    stopped at most :data:`MAX_REQUEUES` times before, ``requeue_limit`` (a failure of the layout) after that."""
-    earlier = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-               if t.params == params and t.user_attrs.get("error_kind") in _REQUEUED_KINDS]
-    if len(earlier) < MAX_REQUEUES:
-        return kind, f"{what}; re-queued"
-    kinds = ", ".join(sorted({kind, *(t.user_attrs.get("error_kind") for t in earlier)}))
-    return "requeue_limit", (f"{what}: stopped {len(earlier) + 1} times ({kinds}); re-queued {MAX_REQUEUES} times, not "
-                             "again (a layout that kills its worker or the search would be retried forever). Fix the "
-                             "cause, then --resume --retry-failed")
-
-
-def _requeue(study: optuna.Study, params: dict, number: int) -> None:
-    """Enqueue ``params`` again unless already WAITING. (Not ``skip_if_exists``: it matches the failed trial
-    itself, so nothing would ever be re-queued.)"""
-    if any(t.system_attrs.get("fixed_params") == params for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
-        return
-    study.enqueue_trial(params, user_attrs={"requeued_from": number})
-
-
 def run_search(
     space: SearchSpace | None,
     *,
@@ -315,7 +225,7 @@ def run_search(
     study_name: str,
     n_trials: int,
     workers: int = 1,
-    executor: str = "inline",
+    executor: str | Executor = "inline",
     sampler: str | None = None,
     resume: bool = False,
     seed: int = 0,
@@ -340,7 +250,11 @@ def run_search(
     controls run through the same executor, the verdict is stored with the study (and reused on resume),
     seed-0 runs of the space's layouts become trials, and an invalid protocol raises
     :class:`~hlnas.calibrate.CalibrationFailed` before the search starts. ``skip_calibration`` opts out;
-    ``calibrate_only`` stops after the calibration (``hlnas calibrate``)."""
+    ``calibrate_only`` stops after the calibration (``hlnas calibrate``).
+
+    ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
+    options size it), or is an :class:`~hlnas.executors.Executor` object used as given (and shut down at the
+    end), e.g. :class:`hlnas.tabular.LookupExecutor` to look results up instead of training."""
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
                      gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address)
     store = open_storage(storage)
@@ -357,7 +271,7 @@ def run_search(
         lease.release()
 
 
-def validate_options(*, n_trials: int, workers: int, executor: str, cpus_per_trial: float = 1.0,
+def validate_options(*, n_trials: int, workers: int, executor: str | Executor, cpus_per_trial: float = 1.0,
                      gpus_per_trial: float | None = None, time_limit: float | None = None, address: str | None = None) -> None:
     """Every search option, checked before anything is written to the storage (one-line errors)."""
     from hlnas.executors import EXECUTORS
@@ -367,7 +281,11 @@ def validate_options(*, n_trials: int, workers: int, executor: str, cpus_per_tri
 
     if not whole(n_trials) or n_trials < 1:
         raise ConfigError(f"--trials must be a whole number >= 1, got {n_trials!r}")
-    if executor not in EXECUTORS:
+    if not isinstance(executor, str):
+        lacking = [a for a in ("capacity", "submit", "wait", "shutdown") if not hasattr(executor, a)]
+        if lacking:
+            raise ConfigError(f"executor {type(executor).__name__} is not an Executor: it lacks {', '.join(lacking)}")
+    elif executor not in EXECUTORS:
         raise ConfigError(f"--executor {executor!r} is not allowed; allowed: {', '.join(EXECUTORS)}")
     if not whole(workers) or workers < 1:
         raise ConfigError(f"--workers must be a whole number >= 1, got {workers!r}")
@@ -381,7 +299,8 @@ def validate_options(*, n_trials: int, workers: int, executor: str, cpus_per_tri
         raise ConfigError(f"--timeout must be a positive number of seconds, got {time_limit}")
     if address:
         if executor != "ray":
-            raise ConfigError(f"--address {address} joins a Ray cluster, which needs --executor ray (got {executor})")
+            raise ConfigError(f"--address {address} joins a Ray cluster, which needs --executor ray "
+                              f"(got {executor if isinstance(executor, str) else type(executor).__name__})")
         _probe_ray(address)
 
 
@@ -407,220 +326,72 @@ def _probe_ray(address: str) -> None:
                          f"`ray start --head --port {port}` there, or fix the address") from None
 
 
-def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str, n_trials: int, workers: int, executor: str,
+def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str, n_trials: int, workers: int, executor,
            sampler, seed: int, address, cpus_per_trial: float, gpus_per_trial, out_root, on_event, time_limit,
            retry_failed: bool, skip_calibration: bool, calibrate_only: bool, fresh: bool) -> optuna.Study:
-    """The search itself, on a study this driver holds (see :func:`run_search`)."""
+    """The search itself, on a study this driver holds (see :func:`run_search`): recovery, the executor, the
+    calibration, then :func:`hlnas.proposals.search_loop`."""
     sampler_name = sampler or space.sampler
-    study.sampler = _sampler(sampler_name, seed, len(space.objectives))
+    study.sampler = make_sampler(sampler_name, seed, len(space.objectives))
     study.set_user_attr("hlnas_trials", n_trials)  # the target a plain --resume continues to
     emit = on_event or (lambda kind, data: None)
-    requeued = _recover(study)
+    requeued = recover(study)
     if requeued:
         emit("requeued", {"n": requeued})
-    unique = len(space.grid()) if _small(space) else None  # how many distinct layouts exist, when countable
-    ray_kwargs = {}
-    if executor == "ray":
-        # one GPU per trial when the driver sees CUDA, unless told otherwise
-        gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if _cuda_available() else 0.0)
-        ray_kwargs = {"address": address, "cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus}
-    elif executor == "processes":
-        ray_kwargs = {"cpus_per_trial": cpus_per_trial}
     try:
-        ex = make_executor(executor, workers, **ray_kwargs)
+        ex = _executor(executor, workers, address=address, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
     except BaseException:
         if fresh and not study.get_trials(deepcopy=False):  # created just now for nothing: leave no empty study
             optuna.delete_study(study_name=study_name, storage=study._storage)
         raise
-    calibrating = not skip_calibration and needs_calibration(space)
-    if not calibrating:
-        if "hlnas_calibration" not in study.user_attrs:
-            why = ("skipped" if skip_calibration else "disabled" if not space.calibration_config().enabled else "not needed")
-            study.set_user_attr("hlnas_calibration", {"status": why})
-    else:
-        stored = study.user_attrs.get("hlnas_calibration") or {}
-        if stored.get("status") in ("valid", "invalid"):
-            emit("calibration", {**stored["verdict"], "reused": True})
-            verdict = stored["verdict"]
-        else:
-            stop_flag: list[int] = []
-            old = _catch_stop_signals(stop_flag, [executor == "inline"])
-
-            def check_calibration_stop() -> None:
-                if stop_flag:
-                    raise KeyboardInterrupt
-            try:
-                verdict = _run_calibration(study, space, ex, emit, check_calibration_stop)
-            except BaseException:
-                ex.shutdown()
-                raise
-            finally:
-                for sig, handler in old.items():
-                    signal.signal(sig, handler)
-        if not verdict["valid"]:
-            ex.shutdown()
-            raise calib.CalibrationFailed(calibration_failed_message(space, verdict, storage, study_name))
-    if calibrate_only:
-        ex.shutdown()
-        return study
-    if sampler_name == "grid" and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
-        for params in space.grid():
-            study.enqueue_trial(params)
-    t_start = time.monotonic()
-    pending: dict[int, tuple[optuna.trial.Trial, str]] = {}  # trial number -> (trial, layout) being trained
-    waiting: list[tuple[optuna.trial.Trial, str]] = []  # duplicates of a layout still training
-    done_by_layout = _completed_by_layout(study)
-    dead = _failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
-    if retry_failed:
-        retried = 0
-        for layout, t in list(dead.items()):
-            if t.user_attrs.get("error_kind") != "constraint":
-                del dead[layout]
-                _requeue(study, t.params, t.number)
-                retried += 1
-                emit("retry", {"number": t.number, "layout": layout, "error_kind": t.user_attrs.get("error_kind")})
-        if retried and len(done_by_layout) + retried > n_trials:  # retry them even where the target is already met
-            emit("target_raised", {"from": n_trials, "to": len(done_by_layout) + retried, "retried": retried})
-            n_trials = len(done_by_layout) + retried
-            study.set_user_attr("hlnas_trials", n_trials)
-    dup_streak = 0
-    rng = random.Random(seed)
-    last_front: tuple = ()
-
-    def exhausted() -> bool:  # every distinct layout is trained, failed/infeasible, or training
-        return unique is not None and len(done_by_layout) + len(dead) + len(pending) >= unique
-
-    def out_of_time() -> bool:
-        return time_limit is not None and time.monotonic() - t_start >= time_limit
-
-    # Ctrl-C and SIGTERM only set a flag, checked between storage writes: a KeyboardInterrupt raised in
-    # the middle of a write can leave SQLite locked, and then the interrupted trials could not be re-queued.
-    # While an inline trial runs in this process (no storage writes then) they raise at once, so a stop
-    # during scoring does not wait for it to finish (the trainer installs its own checkpointing handler).
-    stop_signal: list[int] = []
-    raise_now = [False]
-    old_handlers = _catch_stop_signals(stop_signal, raise_now)
-
-    def check_stop() -> None:
-        if stop_signal:
-            raise KeyboardInterrupt
-
+    inline = isinstance(ex, InlineExecutor)  # its submit() runs the trial here: a signal must raise at once
     try:
-        while True:
-            check_stop()
-            trained = len(done_by_layout)
-            if out_of_time() and not pending:
-                emit("time_limit", {"seconds": time_limit, "trained": trained})
-                waiting = _settle_waiting(study, waiting, done_by_layout, emit)
-                break
-            if trained >= n_trials or (exhausted() and not pending) or dup_streak >= 200:
-                waiting = _settle_waiting(study, waiting, done_by_layout, emit)
-                break
-            # fill free workers
-            while (len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted() and dup_streak < 200
-                   and not out_of_time()):
-                check_stop()
-                if dup_streak and dup_streak % _DUP_FALLBACK == 0 and unique is not None:
-                    # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
-                    # queue an untried candidate so the search keeps covering the space
-                    seen = set(done_by_layout) | set(dead) | {lay for _, lay in pending.values()}
-                    fresh = [p for p in space.grid() if str(space.layout(p)) not in seen]
-                    if fresh:
-                        study.enqueue_trial(fresh[rng.randrange(len(fresh))])
-                trial = study.ask({k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()})
-                spec = _spec(space, trial.number, trial.params, out_root)
-                cost = layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement)
-                cons = _constraints(space, cost)
-                for k, v in cons.items():
-                    trial.set_constraint(k, v)
-                for k, v in cost.items():
-                    trial.set_user_attr(k, v)
-                if spec.layout in done_by_layout:  # never train the same layout twice in one study
-                    _reuse(study, trial, done_by_layout[spec.layout], emit)
-                    dup_streak += 1
-                    continue
-                if spec.layout in dead:  # a failure is deterministic enough (NaN, OOM, constraint): don't retry it
-                    _repeat_failure(study, trial, dead[spec.layout], emit)
-                    dup_streak += 1
-                    continue
-                if spec.layout in {lay for _, lay in pending.values()}:
-                    waiting.append((trial, spec.layout))
-                    dup_streak += 1
-                    continue
-                dup_streak = 0
-                if any(v > 0 for v in cons.values()):
-                    bad = ", ".join(f"{k} (by {v:,.0f})" for k, v in cons.items() if v > 0)
-                    trial.set_user_attr("status", "infeasible")
-                    trial.set_user_attr("error_kind", "constraint")
-                    trial.set_user_attr("error", f"violates {bad}; not trained")
-                    study.tell(trial, state=TrialState.FAIL)
-                    dead[spec.layout] = study._storage.get_trial(trial._trial_id)
-                    emit("infeasible", {"number": trial.number, "layout": spec.layout, "error": bad})
-                    continue
-                pending[trial.number] = (trial, spec.layout)
-                emit("started", {"number": trial.number, "layout": spec.layout})  # before: inline submit() runs the trial
-                raise_now[0] = executor == "inline"
+        calibrating = not skip_calibration and needs_calibration(space)
+        if not calibrating:
+            if "hlnas_calibration" not in study.user_attrs:
+                why = ("skipped" if skip_calibration else "disabled" if not space.calibration_config().enabled else "not needed")
+                study.set_user_attr("hlnas_calibration", {"status": why})
+        else:
+            stored = study.user_attrs.get("hlnas_calibration") or {}
+            if stored.get("status") in ("valid", "invalid"):
+                emit("calibration", {**stored["verdict"], "reused": True})
+                verdict = stored["verdict"]
+            else:
+                stop_flag: list[int] = []
+                old = catch_stop_signals(stop_flag, [inline])
+
+                def check_calibration_stop() -> None:
+                    if stop_flag:
+                        raise KeyboardInterrupt
                 try:
-                    check_stop()  # a signal since the last check: this trial is pending, so it is re-queued
-                    ex.submit(spec)
+                    verdict = _run_calibration(study, space, ex, emit, check_calibration_stop)
                 finally:
-                    raise_now[0] = False
-            for result in ex.wait(timeout=1.0):
-                if result.status == "interrupted":  # Ctrl-C/SIGTERM caught by the trainer (inline): stop the search
-                    raise KeyboardInterrupt
-                trial, layout = pending.pop(result.number)
-                if result.error_kind == "worker_died":  # the layout may be fine: re-queued, within the bound
-                    kind, error = _stop_record(study, trial.params, result.error or "its worker died", "worker_died")
-                    result = dataclasses.replace(result, error_kind=kind, error=error,
-                                                 metrics={**result.metrics, "error_kind": kind, "error": error})
-                _tell(study, space, trial, result)
-                frozen = study._storage.get_trial(trial._trial_id)
-                if frozen.state == TrialState.COMPLETE:
-                    done_by_layout[layout] = frozen
-                elif frozen.user_attrs.get("error_kind") == "worker_died":
-                    _requeue(study, trial.params, trial.number)
-                    emit("requeued", {"n": 1, "layout": layout, "why": "its worker died"})
-                elif frozen.user_attrs.get("error_kind") not in _RETRY:
-                    dead[layout] = frozen
-                emit("finished", {"number": result.number, "layout": layout, "status": result.status,
-                                  "metrics": result.metrics, "error": result.error})
-                front_now = tuple(sorted(t.number for t in study.best_trials))
-                if front_now != last_front:  # the live front, whenever it changes
-                    last_front = front_now
-                    emit("front", {"rows": front_rows(study)})
-                waiting = _settle_waiting(study, waiting, done_by_layout, emit, finished=layout)
-    except KeyboardInterrupt:
-        for trial, _ in list(pending.values()) + waiting:  # leave nothing RUNNING; resume re-queues these
-            kind, error = _stop_record(study, trial.params, "the search was interrupted while this trial ran")
-            trial.set_user_attr("error_kind", kind)
-            trial.set_user_attr("error", error)
-            study.tell(trial, state=TrialState.FAIL)
-            if kind != "requeue_limit":
-                _requeue(study, trial.params, trial.number)
-        _recover(study)  # a trial asked but not yet submitted when the signal came is RUNNING too
-        raise
+                    for sig, handler in old.items():
+                        signal.signal(sig, handler)
+            if not verdict["valid"]:
+                raise calib.CalibrationFailed(calibration_failed_message(space, verdict, storage, study_name))
+        if calibrate_only:
+            return study
+        search_loop(study, space, ex, n_trials=n_trials, seed=seed, out_root=out_root, on_event=emit,
+                    time_limit=time_limit, retry_failed=retry_failed, enqueue_grid=sampler_name == "grid",
+                    interruptible=inline)
     finally:
-        for sig, handler in old_handlers.items():
-            signal.signal(sig, handler)
         ex.shutdown()
     return study
 
 
-def _catch_stop_signals(flag: list[int], raise_now: list[bool]) -> dict:
-    """SIGINT/SIGTERM append to ``flag`` and raise KeyboardInterrupt only while ``raise_now[0]`` (main
-    thread only); returns the old handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def handle(signum, frame):
-        flag.append(signum)
-        if raise_now[0]:
-            raise KeyboardInterrupt
-
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        old[sig] = signal.signal(sig, handle)
-    return old
+def _executor(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial):
+    """The executor named by the search options (an :class:`~hlnas.executors.Executor` object is used as given)."""
+    if not isinstance(executor, str):
+        return executor
+    kwargs = {}
+    if executor == "ray":
+        # one GPU per trial when the driver sees CUDA, unless told otherwise
+        gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if _cuda_available() else 0.0)
+        kwargs = {"address": address, "cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus}
+    elif executor == "processes":
+        kwargs = {"cpus_per_trial": cpus_per_trial}
+    return make_executor(executor, workers, **kwargs)
 
 
 def _cuda_available() -> bool:
@@ -629,108 +400,9 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-#: consecutive proposals of known layouts after which an untried candidate is queued
-_DUP_FALLBACK = 10
-
-
-def _reuse(study, trial, prev, emit) -> None:
-    for k, v in prev.user_attrs.items():
-        if k not in ("requeued_from",):
-            trial.set_user_attr(k, v)
-    trial.set_user_attr("reused_from", prev.number)
-    study.tell(trial, prev.values)
-    emit("reused", {"number": trial.number, "layout": prev.user_attrs.get("layout"), "from": prev.number})
-
-
-def _repeat_failure(study, trial, prev, emit) -> None:
-    for k in ("status", "error_kind", "error"):
-        if k in prev.user_attrs:
-            trial.set_user_attr(k, prev.user_attrs[k])
-    trial.set_user_attr("reused_from", prev.number)
-    study.tell(trial, state=TrialState.FAIL)
-    emit("infeasible", {"number": trial.number, "layout": prev.user_attrs.get("layout"),
-                        "error": f"the same layout failed in trial {prev.number} ({prev.user_attrs.get('error_kind')}); not retried"})
-
-
-def _settle_waiting(study, waiting, done_by_layout, emit, finished: str | None = None) -> list:
-    """Duplicates waiting on a layout: reuse its result once it completed, else fail them (resume retries)."""
-    keep = []
-    for trial, layout in waiting:
-        if layout in done_by_layout:
-            _reuse(study, trial, done_by_layout[layout], emit)
-        elif finished is None or layout == finished:
-            trial.set_user_attr("status", "failed")
-            trial.set_user_attr("error_kind", "duplicate_failed")
-            trial.set_user_attr("error", "the same layout failed in a concurrent trial")
-            study.tell(trial, state=TrialState.FAIL)
-        else:
-            keep.append((trial, layout))
-    return keep
-
-
-def _small(space: SearchSpace) -> bool:
-    return len(space.grid()) <= 512
-
-
-# failures worth another attempt: the process stopped under the trial, or a concurrent duplicate failed
-_RETRY = ("interrupted", "worker_died", "duplicate_failed", None)
-
-
-def _failed_by_layout(study: optuna.Study) -> dict:
-    """layout -> its FAIL trial, for failures not worth retrying (the layout itself failed or is infeasible)."""
-    out = {}
-    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        a = t.user_attrs
-        if "layout" in a and "reused_from" not in a and a.get("error_kind") not in _RETRY:
-            out.setdefault(a["layout"], t)
-    return out
-
-
-def _completed_by_layout(study: optuna.Study) -> dict:
-    """layout -> its trained COMPLETE trial (reused copies excluded): what counts towards --trials."""
-    out = {}
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if "layout" in t.user_attrs and "reused_from" not in t.user_attrs:
-            out.setdefault(t.user_attrs["layout"], t)
-    return out
-
-
-def _tell(study: optuna.Study, space: SearchSpace, trial, result: TrialResult) -> None:
-    for k, v in result.metrics.items():
-        trial.set_user_attr(k, v)
-    trial.set_user_attr("wall_s", round(result.wall_s, 2))
-    values = _values(space, result.metrics) if result.ok else None
-    if values is None:
-        if result.ok:
-            trial.set_user_attr("status", "failed")
-            trial.set_user_attr("error_kind", "other")
-            trial.set_user_attr("error", f"objective metrics missing or not finite: {[o.metric for o in space.objectives]}")
-        study.tell(trial, state=TrialState.FAIL)
-    else:
-        study.tell(trial, values)
-
-
 def load_hlnas_study(storage: str, name: str) -> optuna.Study:
     """A stored hlnas study (for reading: the storage must exist)."""
     study = load_study(storage, name)
     if "hlnas_objectives" not in study.user_attrs:
         raise HlnasError(f"study '{name}' was not created by hlnas (no hlnas_objectives attribute)")
     return study
-
-
-def front_rows(study: optuna.Study) -> list[dict]:
-    """The Pareto front (feasible COMPLETE trials), one dict per trial, sorted by KV-cache bytes."""
-    objs = study.user_attrs["hlnas_objectives"]
-    rows = []
-    for t in study.best_trials:
-        a = t.user_attrs
-        if "reused_from" in a:  # a copy of a trained trial's result: list the layout once
-            continue
-        rows.append({"number": t.number, "layout": a.get("layout"), "ratio": a.get("ratio"),
-                     **{o["name"]: v for o, v in zip(objs, t.values)},
-                     "recall": a.get("recall"), "recall_raw": a.get("recall_raw"), "recall_baseline": a.get("recall_baseline"),
-                     "recall_baseline_name": a.get("recall_baseline_name"),
-                     "kv_cache_bytes": a.get("kv_cache_bytes"), "val_loss": a.get("val_loss"),
-                     "params": a.get("params")})
-    rows.sort(key=lambda r: (r["kv_cache_bytes"] or 0, -(r["recall"] or 0)))
-    return rows

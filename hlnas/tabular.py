@@ -3,23 +3,25 @@
 A :class:`TabularBenchmark` maps every candidate of a :class:`~hlnas.space.SearchSpace` (a layout) to its
 objective values, read from a results table: a CSV with one row per candidate (:meth:`TabularBenchmark.from_csv`,
 e.g. the CSV of a grid run), or the paper's published RULER recall (:meth:`TabularBenchmark.from_paper`).
-:func:`run_sampler` runs a real in-memory optuna study over the space's categorical dimensions (the
-distributions ``hlnas search`` asks with), looks each proposal up instead of training it, and records the
+:func:`run_sampler` runs the search's own loop (:func:`hlnas.proposals.search_loop`) on an in-memory optuna study
+with a :class:`LookupExecutor`, which answers each trial from the table instead of training it, and records the
 hypervolume after each distinct evaluation. :func:`compare` does that for several samplers and seeds;
 :func:`write_outputs` / ``hlnas bench-samplers`` print the table and plot hypervolume against evaluations.
 
-Rules (the same as the search loop in :mod:`hlnas.study`, one worker):
+Rules (those of the search loop in :mod:`hlnas.proposals`, one worker):
 
 * **The space is the set of table rows.** Every row must be a candidate of the space and, by default
   (``missing="error"``), every candidate of the space must have a row; a :class:`~hlnas.errors.ConfigError`
   lists the candidates without one. With ``missing="infeasible"`` such candidates are told FAIL like a
   candidate that breaks a constraint in a real search: nothing is evaluated and they do not count as an
-  evaluation. A row whose objective values are blank or not finite is a *failed* candidate (a training that
-  produced no score): it counts as an evaluation and adds no volume.
+  evaluation; so are candidates that break one of the space's ``constraints``. A row whose objective values are
+  blank or not finite is a *failed* candidate (a training that produced no score): it counts as an evaluation
+  and adds no volume.
 * **An evaluation is a distinct layout.** Parameters that give an already evaluated layout (a repeat proposal,
   or e.g. any ratio with mixer ``transformer``) are told the stored values, as the search does, and are not
-  counted. After every ``_DUP_FALLBACK`` (10) repeats in a row an untried candidate, picked at random, is
-  enqueued, so every sampler ends; a run stops after ``n_evals`` evaluations or when the space is exhausted.
+  counted. After every :data:`~hlnas.proposals.REPEATS_BEFORE_FALLBACK` (10) repeats in a row an untried
+  candidate, picked at random, is enqueued, so every sampler ends; a run stops after ``n_evals`` evaluations, when
+  the space is exhausted, or after :data:`~hlnas.proposals.MAX_REPEATS` repeats in a row.
 * **Samplers** are built by name exactly as ``hlnas search`` builds them (``nsga2``, ``tpe``, ``gp``,
   ``random``, ``grid``: every candidate enqueued in :meth:`SearchSpace.grid` order, so its curve does not
   depend on the seed). Any ``optuna.samplers.BaseSampler`` instance, sampler class, or factory
@@ -43,7 +45,6 @@ import importlib
 import importlib.util
 import math
 import os
-import random
 import re
 import statistics
 import sys
@@ -60,17 +61,19 @@ from hlnas.catalog import canonical
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
 from hlnas.layout import PLACEMENTS, TRANSFORMER, Layout, build_layout
 from hlnas.pareto import METRIC_DIRECTIONS, dominates, hypervolume
-from hlnas.space import EXPLICIT, METRICS, SAMPLERS, SearchSpace, space_from_dict
+from hlnas.proposals import search_loop
+from hlnas.samplers import SAMPLERS, make_sampler
+from hlnas.space import EXPLICIT, METRICS, SearchSpace, space_from_dict
+from hlnas.trial import TrialResult, TrialSpec
 
-__all__ = ["TabularBenchmark", "RunResult", "Comparison", "run_sampler", "compare", "write_outputs",
+__all__ = ["TabularBenchmark", "RunResult", "Comparison", "LookupExecutor", "run_sampler", "compare", "write_outputs",
            "load_sampler", "DEFAULT_SAMPLERS", "MISSING", "SCALES"]  # fmt: skip
 
-DEFAULT_SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
+DEFAULT_SAMPLERS = SAMPLERS
 MISSING = ("error", "infeasible")
 SCALES = ("table", "front")
 KV_COLUMNS = ("kv_cache_bytes", "kv_cache_bytes_4k")  # "kv_cache_bytes" reads the first one the CSV has
 REFERENCE = 1.1  # in scaled objectives: 10% beyond the table's worst value
-_MAX_REPEATS = 200  # repeats in a row after which a run gives up (the search loop's limit)
 _DIRECTION_WORDS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
 
 
@@ -460,9 +463,7 @@ def _make_sampler(spec, seed: int, n_objectives: int) -> tuple[optuna.samplers.B
         if spec not in SAMPLERS:
             raise ConfigError(f"unknown sampler '{spec}'.{did_you_mean(spec, SAMPLERS)} Allowed: {', '.join(SAMPLERS)} "
                               "(or an optuna sampler instance, class, or factory seed -> sampler)")
-        from hlnas.study import _sampler  # the search's own sampler settings
-
-        return _sampler(spec, seed, n_objectives), spec == "grid"
+        return make_sampler(spec, seed, n_objectives), spec == "grid"  # the search's own sampler settings
     if isinstance(spec, optuna.samplers.BaseSampler):
         return spec, False
     if isinstance(spec, type) and issubclass(spec, optuna.samplers.BaseSampler):
@@ -497,66 +498,87 @@ class RunResult:
         return None
 
 
+class LookupExecutor:
+    """An :class:`~hlnas.executors.Executor` that trains nothing: ``submit(spec)`` answers at once from ``bench``'s
+    table. A row with finite objective values is ``ok`` (its objective columns as the metrics), a row without is
+    ``failed`` (a training that gave no score), a candidate without a row is ``infeasible``."""
+
+    capacity = 1
+
+    def __init__(self, bench: TabularBenchmark) -> None:
+        self.bench = bench
+        self._done: list[TrialResult] = []
+
+    def result(self, spec: TrialSpec) -> TrialResult:
+        b = self.bench
+        row = b.table.get(spec.layout)
+        if row is None:
+            msg = f"no row for {spec.layout} in table '{b.name}'"
+            return TrialResult(spec.number, "infeasible", {"status": "infeasible", "error_kind": "no_row", "error": msg},
+                               "no_row", msg)
+        metrics = {c: row[c] for c in b.objectives}
+        if b.values(spec.layout) is None:
+            msg = f"row {spec.layout} lacks a finite value of {', '.join(b.objectives)}"
+            return TrialResult(spec.number, "failed", {**metrics, "status": "failed", "error_kind": "no_score", "error": msg},
+                               "no_score", msg)
+        return TrialResult(spec.number, "ok", {**metrics, "status": "ok"})
+
+    def submit(self, spec: TrialSpec) -> None:
+        self._done.append(self.result(spec))
+
+    def wait(self, timeout: float | None = None) -> list[TrialResult]:
+        out, self._done = self._done, []
+        return out
+
+    def in_flight(self) -> int:
+        return len(self._done)
+
+    def shutdown(self) -> None:
+        pass
+
+
 def run_sampler(bench: TabularBenchmark, sampler="nsga2", n_evals: int | None = None, seed: int = 0,
                 *, label: str | None = None) -> RunResult:
-    """Run a real optuna study (in memory, ask/tell) over ``bench``'s space for ``n_evals`` distinct evaluations
-    (default: every candidate) and return the hypervolume after each; see the module docstring for the rules."""
+    """Run the search loop on an in-memory optuna study over ``bench``'s space, with a :class:`LookupExecutor`, for
+    ``n_evals`` distinct evaluations (default: every candidate) and return the hypervolume after each; see the module
+    docstring for the rules."""
     n_evals = bench.n_candidates if n_evals is None else n_evals
     if n_evals < 1:
         raise ConfigError(f"n_evals must be >= 1, got {n_evals}")
-    from hlnas.study import _DUP_FALLBACK
+    k = len(bench.objectives)
+    evaluated, points, hv = [], [], []
+    tried: set[str] = set()  # evaluated or infeasible: the loop proposes them for evaluation no more
+    counts = {"repeats": 0, "infeasible": 0}
+    ref = (REFERENCE,) * k
 
-    space, k = bench.space, len(bench.objectives)
-    dists = {name: optuna.distributions.CategoricalDistribution(choices) for name, choices in space.params().items()}
+    def record(kind: str, data: dict) -> None:  # the loop's events -> the benchmark's bookkeeping
+        if kind == "reused" or (kind == "infeasible" and "from" in data):  # a repeat of a known layout
+            counts["repeats"] += 1
+        elif kind == "infeasible":  # broke one of the space's constraints: not evaluated
+            counts["infeasible"] += 1
+            tried.add(data["layout"])
+        elif kind == "finished":
+            layout = data["layout"]
+            tried.add(layout)
+            if data["status"] == "infeasible":  # no row: not evaluated, not counted
+                counts["infeasible"] += 1
+                return
+            evaluated.append(layout)
+            if data["status"] == "ok":
+                points.append(bench.scaled(layout))
+            hv.append(hypervolume(points, ref) / bench.max_hypervolume if points else 0.0)
+
     with _quiet():
         smp, grid = _make_sampler(sampler, seed, k)
         study = optuna.create_study(directions=list(bench.directions), sampler=smp)
-        if grid:
-            for p in space.grid():
-                study.enqueue_trial(p)
-        done: dict[str, tuple] = {}  # layout -> values told
-        dead: set[str] = set()  # failed rows and candidates without a row
-        evaluated, points, hv = [], [], []
-        asked = repeats = infeasible = streak = 0
-        rng = random.Random(seed)
-        ref = (REFERENCE,) * k
-        total = bench.n_candidates
-        while len(evaluated) < n_evals and len(done) + len(dead) < total and streak < _MAX_REPEATS:
-            if streak and streak % _DUP_FALLBACK == 0:
-                fresh = [lay for lay in bench._params if lay not in done and lay not in dead]
-                if fresh:
-                    study.enqueue_trial(bench.params_of(fresh[rng.randrange(len(fresh))]))
-            trial = study.ask(dists)
-            asked += 1
-            layout = bench.layout_of(trial.params)
-            if layout in done:
-                study.tell(trial, list(done[layout]))
-                repeats += 1
-                streak += 1
-                continue
-            if layout in dead:
-                study.tell(trial, state=TrialState.FAIL)
-                repeats += 1
-                streak += 1
-                continue
-            streak = 0
-            if layout not in bench.table:  # missing='infeasible': not evaluated, not counted
-                study.tell(trial, state=TrialState.FAIL)
-                dead.add(layout)
-                infeasible += 1
-                continue
-            evaluated.append(layout)
-            values = bench.values(layout)
-            if values is None:  # a failed row: an evaluation that gave no score
-                study.tell(trial, state=TrialState.FAIL)
-                dead.add(layout)
-            else:
-                study.tell(trial, list(values))
-                done[layout] = values
-                points.append(bench.scaled(layout))
-            hv.append(hypervolume(points, ref) / bench.max_hypervolume if points else 0.0)
+        study.set_user_attr("hlnas_objectives", [{"name": c, "metric": c, "direction": d}  # what front_rows reads
+                                                 for c, d in zip(bench.objectives, bench.directions)])
+        # the search's target counts COMPLETE trials; the benchmark's counts a failed row too, hence the extra stop
+        search_loop(study, bench.space, LookupExecutor(bench), n_trials=n_evals, seed=seed, objectives=bench.objectives,
+                    on_event=record, enqueue_grid=grid, unique=bench.n_candidates, stop=lambda: len(evaluated) >= n_evals)
+    asked = sum(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
     return RunResult(sampler=label or _label(sampler), seed=seed, hv=tuple(hv), layouts=tuple(evaluated), asked=asked,
-                     repeats=repeats, infeasible=infeasible, exhausted=len(done) + len(dead) >= total)
+                     repeats=counts["repeats"], infeasible=counts["infeasible"], exhausted=len(tried) >= bench.n_candidates)
 
 
 class _quiet:

@@ -29,8 +29,8 @@ def test_import_hlnas_and_help_do_not_import_torch():
 
 # Each module may import only from modules at its level or to its left in this order.
 ORDER = ["errors", "overrides", "registry", "metrics", "catalog", "layout", "config", "nn", "kernels", "mixers", "budget",
-         "model", "data", "train", "graphs", "score", "recipe", "run", "calibrate", "space", "trial", "executors", "storage", "lease",
-         "study", "paper", "pareto", "figures", "report", "tabular", "dashboard", "cli"]
+         "model", "data", "train", "graphs", "score", "recipe", "run", "calibrate", "samplers", "space", "trial", "executors",
+         "storage", "lease", "proposals", "study", "paper", "pareto", "figures", "report", "tabular", "dashboard", "cli"]
 
 
 def _level(module: str) -> int:
@@ -57,3 +57,74 @@ def test_imports_point_one_way():
                 if t.startswith("hlnas.") and _level(t) > _level(mod):
                     bad.append(f"{mod} imports {t}")
     assert not bad, "backward imports: " + "; ".join(bad)
+
+
+def _module(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+# Private names one module still takes from another, in code this change does not own (kernels and scoring
+# helpers shared between sibling modules); each should become public or move. Keep this list from growing.
+KNOWN_PRIVATE_IMPORTS = {
+    ("hlnas.kernels.gated_delta_rule", "hlnas.kernels.delta_rule._FLA_RECURRENT_MAX_T"),
+    ("hlnas.kernels.gated_delta_rule", "hlnas.kernels.delta_rule._check"),
+    ("hlnas.kernels.gated_delta_rule", "hlnas.kernels.delta_rule._chunked"),
+    ("hlnas.kernels.gated_delta_rule", "hlnas.kernels.delta_rule._naive"),
+    ("hlnas.kernels.gated_delta_rule", "hlnas.kernels.delta_rule._needs_grad"),
+    ("hlnas.kernels.gated_delta_rule", "hlnas.kernels.delta_rule._torch_chunk"),
+    ("hlnas.kernels.simple_gla", "hlnas.kernels.gated_delta_rule._fla_gated_backward_ok"),
+    ("hlnas.score.lm", "hlnas.score.loss._autocast"),
+    ("hlnas.score.lm", "hlnas.score.loss._model_device"),
+}
+
+
+def private_imports() -> set[tuple[str, str]]:
+    """(module, other module's private name) for every ``from hlnas.x import _y``, ``import hlnas.x._y`` and
+    ``x._y`` where ``x`` is another hlnas module imported in that file."""
+    found = set()
+    for path in PKG.rglob("*.py"):
+        mod = _module(path)
+        pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        tree = ast.parse(path.read_text())
+        modules = {}  # local name -> the hlnas module (or name) it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from .x import y
+                    up = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                if not base.startswith("hlnas"):
+                    continue
+                for a in node.names:
+                    if _private(a.name) and base != mod:
+                        found.add((mod, f"{base}.{a.name}"))
+                    modules[a.asname or a.name] = f"{base}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("hlnas"):
+                        if any(_private(p) for p in a.name.split(".")):
+                            found.add((mod, a.name))
+                        modules[a.asname or "hlnas"] = a.name if a.asname else "hlnas"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                chain, base = [], node.value
+                while isinstance(base, ast.Attribute):
+                    chain.insert(0, base.attr)
+                    base = base.value
+                if isinstance(base, ast.Name) and base.id in modules:
+                    owner = ".".join([modules[base.id], *chain])
+                    if owner != mod:
+                        found.add((mod, f"{owner}.{node.attr}"))
+    return found
+
+
+def test_no_module_takes_another_modules_private_names():
+    found = private_imports()
+    assert not found - KNOWN_PRIVATE_IMPORTS, "private names used across modules: " + "; ".join(
+        f"{m} uses {n}" for m, n in sorted(found - KNOWN_PRIVATE_IMPORTS))
+    assert not KNOWN_PRIVATE_IMPORTS - found, f"fixed, drop from KNOWN_PRIVATE_IMPORTS: {sorted(KNOWN_PRIVATE_IMPORTS - found)}"

@@ -9,7 +9,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-import hlnas.executors as executors
+from hlnas.executors import InlineExecutor
 from hlnas.space import SAMPLERS, space_from_dict
 from hlnas.study import run_search
 from hlnas.trial import TrialResult, layout_metrics
@@ -35,12 +35,12 @@ def space(sampler: str):
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
-def test_sampler_runs_multi_objective_with_constraints(sampler, monkeypatch, tmp_path):
-    monkeypatch.setattr(executors, "run_trial", fake_trial)
+def test_sampler_runs_multi_objective_with_constraints(sampler, tmp_path):
     sp = space(sampler)
     url = f"sqlite:///{tmp_path}/s.db"
     n = 8
-    study = run_search(sp, storage=url, study_name="s", n_trials=n, sampler=sampler, seed=1)
+    study = run_search(sp, storage=url, study_name="s", n_trials=n, sampler=sampler, seed=1,
+                       executor=InlineExecutor(run=fake_trial))
     expected = {"nsga2": optuna.samplers.NSGAIISampler, "tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler,
                 "random": optuna.samplers.RandomSampler, "grid": optuna.samplers.RandomSampler}[sampler]
     assert isinstance(study.sampler, expected)

@@ -1,0 +1,402 @@
+"""The search loop: the proposal policy shared by ``hlnas search`` (:func:`hlnas.study.run_search`) and the
+sampler benchmark (``hlnas bench-samplers``, :func:`hlnas.tabular.run_sampler`), so the benchmark measures the
+search's own rules.
+
+:func:`search_loop` asks a trial from the study's sampler, turns its parameters into a layout, and:
+
+* a layout already trained is told that trial's values (``reused_from``), one that failed or broke a constraint
+  is told FAIL again, one still training waits for it; none of these is trained again nor counts;
+* a layout that breaks a constraint is told FAIL (``infeasible``, ``error_kind: constraint``) without training;
+* anything else is submitted to an executor (:class:`hlnas.executors.Executor`) and told its result.
+
+After :data:`REPEATS_BEFORE_FALLBACK` repeats in a row an untried candidate, picked at random, is enqueued (GP and
+TPE on small categorical spaces keep proposing known layouts); after :data:`MAX_REPEATS` in a row the loop gives
+up. It ends when the target number of layouts is trained, the space is exhausted, the time limit passed, or an
+extra ``stop`` condition holds. Ctrl-C/SIGTERM stop it between storage writes, leaving nothing RUNNING: the
+trials under way are failed and re-queued (within :data:`MAX_REQUEUES`), so a resume trains them again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import optuna
+from optuna.trial import TrialState
+
+from hlnas.space import CONSTRAINTS, SearchSpace
+from hlnas.trial import TrialResult, TrialSpec, layout_metrics
+
+__all__ = ["search_loop", "trial_spec", "objective_values", "constraint_values", "tell_result", "recover",
+           "stop_record", "requeue", "catch_stop_signals", "front_rows", "countable", "REPEATS_BEFORE_FALLBACK",
+           "MAX_REPEATS", "MAX_REQUEUES"]  # fmt: skip
+
+#: repeat proposals in a row (known layouts) after which an untried candidate is enqueued
+REPEATS_BEFORE_FALLBACK = 10
+#: repeat proposals in a row after which the loop gives up (a sampler that only repeats, on an uncountable space)
+MAX_REPEATS = 200
+#: how many times a layout is re-queued after the search or its worker stopped under it (a layout that kills
+#: its worker or the driver would otherwise be retried on every resume); then it is recorded as failed
+MAX_REQUEUES = 2
+#: spaces up to this many candidates are enumerated: the loop knows when they are exhausted and can fall back
+COUNTABLE = 512
+# failures where the layout itself may be fine: the driver stopped (interrupted) or the worker died
+_REQUEUED_KINDS = ("interrupted", "worker_died")
+# failures worth another attempt: the process stopped under the trial, or a concurrent duplicate failed
+_RETRY = ("interrupted", "worker_died", "duplicate_failed", None)
+
+
+def trial_spec(space: SearchSpace, number: int, params: dict, out_root: str | None = None) -> TrialSpec:
+    """What a worker needs to train and score the layout of ``params`` at the space's scale."""
+    from hlnas.data.sources import DataConfig
+    from hlnas.recipe import model_from_spec
+    from hlnas.score.objectives import ScoreConfig
+    from hlnas.train import TrainConfig
+
+    layout = space.layout(params)
+    model = model_from_spec({"preset": space.preset, **space.model})
+    return TrialSpec(
+        number=number, layout=str(layout), model=model.to_dict(),
+        train=TrainConfig.from_dict(space.train).to_dict(), data=DataConfig.from_dict(space.data).to_dict(),
+        score=ScoreConfig.from_dict(space.score).to_dict(), kv_context=space.kv_context,
+        placement=params.get("placement"),
+        out_dir=None if out_root is None else os.path.join(out_root, str(layout)),
+    )
+
+
+def countable(space: SearchSpace) -> int | None:
+    """How many distinct layouts the space has, when small enough to enumerate (else None)."""
+    n = len(space.grid())
+    return n if n <= COUNTABLE else None
+
+
+def objective_values(metrics_names: Sequence[str], metrics: dict) -> list[float] | None:
+    """The objective values read from a trial's metrics; None when one is missing or not finite."""
+    vals = []
+    for name in metrics_names:
+        v = metrics.get(name)
+        if isinstance(v, dict):  # e.g. "ruler": its average
+            v = v.get("average")
+        if v is None or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            return None
+        vals.append(float(v))
+    return vals
+
+
+def constraint_values(space: SearchSpace, cost: dict) -> dict[str, float]:
+    """Each of the space's constraints as optuna reads it: > 0 violates, <= 0 is feasible."""
+    return {k: float(cost[CONSTRAINTS[k]]) - float(limit) for k, limit in space.constraints.items()}
+
+
+def tell_result(study: optuna.Study, metrics_names: Sequence[str], trial, result: TrialResult) -> None:
+    """Store a finished trial's metrics and tell it: COMPLETE with its objective values, else FAIL."""
+    for k, v in result.metrics.items():
+        trial.set_user_attr(k, v)
+    trial.set_user_attr("wall_s", round(result.wall_s, 2))
+    values = objective_values(metrics_names, result.metrics) if result.ok else None
+    if values is None:
+        if result.ok:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("error_kind", "other")
+            trial.set_user_attr("error", f"objective metrics missing or not finite: {list(metrics_names)}")
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        study.tell(trial, values)
+
+
+def stop_record(study: optuna.Study, params: dict, what: str, kind: str = "interrupted") -> tuple[str, str]:
+    """``(error_kind, error)`` for a trial stopped under its layout: ``kind`` (re-queued) while the layout has been
+    stopped at most :data:`MAX_REQUEUES` times before, ``requeue_limit`` (a failure of the layout) after that."""
+    earlier = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+               if t.params == params and t.user_attrs.get("error_kind") in _REQUEUED_KINDS]
+    if len(earlier) < MAX_REQUEUES:
+        return kind, f"{what}; re-queued"
+    kinds = ", ".join(sorted({kind, *(t.user_attrs.get("error_kind") for t in earlier)}))
+    return "requeue_limit", (f"{what}: stopped {len(earlier) + 1} times ({kinds}); re-queued {MAX_REQUEUES} times, not "
+                             "again (a layout that kills its worker or the search would be retried forever). Fix the "
+                             "cause, then --resume --retry-failed")
+
+
+def requeue(study: optuna.Study, params: dict, number: int) -> None:
+    """Enqueue ``params`` again unless already WAITING. (Not ``skip_if_exists``: it matches the failed trial
+    itself, so nothing would ever be re-queued.)"""
+    if any(t.system_attrs.get("fixed_params") == params for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
+        return
+    study.enqueue_trial(params, user_attrs={"requeued_from": number})
+
+
+def recover(study: optuna.Study) -> int:
+    """Fail trials a dead driver left RUNNING and re-queue their parameters (within :data:`MAX_REQUEUES`)."""
+    storage = study._storage
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        kind, error = stop_record(study, t.params, "the search process stopped while this trial ran")
+        storage.set_trial_user_attr(t._trial_id, "error", error)
+        storage.set_trial_user_attr(t._trial_id, "error_kind", kind)
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        if kind != "requeue_limit":
+            requeue(study, t.params, t.number)
+        n += 1
+    return n
+
+
+def catch_stop_signals(flag: list[int], raise_now: list[bool]) -> dict:
+    """SIGINT/SIGTERM append to ``flag`` and raise KeyboardInterrupt only while ``raise_now[0]`` (main
+    thread only); returns the old handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handle(signum, frame):
+        flag.append(signum)
+        if raise_now[0]:
+            raise KeyboardInterrupt
+
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        old[sig] = signal.signal(sig, handle)
+    return old
+
+
+def front_rows(study: optuna.Study) -> list[dict]:
+    """The Pareto front (feasible COMPLETE trials), one dict per trial, sorted by KV-cache bytes."""
+    objs = study.user_attrs["hlnas_objectives"]
+    rows = []
+    for t in study.best_trials:
+        a = t.user_attrs
+        if "reused_from" in a:  # a copy of a trained trial's result: list the layout once
+            continue
+        rows.append({"number": t.number, "layout": a.get("layout"), "ratio": a.get("ratio"),
+                     **{o["name"]: v for o, v in zip(objs, t.values)},
+                     "recall": a.get("recall"), "recall_raw": a.get("recall_raw"), "recall_baseline": a.get("recall_baseline"),
+                     "recall_baseline_name": a.get("recall_baseline_name"),
+                     "kv_cache_bytes": a.get("kv_cache_bytes"), "val_loss": a.get("val_loss"),
+                     "params": a.get("params")})
+    rows.sort(key=lambda r: (r["kv_cache_bytes"] or 0, -(r["recall"] or 0)))
+    return rows
+
+
+def _failed_by_layout(study: optuna.Study) -> dict:
+    """layout -> its FAIL trial, for failures not worth retrying (the layout itself failed or is infeasible)."""
+    out = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        a = t.user_attrs
+        if "layout" in a and "reused_from" not in a and a.get("error_kind") not in _RETRY:
+            out.setdefault(a["layout"], t)
+    return out
+
+
+def _completed_by_layout(study: optuna.Study) -> dict:
+    """layout -> its trained COMPLETE trial (reused copies excluded): what counts towards the target."""
+    out = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if "layout" in t.user_attrs and "reused_from" not in t.user_attrs:
+            out.setdefault(t.user_attrs["layout"], t)
+    return out
+
+
+def _reuse(study, trial, prev, emit) -> None:
+    for k, v in prev.user_attrs.items():
+        if k not in ("requeued_from",):
+            trial.set_user_attr(k, v)
+    trial.set_user_attr("reused_from", prev.number)
+    study.tell(trial, prev.values)
+    emit("reused", {"number": trial.number, "layout": prev.user_attrs.get("layout"), "from": prev.number})
+
+
+def _repeat_failure(study, trial, prev, emit) -> None:
+    for k in ("status", "error_kind", "error"):
+        if k in prev.user_attrs:
+            trial.set_user_attr(k, prev.user_attrs[k])
+    trial.set_user_attr("reused_from", prev.number)
+    study.tell(trial, state=TrialState.FAIL)
+    # "from": a repeat of a known failure, not a newly found infeasible layout
+    emit("infeasible", {"number": trial.number, "layout": prev.user_attrs.get("layout"), "from": prev.number,
+                        "error": f"the same layout failed in trial {prev.number} ({prev.user_attrs.get('error_kind')}); not retried"})
+
+
+def _settle_waiting(study, waiting, done_by_layout, emit, finished: str | None = None) -> list:
+    """Duplicates waiting on a layout: reuse its result once it completed, else fail them (resume retries)."""
+    keep = []
+    for trial, layout in waiting:
+        if layout in done_by_layout:
+            _reuse(study, trial, done_by_layout[layout], emit)
+        elif finished is None or layout == finished:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("error_kind", "duplicate_failed")
+            trial.set_user_attr("error", "the same layout failed in a concurrent trial")
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            keep.append((trial, layout))
+    return keep
+
+
+_COUNT = object()  # search_loop(unique=...) default: count the space's layouts when it is small
+
+
+def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: int, seed: int = 0,
+                objectives: Sequence[str] | None = None, out_root: str | None = None,
+                on_event: Callable[[str, dict], None] | None = None, time_limit: float | None = None,
+                retry_failed: bool = False, enqueue_grid: bool = False, interruptible: bool = False,
+                unique=_COUNT, stop: Callable[[], bool] | None = None) -> None:
+    """Ask, dedupe, submit and tell on ``study`` (its sampler already set) until ``n_trials`` distinct layouts of
+    ``space`` are trained and COMPLETE; see the module docstring for the rules. Does not shut ``executor`` down.
+
+    ``objectives``: the metric names read as the objective values (default: the space's objectives' metrics).
+    ``enqueue_grid``: enqueue every candidate first (sampler ``grid``) unless the study already holds search
+    trials. ``interruptible``: ``executor.submit`` runs the trial in this process (inline), so a signal raises at
+    once instead of waiting for the next storage write. ``unique``: how many distinct layouts exist (None: too
+    many to count; default :func:`countable`). ``stop``: an extra end condition, checked with the target.
+    ``retry_failed``: re-queue the layouts that failed (infeasible ones stay out), raising the target if needed.
+    ``on_event(kind, data)``: started, finished, reused, infeasible, front, requeued, retry, target_raised,
+    time_limit."""
+    emit = on_event or (lambda kind, data: None)
+    metrics_names = list(objectives) if objectives is not None else [o.metric for o in space.objectives]
+    unique = countable(space) if unique is _COUNT else unique
+    stop = stop or (lambda: False)
+    ex = executor
+    if enqueue_grid and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
+        for params in space.grid():
+            study.enqueue_trial(params)
+    t_start = time.monotonic()
+    pending: dict[int, tuple[optuna.trial.Trial, str]] = {}  # trial number -> (trial, layout) being trained
+    waiting: list[tuple[optuna.trial.Trial, str]] = []  # duplicates of a layout still training
+    done_by_layout = _completed_by_layout(study)
+    dead = _failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
+    if retry_failed:
+        retried = 0
+        for layout, t in list(dead.items()):
+            if t.user_attrs.get("error_kind") != "constraint":
+                del dead[layout]
+                requeue(study, t.params, t.number)
+                retried += 1
+                emit("retry", {"number": t.number, "layout": layout, "error_kind": t.user_attrs.get("error_kind")})
+        if retried and len(done_by_layout) + retried > n_trials:  # retry them even where the target is already met
+            emit("target_raised", {"from": n_trials, "to": len(done_by_layout) + retried, "retried": retried})
+            n_trials = len(done_by_layout) + retried
+            study.set_user_attr("hlnas_trials", n_trials)
+    dup_streak = 0
+    rng = random.Random(seed)
+    last_front: tuple = ()
+    dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()}
+
+    def exhausted() -> bool:  # every distinct layout is trained, failed/infeasible, or training
+        return unique is not None and len(done_by_layout) + len(dead) + len(pending) >= unique
+
+    def out_of_time() -> bool:
+        return time_limit is not None and time.monotonic() - t_start >= time_limit
+
+    # Ctrl-C and SIGTERM only set a flag, checked between storage writes: a KeyboardInterrupt raised in
+    # the middle of a write can leave SQLite locked, and then the interrupted trials could not be re-queued.
+    # While an inline trial runs in this process (no storage writes then) they raise at once, so a stop
+    # during scoring does not wait for it to finish (the trainer installs its own checkpointing handler).
+    stop_signal: list[int] = []
+    raise_now = [False]
+    old_handlers = catch_stop_signals(stop_signal, raise_now)
+
+    def check_stop() -> None:
+        if stop_signal:
+            raise KeyboardInterrupt
+
+    try:
+        while True:
+            check_stop()
+            trained = len(done_by_layout)
+            if out_of_time() and not pending:
+                emit("time_limit", {"seconds": time_limit, "trained": trained})
+                waiting = _settle_waiting(study, waiting, done_by_layout, emit)
+                break
+            if trained >= n_trials or (exhausted() and not pending) or dup_streak >= MAX_REPEATS or (stop() and not pending):
+                waiting = _settle_waiting(study, waiting, done_by_layout, emit)
+                break
+            # fill free workers
+            while (len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted()
+                   and dup_streak < MAX_REPEATS and not out_of_time() and not stop()):
+                check_stop()
+                if dup_streak and dup_streak % REPEATS_BEFORE_FALLBACK == 0 and unique is not None:
+                    # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
+                    # queue an untried candidate so the search keeps covering the space
+                    seen = set(done_by_layout) | set(dead) | {lay for _, lay in pending.values()}
+                    fresh = [p for p in space.grid() if str(space.layout(p)) not in seen]
+                    if fresh:
+                        study.enqueue_trial(fresh[rng.randrange(len(fresh))])
+                trial = study.ask(dists)
+                spec = trial_spec(space, trial.number, trial.params, out_root)
+                cost = layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement)
+                cons = constraint_values(space, cost)
+                for k, v in cons.items():
+                    trial.set_constraint(k, v)
+                for k, v in cost.items():
+                    trial.set_user_attr(k, v)
+                if spec.layout in done_by_layout:  # never train the same layout twice in one study
+                    _reuse(study, trial, done_by_layout[spec.layout], emit)
+                    dup_streak += 1
+                    continue
+                if spec.layout in dead:  # a failure is deterministic enough (NaN, OOM, constraint): don't retry it
+                    _repeat_failure(study, trial, dead[spec.layout], emit)
+                    dup_streak += 1
+                    continue
+                if spec.layout in {lay for _, lay in pending.values()}:
+                    waiting.append((trial, spec.layout))
+                    dup_streak += 1
+                    continue
+                dup_streak = 0
+                if any(v > 0 for v in cons.values()):
+                    bad = ", ".join(f"{k} (by {v:,.0f})" for k, v in cons.items() if v > 0)
+                    trial.set_user_attr("status", "infeasible")
+                    trial.set_user_attr("error_kind", "constraint")
+                    trial.set_user_attr("error", f"violates {bad}; not trained")
+                    study.tell(trial, state=TrialState.FAIL)
+                    dead[spec.layout] = study._storage.get_trial(trial._trial_id)
+                    emit("infeasible", {"number": trial.number, "layout": spec.layout, "error": bad})
+                    continue
+                pending[trial.number] = (trial, spec.layout)
+                emit("started", {"number": trial.number, "layout": spec.layout})  # before: inline submit() runs the trial
+                raise_now[0] = interruptible
+                try:
+                    check_stop()  # a signal since the last check: this trial is pending, so it is re-queued
+                    ex.submit(spec)
+                finally:
+                    raise_now[0] = False
+            for result in ex.wait(timeout=1.0):
+                if result.status == "interrupted":  # Ctrl-C/SIGTERM caught by the trainer (inline): stop the search
+                    raise KeyboardInterrupt
+                trial, layout = pending.pop(result.number)
+                if result.error_kind == "worker_died":  # the layout may be fine: re-queued, within the bound
+                    kind, error = stop_record(study, trial.params, result.error or "its worker died", "worker_died")
+                    result = dataclasses.replace(result, error_kind=kind, error=error,
+                                                 metrics={**result.metrics, "error_kind": kind, "error": error})
+                tell_result(study, metrics_names, trial, result)
+                frozen = study._storage.get_trial(trial._trial_id)
+                if frozen.state == TrialState.COMPLETE:
+                    done_by_layout[layout] = frozen
+                elif frozen.user_attrs.get("error_kind") == "worker_died":
+                    requeue(study, trial.params, trial.number)
+                    emit("requeued", {"n": 1, "layout": layout, "why": "its worker died"})
+                elif frozen.user_attrs.get("error_kind") not in _RETRY:
+                    dead[layout] = frozen
+                emit("finished", {"number": result.number, "layout": layout, "status": result.status,
+                                  "metrics": result.metrics, "error": result.error})
+                front_now = tuple(sorted(t.number for t in study.best_trials))
+                if front_now != last_front:  # the live front, whenever it changes
+                    last_front = front_now
+                    emit("front", {"rows": front_rows(study)})
+                waiting = _settle_waiting(study, waiting, done_by_layout, emit, finished=layout)
+    except KeyboardInterrupt:
+        for trial, _ in list(pending.values()) + waiting:  # leave nothing RUNNING; resume re-queues these
+            kind, error = stop_record(study, trial.params, "the search was interrupted while this trial ran")
+            trial.set_user_attr("error_kind", kind)
+            trial.set_user_attr("error", error)
+            study.tell(trial, state=TrialState.FAIL)
+            if kind != "requeue_limit":
+                requeue(study, trial.params, trial.number)
+        recover(study)  # a trial asked but not yet submitted when the signal came is RUNNING too
+        raise
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,52 @@
+"""The samplers a study can be driven by, by name: one table read by the space validator, the CLI, the search
+(:mod:`hlnas.study`) and the sampler benchmark (:mod:`hlnas.tabular`), so they cannot disagree on a setting.
+
+It sits below :mod:`hlnas.space` in the import order (the space validates its ``sampler`` key against it), so
+it imports nothing of hlnas but its errors, and optuna only when a sampler is built (``hlnas --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hlnas.errors import ConfigError, did_you_mean
+
+__all__ = ["SAMPLERS", "make_sampler"]
+
+
+def _nsga2(seed: int, n_objectives: int):
+    import optuna
+
+    return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
+
+
+def _tpe(seed: int, n_objectives: int):
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
+
+
+def _gp(seed: int, n_objectives: int):
+    import optuna
+
+    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
+
+
+def _random(seed: int, n_objectives: int):
+    import optuna
+
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+#: name -> builder ``(seed, n_objectives) -> optuna sampler``. ``grid`` is random sampling over a study that
+#: has every candidate enqueued first (the search loop enqueues them); random fills anything beyond.
+_BUILDERS: dict[str, Callable] = {"nsga2": _nsga2, "tpe": _tpe, "gp": _gp, "random": _random, "grid": _random}
+
+SAMPLERS = tuple(_BUILDERS)
+
+
+def make_sampler(name: str, seed: int, n_objectives: int):
+    """The optuna sampler ``name`` (one of :data:`SAMPLERS`) seeded with ``seed``."""
+    if name not in _BUILDERS:
+        raise ConfigError(f"unknown sampler '{name}'.{did_you_mean(name, SAMPLERS)} Allowed: {', '.join(SAMPLERS)}")
+    return _BUILDERS[name](seed, n_objectives)
