@@ -52,22 +52,23 @@ _REQUEUED_KINDS = ("interrupted", "worker_died")
 _RETRY = ("interrupted", "worker_died", "duplicate_failed", None)
 
 
-def trial_spec(space: SearchSpace, number: int, params: dict, out_root: str | None = None) -> TrialSpec:
-    """What a worker needs to train and score the layout of ``params`` at the space's scale."""
-    from hlnas.data.sources import DataConfig
-    from hlnas.recipe import model_from_spec
-    from hlnas.score.objectives import ScoreConfig
-    from hlnas.train import TrainConfig
-
-    layout = space.layout(params)
-    model = model_from_spec({"preset": space.preset, **space.model})
+def layout_spec(space: SearchSpace, number: int, layout: str, *, placement: str | None = None, seed: int | None = None,
+                out_root: str | None = None, recall_only: bool = False) -> TrialSpec:
+    """What a worker needs to train and score ``layout`` at the space's scale (``seed``: the training seed, when not
+    the space's own: calibration's extra seeds). The one place a space becomes a trial's configs."""
+    train = space.train_config().to_dict()
+    if seed is not None:
+        train["seed"] = seed
     return TrialSpec(
-        number=number, layout=str(layout), model=model.to_dict(),
-        train=TrainConfig.from_dict(space.train).to_dict(), data=DataConfig.from_dict(space.data).to_dict(),
-        score=ScoreConfig.from_dict(space.score).to_dict(), kv_context=space.kv_context,
-        placement=params.get("placement"),
-        out_dir=None if out_root is None else os.path.join(out_root, str(layout)),
+        number=number, layout=layout, model=space.model_config().to_dict(), train=train,
+        data=space.data_config().to_dict(), score=space.score_config().to_dict(), kv_context=space.kv_context,
+        placement=placement, out_dir=None if out_root is None else os.path.join(out_root, layout), recall_only=recall_only,
     )
+
+
+def trial_spec(space: SearchSpace, number: int, params: dict, out_root: str | None = None) -> TrialSpec:
+    """The spec of the layout of the space point ``params``."""
+    return layout_spec(space, number, str(space.layout(params)), placement=params.get("placement"), out_root=out_root)
 
 
 def countable(space: SearchSpace) -> int | None:

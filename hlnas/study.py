@@ -25,8 +25,8 @@ from optuna.trial import TrialState
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.executors import Executor, InlineExecutor, make_executor
-from hlnas.lease import DriverLease, StudyBusy
-from hlnas.proposals import (MAX_REQUEUES, catch_stop_signals, constraint_values, front_rows, objective_values,
+from hlnas.lease import DriverLease
+from hlnas.proposals import (MAX_REQUEUES, layout_spec, catch_stop_signals, constraint_values, front_rows, objective_values,
                              recover, search_loop)
 from hlnas.samplers import make_sampler
 from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
@@ -40,20 +40,6 @@ __all__ = ["StorageError", "open_storage", "run_search", "load_hlnas_study", "fr
 def open_storage(url: str):
     """The search's storage: like :func:`hlnas.storage.open_storage`, but a new SQLite/journal file may be created."""
     return _open_storage(url, create=True)
-
-
-def _layout_spec(space: SearchSpace, number: int, layout: str, *, seed: int, recall_only: bool = False) -> TrialSpec:
-    """A run of ``layout`` at the space's scale with training seed ``seed`` (calibration runs)."""
-    from hlnas.data.sources import DataConfig
-    from hlnas.recipe import model_from_spec
-    from hlnas.score.objectives import ScoreConfig
-    from hlnas.train import TrainConfig
-
-    model = model_from_spec({"preset": space.preset, **space.model, "n_layers": space.n_layers})
-    train = {**TrainConfig.from_dict(space.train).to_dict(), "seed": seed}
-    return TrialSpec(number=number, layout=layout, model=model.to_dict(), train=train,
-                     data=DataConfig.from_dict(space.data).to_dict(), score=ScoreConfig.from_dict(space.score).to_dict(),
-                     kv_context=space.kv_context, recall_only=recall_only)
 
 
 def needs_calibration(space: SearchSpace) -> bool:
@@ -84,7 +70,7 @@ def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, check_st
         while queue and len(pending) < ex.capacity:
             check_stop()
             run = queue.pop(0)
-            spec = _layout_spec(space, number_of[run.key], run.layout, seed=run.seed,
+            spec = layout_spec(space, number_of[run.key], run.layout, seed=run.seed,
                                 recall_only=recall_only and run.params is None)
             pending[spec.number] = run
             emit("calibration_run_started", {"key": run.key, "layout": run.layout, "seed": run.seed})
@@ -108,7 +94,7 @@ def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, check_st
 def _tell_calibration_trial(study: optuna.Study, space: SearchSpace, run, result: TrialResult) -> int:
     """Store a seed-0 calibration run of one of the space's layouts as the study's trial of that layout
     (added whole, not asked: a WAITING trial queued by the grid or a resume must not take its place)."""
-    cost = layout_metrics(run.layout, _layout_spec(space, 0, run.layout, seed=0).model, space.kv_context,
+    cost = layout_metrics(run.layout, layout_spec(space, 0, run.layout, seed=0).model, space.kv_context,
                           run.params.get("placement"))
     attrs = {**cost, **result.metrics, "wall_s": round(result.wall_s, 2), "calibration": run.key}
     values = objective_values([o.metric for o in space.objectives], result.metrics) if result.ok else None

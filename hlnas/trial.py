@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 __all__ = ["TrialSpec", "TrialResult", "run_trial", "recall_metrics", "ERROR_KINDS"]
 
-ERROR_KINDS = ("nan", "oom", "kernel", "config", "worker_died", "other")
+#: what a failed trial's ``error_kind`` says: the trial's own (first line) or the search loop's (second)
+ERROR_KINDS = ("nan", "oom", "kernel", "config", "cuda_error", "worker_died", "other",
+               "interrupted", "requeue_limit", "constraint", "duplicate_failed", "no_row", "no_score")
 
 
 @dataclass(frozen=True)

@@ -401,3 +401,13 @@ def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_pa
         assert r["status"] == "ok" and r["mqar_mixed_acc"] == t.user_attrs["mqar_mixed_acc"] == r["recall"]
         by = t.user_attrs["mqar_mixed"]["by_length"]
         assert r["mqar_mixed_by_length"] == f"16:{by['16']:.4f} 32:{by['32']:.4f}"
+
+
+def test_stored_specs_carry_the_space_depth(tmp_path):
+    """A 4-layer space's trial specs said n_layers 24 (the preset's) before the specs came from one builder."""
+    from hlnas.proposals import layout_spec, trial_spec
+
+    space = tiny_space()
+    spec = trial_spec(space, 0, space.grid()[0])
+    assert spec.model["n_layers"] == 4 == space.n_layers and spec.train == space.train_config().to_dict()
+    assert layout_spec(space, -1, spec.layout, seed=1).train["seed"] == 1
