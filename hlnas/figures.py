@@ -32,13 +32,14 @@ from hlnas.paper import attention_share, mixer_and_ratio
 
 __all__ = [
     "FIGURE_IDS", "MIXER_COLORS", "TradeoffInfo", "RatioInfo", "RulerInfo", "HypervolumeInfo", "LayoutInfo",
-    "CalibrationInfo", "calibration_info", "plot_calibration", "recall_baseline",
+    "CalibrationInfo", "calibration_info", "plot_calibration", "plot_calibration_table", "recall_baseline",
     "tradeoff_info", "ratio_info", "ruler_info", "hypervolume_info", "layout_info", "plot_tradeoff", "plot_ratio",
     "plot_ruler", "plot_hypervolume", "plot_layouts", "build_figures", "format_metric", "metric_titles",
 ]  # fmt: skip
 
 FIGURE_IDS = ("hlnas_recall_vs_kv", "hlnas_loss_vs_kv", "hlnas_recall_vs_ratio", "hlnas_lm_vs_ratio",
-              "hlnas_ruler", "hlnas_hypervolume", "hlnas_layouts", "hlnas_calibration")  # fmt: skip
+              "hlnas_ruler", "hlnas_hypervolume", "hlnas_layouts", "hlnas_calibration",
+              "hlnas_calibration_table")  # fmt: skip
 MIXER_COLORS = {
     "attention": "#d62728", "transformer": "#444444", "hgrn": "#1f77b4", "hgrn2": "#17becf", "retnet": "#9467bd",
     "gla": "#2ca02c", "deltanet": "#ff7f0e", "gated_deltanet": "#8c564b", "mamba2": "#e377c2", "average": "#7f7f7f",
@@ -483,6 +484,25 @@ def plot_calibration(info: CalibrationInfo):
     return fig
 
 
+def plot_calibration_table(info: CalibrationInfo):
+    """The verdict table itself (what ``hlnas calibrate`` prints), for the dashboard."""
+    import plotly.graph_objects as go
+
+    title = "recall protocol calibration: the controls"
+    if not info.rows:
+        return _empty(title, f"calibration: {info.status}")
+    cols = ("role", "mixer", "layout", "recall per seed", "mean", "seed spread", "no-recall baseline", "verdict")
+    rows = [[r["role"], r["mixer"], r["layout"], ", ".join(f"{v:.3f}" for v in r["recall"]),
+             "-" if r["mean"] is None else f"{r['mean']:.3f}", f"{r['spread']:.3f}",
+             "-" if r["baseline"] is None else f"{r['baseline']:.3f}", r.get("verdict", "")] for r in info.rows]
+    colors = [["#fde0e0" if row[-1] != "pass" else "white" for row in rows]] * len(cols)
+    fig = go.Figure(go.Table(header=dict(values=list(cols), fill_color="#f3f3f3", align="left"),
+                             cells=dict(values=[list(c) for c in zip(*rows)], fill_color=colors, align="left")))
+    sub = "valid" if info.status == "valid" else f"{info.status.upper()}: " + "; ".join(info.failures)[:300]
+    fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>"), margin=dict(l=20, r=20, t=70, b=20))
+    return fig
+
+
 # -- everything ----------------------------------------------------------------------------
 
 
@@ -497,4 +517,5 @@ def build_figures(data: StudyData) -> dict[str, object]:
         "hlnas_hypervolume": plot_hypervolume(hypervolume_info(data)),
         "hlnas_layouts": plot_layouts(layout_info(data)),
         "hlnas_calibration": plot_calibration(calibration_info(data)),
+        "hlnas_calibration_table": plot_calibration_table(calibration_info(data)),
     }

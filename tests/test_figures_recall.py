@@ -47,7 +47,10 @@ def test_calibration_figure_and_report_table_show_the_verdict():
     assert info.status == "valid" and len(info.rows) == 3 and info.control_min == 0.9
     fig = plot_calibration(info)
     assert [t.name for t in fig.data] == ["pure", "hybrid"] and list(fig.data[1].y) == [0.925]
-    assert "hlnas_calibration" in build_figures(data())
+    figs = build_figures(data())
+    assert "hlnas_calibration" in figs
+    table = figs["hlnas_calibration_table"].data[0]
+    assert list(table.cells.values[2]) == ["AAAAAA", "HHHHHH", "HHAHHA"] and list(table.cells.values[-1])[0] == "FAIL"
     html = report_html(data(), {})
     assert "<h2>Calibration</h2>" in html and "HHAHHA" in html and "INVALID: the all-attention control" in html
     skipped = plot_calibration(calibration_info(data({"status": "skipped"})))
