@@ -30,7 +30,7 @@ from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model
 
-__all__ = ["ScoreConfig", "OBJECTIVES", "score", "mqar_objective", "mqar_mixed_objective", "mixed_test_instances", "mixed_baselines"]
+__all__ = ["ScoreConfig", "ScoreContext", "OBJECTIVES", "OBJECTIVE_FUNCS", "score", "mqar_objective", "mqar_mixed_objective", "mixed_test_instances", "mixed_baselines"]
 
 OBJECTIVES = ("val_loss", "ruler", "mqar", "mqar_mixed", "lm_eval")
 
@@ -171,6 +171,64 @@ def mqar_mixed_objective(model: HybridLM, trained_on, cfg: ScoreConfig, eos_id: 
                            "kv_pairs": trained_on.num_kv_pairs, "vocab": trained_on.vocab_size}}
 
 
+@dataclass(frozen=True)
+class ScoreContext:
+    """What an objective may read besides the model and its settings."""
+
+    tokenizer: object
+    device: object
+    autocast: torch.dtype | None
+    seed: int
+    val_batches: list | None
+    mixed_mqar: object | None  # the MQARConfig of the instances mixed into training
+
+
+def _val_loss(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
+    from hlnas.score.loss import validation_loss
+
+    if not ctx.val_batches:
+        raise ConfigError("objective 'val_loss' needs validation batches (the data's held-out documents)")
+    r = validation_loss(model, ctx.val_batches, device=ctx.device, autocast_dtype=ctx.autocast)
+    return {"val_loss": r["loss"], "val_ppl": r["ppl"], "val_tokens": r["tokens"]}
+
+
+def _ruler(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
+    from hlnas.score.ruler import RULER_TASKS, evaluate_ruler
+
+    r = evaluate_ruler(model, ctx.tokenizer, cfg.ruler_tasks or RULER_TASKS, cfg.ruler_lengths, cfg.ruler_samples,
+                       cfg.ruler_seed, cfg.cache_dir, cfg.qa_files, batch_size=cfg.batch_size, device=ctx.device)
+    return {"ruler": r, "ruler_avg": r["average"], "ruler_baselines": {"copy_shape": r["baseline"]},
+            "ruler_baseline": r["baseline"], "ruler_baseline_name": "copy_shape"}
+
+
+def _mqar(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
+    return mqar_objective(model.layout, model.cfg, cfg, seed=ctx.seed, device=ctx.device)
+
+
+def _mqar_mixed(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
+    if ctx.mixed_mqar is None:
+        raise ConfigError("objective 'mqar_mixed' scores what training mixed in: train with train.recall_format: mqar "
+                          "and train.recall_every >= 1, or drop mqar_mixed from score.objectives")
+    return mqar_mixed_objective(model, ctx.mixed_mqar, cfg, ctx.tokenizer.eos_id, seed=ctx.seed, device=ctx.device)
+
+
+def _lm_eval(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
+    from hlnas.score.lm import run_lm_eval
+
+    r = run_lm_eval(model, ctx.tokenizer, list(cfg.lm_eval_tasks), cfg.lm_eval_max_length, limit=cfg.lm_eval_limit,
+                    include_path=cfg.lm_eval_include, batch_size=cfg.batch_size, device=ctx.device)
+    out = {"lm_eval": r}
+    accs = [m.get("acc_norm", m.get("acc")) for m in r.values() if isinstance(m, dict) and ("acc" in m or "acc_norm" in m)]
+    if accs:
+        out["lm_acc"] = sum(accs) / len(accs)
+    return out
+
+
+#: objective name -> ``fn(model, ScoreConfig, ScoreContext) -> dict`` of what it measured; one entry per objective
+OBJECTIVE_FUNCS = {"val_loss": _val_loss, "ruler": _ruler, "mqar": _mqar, "mqar_mixed": _mqar_mixed, "lm_eval": _lm_eval}
+assert tuple(OBJECTIVE_FUNCS) == OBJECTIVES  # the names ScoreConfig accepts are the ones that run
+
+
 def score(
     model: HybridLM,
     tokenizer,
@@ -184,42 +242,14 @@ def score(
 ) -> dict:
     """Run the configured objectives on a trained ``model``. ``progress(name)`` is told each objective.
     ``mixed_mqar``: the MQARConfig of the instances mixed into training (``mqar_mixed`` needs it)."""
-    out: dict = {}
     device = device or next(model.parameters()).device
-    autocast = torch.bfloat16 if torch.device(device).type == "cuda" else None
+    ctx = ScoreContext(tokenizer, device, torch.bfloat16 if torch.device(device).type == "cuda" else None, seed,
+                       val_batches, mixed_mqar)
+    out: dict = {}
     for obj in cfg.objectives:
         if progress:
             progress(obj)
         t0 = time.perf_counter()
-        if obj == "val_loss":
-            from hlnas.score.loss import validation_loss
-
-            if not val_batches:
-                raise ConfigError("objective 'val_loss' needs validation batches (the data's held-out documents)")
-            r = validation_loss(model, val_batches, device=device, autocast_dtype=autocast)
-            out.update(val_loss=r["loss"], val_ppl=r["ppl"], val_tokens=r["tokens"])
-        elif obj == "ruler":
-            from hlnas.score.ruler import RULER_TASKS, evaluate_ruler
-
-            r = evaluate_ruler(model, tokenizer, cfg.ruler_tasks or RULER_TASKS, cfg.ruler_lengths, cfg.ruler_samples,
-                               cfg.ruler_seed, cfg.cache_dir, cfg.qa_files, batch_size=cfg.batch_size, device=device)
-            out.update(ruler=r, ruler_avg=r["average"], ruler_baselines={"copy_shape": r["baseline"]},
-                       ruler_baseline=r["baseline"], ruler_baseline_name="copy_shape")
-        elif obj == "mqar":
-            out.update(mqar_objective(model.layout, model.cfg, cfg, seed=seed, device=device))
-        elif obj == "mqar_mixed":
-            if mixed_mqar is None:
-                raise ConfigError("objective 'mqar_mixed' scores what training mixed in: train with train.recall_format: mqar "
-                                  "and train.recall_every >= 1, or drop mqar_mixed from score.objectives")
-            out.update(mqar_mixed_objective(model, mixed_mqar, cfg, tokenizer.eos_id, seed=seed, device=device))
-        elif obj == "lm_eval":
-            from hlnas.score.lm import run_lm_eval
-
-            r = run_lm_eval(model, tokenizer, list(cfg.lm_eval_tasks), cfg.lm_eval_max_length, limit=cfg.lm_eval_limit,
-                            include_path=cfg.lm_eval_include, batch_size=cfg.batch_size, device=device)
-            out["lm_eval"] = r
-            accs = [m.get("acc_norm", m.get("acc")) for m in r.values() if isinstance(m, dict) and ("acc" in m or "acc_norm" in m)]
-            if accs:
-                out["lm_acc"] = sum(accs) / len(accs)
+        out.update(OBJECTIVE_FUNCS[obj](model, cfg, ctx))
         out.setdefault("timings_s", {})[obj] = round(time.perf_counter() - t0, 2)
     return out
