@@ -318,7 +318,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         trials = load_hlnas_study(storage, name).user_attrs.get("hlnas_trials")
     if trials is None:
-        trials = len(space.grid()) if space is not None and len(space.grid()) <= 40 else 12
+        from hlnas.study import default_trials
+
+        trials = default_trials(space)
     executor = _executor(args)
     from hlnas.study import validate_options
 
@@ -351,33 +353,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_workers(args: argparse.Namespace) -> None:
-    """--workers unset: both cores of a small CPU machine (processes, no Ray start-up), else one."""
-    if args.workers is not None:
-        return
-    import os
-
-    import torch
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if not torch.cuda.is_available() and cores >= 2 and not getattr(args, "address", None):
-        args.workers = 2
-        if args.executor == "auto":
-            args.executor = "processes"
-    else:
-        args.workers = 1
-
-
 def _executor(args: argparse.Namespace) -> str:
-    """--executor auto: inline for one worker, else ray when installed (or --address), else processes."""
-    _default_workers(args)
-    executor = args.executor
-    if executor == "auto":
-        executor = "inline"
-        if args.workers > 1 or getattr(args, "address", None):
-            import importlib.util
+    """Fill in --workers and resolve --executor auto (the policy lives in hlnas.study.choose_executor)."""
+    from hlnas.study import choose_executor
 
-            executor = "ray" if getattr(args, "address", None) or importlib.util.find_spec("ray") else "processes"
+    executor, args.workers = choose_executor(args.executor, args.workers, getattr(args, "address", None))
     return executor
 
 

@@ -35,7 +35,7 @@ from hlnas.space import SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, TrialSpec, layout_metrics
 import hlnas.calibrate as calib
 
-__all__ = ["StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
+__all__ = ["choose_executor", "default_trials", "StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
 def open_storage(url: str):
     """The search's storage: like :func:`hlnas.storage.open_storage`, but a new SQLite/journal file may be created."""
@@ -255,6 +255,32 @@ def run_search(
                       fresh=not existed)
     finally:
         lease.release()
+
+
+def choose_executor(executor: str, workers: int | None, address: str | None = None) -> tuple[str, int]:
+    """``(executor, workers)`` for a search: unset ``workers`` is both cores of a small CPU-only machine (worker
+    processes, no Ray start-up: the default space's candidates use one core each), else one; ``auto`` is inline
+    for one worker, else Ray when installed (always with ``address``), else worker processes."""
+    import importlib.util
+    import os
+
+    if workers is None:
+        import torch
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = 2 if not torch.cuda.is_available() and cores >= 2 and not address else 1
+        if workers > 1 and executor == "auto":
+            return "processes", workers
+    if executor == "auto":
+        if workers == 1 and not address:
+            return "inline", workers
+        return ("ray" if address or importlib.util.find_spec("ray") else "processes"), workers
+    return executor, workers
+
+
+def default_trials(space: SearchSpace | None) -> int:
+    """Trials a search runs when not told: the whole space when it has at most 40 layouts, else 12."""
+    return len(space.grid()) if space is not None and len(space.grid()) <= 40 else 12
 
 
 def validate_options(*, n_trials: int, workers: int, executor: str | Executor, cpus_per_trial: float = 1.0,

@@ -411,3 +411,15 @@ def test_stored_specs_carry_the_space_depth(tmp_path):
     spec = trial_spec(space, 0, space.grid()[0])
     assert spec.model["n_layers"] == 4 == space.n_layers and spec.train == space.train_config().to_dict()
     assert layout_spec(space, -1, spec.layout, seed=1).train["seed"] == 1
+
+
+def test_executor_choice(monkeypatch):
+    from hlnas.study import choose_executor
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert choose_executor("auto", None) == ("processes", 2)  # the default main job: both cores, no Ray start-up
+    assert choose_executor("auto", 1) == ("inline", 1)
+    assert choose_executor("auto", 3)[0] in ("ray", "processes") and choose_executor("inline", 1) == ("inline", 1)
+    assert choose_executor("auto", None, "127.0.0.1:6379") == ("ray", 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert choose_executor("auto", None) == ("inline", 1)
