@@ -177,8 +177,6 @@ def _train_sets(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     import yaml
 
     from hlnas.recipe import load_recipe

@@ -26,7 +26,7 @@ from hlnas import paper
 from hlnas.catalog import mixer_for_code
 from hlnas.layout import PAPER_RATIOS
 from hlnas.pareto import (
-    METRIC_DIRECTIONS, ParetoInfo, StudyData, TrialRecord, front, hypervolume_history, pareto_info,
+    ParetoInfo, StudyData, TrialRecord, front, hypervolume_history, pareto_info,
 )  # fmt: skip
 from hlnas.paper import attention_share, mixer_and_ratio
 

@@ -32,7 +32,7 @@ from hlnas.samplers import make_sampler
 from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
 from hlnas.storage import open_storage as _open_storage
 from hlnas.space import SearchSpace, space_from_dict
-from hlnas.trial import TrialResult, TrialSpec, layout_metrics
+from hlnas.trial import TrialResult, layout_metrics
 import hlnas.calibrate as calib
 
 __all__ = ["choose_executor", "default_trials", "StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]

@@ -206,7 +206,7 @@ def test_study_detail_waits_while_figures_are_written(tmp_path):
 
 _FIGURES_JS = """JSON.stringify([...document.querySelectorAll('[id^="user-defined-plot:"]')].map(e => [
   e.id.slice('user-defined-plot:'.length),
-  e.querySelectorAll('.scatterlayer .point, .barlayer .point, .heatmaplayer image, .hm image').length,
+  e.querySelectorAll('.scatterlayer .point, .barlayer .point, .heatmaplayer image, .hm image, .table .cell-rect').length,
   [...e.querySelectorAll('.textpoint text')].map(t => t.textContent)]))"""
 
 

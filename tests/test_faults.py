@@ -18,12 +18,12 @@ from optuna.trial import TrialState
 
 from hlnas import executors
 from hlnas.cli import main
-from hlnas.errors import ConfigError, HlnasError
+from hlnas.errors import HlnasError
 from hlnas.lease import ATTR, DriverLease, StudyBusy, holder_alive
 from hlnas.storage import StorageError
 from hlnas.study import MAX_REQUEUES, load_hlnas_study, run_search
 from hlnas.trial import TrialResult, layout_metrics, run_trial
-from tests.test_resume import _cli, _stop_while_training, _trials, stoppable_space
+from tests.test_resume import _cli, _stop_while_training, _trials
 from tests.test_study import tiny_raw, tiny_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

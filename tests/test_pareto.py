@@ -60,6 +60,18 @@ def add_trial(study: optuna.Study, attrs: dict, *, state=optuna.trial.TrialState
                                               user_attrs=attrs, constraints=constraints))  # fmt: skip
 
 
+def calibration_verdict(mixers) -> dict:
+    """A stored calibration verdict of the shape hlnas.calibrate.verdict writes (control, pure and 3:1 per mixer)."""
+    rows = [{"role": "control", "mixer": "transformer", "layout": "A" * 24, "recall": [0.97, 0.95], "mean": 0.96,
+             "spread": 0.02, "baseline": 0.125, "verdict": "pass"}]
+    for i, m in enumerate(mixers):
+        rows += [{"role": "pure", "mixer": m, "layout": f"{m} pure", "recall": [0.2 + 0.05 * i, 0.22 + 0.05 * i],
+                  "mean": 0.21 + 0.05 * i, "spread": 0.02, "baseline": 0.125, "verdict": "pass"},
+                 {"role": "hybrid", "mixer": m, "layout": f"{m} 3:1", "recall": [0.9, 0.92], "mean": 0.91, "spread": 0.02,
+                  "baseline": 0.125, "verdict": "pass"}]
+    return {"valid": True, "failures": [], "kinds": [], "rows": rows, "config": {"control_min": 0.9, "hybrid_ratio": "3:1"}}
+
+
 def make_study(storage=None, name: str = "hlnas-test", *, paper_grid: bool = True, mixers=("gla", "deltanet", "hgrn2"),
                ratios=PAPER_RATIOS, transformer: bool = True, failed: bool = True, infeasible: bool = True) -> optuna.Study:
     """An hlnas-shaped 2-objective study (recall max, KV bytes min) with ok, failed and infeasible trials."""
@@ -69,7 +81,8 @@ def make_study(storage=None, name: str = "hlnas-test", *, paper_grid: bool = Tru
         study.set_metric_names([o["name"] for o in OBJECTIVES])
     for key, value in {"hlnas_version": "0.1.0", "hlnas_space": {"mixers": list(mixers), "ratios": list(ratios)},
                        "hlnas_space_hash": "abc123", "hlnas_objectives": OBJECTIVES, "hlnas_kv_context": 1024,
-                       "hlnas_preset": "proxy-tiny", "hlnas_paper_grid": paper_grid}.items():  # fmt: skip
+                       "hlnas_preset": "proxy-tiny", "hlnas_paper_grid": paper_grid,
+                       "hlnas_calibration": {"status": "valid", "verdict": calibration_verdict(mixers)}}.items():  # fmt: skip
         study.set_user_attr(key, value)
     for mixer, ratio in itertools.product(mixers, ratios):
         add_trial(study, trial_attrs(mixer, ratio))

@@ -74,7 +74,7 @@ async def _count_drawn(page_url: str, chromium: str) -> dict:
         tab = await browser.create_tab("")
         await tab.send_command("Page.navigate", params={"url": page_url})
         js = ("JSON.stringify(Object.fromEntries([...document.querySelectorAll('.js-plotly-plot')].map(e => [e.id, "
-              "e.querySelectorAll('.scatterlayer .point, .barlayer .point, .heatmaplayer image, .hm image').length])))")
+              "e.querySelectorAll('.scatterlayer .point, .barlayer .point, .heatmaplayer image, .hm image, .table .cell-rect').length])))")
         drawn = {}
         for _ in range(60):
             r = await tab.send_command("Runtime.evaluate", params={"expression": js, "returnByValue": True})

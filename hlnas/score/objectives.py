@@ -28,7 +28,7 @@ import torch
 from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
-from hlnas.model import HybridLM, build_model
+from hlnas.model import HybridLM
 
 __all__ = ["ScoreConfig", "ScoreContext", "OBJECTIVES", "OBJECTIVE_FUNCS", "score", "mqar_objective", "mqar_mixed_objective", "mixed_test_instances", "mixed_baselines"]
 
