@@ -2,7 +2,8 @@
 # The GPU side of experiments/paper_grid (README there). Runs on the lent H200 machine, in the repo root:
 #   bash experiments/paper_grid/h200.sh STEP...
 # steps: warm[:T] (compile every mixer's kernels and check every op at once), check[:T], train_all[:T],
-#   grid:SECONDS / grid_by:T, placement:SECONDS / placement_by:T (T: seconds from the script's start)
+#   grid:SECONDS / grid_by:T, placement:SECONDS / placement_by:T (T: seconds from the script's start),
+#   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
 # A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
@@ -103,6 +104,11 @@ for step in "$@"; do
       left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
       [ $left -gt 30 ] && search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) || say "no time left for placement" ;;
     placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
+    calibrate_by:*)  # the recall protocol's controls; a stop by the hard limit loses only the runs in flight
+      left=$(( ${step#calibrate_by:} - ($(date +%s) - t0) ))
+      timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-experiments/paper_grid/recall_h200.yaml} \
+        --storage $DB --executor processes --workers ${WORKERS:-8} --no-progress >>"$OUT/logs/calibrate.log" 2>&1
+      say "calibrate rc=$?"; grep -A40 "^role" "$OUT/logs/calibrate.log" | tail -20 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
