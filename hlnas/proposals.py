@@ -18,6 +18,7 @@ trials under way are failed and re-queued (within :data:`MAX_REQUEUES`), so a re
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -34,7 +35,7 @@ from hlnas.space import CONSTRAINTS, SearchSpace
 from hlnas.trial import TrialResult, TrialSpec, layout_metrics
 
 __all__ = ["search_loop", "trial_spec", "objective_values", "constraint_values", "tell_result", "recover",
-           "stop_record", "requeue", "catch_stop_signals", "front_rows", "countable", "REPEATS_BEFORE_FALLBACK",
+           "stop_record", "requeue", "StopSignals", "front_rows", "countable", "REPEATS_BEFORE_FALLBACK",
            "MAX_REPEATS", "MAX_REQUEUES"]  # fmt: skip
 
 #: repeat proposals in a row (known layouts) after which an untried candidate is enqueued
@@ -147,21 +148,58 @@ def recover(study: optuna.Study) -> int:
     return n
 
 
-def catch_stop_signals(flag: list[int], raise_now: list[bool]) -> dict:
-    """SIGINT/SIGTERM append to ``flag`` and raise KeyboardInterrupt only while ``raise_now[0]`` (main
-    thread only); returns the old handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
+class StopSignals:
+    """Ctrl-C and SIGTERM while a driver holds a study (``with StopSignals(inline) as stops:``, main thread only).
 
-    def handle(signum, frame):
-        flag.append(signum)
-        if raise_now[0]:
+    They only set a flag, checked between storage writes (:meth:`check`): a KeyboardInterrupt raised in the
+    middle of a write can leave SQLite locked, and then the interrupted trials could not be re-queued. While
+    an inline trial runs in this process (:meth:`submitting`; no storage writes then) they raise at once, so
+    a stop during scoring does not wait for it to finish (the trainer installs its own checkpointing handler).
+    """
+
+    def __init__(self, inline: bool):
+        self.inline = inline
+        self.got: list[int] = []
+        self._raise = False
+        self._old: dict = {}
+
+    def install(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old = {}
+
+    def __enter__(self) -> "StopSignals":
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    def _handle(self, signum, frame) -> None:
+        self.got.append(signum)
+        if self._raise:
             raise KeyboardInterrupt
 
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        old[sig] = signal.signal(sig, handle)
-    return old
+    def check(self) -> None:
+        """Raise KeyboardInterrupt if a stop signal came since the driver started."""
+        if self.got:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def submitting(self):
+        """Around ``executor.submit``: a signal since the last check stops before the trial starts, and one
+        during an inline trial raises at once."""
+        self._raise = self.inline
+        try:
+            self.check()
+            yield
+        finally:
+            self._raise = False
 
 
 def front_rows(study: optuna.Study) -> list[dict]:
@@ -292,21 +330,10 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     def out_of_time() -> bool:
         return time_limit is not None and time.monotonic() - t_start >= time_limit
 
-    # Ctrl-C and SIGTERM only set a flag, checked between storage writes: a KeyboardInterrupt raised in
-    # the middle of a write can leave SQLite locked, and then the interrupted trials could not be re-queued.
-    # While an inline trial runs in this process (no storage writes then) they raise at once, so a stop
-    # during scoring does not wait for it to finish (the trainer installs its own checkpointing handler).
-    stop_signal: list[int] = []
-    raise_now = [False]
-    old_handlers = catch_stop_signals(stop_signal, raise_now)
-
-    def check_stop() -> None:
-        if stop_signal:
-            raise KeyboardInterrupt
-
+    stops = StopSignals(interruptible).install()
     try:
         while True:
-            check_stop()
+            stops.check()
             trained = len(done_by_layout)
             if out_of_time() and not pending:
                 emit("time_limit", {"seconds": time_limit, "trained": trained})
@@ -318,7 +345,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
             # fill free workers
             while (len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted()
                    and dup_streak < MAX_REPEATS and not out_of_time() and not stop()):
-                check_stop()
+                stops.check()
                 if dup_streak and dup_streak % REPEATS_BEFORE_FALLBACK == 0 and unique is not None:
                     # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
                     # queue an untried candidate so the search keeps covering the space
@@ -358,12 +385,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     continue
                 pending[trial.number] = (trial, spec.layout)
                 emit("started", {"number": trial.number, "layout": spec.layout})  # before: inline submit() runs the trial
-                raise_now[0] = interruptible
-                try:
-                    check_stop()  # a signal since the last check: this trial is pending, so it is re-queued
+                with stops.submitting():  # a signal now: this trial is pending, so it is re-queued
                     ex.submit(spec)
-                finally:
-                    raise_now[0] = False
             for result in ex.wait(timeout=1.0):
                 if result.status == "interrupted":  # Ctrl-C/SIGTERM caught by the trainer (inline): stop the search
                     raise KeyboardInterrupt
@@ -399,5 +422,4 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
         recover(study)  # a trial asked but not yet submitted when the signal came is RUNNING too
         raise
     finally:
-        for sig, handler in old_handlers.items():
-            signal.signal(sig, handler)
+        stops.restore()

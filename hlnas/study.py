@@ -26,7 +26,7 @@ import hlnas
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.executors import Executor, InlineExecutor, make_executor
 from hlnas.lease import DriverLease
-from hlnas.proposals import (MAX_REQUEUES, layout_spec, catch_stop_signals, constraint_values, front_rows, objective_values,
+from hlnas.proposals import (MAX_REQUEUES, StopSignals, layout_spec, constraint_values, front_rows, objective_values,
                              recover, search_loop)
 from hlnas.samplers import make_sampler
 from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
@@ -47,7 +47,7 @@ def needs_calibration(space: SearchSpace) -> bool:
     return space.calibration_config().enabled and any(o.metric == "recall" for o in space.objectives)
 
 
-def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, check_stop) -> dict:
+def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals) -> dict:
     """Run the calibration runs not yet stored with the study (all of them the first time), through the
     search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
     Returns the verdict (also stored as study attr ``hlnas_calibration``)."""
@@ -59,22 +59,21 @@ def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, check_st
     if todo:
         emit("calibration_started", {"n": len(todo), "total": len(plan), "reused": len(plan) - len(todo)})
     queue, pending = list(todo), {}
-    by_number = {-(i + 1): r for i, r in enumerate(plan)}
-    number_of = {r.key: n for n, r in by_number.items()}
+    number_of = {r.key: -(i + 1) for i, r in enumerate(plan)}  # negative: never a trial's number
 
     def save(status: str = "running", result: dict | None = None) -> None:
         study.set_user_attr("hlnas_calibration", {"status": status, "runs": runs, **({"verdict": result} if result else {})})
 
     while queue or pending:
-        check_stop()
+        stops.check()
         while queue and len(pending) < ex.capacity:
-            check_stop()
             run = queue.pop(0)
             spec = layout_spec(space, number_of[run.key], run.layout, seed=run.seed,
                                 recall_only=recall_only and run.params is None)
             pending[spec.number] = run
             emit("calibration_run_started", {"key": run.key, "layout": run.layout, "seed": run.seed})
-            ex.submit(spec)
+            with stops.submitting():
+                ex.submit(spec)
         for result in ex.wait(timeout=1.0):
             if result.status == "interrupted":
                 raise KeyboardInterrupt
@@ -94,8 +93,7 @@ def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, check_st
 def _tell_calibration_trial(study: optuna.Study, space: SearchSpace, run, result: TrialResult) -> int:
     """Store a seed-0 calibration run of one of the space's layouts as the study's trial of that layout
     (added whole, not asked: a WAITING trial queued by the grid or a resume must not take its place)."""
-    cost = layout_metrics(run.layout, layout_spec(space, 0, run.layout, seed=0).model, space.kv_context,
-                          run.params.get("placement"))
+    cost = layout_metrics(run.layout, space.model_config().to_dict(), space.kv_context, run.params.get("placement"))
     attrs = {**cost, **result.metrics, "wall_s": round(result.wall_s, 2), "calibration": run.key}
     values = objective_values([o.metric for o in space.objectives], result.metrics) if result.ok else None
     if values is None and result.ok:
@@ -323,10 +321,10 @@ def _probe_ray(address: str) -> None:
     """Fail fast on an unreachable Ray address (ray.init itself waits about 85 s before giving up)."""
     import socket
 
+    if address == "auto":  # ray.init finds the local cluster itself
+        return
     hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
     host, _, port = hostport.rpartition(":")
-    if address == "auto":
-        return
     if not host or not port.isdigit():
         raise ConfigError(f"--address {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379 or ray://head:10001)")
     try:
@@ -369,17 +367,8 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
                 emit("calibration", {**stored["verdict"], "reused": True})
                 verdict = stored["verdict"]
             else:
-                stop_flag: list[int] = []
-                old = catch_stop_signals(stop_flag, [inline])
-
-                def check_calibration_stop() -> None:
-                    if stop_flag:
-                        raise KeyboardInterrupt
-                try:
-                    verdict = _run_calibration(study, space, ex, emit, check_calibration_stop)
-                finally:
-                    for sig, handler in old.items():
-                        signal.signal(sig, handler)
+                with StopSignals(inline) as stops:
+                    verdict = _run_calibration(study, space, ex, emit, stops)
             if not verdict["valid"]:
                 raise calib.CalibrationFailed(calibration_failed_message(space, verdict, storage, study_name))
         if calibrate_only:
