@@ -266,18 +266,12 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///hlnas.db), postgresql://..., journal:///FILE.log")
     p.add_argument("--study", help="study name (default: the space's name)")
     p.add_argument("--trials", type=int, help="distinct layouts to train (default: the whole space if small, else 12)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="trials at once (worker processes or Ray actors); default: 2 worker processes on a CPU-only "
-                        "machine with 2+ cores (the small default candidates use one core each), else 1")
-    p.add_argument("--executor", choices=("auto", "inline", "processes", "ray"), default="auto",
-                   help="inline: this process; processes: local worker processes sharing this machine's GPUs; ray: Ray actors "
-                        "(auto: ray when --workers > 1 or --address and ray is installed, else processes; inline for 1 worker)")
+    _add_worker_options(p, "trials")
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: train again the layouts whose trials failed (after fixing the cause)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="start no new trial after this long; running trials finish and are stored (continue with --resume)")
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
-    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial: what Ray reserves, and the torch threads of each worker (default 1)")
     p.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs Ray reserves per trial (default 1 if CUDA is visible, else 0)")
     p.add_argument("--sampler", choices=SAMPLERS, help="default: the space's (nsga2 unless it says otherwise)")
     p.add_argument("--seed", type=int, default=0)
@@ -320,18 +314,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         trials = default_trials(space)
     executor = _executor(args)
-    from hlnas.study import validate_options
-
-    validate_options(n_trials=trials, workers=args.workers, executor=executor, cpus_per_trial=args.cpus_per_trial,
-                     gpus_per_trial=args.gpus_per_trial, time_limit=args.timeout, address=args.address)
-    from hlnas.study import open_storage
-
-    open_storage(storage)  # a bad URL or file is named before the progress bar
     ui = _SearchUI(trials, progress=not args.no_progress)
     print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
-    if args.timeout is not None and args.timeout <= 0:
-        raise HlnasError(f"--timeout must be a positive number of seconds, got {args.timeout}")
 
     try:  # run_search turns Ctrl-C and SIGTERM (a scheduler, `timeout`) into a clean stop: nothing lost
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
@@ -349,6 +334,17 @@ def cmd_search(args: argparse.Namespace) -> int:
     print(f"\nstudy '{name}' stored in {storage}\n  hlnas status --storage {storage} --study {name}\n"
           f"  hlnas dashboard --storage {storage}")
     return 0
+
+
+def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
+    """Where runs happen: the options search and calibrate share (resolved by hlnas.study.choose_executor)."""
+    p.add_argument("--workers", type=int, default=None,
+                   help=f"{what} at once (worker processes or Ray actors); default: 2 worker processes on a CPU-only "
+                        "machine with 2+ cores (the small default candidates use one core each), else 1")
+    p.add_argument("--executor", choices=("auto", "inline", "processes", "ray"), default="auto",
+                   help="inline: this process; processes: local worker processes sharing this machine's GPUs; ray: Ray actors "
+                        "(auto: ray when --workers > 1 or --address and ray is installed, else processes; inline for 1 worker)")
+    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial: what Ray reserves, and the torch threads of each worker (default 1)")
 
 
 def _executor(args: argparse.Namespace) -> str:
@@ -372,16 +368,14 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///hlnas.db), postgresql://..., journal:///FILE.log")
     p.add_argument("--study", help="study name (default: the space's name)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the space's scale")
-    p.add_argument("--workers", type=int, default=None, help="runs at once (default as for hlnas search)")
-    p.add_argument("--executor", choices=("auto", "inline", "processes", "ray"), default="auto")
-    p.add_argument("--cpus-per-trial", type=float, default=1.0)
+    _add_worker_options(p, "control runs")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="accepted as by hlnas search (calibrate prints a line per run, no bar)")
     p.set_defaults(func=cmd_calibrate)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from hlnas.calibrate import CalibrationFailed, format_table
+    from hlnas.calibrate import CalibrationFailed
     from hlnas.space import load_space
     from hlnas.storage import study_names
     from hlnas.study import DEFAULT_STORAGE, needs_calibration, open_storage, run_search
@@ -412,9 +406,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     verdict = (study.user_attrs.get("hlnas_calibration") or {}).get("verdict")
     if args.json:
         print(json.dumps({"study": name, "storage": storage, "verdict": verdict}, indent=1, default=str))
-    else:
-        if ui is None or not verdict:
-            print(format_table(verdict))
+    else:  # the table itself was printed by the "calibration" event
         if message:
             print(f"\n{message}", file=sys.stderr)
         else:
@@ -450,11 +442,15 @@ class _SearchUI:
 
     def __init__(self, total: int, progress: bool):
         self.bar = None
-        if progress:
+        self._total, self._progress = total, progress
+        self.failed = 0
+
+    def _start_bar(self) -> None:
+        """At the first event, not before: an error in the options or the storage prints without a bar."""
+        if self._progress and self.bar is None:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, unit="trial", desc="search", dynamic_ncols=True, file=sys.stderr)
-        self.failed = 0
+            self.bar = tqdm(total=self._total, unit="trial", desc="search", dynamic_ncols=True, file=sys.stderr)
 
     def write(self, text: str) -> None:
         if self.bar is not None:
@@ -463,6 +459,7 @@ class _SearchUI:
             print(text, file=sys.stderr, flush=True)
 
     def event(self, kind: str, data: dict) -> None:
+        self._start_bar()
         if kind == "started":
             self.write(f"  trial {data['number']:>3} started   {data['layout']}")
         elif kind == "finished":

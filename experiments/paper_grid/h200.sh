@@ -107,7 +107,7 @@ for step in "$@"; do
     calibrate_by:*)  # the recall protocol's controls; a stop by the hard limit loses only the runs in flight
       left=$(( ${step#calibrate_by:} - ($(date +%s) - t0) ))
       timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-experiments/paper_grid/recall_h200.yaml} \
-        --storage $DB --executor processes --workers ${WORKERS:-8} --no-progress >>"$OUT/logs/calibrate.log" 2>&1
+        --storage $DB --executor processes --workers ${WORKERS:-8} >>"$OUT/logs/calibrate.log" 2>&1
       say "calibrate rc=$?"; grep -A40 "^role" "$OUT/logs/calibrate.log" | tail -20 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
