@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
 
-__all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table",
+__all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table", "table_cells",
+           "summary", "TABLE_COLUMNS",
            "run_summary", "training_length_recall"]
 
 
@@ -176,7 +177,6 @@ def verdict(space, runs: dict[str, dict]) -> dict:
             row["verdict"] = "missing"
             continue
         if row["role"] == "control":
-            short = cfg.control_min - row["mean"]
             row["verdict"] = "pass" if min(row["recall"]) >= cfg.control_min else "FAIL"
             if row["verdict"] == "FAIL":
                 worst = min(row["recall"])
@@ -184,7 +184,6 @@ def verdict(space, runs: dict[str, dict]) -> dict:
                                  "message": f"the all-attention control {row['layout']} reached {worst:.3f} raw recall at the "
                                             f"training length (seeds {_vals(row)}), {cfg.control_min - worst:.3f} short of "
                                             f"calibration.control_min={cfg.control_min}"})
-            row["short"] = short
             continue
         partner = index.get(("hybrid" if row["role"] == "pure" else "pure", row["mixer"]))
         need = 2 * row["spread"]
@@ -244,16 +243,32 @@ def advice(space, result: dict) -> str:
     return "; ".join(tips)
 
 
+TABLE_COLUMNS = ("role", "mixer", "layout", "recall per seed", "mean", "seed spread", "no-recall", "verdict")
+
+
+def table_cells(result: dict) -> list[tuple[str, ...]]:
+    """The verdict's rows as text cells under :data:`TABLE_COLUMNS`: what the CLI, the report and the dashboard show."""
+    def num(x) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    return [(r["role"], r["mixer"], r["layout"], ", ".join(f"{v:.3f}" for v in r["recall"]) or "-", num(r["mean"]),
+             num(r["spread"]), num(r["baseline"]), r.get("verdict", "-")) for r in result["rows"]]
+
+
+def summary(result: dict) -> str:
+    """'valid', or 'INVALID: ' and what failed."""
+    return "valid" if result["valid"] else "INVALID: " + "; ".join(result["failures"])
+
+
 def format_table(result: dict) -> str:
     """The verdict as a plain-text table (what ``hlnas calibrate`` and ``hlnas search`` print)."""
-    lines = [f"{'role':<8} {'mixer':<15} {'layout':<26} {'recall (seeds)':<22} {'mean':>6} {'spread':>7} "
-             f"{'no-recall':>9} {'verdict':>8}"]
-    for r in result["rows"]:
-        seeds = ", ".join(f"{v:.3f}" for v in r["recall"]) or "-"
-        mean = "-" if r["mean"] is None else f"{r['mean']:.3f}"
-        base = "-" if r["baseline"] is None else f"{r['baseline']:.3f}"
-        lines.append(f"{r['role']:<8} {r['mixer']:<15} {r['layout'][:26]:<26} {seeds:<22} {mean:>6} {r['spread']:>7.3f} "
-                     f"{base:>9} {r.get('verdict', '-'):>8}")
+    widths = (8, 15, 26, 22, 6, 11, 9, 8)
+    right = {4, 5, 6, 7}
+
+    def line(cells) -> str:
+        return " ".join(f"{c[:w]:>{w}}" if i in right else f"{c[:w]:<{w}}" for i, (c, w) in enumerate(zip(cells, widths)))
+
+    lines = [line(TABLE_COLUMNS), *(line(cells) for cells in table_cells(result))]
     cfg = result["config"]
     lines.append(f"valid: {'yes' if result['valid'] else 'NO'} (control >= {cfg['control_min']} at the training length; "
                  f"every pure model and {cfg['hybrid_ratio']} hybrid more than 2x its seed spread from its no-recall "

@@ -451,6 +451,10 @@ def calibration_info(data: StudyData) -> CalibrationInfo:
                            (verdict.get("config") or {}).get("control_min"), tuple(verdict.get("failures") or ()))
 
 
+def _calibration_subtitle(info: CalibrationInfo) -> str:
+    return "valid" if info.status == "valid" else f"{info.status.upper()}: " + "; ".join(info.failures)[:300]
+
+
 def plot_calibration(info: CalibrationInfo):
     """The protocol's controls: raw recall per mixer, pure and hybrid side by side, the all-attention control
     and the no-recall baseline as lines, seed spread as error bars."""
@@ -477,7 +481,7 @@ def plot_calibration(info: CalibrationInfo):
     if bases:
         fig.add_hrect(y0=0, y1=max(bases), fillcolor="#999999", opacity=0.18, line_width=0, layer="below",
                       annotation_text=f"no recall (baseline {max(bases):.3f})", annotation_position="top left")
-    sub = "valid" if info.status == "valid" else f"{info.status.upper()}: " + "; ".join(info.failures)[:300]
+    sub = _calibration_subtitle(info)
     fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>"), template="plotly_white", barmode="group",
                       yaxis=dict(title="raw recall at the training length", range=[0, 1.05]), xaxis=dict(title="mixer"),
                       legend=dict(orientation="h", y=-0.2), margin=dict(l=60, r=20, t=70, b=40))
@@ -491,14 +495,13 @@ def plot_calibration_table(info: CalibrationInfo):
     title = "recall protocol calibration: the controls"
     if not info.rows:
         return _empty(title, f"calibration: {info.status}")
-    cols = ("role", "mixer", "layout", "recall per seed", "mean", "seed spread", "no-recall baseline", "verdict")
-    rows = [[r["role"], r["mixer"], r["layout"], ", ".join(f"{v:.3f}" for v in r["recall"]),
-             "-" if r["mean"] is None else f"{r['mean']:.3f}", f"{r['spread']:.3f}",
-             "-" if r["baseline"] is None else f"{r['baseline']:.3f}", r.get("verdict", "")] for r in info.rows]
+    from hlnas.calibrate import TABLE_COLUMNS as cols, table_cells
+
+    rows = table_cells({"rows": info.rows})
     colors = [["#fde0e0" if row[-1] != "pass" else "white" for row in rows]] * len(cols)
     fig = go.Figure(go.Table(header=dict(values=list(cols), fill_color="#f3f3f3", align="left"),
                              cells=dict(values=[list(c) for c in zip(*rows)], fill_color=colors, align="left")))
-    sub = "valid" if info.status == "valid" else f"{info.status.upper()}: " + "; ".join(info.failures)[:300]
+    sub = _calibration_subtitle(info)
     fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>"), margin=dict(l=20, r=20, t=70, b=20))
     return fig
 

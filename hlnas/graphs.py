@@ -34,12 +34,17 @@ def _warn_once(reason: str) -> None:
 
 def make_optimizer(model: nn.Module, lr: float, *, betas=(0.9, 0.98), weight_decay: float = 0.1,
                    graph: bool) -> torch.optim.AdamW:
-    """AdamW without decay on norms, biases and parameters marked ``_no_weight_decay``; on CUDA fused,
-    and with a tensor learning rate and ``capturable=True`` when the step will be captured."""
+    """AdamW as every hlnas training uses it: no weight decay on norms, biases and 1-d gates/decays (the usual
+    LLM recipe; mixers mark decay-rate parameters such as A_log, dt_bias with ``_no_weight_decay``, as fla does);
+    on CUDA fused, and with a tensor learning rate and ``capturable=True`` when the step will be captured."""
     dev = next(model.parameters()).device
-    decay = [p for p in model.parameters() if p.ndim >= 2 and not getattr(p, "_no_weight_decay", False)]
-    rest = [p for p in model.parameters() if not (p.ndim >= 2 and not getattr(p, "_no_weight_decay", False))]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+    def decays(p) -> bool:
+        return p.ndim >= 2 and not getattr(p, "_no_weight_decay", False)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if decays(p)], "weight_decay": weight_decay},
+              {"params": [p for p in params if not decays(p)], "weight_decay": 0.0}]
     cuda = dev.type == "cuda"
     if cuda and graph:
         return torch.optim.AdamW(groups, lr=torch.tensor(lr, device=dev), betas=betas, fused=True, capturable=True)
@@ -68,14 +73,19 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
         # the autocast weight cache would hold casts from capture time: off under graphs
         return torch.autocast(dev.type, dtype=autocast, cache_enabled=False)
 
-    def eager(x: Tensor, y: Tensor) -> Tensor:
+    def one_step(x: Tensor, y: Tensor, captured: bool) -> Tensor:
         with ctx():
             loss = loss_fn(model(x), y)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip)
+        # under capture: the foreach norm (no host sync), and grads keep their storage (the graph reads and
+        # writes it in place)
+        torch.nn.utils.clip_grad_norm_(params, clip, foreach=True if captured else None)
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=not captured)
         return loss.detach()
+
+    def eager(x: Tensor, y: Tensor) -> Tensor:
+        return one_step(x, y, captured=False)
 
     if dev.type != "cuda" or not graph:
         return eager, "eager"
@@ -86,13 +96,7 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
     static_x, static_y = example[0].clone(), example[1].clone()
 
     def body() -> Tensor:
-        with ctx():
-            loss = loss_fn(model(static_x), static_y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
-        opt.step()
-        opt.zero_grad(set_to_none=False)  # grads keep their storage: the graph reads and writes it in place
-        return loss.detach()
+        return one_step(static_x, static_y, captured=True)
 
     try:
         side = torch.cuda.Stream()

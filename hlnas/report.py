@@ -80,14 +80,11 @@ def _calibration_table(data: StudyData) -> str:
     verdict = cal.get("verdict")
     if not verdict:
         return f"<p>Calibration: {html.escape(str(cal.get('status', 'not run (a study from before calibration)')))}.</p>"
-    head = "".join(f"<th>{c}</th>" for c in ("role", "mixer", "layout", "recall per seed", "mean", "seed spread", "no-recall", "verdict"))
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-            r["role"], r["mixer"], r["layout"], ", ".join(f"{v:.3f}" for v in r["recall"]),
-            "-" if r["mean"] is None else f"{r['mean']:.3f}", f"{r['spread']:.3f}",
-            "-" if r["baseline"] is None else f"{r['baseline']:.3f}", r.get("verdict", ""))) + "</tr>"
-        for r in verdict["rows"])
-    state = "valid" if verdict["valid"] else "INVALID: " + "; ".join(verdict["failures"])
+    from hlnas.calibrate import TABLE_COLUMNS, summary, table_cells
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in TABLE_COLUMNS)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>" for cells in table_cells(verdict))
+    state = summary(verdict)
     return f"<p>The protocol is {html.escape(state)}.</p><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 

@@ -33,14 +33,13 @@ def score_model(model, recipe, *, device=None, progress=None) -> dict:
     from hlnas.data.tokenizer import load_tokenizer
     from hlnas.recipe import mqar_recall_config
     from hlnas.score.objectives import score
-    from hlnas.metrics import RECALL_SOURCES
     from hlnas.score.baselines import recall_metrics
 
     tcfg, dcfg, scfg = recipe.train, recipe.data, recipe.score
     val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches) if "val_loss" in scfg.objectives else None
     out = score(model, load_tokenizer(dcfg.tokenizer), scfg, val_batches=val, device=device, seed=tcfg.seed,
                 progress=progress, mixed_mqar=mqar_recall_config(tcfg, dcfg))
-    out.update(recall_metrics(out, [key for _, key in RECALL_SOURCES]))
+    out.update(recall_metrics(out))
     return out
 
 
@@ -57,7 +56,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
         from hlnas.score.baselines import recall_metrics
 
         m = mqar_objective(recipe.layout, recipe.model, recipe.score, seed=recipe.train.seed)
-        m.update(recall_metrics(m, ["mqar_acc"]))
+        m.update(recall_metrics(m))
         return RunResult("ok", m, m)
     tr = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out_dir, progress=progress,
                extra_docs=extra_docs if extra_docs is not None else recall_documents(recipe.train, recipe.data))

@@ -59,6 +59,7 @@ from optuna.trial import TrialState
 
 from hlnas.catalog import canonical
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.executors import InlineExecutor
 from hlnas.layout import PLACEMENTS, TRANSFORMER, Layout, build_layout
 from hlnas.pareto import METRIC_DIRECTIONS, dominates, hypervolume
 from hlnas.proposals import search_loop
@@ -498,16 +499,14 @@ class RunResult:
         return None
 
 
-class LookupExecutor:
+class LookupExecutor(InlineExecutor):
     """An :class:`~hlnas.executors.Executor` that trains nothing: ``submit(spec)`` answers at once from ``bench``'s
     table. A row with finite objective values is ``ok`` (its objective columns as the metrics), a row without is
     ``failed`` (a training that gave no score), a candidate without a row is ``infeasible``."""
 
-    capacity = 1
-
     def __init__(self, bench: TabularBenchmark) -> None:
+        super().__init__(run=self.result)
         self.bench = bench
-        self._done: list[TrialResult] = []
 
     def result(self, spec: TrialSpec) -> TrialResult:
         b = self.bench
@@ -522,19 +521,6 @@ class LookupExecutor:
             return TrialResult(spec.number, "failed", {**metrics, "status": "failed", "error_kind": "no_score", "error": msg},
                                "no_score", msg)
         return TrialResult(spec.number, "ok", {**metrics, "status": "ok"})
-
-    def submit(self, spec: TrialSpec) -> None:
-        self._done.append(self.result(spec))
-
-    def wait(self, timeout: float | None = None) -> list[TrialResult]:
-        out, self._done = self._done, []
-        return out
-
-    def in_flight(self) -> int:
-        return len(self._done)
-
-    def shutdown(self) -> None:
-        pass
 
 
 def run_sampler(bench: TabularBenchmark, sampler="nsga2", n_evals: int | None = None, seed: int = 0,

@@ -166,15 +166,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def _optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    # No weight decay on norms, biases and 1-d gates/decays (the usual LLM recipe).
-    # Mixers mark decay-rate parameters (A_log, dt_bias, ...) with _no_weight_decay, as fla does.
-    def decays(p):
-        return p.ndim >= 2 and not getattr(p, "_no_weight_decay", False)
+    from hlnas.graphs import make_optimizer
 
-    decay = [p for p in model.parameters() if p.requires_grad and decays(p)]
-    no_decay = [p for p in model.parameters() if p.requires_grad and not decays(p)]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
+    return make_optimizer(model, cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, graph=False)
 
 
 def _autocast(cfg: TrainConfig, device: torch.device):

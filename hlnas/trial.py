@@ -61,7 +61,7 @@ def layout_metrics(layout_str: str, model: dict, kv_context: int, placement: str
     return cost_view(layout_str, model, kv_context, placement)
 
 
-def recall_metrics(scores: dict, sources) -> dict:
+def recall_metrics(scores: dict, sources=None) -> dict:
     """:func:`hlnas.score.baselines.recall_metrics` (imported when called: this module stays free of torch)."""
     from hlnas.score.baselines import recall_metrics as summary
 

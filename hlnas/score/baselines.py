@@ -52,10 +52,15 @@ def corrected(acc: float, baseline: float) -> float:
     return max(0.0, (acc - baseline) / (1.0 - baseline))
 
 
-def recall_metrics(scores: dict, sources) -> dict:
-    """The study's recall from a trial's scores: the first of ``sources`` (raw accuracy keys) present, its
+def recall_metrics(scores: dict, sources=None) -> dict:
+    """The study's recall from a trial's scores: the first of ``sources`` (raw accuracy keys; default the
+    preference order of :data:`hlnas.metrics.RECALL_SOURCES`) present, its
     strongest no-recall baseline, and ``recall``, that accuracy corrected for the baseline (what searches
     optimise: :func:`hlnas.score.baselines.corrected`). Empty when no recall objective was scored."""
+    if sources is None:
+        from hlnas.metrics import RECALL_SOURCES
+
+        sources = [key for _, key in RECALL_SOURCES]
     key = next((k for k in sources if k in scores and scores[k] is not None), None)
     if key is None:
         return {}

@@ -100,12 +100,9 @@ class ScoreConfig:
                               f"{self.mqar_beta2} and {self.mqar_warmup_frac}")
         if not isinstance(self.mqar_model, dict):
             raise ConfigError(f"score.mqar_model must be a mapping of ModelConfig fields, got {self.mqar_model!r}")
-        from hlnas.score.recall_proxy import RECALL_MODEL_KEYS
+        from hlnas.score.recall_proxy import check_recall_model_keys
 
-        for key in self.mqar_model:
-            if key not in RECALL_MODEL_KEYS:
-                raise ConfigError(f"score.mqar_model: key '{key}' is not allowed.{did_you_mean(key, RECALL_MODEL_KEYS)} "
-                                  f"Allowed: {', '.join(RECALL_MODEL_KEYS)}")
+        check_recall_model_keys(self.mqar_model)
         if not self.mqar_mixed_scales or any(int(m) != m or m < 1 for m in self.mqar_mixed_scales):
             raise ConfigError(f"score.mqar_mixed_scales must be whole multiples >= 1 of the training length, got {list(self.mqar_mixed_scales)}")
         if any(L < 1 for L in self.ruler_lengths) or not self.ruler_lengths:
@@ -143,27 +140,32 @@ def mixed_test_instances(trained_on, cfg: ScoreConfig, eos_id: int):
         yield mc, torch.cat([sep, as_documents(x, y)], 1), torch.cat([torch.full_like(sep, IGNORE), y], 1)
 
 
+def _mean_over_lengths(by_length: dict[str, dict[str, float]]) -> dict:
+    """Per-length baselines and their mean over the lengths, averaged as the accuracy is."""
+    mean = {k: sum(b[k] for b in by_length.values()) / len(by_length) for k in next(iter(by_length.values()))}
+    return {"mean": mean, "by_length": by_length}
+
+
 def mixed_baselines(trained_on, cfg: ScoreConfig, eos_id: int) -> dict:
     """The no-recall baselines of the ``mqar_mixed`` test instances: per length, and averaged over lengths as
     the accuracy is (document form: eliminating revealed values is one)."""
     from hlnas.score.baselines import mqar_baselines
 
-    by_length = {str(mc.seq_len): mqar_baselines(x, y, mc.vocab_size, mc.token_map, document_form=True)
-                 for mc, x, y in mixed_test_instances(trained_on, cfg, eos_id)}
-    n = len(by_length)
-    mean = {k: sum(b[k] for b in by_length.values()) / n for k in next(iter(by_length.values()))}
-    return {"mean": mean, "by_length": by_length}
+    return _mean_over_lengths({str(mc.seq_len): mqar_baselines(x, y, mc.vocab_size, mc.token_map, document_form=True)
+                               for mc, x, y in mixed_test_instances(trained_on, cfg, eos_id)})
 
 
 def mqar_mixed_objective(model: HybridLM, trained_on, cfg: ScoreConfig, eos_id: int, *, seed: int = 0, device=None) -> dict:
     """Score a candidate trained with MQAR instances mixed in (``trained_on``: their MQARConfig) on
-    :func:`mixed_test_instances`, beside their no-recall baselines (:func:`mixed_baselines`)."""
-    from hlnas.score.baselines import strongest
+    :func:`mixed_test_instances`, beside the no-recall baselines of the same instances."""
+    from hlnas.score.baselines import mqar_baselines, strongest
     from hlnas.score.mqar import mqar_accuracy
 
-    by_length = {str(mc.seq_len): mqar_accuracy(model, x, y, batch_size=cfg.mqar_batch, device=device)
-                 for mc, x, y in mixed_test_instances(trained_on, cfg, eos_id)}
-    base = mixed_baselines(trained_on, cfg, eos_id)
+    by_length, base_by_length = {}, {}
+    for mc, x, y in mixed_test_instances(trained_on, cfg, eos_id):  # one pass: each length's instances made once
+        by_length[str(mc.seq_len)] = mqar_accuracy(model, x, y, batch_size=cfg.mqar_batch, device=device)
+        base_by_length[str(mc.seq_len)] = mqar_baselines(x, y, mc.vocab_size, mc.token_map, document_form=True)
+    base = _mean_over_lengths(base_by_length)
     name, b = strongest(base["mean"])
     return {"mqar_mixed_acc": sum(by_length.values()) / len(by_length), "mqar_mixed_baselines": base["mean"],
             "mqar_mixed_baseline": b, "mqar_mixed_baseline_name": name,

@@ -19,6 +19,7 @@ validation from train seed ``2**31 - 1 - s``, test from the test stream: never t
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -27,26 +28,32 @@ import time
 import torch
 
 from hlnas.config import ModelConfig
-from hlnas.errors import ConfigError
+from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import build_model
 from hlnas.score.baselines import mqar_baselines, strongest
 from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
 
-__all__ = ["recall_model_config", "train_mqar", "RECALL_MODEL_KEYS"]
+__all__ = ["recall_model_config", "check_recall_model_keys", "train_mqar", "RECALL_MODEL_KEYS"]
 
 #: ModelConfig fields score.mqar_model may set (the vocabulary is the MQAR one; no parameter-count solve)
 RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
 _BLOCK_STEPS = 64  # training batches generated at once
 
 
+def check_recall_model_keys(overrides: dict) -> None:
+    """Refuse a ``score.mqar_model`` key the recall model cannot take, naming the closest and the allowed ones."""
+    for key in overrides:
+        if key not in RECALL_MODEL_KEYS:
+            raise ConfigError(f"score.mqar_model: key '{key}' is not allowed.{did_you_mean(key, RECALL_MODEL_KEYS)} "
+                              f"Allowed: {', '.join(RECALL_MODEL_KEYS)} (the vocabulary is the MQAR symbols, and the "
+                              "recall model never solves its MLP for a parameter count)")
+
+
 def recall_model_config(model_cfg: ModelConfig, overrides: dict, vocab: int) -> ModelConfig:
     """The recall model's config: the candidate's, with ``overrides``, the MQAR vocabulary, and the MLP width
     of fla's rule wherever the candidate's came from the ``target_params`` solve."""
-    bad = [k for k in overrides if k not in RECALL_MODEL_KEYS]
-    if bad:
-        raise ConfigError(f"score.mqar_model: key '{bad[0]}' is not allowed; allowed: {', '.join(RECALL_MODEL_KEYS)} "
-                          "(the vocabulary is the MQAR symbols, and the recall model never solves its MLP for a parameter count)")
+    check_recall_model_keys(overrides)
     base = model_cfg.to_dict()
     mlp = base["mlp_hidden"] if base.get("target_params") is None else None
     merged = {**base, "mlp_hidden": mlp, "target_params": None, **overrides, "vocab_size": vocab}
@@ -65,15 +72,9 @@ def _batches(mcfg: MQARConfig, batch: int, seed: int):
         block += 1
 
 
-def _lr_at(step: int, total: int, peak: float, warmup_frac: float) -> float:
-    warm = max(1, int(warmup_frac * total))
-    if step < warm:
-        return peak * (step + 1) / warm
-    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warm) / max(1, total - warm))))
-
-
 def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg, lr: float, seed: int, device, val) -> dict:
-    from hlnas.graphs import make_optimizer, make_step, set_lr
+    from hlnas.graphs import WARMUP_STEPS, make_optimizer, make_step, set_lr
+    from hlnas.train import cosine_lr
 
     torch.manual_seed(seed)
     model = build_model(layout, rcfg).to(device)
@@ -81,17 +82,21 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg, lr: floa
     use_graph = bool(cfg.mqar_graph) and device.type == "cuda"
     opt = make_optimizer(model, lr, betas=(0.9, cfg.mqar_beta2), weight_decay=0.1, graph=use_graph)
     autocast = torch.bfloat16 if device.type == "cuda" else None
+    def lr_at(step: int) -> float:  # warmup, then cosine to 0
+        return cosine_lr(step, cfg.mqar_steps, lr, cfg.mqar_warmup_frac, 0.0)
+
     batches = _batches(mcfg, cfg.mqar_batch, seed)
-    x0, y0 = (t.to(device) for t in next(batches))
-    set_lr(opt, _lr_at(0, cfg.mqar_steps, lr, cfg.mqar_warmup_frac))
-    step_fn, mode = make_step(model, opt, mqar_loss, (x0, y0), graph=use_graph, autocast=autocast)
-    # graph capture trains its warm-up steps on the first batch: they count as steps
-    done = 3 if mode == "graph" else 0
-    curve, best_val, t0, loss = [], 0.0, time.perf_counter(), None
-    error = None
+    first = tuple(t.to(device) for t in next(batches))
+    set_lr(opt, lr_at(0))
+    step_fn, mode = make_step(model, opt, mqar_loss, first, graph=use_graph, autocast=autocast)
+    if mode == "graph":  # capture trained its warm-up steps on the first batch: they count as steps
+        done = WARMUP_STEPS
+    else:
+        done, batches = 0, itertools.chain([first], batches)
+    curve, t0, error = [], time.perf_counter(), None
     while done < cfg.mqar_steps:
-        x, y = next(batches) if done or mode == "graph" else (x0, y0)
-        set_lr(opt, _lr_at(done, cfg.mqar_steps, lr, cfg.mqar_warmup_frac))
+        x, y = next(batches)
+        set_lr(opt, lr_at(done))
         loss = step_fn(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
         done += 1
         if done % cfg.mqar_eval_every == 0 or done == cfg.mqar_steps:
@@ -105,7 +110,6 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg, lr: floa
             if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
                 print(f"[recall] {layout} lr={lr:g} step={done} val={acc:.3f} loss={lv:.3f} t={time.perf_counter() - t0:.0f}s "
                       f"mode={mode}", file=sys.stderr, flush=True)
-            best_val = max(best_val, acc)
             if cfg.mqar_target is not None and acc >= cfg.mqar_target:
                 break
             if cfg.mqar_budget_s is not None and time.perf_counter() - t0 > cfg.mqar_budget_s:
