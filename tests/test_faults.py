@@ -25,7 +25,7 @@ from hlnas.storage import StorageError
 from hlnas.study import MAX_REQUEUES, load_hlnas_study, run_search
 from hlnas.trial import TrialResult, layout_metrics, run_trial
 from tests.test_resume import _cli, _stop_while_training, _trials
-from tests.test_study import tiny_raw, tiny_space
+from tests.test_study import pg_url, tiny_raw, tiny_space  # noqa: F401  (pg_url: the throw-away PostgreSQL fixture)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -194,37 +194,11 @@ def test_a_lost_workers_trial_is_requeued_then_failed_at_the_bound(tmp_path, mon
     assert ("target_raised", {"from": 3, "to": 4, "retried": 1}) in events
 
 
-def test_a_worker_killed_mid_trial_is_requeued_and_its_layout_trained(tmp_path):
-    from tests.helpers import kill_first_worker_at_next_start
-
-    url, seen = f"sqlite:///{tmp_path}/k.db", {}
-    run_search(tiny_space(), storage=url, study_name="k", n_trials=4, executor="processes", workers=1,
-               on_event=kill_first_worker_at_next_start(seen))
-    study = load_hlnas_study(url, "k")
-    victim = study.trials[seen["killed"]]
-    assert victim.user_attrs["error_kind"] == "worker_died"
-    (retry,) = [t for t in study.trials if t.user_attrs.get("requeued_from") == victim.number]
-    assert retry.state == TrialState.COMPLETE and retry.params == victim.params and len(trained(study)) == 4
-
-
 # -- 3. postgresql:// as the README writes it ------------------------------------------------------------------------------
 def test_a_plain_postgresql_url_opens(tmp_path, request):
     url = request.getfixturevalue("pg_url").replace("postgresql+psycopg2://", "postgresql://")
     run_search(tiny_space(), storage=url, study_name="plainpg", n_trials=1)
     assert len(trained(load_hlnas_study(url, "plainpg"))) == 1
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    from tests.pg import PostgresUnavailable, postgres_server
-
-    try:
-        with postgres_server() as url:
-            yield url
-    except PostgresUnavailable as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(e))
 
 
 # -- 6. bad inputs: one line naming the value and what is allowed ----------------------------------------------------------

@@ -10,24 +10,10 @@ import pytest
 from hlnas import samplers, space as space_mod
 from hlnas.cli import build_parser
 from hlnas.proposals import MAX_REPEATS, REPEATS_BEFORE_FALLBACK
-from hlnas.space import space_from_dict
 from hlnas.study import run_search
 from hlnas.tabular import LookupExecutor, TabularBenchmark, run_sampler
 from hlnas.trial import layout_metrics
-
-KV_LIMIT = 5 * 2**20  # excludes the Transformer (6 attention layers): infeasible in both
-
-
-def small_space(sampler: str):
-    return space_from_dict({
-        "name": f"same-{sampler}", "mixers": ["gla", "deltanet", "hgrn2"], "ratios": ["pure", "6:1", "3:1", "2:1"],
-        "placements": ["paper", "front"], "transformer": True, "layers": 6,
-        "scale": {"preset": "proxy-tiny", "train": {"tokens": 512, "seq_len": 32, "batch_size": 2},
-                  "score": {"objectives": ["val_loss", "mqar"]}},
-        "objectives": [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}],
-        "constraints": {"max_kv_bytes": KV_LIMIT}, "sampler": sampler, "calibration": {"enabled": False},
-    })
-
+from tests.test_samplers import space as search_space
 
 def fixed_table(sp) -> TabularBenchmark:
     """Fixed metrics for every candidate: recall grows with attention layers and with the mixer's index."""
@@ -44,7 +30,7 @@ def fixed_table(sp) -> TabularBenchmark:
 # gp fits a Gaussian process per proposal: a shorter run keeps it quick
 @pytest.mark.parametrize("sampler,n", [("nsga2", None), ("tpe", None), ("random", None), ("grid", None), ("gp", 8)])
 def test_the_search_and_the_benchmark_propose_the_same_layouts(sampler, n, tmp_path):
-    sp = small_space(sampler)
+    sp = search_space(sampler)  # the sampler tests' space: 41 layouts, the Transformer infeasible
     bench = fixed_table(sp)
     feasible = bench.n_candidates - 1
     events = []  # a journal file: the quickest stored study (the storage is not what this compares)

@@ -11,14 +11,7 @@ from hlnas.graphs import make_optimizer, make_step
 from hlnas.layout import Layout
 from hlnas.score.objectives import ScoreConfig
 from hlnas.score.recall_proxy import recall_model_config, train_mqar
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from tests.test_study import one_thread  # noqa: F401  (autouse: tiny models on one thread)
 
 
 def test_recall_model_never_solves_the_mlp_for_a_parameter_count():
