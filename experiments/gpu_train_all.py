@@ -11,6 +11,7 @@ shapes, so this also warms the Triton cache for it); ``--tokens`` still override
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import platform
@@ -49,8 +50,8 @@ def main() -> int:
         from hlnas.space import load_space
 
         space = load_space(args.space)
-        cfg, dcfg, scfg = space.model_config(), space.data_config(), space.score_config()
-        tcfg = TrainConfig.from_dict({**space.train_config().to_dict(), "tokens": args.tokens, "compile": args.compile})
+        cfg, dcfg, scfg = space.model, space.data, space.score
+        tcfg = dataclasses.replace(space.train, tokens=args.tokens, compile=args.compile)
     else:
         cfg = preset(args.preset)
         tcfg = TrainConfig(tokens=args.tokens, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,

@@ -37,6 +37,8 @@ def _layout(text: str, layers: int) -> str:
 def _spec(i: int, case: dict, args):
     from hlnas.config import preset
     from hlnas.data.sources import DataConfig
+    from hlnas.layout import Layout
+    from hlnas.recipe import RunConfig
     from hlnas.score.objectives import ScoreConfig
     from hlnas.train import TrainConfig
     from hlnas.trial import TrialSpec
@@ -50,9 +52,10 @@ def _spec(i: int, case: dict, args):
                         mqar_lr=float(case["lr"]), mqar_target=args.target, mqar_eval_every=args.eval_every,
                         mqar_test=args.test, mqar_val=args.val, mqar_graph=case.get("graph", not args.no_graph),
                         mqar_budget_s=case.get("budget_s", args.budget_s))
-    return TrialSpec(number=i, layout=case["layout"], model=model.to_dict(),
-                     train=TrainConfig(seed=case.get("seed", 0), tokens=1, batch_size=1, seq_len=1).to_dict(),
-                     data=DataConfig().to_dict(), score=score.to_dict(), recall_only=True)
+    train = TrainConfig(seed=case.get("seed", 0), tokens=1, batch_size=1, seq_len=1)  # recall-only: no LM training
+    recipe = RunConfig(layout=Layout.parse(case["layout"]), model=model, train=train, data=DataConfig(), score=score,
+                       preset=args.preset)
+    return TrialSpec(number=i, recipe=recipe, recall_only=True)
 
 
 def main(argv=None) -> int:

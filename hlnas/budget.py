@@ -127,10 +127,10 @@ def layout_cost(
     )
 
 
-def layout_metrics(layout_str: str, model: dict, kv_context: int, placement: str | None = None) -> dict:
+def layout_metrics(layout_str: str, model: ModelConfig, kv_context: int, placement: str | None = None) -> dict:
     """What the cost model says about a layout (no weights built): the attributes every trial records."""
     layout = Layout.parse(layout_str)
-    cost = layout_cost(layout, ModelConfig.from_dict(model), context=kv_context, batch=1, dtype="bf16")
+    cost = layout_cost(layout, model, context=kv_context, batch=1, dtype="bf16")
     return {
         "layout": str(layout),
         "mixers": list(layout.mixers),

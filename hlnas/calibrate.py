@@ -105,7 +105,7 @@ def _point(space, layout: str, mixer: str, ratio: str | None) -> dict | None:
 
 def plan(space) -> list[CalibrationRun]:
     """The runs of the space's calibration: control, then per mixer pure and hybrid, each over the seeds."""
-    cfg = space.calibration_config()
+    cfg = space.calibration
     r = parse_ratio(cfg.hybrid_ratio)
     if space.n_layers % r:
         raise ConfigError(f"calibration.hybrid_ratio={cfg.hybrid_ratio!r} needs a depth that is a multiple of {r}; "
@@ -152,7 +152,7 @@ def _spread(values: list[float], floor: float) -> float:
 
 def verdict(space, runs: dict[str, dict]) -> dict:
     """Judge stored run summaries (``key -> run_summary``): rows, failures, and ``valid``."""
-    cfg = space.calibration_config()
+    cfg = space.calibration
     rows, failures = [], []
     by_group: dict[tuple[str, str], list[dict]] = {}
     for r in runs.values():
@@ -220,14 +220,14 @@ def _vals(row: dict) -> str:
 
 def advice(space, result: dict) -> str:
     """Which settings to change, for the kinds of failure in ``result``."""
-    sc = space.score_config()
+    sc = space.score
     objectives = sc.objectives
     if "mqar" in objectives and "mqar_mixed" not in objectives and "ruler" not in objectives:
         knobs = (f"score.mqar_steps (now {sc.mqar_steps}), score.mqar_lrs (now {list(sc.mqar_lrs) or [sc.mqar_lr]}), "
                  f"score.mqar_kv_pairs (now {sc.mqar_kv_pairs}) and score.mqar_seq_len (now {sc.mqar_seq_len}), "
                  f"score.mqar_model (the recall model's width, now {sc.mqar_model or 'the candidate'})")
     elif "mqar_mixed" in objectives:
-        tc = space.train_config()
+        tc = space.train
         knobs = (f"train.tokens (now {tc.tokens}), train.lr (now {tc.lr}), train.recall_count (now {tc.recall_count}), "
                  f"train.recall_kv_pairs (now {tc.recall_kv_pairs})")
     else:

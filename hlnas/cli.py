@@ -423,7 +423,7 @@ def _scale_sets(space, sets: list[str]) -> dict:
     from hlnas.train import TrainConfig
 
     sections = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "score": ScoreConfig}
-    return parse_sets(sets, sections, {name: getattr(space, name) for name in sections})
+    return parse_sets(sets, sections, space.to_dict()["scale"])  # each section changed over its stored form
 
 
 def _fmt(x) -> str:

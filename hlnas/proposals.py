@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 import optuna
 from optuna.trial import TrialState
 
+from hlnas.layout import Layout
 from hlnas.space import CONSTRAINTS, SearchSpace
 from hlnas.trial import TrialResult, TrialSpec, layout_metrics
 
@@ -57,13 +58,13 @@ def layout_spec(space: SearchSpace, number: int, layout: str, *, placement: str 
                 out_root: str | None = None, recall_only: bool = False) -> TrialSpec:
     """What a worker needs to train and score ``layout`` at the space's scale (``seed``: the training seed, when not
     the space's own: calibration's extra seeds). The one place a space becomes a trial's configs."""
-    train = space.train_config().to_dict()
-    if seed is not None:
-        train["seed"] = seed
+    from hlnas.recipe import RunConfig
+
+    train = space.train if seed is None else dataclasses.replace(space.train, seed=seed)
+    recipe = RunConfig(layout=Layout.parse(layout), model=space.model, train=train, data=space.data, score=space.score,
+                       preset=space.preset)
     return TrialSpec(
-        number=number, layout=layout, model=space.model_config().to_dict(), train=train,
-        data=space.data_config().to_dict(), score=space.score_config().to_dict(), kv_context=space.kv_context,
-        placement=placement, out_dir=None if out_root is None else os.path.join(out_root, layout), recall_only=recall_only,
+        number=number, recipe=recipe, kv_context=space.kv_context, placement=placement, out_dir=None if out_root is None else os.path.join(out_root, layout), recall_only=recall_only,
     )
 
 
@@ -355,7 +356,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                         study.enqueue_trial(fresh[rng.randrange(len(fresh))])
                 trial = study.ask(dists)
                 spec = trial_spec(space, trial.number, trial.params, out_root)
-                cost = layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement)
+                cost = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
                 cons = constraint_values(space, cost)
                 for k, v in cons.items():
                     trial.set_constraint(k, v)

@@ -26,7 +26,8 @@ from hlnas.overrides import field_types, parse_sets, yaml_load
 from hlnas.score.objectives import ScoreConfig
 from hlnas.train import TrainConfig
 
-__all__ = ["recall_documents", "mqar_recall_config", "RunConfig", "load_recipe", "apply_overrides", "layout_from_spec", "model_from_spec", "yaml_load"]
+__all__ = ["recall_documents", "mqar_recall_config", "RunConfig", "load_recipe", "apply_overrides", "layout_from_spec",
+           "model_from_spec", "model_overrides", "yaml_load"]
 
 # The keys of a layout mapping, typed for --set; a layout may also be one compact string.
 LAYOUT_KEYS = {"mixer": str | list[str], "ratio": str | int | None, "placement": str | list[int], "layers": int}
@@ -87,11 +88,19 @@ def layout_from_spec(spec, n_layers: int) -> Layout:
 
 
 def model_from_spec(spec: dict) -> ModelConfig:
+    """``{preset: name, **overrides}`` (the YAML form of a model section) as a :class:`ModelConfig`."""
     spec = dict(spec or {})
     base = preset(spec.pop("preset", "proxy-tiny"))
     if not spec:
         return base
     return ModelConfig.from_dict({**base.to_dict(), **spec})
+
+
+def model_overrides(model: ModelConfig, preset_name: str, *, skip: tuple[str, ...] = ()) -> dict:
+    """The inverse of :func:`model_from_spec`: the fields where ``model`` differs from its preset (without
+    ``skip``). Written instead of the whole config so that a changed ``preset`` still takes effect."""
+    base = preset(preset_name).to_dict()
+    return {k: v for k, v in model.to_dict().items() if base.get(k) != v and k not in skip}
 
 
 @dataclass(frozen=True)
@@ -102,12 +111,6 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     score: ScoreConfig = field(default_factory=ScoreConfig)
     preset: str = "proxy-tiny"
-
-    @classmethod
-    def from_spec(cls, layout: str, model: dict, train: dict, data: dict, score: dict) -> "RunConfig":
-        """A recipe from the plain dicts a trial spec carries (each one a config's ``to_dict()``)."""
-        return cls(layout=Layout.parse(layout), model=ModelConfig.from_dict(model), train=TrainConfig.from_dict(train),
-                   data=DataConfig.from_dict(data), score=ScoreConfig.from_dict(score))
 
     @classmethod
     def from_dict(cls, raw: dict, *, where: str = "recipe") -> "RunConfig":
@@ -137,15 +140,11 @@ class RunConfig:
     def to_dict(self) -> dict:
         return {
             "layout": str(self.layout),
-            "model": {"preset": self.preset, **_diff(self.model.to_dict(), preset(self.preset).to_dict())},
+            "model": {"preset": self.preset, **model_overrides(self.model, self.preset)},
             "train": self.train.to_dict(),
             "data": self.data.to_dict(),
             "score": self.score.to_dict(),
         }
-
-
-def _diff(d: dict, base: dict) -> dict:
-    return {k: v for k, v in d.items() if base.get(k) != v}
 
 
 def apply_overrides(raw: dict, sets: list[str]) -> dict:

@@ -6,7 +6,6 @@ with them. Metrics, their directions and what they need come from :mod:`hlnas.me
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -89,7 +88,8 @@ class Checker:
 class SettingsChecker(Checker):
     """The checks of a space's study settings (objectives, constraints, calibration)."""
 
-    def objectives(self, value, score: dict) -> tuple[Objective, ...]:
+    def objectives(self, value, scored: tuple[str, ...]) -> tuple[Objective, ...]:
+        """The study's objectives; ``scored``: the objectives the scale scores (``ScoreConfig.objectives``)."""
         objs = list(DEFAULT_OBJECTIVES) if value is None else []
         for i, o in enumerate(self.items("objectives", value) if value is not None else []):
             key = f"objectives[{i}]"
@@ -110,9 +110,7 @@ class SettingsChecker(Checker):
             self.fail(f"objectives is empty; give at least one of: {', '.join(METRICS)}")
         self.unique("objectives", [o.name for o in objs], ".name")
         self.unique("objectives", [o.metric for o in objs], ".metric")
-        from hlnas.score.objectives import ScoreConfig
-
-        scored = list(score.get("objectives", ScoreConfig().objectives))
+        scored = list(scored)
         for i, o in enumerate(objs):
             needs = _NEEDS.get(o.metric, ())
             if needs and not set(needs) & set(scored):
@@ -120,18 +118,16 @@ class SettingsChecker(Checker):
                           f"scale.score.objectives; got {scored}")
         return tuple(objs)
 
-    def calibration(self, value) -> dict:
-        if value is None:
-            return {}
+    def calibration(self, value):
+        """The space's :class:`hlnas.calibrate.CalibrationConfig` (absent: the defaults)."""
         from hlnas.calibrate import CalibrationConfig
 
-        if not isinstance(value, dict):
+        if value is not None and not isinstance(value, dict):
             self.fail(f"calibration must be a mapping of calibration settings, got {value!r}")
         try:
-            CalibrationConfig.from_dict(value)
+            return CalibrationConfig.from_dict(value or {})
         except (ConfigError, TypeError) as e:
             self.fail(f"calibration: {e}")
-        return copy.deepcopy(value)
 
     def constraints(self, value) -> dict[str, float]:
         self.keys("constraints.", value, tuple(CONSTRAINTS))

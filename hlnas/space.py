@@ -9,7 +9,8 @@ middle, spread); ``attention_sets`` (explicit 0-based indices, placement "explic
 ``constraints: {max_params, max_kv_bytes, max_state_bytes}``; ``sampler`` (nsga2, tpe, gp, random, grid).
 
 Every key is checked; a bad file fails with its path, the key, the bad value and what is allowed.
-The scale sections are validated through the real config classes (imported lazily: they need torch).
+The scale sections and the calibration are validated into the real, frozen config objects the space then
+holds (their modules are imported when a space is first read: they need torch).
 Bare names (``load_space("tiny")``) resolve to the repo's ``search_spaces/`` or the package copy.
 """
 
@@ -24,14 +25,21 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hlnas.catalog import canonical, linear_mixer_names
-from hlnas.config import PRESETS
+from hlnas.config import PRESETS, ModelConfig
 from hlnas.errors import ConfigError, LayoutError, did_you_mean
 from hlnas.layout import PLACEMENTS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
 from hlnas.samplers import SAMPLERS
 from hlnas.settings import (CONSTRAINTS, DEFAULT_OBJECTIVES, METRICS, RAW_RECALL_METRICS, RECALL_SOURCES,
                             Objective, SettingsChecker, SpaceError)
+
+if TYPE_CHECKING:  # the config modules pull in torch; the validator imports them when it first runs
+    from hlnas.calibrate import CalibrationConfig
+    from hlnas.data.sources import DataConfig
+    from hlnas.score.objectives import ScoreConfig
+    from hlnas.train import TrainConfig
 
 __all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CONSTRAINTS", "load_space",
            "space_from_dict", "builtin_spaces", "RAW_RECALL_METRICS", "RECALL_SOURCES"]
@@ -59,19 +67,16 @@ class SearchSpace:
     n_layers: int = 24
     hetero_ratio: str | None = None
     preset: str = "proxy-tiny"
-    model: dict = field(default_factory=dict)
-    train: dict = field(default_factory=dict)
-    data: dict = field(default_factory=dict)
-    score: dict = field(default_factory=dict)
+    # the scale, as the real config objects (validated when the space was read)
+    model: ModelConfig  # the preset with scale.model's overrides, at the space's depth (n_layers)
+    train: TrainConfig
+    data: DataConfig
+    score: ScoreConfig
     objectives: tuple[Objective, ...] = DEFAULT_OBJECTIVES
     kv_context: int = 4096
     constraints: dict[str, float] = field(default_factory=dict)
     sampler: str = "nsga2"
-    calibration: dict = field(default_factory=dict)  # CalibrationConfig fields (hlnas.calibrate); {} = defaults
-
-    def calibration_config(self):
-        from hlnas.calibrate import CalibrationConfig
-        return CalibrationConfig.from_dict(self.calibration)
+    calibration: CalibrationConfig
 
     # -- the dimensions a sampler sees ----------------------------------------------------------
     @property
@@ -142,41 +147,28 @@ class SearchSpace:
 
     def recall_source(self) -> str | None:
         """The raw accuracy key behind this scale's 'recall': the first of :data:`RECALL_SOURCES` it scores."""
-        objectives = self.score_config().objectives
-        return next((key for obj, key in RECALL_SOURCES if obj in objectives), None)
-
-    # -- the scale, as the real config objects --------------------------------------------------
-    # (imported here: these config modules pull in torch, which loading a space file must not need twice)
-    def model_config(self):
-        from hlnas.recipe import model_from_spec
-        return model_from_spec({"preset": self.preset, **self.model, "n_layers": self.n_layers})
-
-    def train_config(self):
-        from hlnas.train import TrainConfig
-        return TrainConfig.from_dict(self.train)
-
-    def data_config(self):
-        from hlnas.data.sources import DataConfig
-        return DataConfig.from_dict(self.data)
-
-    def score_config(self):
-        from hlnas.score.objectives import ScoreConfig
-        return ScoreConfig.from_dict(self.score)
+        return next((key for obj, key in RECALL_SOURCES if obj in self.score.objectives), None)
 
     # -- identity ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
+        """The space as plain JSON data, the form stored in a study and read back by :func:`space_from_dict`.
+
+        The train, data, score and calibration sections are written whole, so a stored study says what its
+        trials ran even after a default changes (a resume against the new default is then refused, showing it);
+        the model section is what differs from the preset, so that replacing the preset takes effect."""
+        from hlnas.recipe import model_overrides
+
         d: dict = {"name": self.name, "mixers": list(self.mixers)}
         if self.hetero_ratio:
             d["hetero"] = {"ratio": self.hetero_ratio}
         else:
             d.update(ratios=list(self.ratios), placements=list(self.placements),
                      attention_sets=[list(s) for s in self.attention_sets], transformer=self.include_transformer)
-        d.update(layers=self.n_layers,
-                 scale={"preset": self.preset, "model": copy.deepcopy(self.model), "train": copy.deepcopy(self.train),
-                        "data": copy.deepcopy(self.data), "score": copy.deepcopy(self.score), "kv_context": self.kv_context},
-                 objectives=[o.to_dict() for o in self.objectives], constraints=dict(self.constraints), sampler=self.sampler)
-        if self.calibration:  # absent from older stored spaces: their fingerprints stay the same
-            d["calibration"] = copy.deepcopy(self.calibration)
+        scale = {"preset": self.preset, "model": model_overrides(self.model, self.preset, skip=("n_layers",)),
+                 "train": self.train.to_dict(), "data": self.data.to_dict(), "score": self.score.to_dict(),
+                 "kv_context": self.kv_context}
+        d.update(layers=self.n_layers, scale=scale, objectives=[o.to_dict() for o in self.objectives],
+                 constraints=dict(self.constraints), sampler=self.sampler, calibration=self.calibration.to_dict())
         return json.loads(json.dumps(d, default=list))  # plain JSON types all the way down
 
     def fingerprint(self) -> str:
@@ -193,13 +185,19 @@ class SearchSpace:
         return out
 
     def with_overrides(self, **changes) -> "SearchSpace":
-        """A re-validated copy with fields replaced, e.g. ``with_overrides(sampler="tpe", ratios=["6:1"])``."""
+        """A re-validated copy with fields replaced, e.g. ``with_overrides(sampler="tpe", ratios=["6:1"])``; a scale
+        section takes a config object or a mapping of its fields (which replaces the whole section)."""
+        from hlnas.recipe import model_overrides
+
         raw, names = self.to_dict(), {f.name for f in dataclasses.fields(self)}
         for key, value in changes.items():
             if key not in names:
                 raise SpaceError(f"unknown SearchSpace field '{key}'.{did_you_mean(key, names)} Allowed: {', '.join(sorted(names))}")
-            if key in SCALE_KEYS:
-                raw["scale"][key] = value
+            if key == "model" and isinstance(value, ModelConfig):
+                raw["scale"]["model"] = model_overrides(value, changes.get("preset", self.preset), skip=("n_layers",))
+            elif key in SCALE_KEYS or key == "calibration":
+                value = value.to_dict() if dataclasses.is_dataclass(value) else value  # a config object or its fields
+                (raw["scale"] if key in SCALE_KEYS else raw)[key] = value
             elif key == "hetero_ratio":
                 raw.pop("hetero", None)
                 if value is not None:  # a hetero space has no ratios/placements of its own
@@ -279,8 +277,8 @@ def space_from_dict(raw: dict, where: str = "<dict>") -> SearchSpace:
     v.keys("", raw, TOP_KEYS)
     scale = raw.get("scale") or {}
     v.keys("scale.", scale, SCALE_KEYS)
-    model_cfg, sections = v.scale(scale)
-    n_layers = v.layers(raw.get("layers"), model_cfg, sections["model"])
+    configs, model_section = v.scale(scale)
+    n_layers = v.layers(raw.get("layers"), configs["model"], model_section)
     hetero = "hetero" in raw
     mixers, transformer = v.mixers(raw.get("mixers"), hetero)
     if not isinstance(raw.get("transformer", False), bool):
@@ -311,7 +309,8 @@ def space_from_dict(raw: dict, where: str = "<dict>") -> SearchSpace:
     space = SearchSpace(
         name=name, source=None, mixers=mixers, ratios=ratios, placements=placements, attention_sets=sets,
         include_transformer=transformer, n_layers=n_layers, hetero_ratio=hetero_ratio,
-        preset=scale.get("preset", "proxy-tiny"), **sections, objectives=v.objectives(raw.get("objectives"), sections["score"]),
+        preset=scale.get("preset", "proxy-tiny"), model=configs["model"].replace(n_layers=n_layers), train=configs["train"],
+        data=configs["data"], score=configs["score"], objectives=v.objectives(raw.get("objectives"), configs["score"].objectives),
         kv_context=kv_context, constraints=v.constraints(raw.get("constraints") or {}),
         sampler=v.choice("sampler", raw.get("sampler", "nsga2"), SAMPLERS), calibration=v.calibration(raw.get("calibration")))
     if space.sampler == "grid" and space.size() > GRID_LIMIT:
@@ -356,7 +355,7 @@ class _Validator(SettingsChecker):
         if "mqar_mixed" in built["score"].objectives and not mixed:
             self.fail("scale.score.objectives has mqar_mixed, which scores the MQAR instances mixed into training: "
                       "set scale.train.recall_format: mqar and scale.train.recall_every >= 1")
-        return built["model"], sections
+        return built, sections["model"]
 
     def layers(self, value, model_cfg, model_section: dict) -> int:
         if value is None:

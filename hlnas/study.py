@@ -44,7 +44,7 @@ def open_storage(url: str):
 
 def needs_calibration(space: SearchSpace) -> bool:
     """A space with a recall objective and calibration enabled is calibrated before its search."""
-    return space.calibration_config().enabled and any(o.metric == "recall" for o in space.objectives)
+    return space.calibration.enabled and any(o.metric == "recall" for o in space.objectives)
 
 
 def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals) -> dict:
@@ -93,7 +93,7 @@ def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: S
 def _tell_calibration_trial(study: optuna.Study, space: SearchSpace, run, result: TrialResult) -> int:
     """Store a seed-0 calibration run of one of the space's layouts as the study's trial of that layout
     (added whole, not asked: a WAITING trial queued by the grid or a resume must not take its place)."""
-    cost = layout_metrics(run.layout, space.model_config().to_dict(), space.kv_context, run.params.get("placement"))
+    cost = layout_metrics(run.layout, space.model, space.kv_context, run.params.get("placement"))
     attrs = {**cost, **result.metrics, "wall_s": round(result.wall_s, 2), "calibration": run.key}
     values = objective_values([o.metric for o in space.objectives], result.metrics) if result.ok else None
     if values is None and result.ok:
@@ -359,7 +359,7 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
         calibrating = not skip_calibration and needs_calibration(space)
         if not calibrating:
             if "hlnas_calibration" not in study.user_attrs:
-                why = ("skipped" if skip_calibration else "disabled" if not space.calibration_config().enabled else "not needed")
+                why = ("skipped" if skip_calibration else "disabled" if not space.calibration.enabled else "not needed")
                 study.set_user_attr("hlnas_calibration", {"status": why})
         else:
             stored = study.user_attrs.get("hlnas_calibration") or {}

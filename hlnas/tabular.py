@@ -251,7 +251,6 @@ class TabularBenchmark:
         (:func:`hlnas.trial.layout_metrics`) for ``preset_name`` at ``kv_context`` tokens, batch 1, bf16."""
         from hlnas import paper
         from hlnas.catalog import PAPER_MIXERS
-        from hlnas.config import preset
         from hlnas.layout import PAPER_RATIOS
         from hlnas.trial import layout_metrics
 
@@ -266,7 +265,7 @@ class TabularBenchmark:
             "scale": {"preset": preset_name, "kv_context": kv_context, "score": {"objectives": ["ruler"]}},
             "objectives": [{"name": "recall", "metric": "recall"}, {"name": "kv_cache", "metric": "kv_cache_bytes"}],
             "sampler": "grid"}, where="TabularBenchmark.from_paper")  # fmt: skip
-        model = preset(preset_name).to_dict()
+        model = space.model
         rows = []
         for p in space.grid():
             layout = space.layout(p)

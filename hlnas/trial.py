@@ -2,17 +2,21 @@
 
 ``run_trial(TrialSpec) -> TrialResult`` never raises: a failure (NaN loss, out-of-memory, a kernel
 that cannot run, any exception) comes back as a result with ``status`` and ``error_kind`` so the
-study records it and goes on. Specs and results hold plain data only (no tensors, no optuna
-objects), so they cross process boundaries (Ray workers) unchanged.
+study records it and goes on. Specs hold frozen config objects and results plain data (no tensors,
+no optuna objects), so both pickle across process boundaries (Ray workers) unchanged.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the recipe's config modules pull in torch; the driver imports them when it reads a space
+    from hlnas.config import ModelConfig
+    from hlnas.recipe import RunConfig
 
 __all__ = ["TrialSpec", "TrialResult", "run_trial", "recall_metrics", "ERROR_KINDS"]
 
@@ -23,12 +27,10 @@ ERROR_KINDS = ("nan", "oom", "kernel", "config", "cuda_error", "worker_died", "o
 
 @dataclass(frozen=True)
 class TrialSpec:
+    """One trial's work: the recipe (layout and frozen model/train/data/score configs) and where to put it."""
+
     number: int
-    layout: str  # compact layout string
-    model: dict  # ModelConfig.to_dict()
-    train: dict  # TrainConfig.to_dict()
-    data: dict  # DataConfig.to_dict()
-    score: dict  # ScoreConfig.to_dict()
+    recipe: RunConfig
     kv_context: int = 4096
     placement: str | None = None
     out_dir: str | None = None  # checkpoints; a re-run of the same trial resumes from them
@@ -36,8 +38,10 @@ class TrialSpec:
     # recall does not depend on the trained candidate
     recall_only: bool = False
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    @property
+    def layout(self) -> str:
+        """The compact layout string: what the search loop dedupes by, and the trial's checkpoint folder."""
+        return str(self.recipe.layout)
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class TrialResult:
         return self.status == "ok"
 
 
-def layout_metrics(layout_str: str, model: dict, kv_context: int, placement: str | None = None) -> dict:
+def layout_metrics(layout_str: str, model: ModelConfig, kv_context: int, placement: str | None = None) -> dict:
     """:func:`hlnas.budget.layout_metrics` (imported when called: this module stays free of torch)."""
     from hlnas.budget import layout_metrics as cost_view
 
@@ -89,12 +93,10 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     # which process ran it and when (wall clock): shows long-lived Ray workers and trials overlapping
     metrics: dict = {"worker_pid": os.getpid(), "started_at": time.time()}
     try:
-        from hlnas.recipe import RunConfig
         from hlnas.run import run
 
-        metrics.update(layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement))
-        result = run(RunConfig.from_spec(spec.layout, spec.model, spec.train, spec.data, spec.score), out_dir=spec.out_dir,
-                     recall_only=spec.recall_only)
+        metrics.update(layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement))
+        result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only)
         metrics.update(result.metrics)
         if result.status != "ok":
             metrics.update(status=result.status, error_kind=result.error_kind, error=result.error, finished_at=time.time())

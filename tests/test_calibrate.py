@@ -136,10 +136,10 @@ def fake_trial(scores: dict):
     calls = []
 
     def run(spec):
-        calls.append((spec.number, spec.layout, spec.train["seed"], spec.recall_only))
-        m = layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement)
+        calls.append((spec.number, spec.layout, spec.recipe.train.seed, spec.recall_only))
+        m = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
         n_attn = len(Layout.parse(spec.layout).attention_layers)
-        raw = scores.get((spec.layout, spec.train["seed"]), min(0.99, 0.28 + 0.35 * n_attn))
+        raw = scores.get((spec.layout, spec.recipe.train.seed), min(0.99, 0.28 + 0.35 * n_attn))
         m.update(status="ok", val_loss=3.0, mqar_acc=raw, mqar_baseline=0.25, mqar_baseline_name="copy_any",
                  mqar_baselines={"copy_any": 0.25, "uniform": 0.03})
         from hlnas.trial import recall_metrics

@@ -170,7 +170,7 @@ def test_a_lost_workers_trial_is_requeued_then_failed_at_the_bound(tmp_path, mon
     def dies_on_the_victim(spec):
         if spec.layout == victim:
             deaths.append(spec.number)
-            return TrialResult(spec.number, "failed", {**layout_metrics(spec.layout, spec.model, spec.kv_context),
+            return TrialResult(spec.number, "failed", {**layout_metrics(spec.layout, spec.recipe.model, spec.kv_context),
                                                        "status": "failed", "error_kind": "worker_died", "error": "worker died"},
                                "worker_died", "worker died")
         return run_trial(spec)

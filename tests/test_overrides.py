@@ -93,10 +93,10 @@ def test_an_unknown_section_or_key_suggests_the_closest_and_lists_the_allowed(it
 def test_search_sets_merge_over_the_space_sections():
     space = load_space("tiny")
     changes = _scale_sets(space, ["train.tokens=2e4", "model.mixer_hparams.gla.num_heads=2", "score.mqar_target=null"])
-    assert changes["train"] == {**space.train, "tokens": 20000}
-    assert changes["model"]["mixer_hparams"] == {**space.model["mixer_hparams"], "gla": {"num_heads": 2}}
+    assert changes["train"] == {**space.train.to_dict(), "tokens": 20000}
+    assert changes["model"]["mixer_hparams"] == {**space.model.mixer_hparams, "gla": {"num_heads": 2}}
     assert changes["score"]["mqar_target"] is None and set(changes) == {"train", "model", "score"}
-    assert space.with_overrides(**changes).train["tokens"] == 20000
+    assert space.with_overrides(**changes).train.tokens == 20000
     with pytest.raises(ConfigError, match="train.seq_len is an integer; got 12.5"):
         _scale_sets(space, ["train.seq_len=12.5"])
     with pytest.raises(ConfigError, match="unknown section 'layout'"):

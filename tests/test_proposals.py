@@ -17,7 +17,7 @@ from tests.test_samplers import space as search_space
 
 def fixed_table(sp) -> TabularBenchmark:
     """Fixed metrics for every candidate: recall grows with attention layers and with the mixer's index."""
-    model = sp.model_config().to_dict()
+    model = sp.model
     rows = []
     for i, p in enumerate(sp.grid()):
         lay = str(sp.layout(p))

@@ -16,7 +16,7 @@ from hlnas.trial import TrialResult, layout_metrics
 
 
 def fake_trial(spec):
-    m = layout_metrics(spec.layout, spec.model, spec.kv_context, spec.placement)
+    m = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
     n_attn = len(m["attention_layers"])
     m.update(recall=0.1 + 0.1 * n_attn + 0.01 * len(set(m["linear_mixers"])), val_loss=3.0 - 0.01 * n_attn, status="ok")
     return TrialResult(spec.number, "ok", m)

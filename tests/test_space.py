@@ -37,9 +37,9 @@ def write(tmp_path, text: str, name: str = "x.yaml") -> pathlib.Path:
 def test_shipped_spaces_load_and_validate_through_the_real_configs(name):
     s = load_space(name)
     assert s.name == name and s.source == str(ROOT / "search_spaces" / f"{name}.yaml")
-    assert isinstance(s.model_config(), ModelConfig) and s.model_config().n_layers == s.n_layers
-    assert isinstance(s.train_config(), TrainConfig) and isinstance(s.data_config(), DataConfig)
-    assert isinstance(s.score_config(), ScoreConfig)
+    assert isinstance(s.model, ModelConfig) and s.model.n_layers == s.n_layers
+    assert isinstance(s.train, TrainConfig) and isinstance(s.data, DataConfig)
+    assert isinstance(s.score, ScoreConfig)
     assert s.sampler in SAMPLERS and all(o.metric in METRICS for o in s.objectives)
     assert load_space(ROOT / "search_spaces" / f"{name}.yaml") == s
     assert load_space(f"{name}.yaml") == s
@@ -102,10 +102,10 @@ def test_tiny_is_small_and_runs_on_cpu_shapes():
     layouts = s.candidates()
     assert len(layouts) == 11 and all(x.n_layers == 6 for x in layouts)
     assert s.sampler == "nsga2" and {o.metric for o in s.objectives} == {"recall", "kv_cache_bytes", "val_loss"}
-    sc = s.score_config()
+    sc = s.score
     # the recall proxy trains to a target with a step cap (tests/test_cli_search.py runs it: under 5 minutes)
-    assert s.train_config().tokens <= 60_000 and sc.mqar_steps <= 1200 and sc.mqar_target == 0.98
-    assert s.recall_source() == "mqar_acc" and s.calibration_config().enabled
+    assert s.train.tokens <= 60_000 and sc.mqar_steps <= 1200 and sc.mqar_target == 0.98
+    assert s.recall_source() == "mqar_acc" and s.calibration.enabled
 
 
 # -- params, layouts, grids -------------------------------------------------------------------------
@@ -171,6 +171,39 @@ def test_to_dict_round_trips(name):
     assert again.source is None and dataclasses.replace(again, source=s.source) == s
 
 
+def test_the_space_holds_frozen_configs_and_stores_them_whole():
+    s = load_space("tiny")
+    assert (s.model.n_layers, s.model.d_model, s.train.tokens, s.score.objectives) == (6, 64, 32768, ("val_loss", "mqar"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.train.tokens = 1
+    stored = s.to_dict()["scale"]
+    # train/data/score whole (a stored study says what ran, defaults included); the model as its preset's changes
+    assert stored["train"] == s.train.to_dict() and set(stored["train"]) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert stored["model"] == {"mixer_hparams": s.model.mixer_hparams}
+    # a space stored by an older hlnas held only the keys its file gave: it reads back as the same space
+    sparse = {**s.to_dict(), "scale": {**stored, "train": {"tokens": 32768, "seq_len": 64, "batch_size": 8, "lr": 3e-3,
+                                                            "val_batches": 4}, "data": {"source": "synthetic"}}}
+    sparse.pop("calibration")
+    old = space_from_dict(sparse, where="stored")
+    assert old.fingerprint() == s.fingerprint() and old.diff(s) == []
+    # a new preset takes effect under the same model overrides
+    bigger = s.with_overrides(preset="proxy-small")
+    assert (bigger.model.d_model, bigger.model.n_layers, bigger.model.mixer_hparams) == (128, 6, s.model.mixer_hparams)
+
+
+def test_trial_specs_carry_the_spaces_config_objects_across_processes():
+    import pickle
+
+    from hlnas.proposals import layout_spec
+
+    s = load_space("tiny")
+    spec = layout_spec(s, 3, str(s.candidates()[1]), seed=7)
+    back = pickle.loads(pickle.dumps(spec))
+    assert back == spec and back.layout == str(s.candidates()[1]) and back.recipe.layout == s.candidates()[1]
+    assert (back.recipe.model, back.recipe.data, back.recipe.score) == (s.model, s.data, s.score)
+    assert back.recipe.train == dataclasses.replace(s.train, seed=7) and s.train.seed == 0
+
+
 def test_fingerprint_is_stable_and_sensitive(tmp_path):
     s = load_space("tiny")
     assert s.fingerprint() == load_space("tiny").fingerprint()
@@ -179,7 +212,7 @@ def test_fingerprint_is_stable_and_sensitive(tmp_path):
     assert other_process == s.fingerprint()
     assert s.with_overrides(name="renamed").fingerprint() == s.fingerprint()
     changed = [s.with_overrides(ratios=["pure", "3:1"]), s.with_overrides(sampler="tpe"),
-               s.with_overrides(train={**s.train, "tokens": 65536}), s.with_overrides(kv_context=8192),
+               s.with_overrides(train=dataclasses.replace(s.train, tokens=65536)), s.with_overrides(kv_context=8192),
                s.with_overrides(constraints={"max_params": 1e6}),
                s.with_overrides(objectives=[Objective(name="recall", metric="recall", direction="maximize")]),
                s.with_overrides(calibration={"seeds": 3})]
@@ -188,12 +221,12 @@ def test_fingerprint_is_stable_and_sensitive(tmp_path):
 
 def test_diff_names_each_change():
     s = space_from_dict({"mixers": ["gla"], "ratios": ["pure", "6:1"], "scale": {"train": {"tokens": 32768}}})
-    t = s.with_overrides(ratios=["pure", "3:1"], train={"tokens": 65536, "lr": 1e-3}, name="other")
+    t = s.with_overrides(ratios=["pure", "3:1"], train={"tokens": 65536, "lr": 2e-3}, name="other")
     assert t.diff(t) == [] and s.diff(s.with_overrides(name="x")) == []
     assert s.diff(t) == [
         "ratios: ['pure', '6:1'] -> ['pure', '3:1']",
         "scale.train.tokens: 32768 -> 65536",
-        "scale.train.lr: (unset) -> 0.001",
+        "scale.train.lr: 0.001 -> 0.002",  # the stored space holds every setting, defaults included
     ]
 
 
@@ -215,7 +248,7 @@ def test_result_keys_for_recall():
     assert r.recall_source() == "ruler_avg" and r.result_key("ruler") == "ruler_avg" and r.result_key("recall") == "recall"
     recall = [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}]
     m = s.with_overrides(score={"objectives": ["val_loss", "mqar_mixed"]}, objectives=recall,
-                         train={**s.train, "recall_every": 1, "recall_format": "mqar", "recall_length": 32})
+                         train=dataclasses.replace(s.train, recall_every=1, recall_format="mqar", recall_length=32))
     assert m.recall_source() == "mqar_mixed_acc"
     with pytest.raises(SpaceError, match="mqar_mixed, which scores the MQAR instances mixed into training: set "
                                          "scale.train.recall_format: mqar and scale.train.recall_every >= 1"):
@@ -369,9 +402,9 @@ def test_the_gpu_experiment_spaces_load(name):
         assert len(s.candidates()) == 28 and s.n_layers == 24
     if name == "placement_h200_mqar":  # the paper placement's rows come from the grid's study: same scale, same protocol
         grid = load_space(str(pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / "grid_h200_mqar.yaml"))
-        assert (s.model_config(), s.train_config(), s.score_config()) == (grid.model_config(), grid.train_config(), grid.score_config())
+        assert (s.model, s.train, s.score) == (grid.model, grid.train, grid.score)
     if name.endswith("_mqar"):
         assert s.recall_source() == "mqar_mixed_acc"
-        t = s.train_config()
+        t = s.train
         assert (t.recall_format, t.recall_length, t.recall_kv_pairs, t.recall_count) == ("mqar", 64, 8, 120)
-        assert s.score_config().mqar_mixed_scales == (1, 2, 4)
+        assert s.score.mqar_mixed_scales == (1, 2, 4)

@@ -241,7 +241,7 @@ def test_constraints_record_infeasible_layouts_without_training(tmp_path, train_
     space = tiny_space()
     from hlnas.trial import layout_metrics
 
-    spec_kv = {str(space.layout(p)): layout_metrics(str(space.layout(p)), space.model_config().to_dict(), 256)["kv_cache_bytes"]
+    spec_kv = {str(space.layout(p)): layout_metrics(str(space.layout(p)), space.model, 256)["kv_cache_bytes"]
                for p in space.grid()}
     limit = (spec_kv["AAAA"] + spec_kv["GAGA"]) / 2  # excludes only the Transformer
     space = tiny_space(constraints={"max_kv_bytes": limit})
@@ -409,8 +409,8 @@ def test_stored_specs_carry_the_space_depth(tmp_path):
 
     space = tiny_space()
     spec = trial_spec(space, 0, space.grid()[0])
-    assert spec.model["n_layers"] == 4 == space.n_layers and spec.train == space.train_config().to_dict()
-    assert layout_spec(space, -1, spec.layout, seed=1).train["seed"] == 1
+    assert spec.recipe.model.n_layers == 4 == space.n_layers and spec.recipe.train == space.train
+    assert layout_spec(space, -1, spec.layout, seed=1).recipe.train.seed == 1
 
 
 def test_executor_choice(monkeypatch):

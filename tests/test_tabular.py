@@ -46,7 +46,7 @@ def test_from_paper_holds_exactly_the_published_cells_with_hlnas_kv_bytes(bench)
     got = {(row["mixer"], row["ratio"]): row["recall"] for row in bench.table.values()}
     assert got == published and len(got) == 21
     assert bench.n_candidates == 21 and bench.space.mixers == ("gla", "hgrn2", "deltanet", "gated_deltanet")
-    model = preset("paper-1.3b").to_dict()
+    model = preset("paper-1.3b")
     for layout, row in bench.table.items():
         assert row["kv_cache_bytes"] == layout_metrics(layout, model, 4096, "paper")["kv_cache_bytes"]
     # by hand: 2 (K and V) x 2048 wide x 4096 tokens x 2 bytes per attention layer

@@ -31,15 +31,15 @@ COLUMNS = ["mixer", "ratio", "layout", "attention_layers", "params", "kv_cache_b
 def _protocol_baseline(space, attrs: list[dict]) -> tuple[float, str] | None:
     """The strongest no-recall baseline of the space's recall protocol, for studies from before hlnas stored it
     with each trial: recomputed on the same test instances (mqar_mixed only; None otherwise)."""
-    if any(a.get("recall_baseline") is not None for a in attrs) or "mqar_mixed" not in space.score_config().objectives:
+    if any(a.get("recall_baseline") is not None for a in attrs) or "mqar_mixed" not in space.score.objectives:
         return None
     from hlnas.data.tokenizer import load_tokenizer
     from hlnas.recipe import mqar_recall_config
     from hlnas.score.baselines import strongest
     from hlnas.score.objectives import mixed_baselines
 
-    tcfg, dcfg = space.train_config(), space.data_config()
-    base = mixed_baselines(mqar_recall_config(tcfg, dcfg), space.score_config(), load_tokenizer(dcfg.tokenizer).eos_id)
+    tcfg, dcfg = space.train, space.data
+    base = mixed_baselines(mqar_recall_config(tcfg, dcfg), space.score, load_tokenizer(dcfg.tokenizer).eos_id)
     name, b = strongest(base["mean"])
     return b, name
 
@@ -62,7 +62,7 @@ def rows(study: optuna.Study) -> list[dict]:
 
     raw = study.user_attrs["hlnas_space"]
     space = space_from_dict(json.loads(raw) if isinstance(raw, str) else raw)
-    model = space.model_config().to_dict()
+    model = space.model
     by_layout: dict[str, optuna.trial.FrozenTrial] = {}
     for t in study.trials:  # the latest finished attempt of each layout wins; COMPLETE beats anything else
         lay = t.user_attrs.get("layout")
