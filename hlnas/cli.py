@@ -9,27 +9,9 @@ import sys
 
 from hlnas.catalog import code_table, linear_mixer_names
 from hlnas.errors import HlnasError
+from hlnas.outputs import output_dir as _out_dir, write_output as _write_text
 
 __all__ = ["main", "build_parser"]
-
-
-def _out_dir(path: str, flag: str = "--out"):
-    """Create an output folder, or say in one line why it cannot be (read-only, under a file, no permission)."""
-    from pathlib import Path
-
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise HlnasError(f"{flag} {path}: cannot create that folder ({e.strerror or type(e).__name__}); give a writable folder") from None
-    return out
-
-
-def _write_text(path, text: str, flag: str = "--out") -> None:
-    try:
-        path.write_text(text)
-    except OSError as e:
-        raise HlnasError(f"{flag} {path}: cannot write the file ({e.strerror or type(e).__name__}); give a writable path") from None
 
 
 def _port(text: str) -> int:
