@@ -35,7 +35,8 @@ from hlnas.space import SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, layout_metrics
 import hlnas.calibrate as calib
 
-__all__ = ["choose_executor", "default_trials", "StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
+__all__ = ["choose_executor", "default_trials", "StorageError", "open_storage", "run_search", "load_hlnas_study", "study_summary",
+           "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
 def open_storage(url: str):
     """The search's storage: like :func:`hlnas.storage.open_storage`, but a new SQLite/journal file may be created."""
@@ -407,3 +408,14 @@ def load_hlnas_study(storage: str, name: str) -> optuna.Study:
     if "hlnas_objectives" not in study.user_attrs:
         raise HlnasError(f"study '{name}' was not created by hlnas (no hlnas_objectives attribute)")
     return study
+
+
+def study_summary(study: optuna.Study) -> dict:
+    """What ``hlnas status`` shows of a stored hlnas study: its trials counted by state, objectives, calibration
+    (attr ``hlnas_calibration``) and Pareto front (:func:`front_rows`)."""
+    trials = study.get_trials(deepcopy=False)
+    counts = {s.name.lower(): sum(t.state == s for t in trials)
+              for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)}
+    front = front_rows(study)
+    return {"study": study.study_name, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
+            "calibration": study.user_attrs.get("hlnas_calibration"), "front": front}
