@@ -245,7 +245,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     from hlnas.console import SearchProgress, front_table
     from hlnas.space import load_space
-    from hlnas.study import DEFAULT_STORAGE, front_rows, run_search
+    from hlnas.study import DEFAULT_STORAGE, choose_executor, front_rows, run_search, trial_target
 
     storage = args.storage or DEFAULT_STORAGE
     space = None
@@ -262,16 +262,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     if space is not None and args.set:
         space = space.with_overrides(**_scale_sets(space, args.set))
     name = args.study or space.name
-    trials = args.trials
-    if trials is None and args.resume:  # continue to the target stored with the study
-        from hlnas.study import load_hlnas_study
-
-        trials = load_hlnas_study(storage, name).user_attrs.get("hlnas_trials")
-    if trials is None:
-        from hlnas.study import default_trials
-
-        trials = default_trials(space)
-    executor = _executor(args)
+    trials = args.trials if args.trials is not None else trial_target(space, storage, name, args.resume)
+    executor, args.workers = choose_executor(args.executor, args.workers, args.address)
     ui = SearchProgress(trials, progress=not args.no_progress)
     print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
@@ -305,14 +297,6 @@ def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial: what Ray reserves, and the torch threads of each worker (default 1)")
 
 
-def _executor(args: argparse.Namespace) -> str:
-    """Fill in --workers and resolve --executor auto (the policy lives in hlnas.study.choose_executor)."""
-    from hlnas.study import choose_executor
-
-    executor, args.workers = choose_executor(args.executor, args.workers, getattr(args, "address", None))
-    return executor
-
-
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "calibrate", help="run a space's recall controls and say whether its recall protocol measures recall",
@@ -333,36 +317,24 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from hlnas.calibrate import CalibrationFailed
     from hlnas.console import SearchProgress
     from hlnas.space import load_space
-    from hlnas.storage import study_names
-    from hlnas.study import DEFAULT_STORAGE, needs_calibration, open_storage, run_search
+    from hlnas.study import DEFAULT_STORAGE, calibrate_study
 
     space = load_space(args.space)
     if args.set:
         space = space.with_overrides(**_scale_sets(space, args.set))
-    if not needs_calibration(space):
-        raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
     storage = args.storage or DEFAULT_STORAGE
     name = args.study or space.name
-    exists = name in study_names(open_storage(storage))
     ui = SearchProgress(0, progress=False) if not args.json else None
-    executor = _executor(args)
     try:
-        study = run_search(space, storage=storage, study_name=name, n_trials=1, workers=args.workers, executor=executor,
-                           resume=exists, cpus_per_trial=args.cpus_per_trial, on_event=ui.event if ui else None,
-                           calibrate_only=True)
-        valid, message = True, None
-    except CalibrationFailed as e:
-        from hlnas.study import load_hlnas_study
-
-        study, valid, message = load_hlnas_study(storage, name), False, str(e)
+        verdict, message = calibrate_study(space, storage=storage, study_name=name, workers=args.workers,
+                                           executor=args.executor, cpus_per_trial=args.cpus_per_trial,
+                                           on_event=ui.event if ui else None)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished control runs are stored. Continue with: hlnas calibrate {args.space} "
               f"--storage {storage} --study {name}", file=sys.stderr)
         return 130
-    verdict = (study.user_attrs.get("hlnas_calibration") or {}).get("verdict")
     if args.json:
         print(json.dumps({"study": name, "storage": storage, "verdict": verdict}, indent=1, default=str))
     else:  # the table itself was printed by the "calibration" event
@@ -370,7 +342,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             print(f"\n{message}", file=sys.stderr)
         else:
             print(f"\nthe protocol is valid; search it with:\n  hlnas search --space {args.space} --storage {storage} --study {name}")
-    return 0 if valid else 1
+    return 0 if message is None else 1
 
 
 def _scale_sets(space, sets: list[str]) -> dict:
