@@ -1,5 +1,5 @@
-"""The ``hlnas`` command line. Parses arguments, then calls the library; heavy imports stay inside
-the subcommands so ``hlnas --help`` is instant."""
+"""The ``hlnas`` command line. Parses arguments, then calls the library; what it prints comes from
+:mod:`hlnas.console`. Heavy imports stay inside the subcommands so ``hlnas --help`` is instant."""
 
 from __future__ import annotations
 
@@ -9,27 +9,9 @@ import sys
 
 from hlnas.catalog import code_table, linear_mixer_names
 from hlnas.errors import HlnasError
+from hlnas.outputs import output_dir as _out_dir, write_output as _write_text
 
 __all__ = ["main", "build_parser"]
-
-
-def _out_dir(path: str, flag: str = "--out"):
-    """Create an output folder, or say in one line why it cannot be (read-only, under a file, no permission)."""
-    from pathlib import Path
-
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise HlnasError(f"{flag} {path}: cannot create that folder ({e.strerror or type(e).__name__}); give a writable folder") from None
-    return out
-
-
-def _write_text(path, text: str, flag: str = "--out") -> None:
-    try:
-        path.write_text(text)
-    except OSError as e:
-        raise HlnasError(f"{flag} {path}: cannot write the file ({e.strerror or type(e).__name__}); give a writable path") from None
 
 
 def _port(text: str) -> int:
@@ -89,6 +71,7 @@ def _add_layout(sub: argparse._SubParsersAction) -> None:
 def cmd_layout(args: argparse.Namespace) -> int:
     from hlnas.budget import layout_cost
     from hlnas.config import preset
+    from hlnas.console import layout_card, layout_record
     from hlnas.layout import Layout, build_layout
 
     cfg = preset(args.preset)
@@ -101,34 +84,8 @@ def cmd_layout(args: argparse.Namespace) -> int:
     else:
         raise HlnasError("give a mixer (e.g. 'hlnas layout gla --ratio 6:1') or --string LAYOUT")
     cost = layout_cost(layout, cfg, context=args.context, batch=args.batch, dtype=args.dtype)
-    out = {
-        "layout": str(layout),
-        "mixers": list(layout.mixers),
-        "attention_layers": list(layout.attention_layers),
-        "ratio": layout.ratio,
-        "preset": args.preset,
-        **{k: v for k, v in cost.to_dict().items() if k not in ("layout", "attention_layers")},
-    }
-    if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
-    picture = "".join("█" if m == "attention" else "·" for m in layout.mixers)
-    print(f"layout         {layout}   ({layout.describe()})")
-    print(f"layers         {picture}   █ attention  · linear")
-    print(f"preset         {args.preset} (MLP width {cost.mlp_hidden})")
-    print(f"params         {cost.params:,}")
-    print(f"KV cache       {_bytes(cost.kv_cache_bytes)}  (context {cost.context}, batch {cost.batch}, {cost.dtype})")
-    print(f"linear state   {_bytes(cost.state_bytes)}  (constant in context)")
-    print(f"inference mem  {_bytes(cost.inference_bytes)}  (weights + KV + state)")
-    print(f"FLOPs/token    {cost.flops_per_token:,}  (forward)")
+    print(json.dumps(layout_record(layout, args.preset, cost), indent=2) if args.json else layout_card(layout, args.preset, cost))
     return 0
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit} ({n:,} B)"
-    return f"{n} B"
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
@@ -286,8 +243,9 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from hlnas.console import SearchProgress, front_table
     from hlnas.space import load_space
-    from hlnas.study import DEFAULT_STORAGE, front_rows, run_search
+    from hlnas.study import DEFAULT_STORAGE, choose_executor, front_rows, run_search, trial_target
 
     storage = args.storage or DEFAULT_STORAGE
     space = None
@@ -304,17 +262,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     if space is not None and args.set:
         space = space.with_overrides(**_scale_sets(space, args.set))
     name = args.study or space.name
-    trials = args.trials
-    if trials is None and args.resume:  # continue to the target stored with the study
-        from hlnas.study import load_hlnas_study
-
-        trials = load_hlnas_study(storage, name).user_attrs.get("hlnas_trials")
-    if trials is None:
-        from hlnas.study import default_trials
-
-        trials = default_trials(space)
-    executor = _executor(args)
-    ui = _SearchUI(trials, progress=not args.no_progress)
+    trials = args.trials if args.trials is not None else trial_target(space, storage, name, args.resume)
+    executor, args.workers = choose_executor(args.executor, args.workers, args.address)
+    ui = SearchProgress(trials, progress=not args.no_progress)
     print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
 
@@ -330,7 +280,7 @@ def cmd_search(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     ui.close()
-    _print_front(front_rows(study), study)
+    print(front_table(front_rows(study), study.user_attrs.get("hlnas_calibration")))
     print(f"\nstudy '{name}' stored in {storage}\n  hlnas status --storage {storage} --study {name}\n"
           f"  hlnas dashboard --storage {storage}")
     return 0
@@ -345,14 +295,6 @@ def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
                    help="inline: this process; processes: local worker processes sharing this machine's GPUs; ray: Ray actors "
                         "(auto: ray when --workers > 1 or --address and ray is installed, else processes; inline for 1 worker)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial: what Ray reserves, and the torch threads of each worker (default 1)")
-
-
-def _executor(args: argparse.Namespace) -> str:
-    """Fill in --workers and resolve --executor auto (the policy lives in hlnas.study.choose_executor)."""
-    from hlnas.study import choose_executor
-
-    executor, args.workers = choose_executor(args.executor, args.workers, getattr(args, "address", None))
-    return executor
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:
@@ -375,35 +317,24 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from hlnas.calibrate import CalibrationFailed
+    from hlnas.console import SearchProgress
     from hlnas.space import load_space
-    from hlnas.storage import study_names
-    from hlnas.study import DEFAULT_STORAGE, needs_calibration, open_storage, run_search
+    from hlnas.study import DEFAULT_STORAGE, calibrate_study
 
     space = load_space(args.space)
     if args.set:
         space = space.with_overrides(**_scale_sets(space, args.set))
-    if not needs_calibration(space):
-        raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
     storage = args.storage or DEFAULT_STORAGE
     name = args.study or space.name
-    exists = name in study_names(open_storage(storage))
-    ui = _SearchUI(0, progress=False) if not args.json else None
-    executor = _executor(args)
+    ui = SearchProgress(0, progress=False) if not args.json else None
     try:
-        study = run_search(space, storage=storage, study_name=name, n_trials=1, workers=args.workers, executor=executor,
-                           resume=exists, cpus_per_trial=args.cpus_per_trial, on_event=ui.event if ui else None,
-                           calibrate_only=True)
-        valid, message = True, None
-    except CalibrationFailed as e:
-        from hlnas.study import load_hlnas_study
-
-        study, valid, message = load_hlnas_study(storage, name), False, str(e)
+        verdict, message = calibrate_study(space, storage=storage, study_name=name, workers=args.workers,
+                                           executor=args.executor, cpus_per_trial=args.cpus_per_trial,
+                                           on_event=ui.event if ui else None)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished control runs are stored. Continue with: hlnas calibrate {args.space} "
               f"--storage {storage} --study {name}", file=sys.stderr)
         return 130
-    verdict = (study.user_attrs.get("hlnas_calibration") or {}).get("verdict")
     if args.json:
         print(json.dumps({"study": name, "storage": storage, "verdict": verdict}, indent=1, default=str))
     else:  # the table itself was printed by the "calibration" event
@@ -411,7 +342,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             print(f"\n{message}", file=sys.stderr)
         else:
             print(f"\nthe protocol is valid; search it with:\n  hlnas search --space {args.space} --storage {storage} --study {name}")
-    return 0 if valid else 1
+    return 0 if message is None else 1
 
 
 def _scale_sets(space, sets: list[str]) -> dict:
@@ -426,119 +357,6 @@ def _scale_sets(space, sets: list[str]) -> dict:
     return parse_sets(sets, sections, space.to_dict()["scale"])  # each section changed over its stored form
 
 
-def _fmt(x) -> str:
-    return "-" if x is None else f"{x:.3f}"
-
-
-def _recall_text(m: dict) -> str:
-    """'recall 0.84 (raw 0.88, no-recall 0.25)': the corrected value the search optimises, with its parts."""
-    if m.get("recall_raw") is None:
-        return f"recall {_fmt(m.get('recall'))}"
-    return f"recall {_fmt(m.get('recall'))} (raw {_fmt(m.get('recall_raw'))}, no-recall {_fmt(m.get('recall_baseline'))})"
-
-
-class _SearchUI:
-    """Progress bar over trained trials plus a line per finished trial and the front when it changes."""
-
-    def __init__(self, total: int, progress: bool):
-        self.bar = None
-        self._total, self._progress = total, progress
-        self.failed = 0
-
-    def _start_bar(self) -> None:
-        """At the first event, not before: an error in the options or the storage prints without a bar."""
-        if self._progress and self.bar is None:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=self._total, unit="trial", desc="search", dynamic_ncols=True, file=sys.stderr)
-
-    def write(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.write(text, file=sys.stderr)
-        else:
-            print(text, file=sys.stderr, flush=True)
-
-    def event(self, kind: str, data: dict) -> None:
-        self._start_bar()
-        if kind == "started":
-            self.write(f"  trial {data['number']:>3} started   {data['layout']}")
-        elif kind == "finished":
-            m = data.get("metrics") or {}
-            if data["status"] == "ok":
-                self.write(f"  trial {data['number']:>3} done      {data['layout']}  {_recall_text(m)}  "
-                           f"KV {m.get('kv_cache_bytes', 0) / 2**20:.1f} MiB  val_loss {m.get('val_loss', float('nan')):.3f}  "
-                           f"({m.get('train_wall_s', 0):.0f}s train)")
-                if self.bar is not None:
-                    self.bar.update(1)
-            else:
-                self.failed += 1
-                err = (data.get("error") or "").strip().splitlines()
-                self.write(f"  trial {data['number']:>3} {data['status']:<9} {data['layout']}  {m.get('error_kind')}: {err[0] if err else ''}")
-            if self.bar is not None:
-                self.bar.set_postfix(failed=self.failed, refresh=True)
-        elif kind == "reused":
-            self.write(f"  trial {data['number']:>3} reused    {data['layout']} (same layout as trial {data['from']})")
-        elif kind == "infeasible":
-            self.write(f"  trial {data['number']:>3} skipped   {data['layout']}: {data['error']}")
-        elif kind == "front":
-            rows = data["rows"]
-            shown = ", ".join(f"{r['layout']} (recall {_fmt(r['recall'])}, KV {(r['kv_cache_bytes'] or 0) / 2**20:.1f} MiB)"
-                              for r in rows[:5])
-            self.write(f"  front now {len(rows)}: {shown}{' ...' if len(rows) > 5 else ''}")
-        elif kind == "retry":
-            self.write(f"  retrying {data['layout']} (trial {data['number']} failed: {data['error_kind']})")
-        elif kind == "time_limit":
-            self.write(f"  time limit of {data['seconds']:.0f}s reached with {data['trained']} trained; resume to continue")
-        elif kind == "requeued":
-            if data.get("why"):
-                self.write(f"  re-queued {data['layout']}: {data['why']}")
-            else:
-                self.write(f"  re-queued {data['n']} trial(s) left running by an earlier process")
-        elif kind == "target_raised":
-            self.write(f"  retrying {data['retried']} failed layout(s): the trial target rises from {data['from']} to {data['to']}")
-        elif kind == "calibration_started":
-            self.write(f"calibration: {data['n']} control runs (all-attention, each mixer pure and hybrid, per seed)"
-                       + (f"; {data['reused']} stored runs reused" if data["reused"] else ""))
-        elif kind == "calibration_run_started":
-            self.write(f"  control {data['key']:<28} started   {data['layout']}")
-        elif kind == "calibration_run":
-            raw, base = data.get("raw_train_length"), data.get("baseline_train_length")
-            if data["status"] == "ok" and raw is not None:
-                self.write(f"  control {data['key']:<28} done      {data['layout']}  recall {raw:.3f} (no-recall baseline "
-                           f"{base:.3f})")
-            else:
-                self.write(f"  control {data['key']:<28} {data['status']:<9} {data['layout']}  {data.get('error_kind')}: "
-                           f"{(data.get('error') or '').strip().splitlines()[0] if data.get('error') else ''}")
-        elif kind == "calibration":
-            from hlnas.calibrate import format_table
-
-            head = "calibration (stored with the study, reused):" if data.get("reused") else "calibration:"
-            self.write(head + "\n" + format_table(data))
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _print_front(rows: list[dict], study=None) -> None:
-    if not rows:
-        print("no completed trials yet")
-        return
-    base = next((r.get("recall_baseline") for r in rows if r.get("recall_baseline") is not None), None)
-    print("\nPareto front (feasible completed trials). recall = (raw - b) / (1 - b), clipped at 0, with b the strongest "
-          "no-recall baseline on the same test instances" + (f" (b = {base:.3f}, {rows[0].get('recall_baseline_name')})"
-                                                            if base is not None else "") + ":")
-    print(f"  {'#':>4}  {'layout':<26} {'ratio':<11} {'recall':>7} {'raw':>7} {'no-rec.':>7} {'KV cache':>12} {'val_loss':>9} {'params':>12}")
-    for r in rows:
-        kv = _bytes(r["kv_cache_bytes"] or 0).split(" (")[0]
-        print(f"  {r['number']:>4}  {r['layout']:<26} {r['ratio']:<11} {_fmt(r['recall']):>7} {_fmt(r.get('recall_raw')):>7} "
-              f"{_fmt(r.get('recall_baseline')):>7} {kv:>12} {_fmt(r['val_loss']):>9} {r['params'] or 0:>12,}")
-    if study is not None:
-        status = (study.user_attrs.get("hlnas_calibration") or {}).get("status")
-        if status in ("skipped", "disabled", None):
-            print(f"  (calibration {status or 'not run'}: these recall numbers were not validated by the protocol's controls)")
-
-
 def _add_status(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="print a stored study's Pareto front",
                        description="Print the Pareto front of a stored hlnas study: layout, recall, KV-cache bytes, LM loss.")
@@ -549,28 +367,11 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from optuna.trial import TrialState
+    from hlnas.console import status_text
+    from hlnas.study import DEFAULT_STORAGE, load_hlnas_study, study_summary
 
-    from hlnas.study import DEFAULT_STORAGE, front_rows, load_hlnas_study
-
-    study = load_hlnas_study(args.storage or DEFAULT_STORAGE, args.study)
-    trials = study.get_trials(deepcopy=False)
-    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)}
-    rows = front_rows(study)
-    if args.json:
-        print(json.dumps({"study": args.study, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
-                          "calibration": study.user_attrs.get("hlnas_calibration"), "front": rows}, indent=1, default=str))
-        return 0
-    print(f"study '{args.study}': " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
-    print("objectives: " + ", ".join(f"{o['direction']} {o['metric']}" for o in study.user_attrs["hlnas_objectives"]))
-    cal = study.user_attrs.get("hlnas_calibration") or {}
-    if cal.get("verdict"):
-        from hlnas.calibrate import format_table
-
-        print("calibration:\n" + format_table(cal["verdict"]))
-    elif cal:
-        print(f"calibration: {cal.get('status')}")
-    _print_front(rows, study)
+    summary = study_summary(load_hlnas_study(args.storage or DEFAULT_STORAGE, args.study))
+    print(json.dumps(summary, indent=1, default=str) if args.json else status_text(summary))
     return 0
 
 
@@ -652,6 +453,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 def cmd_bench_samplers(args: argparse.Namespace) -> int:
     import time
 
+    from hlnas.console import bench_run_line, bench_summary
     from hlnas.tabular import TabularBenchmark, compare, load_sampler, write_outputs
 
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
@@ -669,19 +471,14 @@ def cmd_bench_samplers(args: argparse.Namespace) -> int:
     _out_dir(args.out)  # before the runs: a bad folder must not cost them
     print(bench.describe(), file=sys.stderr)
     t0 = time.perf_counter()
-
-    def progress(r) -> None:
-        print(f"  {r.sampler:<10} seed {r.seed}: {len(r.hv)} evaluated ({r.asked} asked), "
-              f"100% after {r.evals_to(1.0) or 'never'}  [{time.perf_counter() - t0:.1f}s]", file=sys.stderr, flush=True)
-
-    result = compare(bench, samplers, args.evals, args.seeds, on_run=progress)
+    result = compare(bench, samplers, args.evals, args.seeds,
+                     on_run=lambda r: print(bench_run_line(r, time.perf_counter() - t0), file=sys.stderr, flush=True))
     paths = write_outputs(result, _out_dir(args.out), png=args.png)
     if args.json:
         print(json.dumps({"benchmark": bench.describe(), "n_evals": result.n_evals, "seeds": list(result.seeds),
                           "summary": result.summary()}, indent=1, default=str))
     else:
-        print(f"\nhypervolume (fraction of the table's) after N distinct evaluations, mean ± std over {len(result.seeds)} seeds:\n")
-        print(result.to_markdown())
+        print(bench_summary(result))
     for path in paths:
         print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -35,7 +35,8 @@ from hlnas.space import SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, layout_metrics
 import hlnas.calibrate as calib
 
-__all__ = ["choose_executor", "default_trials", "StorageError", "open_storage", "run_search", "load_hlnas_study", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
+__all__ = ["choose_executor", "default_trials", "trial_target", "StorageError", "open_storage", "run_search", "calibrate_study",
+           "load_hlnas_study", "study_summary", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
 def open_storage(url: str):
     """The search's storage: like :func:`hlnas.storage.open_storage`, but a new SQLite/journal file may be created."""
@@ -255,6 +256,27 @@ def run_search(
         lease.release()
 
 
+def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study_name: str, workers: int | None = None,
+                    executor: str = "auto", cpus_per_trial: float = 1.0,
+                    on_event: Callable[[str, dict], None] | None = None) -> tuple[dict | None, str | None]:
+    """Run the calibration of ``space`` and nothing else (``hlnas calibrate``), in study ``study_name``: a new one,
+    or an existing one continued with the runs it lacks. ``executor`` and ``workers`` are resolved by
+    :func:`choose_executor`. Returns the stored verdict and, when the protocol failed its controls, the message
+    of :class:`~hlnas.calibrate.CalibrationFailed` (``None`` when valid). A search of the same space and study
+    reuses the runs."""
+    if not needs_calibration(space):
+        raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
+    exists = study_name in study_names(open_storage(storage))
+    executor, workers = choose_executor(executor, workers)
+    try:
+        study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
+                           resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate_only=True)
+        message = None
+    except calib.CalibrationFailed as e:
+        study, message = load_hlnas_study(storage, study_name), str(e)
+    return (study.user_attrs.get("hlnas_calibration") or {}).get("verdict"), message
+
+
 def choose_executor(executor: str, workers: int | None, address: str | None = None) -> tuple[str, int]:
     """``(executor, workers)`` for a search: unset ``workers`` is both cores of a small CPU-only machine (worker
     processes, no Ray start-up: the default space's candidates use one core each), else one; ``auto`` is inline
@@ -279,6 +301,13 @@ def choose_executor(executor: str, workers: int | None, address: str | None = No
 def default_trials(space: SearchSpace | None) -> int:
     """Trials a search runs when not told: the whole space when it has at most 40 layouts, else 12."""
     return len(space.grid()) if space is not None and len(space.grid()) <= 40 else 12
+
+
+def trial_target(space: SearchSpace | None, storage: str, name: str, resume: bool) -> int:
+    """Trials a search runs when not told: a resumed study continues to the target stored with it
+    (``hlnas_trials``), else :func:`default_trials`."""
+    trials = load_hlnas_study(storage, name).user_attrs.get("hlnas_trials") if resume else None
+    return default_trials(space) if trials is None else trials
 
 
 def validate_options(*, n_trials: int, workers: int, executor: str | Executor, cpus_per_trial: float = 1.0,
@@ -407,3 +436,14 @@ def load_hlnas_study(storage: str, name: str) -> optuna.Study:
     if "hlnas_objectives" not in study.user_attrs:
         raise HlnasError(f"study '{name}' was not created by hlnas (no hlnas_objectives attribute)")
     return study
+
+
+def study_summary(study: optuna.Study) -> dict:
+    """What ``hlnas status`` shows of a stored hlnas study: its trials counted by state, objectives, calibration
+    (attr ``hlnas_calibration``) and Pareto front (:func:`front_rows`)."""
+    trials = study.get_trials(deepcopy=False)
+    counts = {s.name.lower(): sum(t.state == s for t in trials)
+              for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)}
+    front = front_rows(study)
+    return {"study": study.study_name, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
+            "calibration": study.user_attrs.get("hlnas_calibration"), "front": front}

@@ -243,3 +243,16 @@ def test_hlnas_calibrate_exits_1_on_an_invalid_protocol(monkeypatch, tmp_path, c
     assert main(["calibrate", str(space_file), "--storage", f"sqlite:///{tmp_path}/c.db", "--workers", "1"]) == 1
     err = capsys.readouterr().err
     assert "failed its controls" in err and "valid: NO" in err
+
+
+def test_calibrate_study_returns_the_verdict_and_the_failure_and_refuses_a_space_without_recall(monkeypatch, tmp_path):
+    from hlnas.errors import HlnasError
+    from hlnas.study import calibrate_study
+
+    run, _ = fake_trial({("AAAAAA", 0): 0.3, ("AAAAAA", 1): 0.3})
+    monkeypatch.setattr(executors, "run_trial", run)
+    url = f"sqlite:///{tmp_path}/c.db"
+    verdict, message = calibrate_study(space_from_dict(raw_space()), storage=url, study_name="c", workers=1)
+    assert verdict["valid"] is False and "failed its controls" in message and verdict["failures"][0] in message
+    with pytest.raises(HlnasError, match="nothing to calibrate"):
+        calibrate_study(space_from_dict(raw_space(calibration={"enabled": False})), storage=url, study_name="d")

@@ -423,3 +423,16 @@ def test_executor_choice(monkeypatch):
     assert choose_executor("auto", None, "127.0.0.1:6379") == ("ray", 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert choose_executor("auto", None) == ("inline", 1)
+
+
+def test_trial_target_is_the_stored_one_on_resume_else_the_default(tmp_path):
+    from hlnas.study import default_trials, trial_target
+
+    space = tiny_space()
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url)
+    study.set_user_attr("hlnas_objectives", [])
+    assert trial_target(space, url, "s", resume=True) == default_trials(space) == len(space.grid())  # none stored yet
+    study.set_user_attr("hlnas_trials", 5)
+    assert trial_target(None, url, "s", resume=True) == 5
+    assert trial_target(space, url, "s", resume=False) == len(space.grid()) and trial_target(None, url, "s", False) == 12

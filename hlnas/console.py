@@ -1,0 +1,194 @@
+"""What ``hlnas`` prints on a terminal: the live lines and progress bar of a search or calibration, the Pareto
+front table, a stored study's status, a layout's cost card, the sampler benchmark's lines, and the number and
+byte formats they share. Functions return text (the command line prints it); only :class:`SearchProgress`
+writes, to stderr, as events arrive. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["SearchProgress", "format_bytes", "format_value", "recall_text", "front_table", "status_text",
+           "layout_card", "layout_record", "bench_run_line", "bench_summary"]
+
+
+def format_bytes(n: int) -> str:
+    """'64.00 MiB (67,108,864 B)': the largest binary unit it reaches, with the exact count."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit} ({n:,} B)"
+    return f"{n} B"
+
+
+def format_value(x) -> str:
+    """A score to 3 decimals, '-' when there is none."""
+    return "-" if x is None else f"{x:.3f}"
+
+
+def recall_text(m: dict) -> str:
+    """'recall 0.84 (raw 0.88, no-recall 0.25)': the corrected value the search optimises, with its parts."""
+    if m.get("recall_raw") is None:
+        return f"recall {format_value(m.get('recall'))}"
+    return (f"recall {format_value(m.get('recall'))} (raw {format_value(m.get('recall_raw'))}, "
+            f"no-recall {format_value(m.get('recall_baseline'))})")
+
+
+class SearchProgress:
+    """Progress bar over trained trials plus a line per finished trial and the front when it changes; pass
+    :meth:`event` as ``on_event`` of :func:`hlnas.study.run_search`. Calibration runs print a line each."""
+
+    def __init__(self, total: int, progress: bool):
+        self.bar = None
+        self._total, self._progress = total, progress
+        self.failed = 0
+
+    def _start_bar(self) -> None:
+        """At the first event, not before: an error in the options or the storage prints without a bar."""
+        if self._progress and self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self._total, unit="trial", desc="search", dynamic_ncols=True, file=sys.stderr)
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def event(self, kind: str, data: dict) -> None:
+        self._start_bar()
+        if kind == "started":
+            self.write(f"  trial {data['number']:>3} started   {data['layout']}")
+        elif kind == "finished":
+            m = data.get("metrics") or {}
+            if data["status"] == "ok":
+                self.write(f"  trial {data['number']:>3} done      {data['layout']}  {recall_text(m)}  "
+                           f"KV {m.get('kv_cache_bytes', 0) / 2**20:.1f} MiB  val_loss {m.get('val_loss', float('nan')):.3f}  "
+                           f"({m.get('train_wall_s', 0):.0f}s train)")
+                if self.bar is not None:
+                    self.bar.update(1)
+            else:
+                self.failed += 1
+                err = (data.get("error") or "").strip().splitlines()
+                self.write(f"  trial {data['number']:>3} {data['status']:<9} {data['layout']}  {m.get('error_kind')}: {err[0] if err else ''}")
+            if self.bar is not None:
+                self.bar.set_postfix(failed=self.failed, refresh=True)
+        elif kind == "reused":
+            self.write(f"  trial {data['number']:>3} reused    {data['layout']} (same layout as trial {data['from']})")
+        elif kind == "infeasible":
+            self.write(f"  trial {data['number']:>3} skipped   {data['layout']}: {data['error']}")
+        elif kind == "front":
+            rows = data["rows"]
+            shown = ", ".join(f"{r['layout']} (recall {format_value(r['recall'])}, KV {(r['kv_cache_bytes'] or 0) / 2**20:.1f} MiB)"
+                              for r in rows[:5])
+            self.write(f"  front now {len(rows)}: {shown}{' ...' if len(rows) > 5 else ''}")
+        elif kind == "retry":
+            self.write(f"  retrying {data['layout']} (trial {data['number']} failed: {data['error_kind']})")
+        elif kind == "time_limit":
+            self.write(f"  time limit of {data['seconds']:.0f}s reached with {data['trained']} trained; resume to continue")
+        elif kind == "requeued":
+            if data.get("why"):
+                self.write(f"  re-queued {data['layout']}: {data['why']}")
+            else:
+                self.write(f"  re-queued {data['n']} trial(s) left running by an earlier process")
+        elif kind == "target_raised":
+            self.write(f"  retrying {data['retried']} failed layout(s): the trial target rises from {data['from']} to {data['to']}")
+        elif kind == "calibration_started":
+            self.write(f"calibration: {data['n']} control runs (all-attention, each mixer pure and hybrid, per seed)"
+                       + (f"; {data['reused']} stored runs reused" if data["reused"] else ""))
+        elif kind == "calibration_run_started":
+            self.write(f"  control {data['key']:<28} started   {data['layout']}")
+        elif kind == "calibration_run":
+            raw, base = data.get("raw_train_length"), data.get("baseline_train_length")
+            if data["status"] == "ok" and raw is not None:
+                self.write(f"  control {data['key']:<28} done      {data['layout']}  recall {raw:.3f} (no-recall baseline "
+                           f"{base:.3f})")
+            else:
+                self.write(f"  control {data['key']:<28} {data['status']:<9} {data['layout']}  {data.get('error_kind')}: "
+                           f"{(data.get('error') or '').strip().splitlines()[0] if data.get('error') else ''}")
+        elif kind == "calibration":
+            from hlnas.calibrate import format_table
+
+            head = "calibration (stored with the study, reused):" if data.get("reused") else "calibration:"
+            self.write(head + "\n" + format_table(data))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def front_table(rows: list[dict], calibration: dict | None) -> str:
+    """The Pareto front (rows of :func:`hlnas.study.front_rows`) as a table, with a note when the study's
+    ``calibration`` (its ``hlnas_calibration`` attr) did not validate the recall numbers."""
+    if not rows:
+        return "no completed trials yet"
+    base = next((r.get("recall_baseline") for r in rows if r.get("recall_baseline") is not None), None)
+    lines = ["\nPareto front (feasible completed trials). recall = (raw - b) / (1 - b), clipped at 0, with b the strongest "
+             "no-recall baseline on the same test instances" + (f" (b = {base:.3f}, {rows[0].get('recall_baseline_name')})"
+                                                               if base is not None else "") + ":",
+             f"  {'#':>4}  {'layout':<26} {'ratio':<11} {'recall':>7} {'raw':>7} {'no-rec.':>7} {'KV cache':>12} "
+             f"{'val_loss':>9} {'params':>12}"]
+    for r in rows:
+        kv = format_bytes(r["kv_cache_bytes"] or 0).split(" (")[0]
+        lines.append(f"  {r['number']:>4}  {r['layout']:<26} {r['ratio']:<11} {format_value(r['recall']):>7} "
+                     f"{format_value(r.get('recall_raw')):>7} {format_value(r.get('recall_baseline')):>7} {kv:>12} "
+                     f"{format_value(r['val_loss']):>9} {r['params'] or 0:>12,}")
+    status = (calibration or {}).get("status")
+    if status in ("skipped", "disabled", None):
+        lines.append(f"  (calibration {status or 'not run'}: these recall numbers were not validated by the protocol's controls)")
+    return "\n".join(lines)
+
+
+def status_text(summary: dict) -> str:
+    """``hlnas status``: trial counts, objectives, the calibration and the front of
+    :func:`hlnas.study.study_summary`'s record."""
+    lines = [f"study '{summary['study']}': " + ", ".join(f"{v} {k}" for k, v in summary["trials"].items() if v),
+             "objectives: " + ", ".join(f"{o['direction']} {o['metric']}" for o in summary["objectives"])]
+    cal = summary["calibration"] or {}
+    if cal.get("verdict"):
+        from hlnas.calibrate import format_table
+
+        lines.append("calibration:\n" + format_table(cal["verdict"]))
+    elif cal:
+        lines.append(f"calibration: {cal.get('status')}")
+    lines.append(front_table(summary["front"], summary["calibration"]))
+    return "\n".join(lines)
+
+
+def layout_record(layout, preset: str, cost) -> dict:
+    """``hlnas layout --json``: the layout (a :class:`hlnas.layout.Layout`) and its :class:`hlnas.budget.LayoutCost`."""
+    return {
+        "layout": str(layout),
+        "mixers": list(layout.mixers),
+        "attention_layers": list(layout.attention_layers),
+        "ratio": layout.ratio,
+        "preset": preset,
+        **{k: v for k, v in cost.to_dict().items() if k not in ("layout", "attention_layers")},
+    }
+
+
+def layout_card(layout, preset: str, cost) -> str:
+    """``hlnas layout``: the layers drawn one character each, then the cost, one figure a line."""
+    picture = "".join("█" if m == "attention" else "·" for m in layout.mixers)
+    return "\n".join([
+        f"layout         {layout}   ({layout.describe()})",
+        f"layers         {picture}   █ attention  · linear",
+        f"preset         {preset} (MLP width {cost.mlp_hidden})",
+        f"params         {cost.params:,}",
+        f"KV cache       {format_bytes(cost.kv_cache_bytes)}  (context {cost.context}, batch {cost.batch}, {cost.dtype})",
+        f"linear state   {format_bytes(cost.state_bytes)}  (constant in context)",
+        f"inference mem  {format_bytes(cost.inference_bytes)}  (weights + KV + state)",
+        f"FLOPs/token    {cost.flops_per_token:,}  (forward)",
+    ])
+
+
+def bench_run_line(run, elapsed_s: float) -> str:
+    """One finished run of ``hlnas bench-samplers`` (a :class:`hlnas.tabular.RunResult`)."""
+    return (f"  {run.sampler:<10} seed {run.seed}: {len(run.hv)} evaluated ({run.asked} asked), "
+            f"100% after {run.evals_to(1.0) or 'never'}  [{elapsed_s:.1f}s]")
+
+
+def bench_summary(comparison) -> str:
+    """The sampler comparison (a :class:`hlnas.tabular.Comparison`) as a markdown table under its heading."""
+    return (f"\nhypervolume (fraction of the table's) after N distinct evaluations, mean ± std over "
+            f"{len(comparison.seeds)} seeds:\n\n" + comparison.to_markdown())
