@@ -340,6 +340,7 @@ class _Validator(SettingsChecker):
         if "preset" in sections["model"]:
             self.fail("scale.model.preset: put the preset at scale.preset")
         from hlnas.data.sources import DataConfig
+        from hlnas.overrides import migrate_keys
         from hlnas.recipe import model_from_spec
         from hlnas.score.objectives import ScoreConfig
         from hlnas.train import TrainConfig
@@ -352,6 +353,7 @@ class _Validator(SettingsChecker):
                 built[k] = build(sections[k])
             except (ConfigError, TypeError, ValueError) as e:
                 self.fail(f"scale.{k}: {e}")
+        sections["score"] = migrate_keys(ScoreConfig, sections["score"], "scale.score")  # old flat keys stored nested
         mixed = built["train"].recall_every and built["train"].recall_format == "mqar"
         if "mqar_mixed" in built["score"].objectives and not mixed:
             self.fail("scale.score.objectives has mqar_mixed, which scores the MQAR instances mixed into training: "

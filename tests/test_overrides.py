@@ -32,9 +32,10 @@ def test_an_integer_field_takes_a_number_that_is_exactly_an_integer():
     ("train.tokens=abc", "--set train.tokens=abc: train.tokens is an integer; got abc"),
     ("train.lr=abc", "--set train.lr=abc: train.lr is a number; got abc"),
     ("train.compile=1", "train.compile is true or false; got 1"),
-    ("score.mqar_lrs=[1e-3, abc]", "score.mqar_lrs is a list of numbers; got [1e-3, abc]"),
+    ("score.mqar.lrs=[1e-3, abc]", "score.mqar.lrs is a list of numbers; got [1e-3, abc]"),
+    ("score.mqar.steps=12.5", "--set score.mqar.steps=12.5: score.mqar.steps is an integer; got 12.5"),
     ("score.objectives=val_loss", "score.objectives is a list of strings; got val_loss"),
-    ("score.lm_eval_limit=abc", "score.lm_eval_limit is an integer or null; got abc"),
+    ("score.lm_eval.limit=abc", "score.lm_eval.limit is an integer or null; got abc"),
     ("model.mixer_hparams=3", "model.mixer_hparams is a mapping; got 3"),
     ("train.lr.peak=1", "train.lr is a number and has no keys"),
 ])
@@ -52,14 +53,15 @@ def test_numbers_and_strings_keep_their_field_types():
 
 
 def test_list_fields_take_yaml_lists_and_check_each_element():
-    score = _sets("score.mqar_lrs=[1e-3,5e-4]", "score.ruler_lengths=[1e3, 2048]", "score.objectives=[val_loss]")["score"]
-    assert score == {"mqar_lrs": [1e-3, 5e-4], "ruler_lengths": [1000, 2048], "objectives": ["val_loss"]}
-    assert type(score["ruler_lengths"][0]) is int
+    score = _sets("score.mqar.lrs=[1e-3,5e-4]", "score.ruler.lengths=[1e3, 2048]", "score.objectives=[val_loss]")["score"]
+    assert score == {"mqar": {"lrs": [1e-3, 5e-4]}, "ruler": {"lengths": [1000, 2048]}, "objectives": ["val_loss"]}
+    assert type(score["ruler"]["lengths"][0]) is int
     assert _sets("layout.placement=[5, 11]")["layout"] == {"placement": [5, 11]}
 
 
 def test_optional_fields_take_null():
-    assert _sets("score.mqar_target=null", "score.cache_dir=null")["score"] == {"mqar_target": None, "cache_dir": None}
+    assert _sets("score.mqar.target=null", "score.ruler.cache_dir=null")["score"] == {"mqar": {"target": None},
+                                                                                    "ruler": {"cache_dir": None}}
     assert _sets("model.n_kv_heads=null", "model.window=128")["model"] == {"n_kv_heads": None, "window": 128}
     with pytest.raises(ConfigError, match="train.seq_len is an integer; got null"):
         _sets("train.seq_len=null")
@@ -67,10 +69,10 @@ def test_optional_fields_take_null():
 
 def test_nested_keys_reach_into_mapping_fields_and_keep_their_siblings():
     raw = {"model": {"d_model": 64, "mixer_hparams": {"gla": {"expand_v": 1}}}, "layout": "GGGGGA"}
-    out = apply_overrides(raw, ["model.mixer_hparams.gla.num_heads=2", "score.qa_files.squad=qa/squad.json",
+    out = apply_overrides(raw, ["model.mixer_hparams.gla.num_heads=2", "score.ruler.qa_files.squad=qa/squad.json",
                                 "layout.mixer=gla"])
     assert out["model"] == {"d_model": 64, "mixer_hparams": {"gla": {"expand_v": 1, "num_heads": 2}}}
-    assert out["score"] == {"qa_files": {"squad": "qa/squad.json"}}
+    assert out["score"] == {"ruler": {"qa_files": {"squad": "qa/squad.json"}}}
     assert out["layout"] == {"mixer": "gla"}  # a layout string refined field by field
     assert raw["model"]["mixer_hparams"] == {"gla": {"expand_v": 1}}  # the input is not changed
     recipe = load_recipe(None, ["model.mixer_hparams.gla.num_heads=2"], GLA)
@@ -92,10 +94,11 @@ def test_an_unknown_section_or_key_suggests_the_closest_and_lists_the_allowed(it
 
 def test_search_sets_merge_over_the_space_sections():
     space = load_space("tiny")
-    changes = _scale_sets(space, ["train.tokens=2e4", "model.mixer_hparams.gla.num_heads=2", "score.mqar_target=null"])
+    changes = _scale_sets(space, ["train.tokens=2e4", "model.mixer_hparams.gla.num_heads=2", "score.mqar.target=null"])
     assert changes["train"] == {**space.train, "tokens": 20000}
     assert changes["model"]["mixer_hparams"] == {**space.model["mixer_hparams"], "gla": {"num_heads": 2}}
-    assert changes["score"]["mqar_target"] is None and set(changes) == {"train", "model", "score"}
+    assert changes["score"]["mqar"] == {**space.score["mqar"], "target": None} and set(changes) == {"train", "model", "score"}
+    assert space.with_overrides(**changes).score_config().mqar.target is None
     assert space.with_overrides(**changes).train["tokens"] == 20000
     with pytest.raises(ConfigError, match="train.seq_len is an integer; got 12.5"):
         _scale_sets(space, ["train.seq_len=12.5"])
@@ -106,8 +109,8 @@ def test_search_sets_merge_over_the_space_sections():
 def test_eval_takes_only_score_sets(tmp_path, capsys):
     assert main(["eval", str(tmp_path), "--set", "train.lr=1"]) == 2
     assert "unknown section 'train'. Allowed: score" in capsys.readouterr().err
-    assert main(["eval", str(tmp_path), "--set", "score.mqar_steps=1.5"]) == 2
-    assert "score.mqar_steps is an integer; got 1.5" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path), "--set", "score.mqar.steps=1.5"]) == 2
+    assert "score.mqar.steps is an integer; got 1.5" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["search"], ["calibrate", "tiny"]])

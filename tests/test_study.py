@@ -45,8 +45,8 @@ def tiny_raw(**top) -> dict:
             "preset": "proxy-tiny",
             "model": {"d_model": 32, "n_heads": 2, "mlp_hidden": 64},
             "train": {"tokens": 1024, "batch_size": 4, "seq_len": 32, "val_batches": 2, "log_every": 4, "lr": 3e-3},
-            "score": {"objectives": ["val_loss", "mqar"], "mqar_steps": 5, "mqar_test": 16, "mqar_batch": 8,
-                      "mqar_seq_len": 32, "mqar_kv_pairs": 4},
+            "score": {"objectives": ["val_loss", "mqar"], "mqar": {"steps": 5, "test": 16, "batch": 8, "seq_len": 32,
+                                                                   "kv_pairs": 4}},
             "kv_context": 256,
         },
         "sampler": "grid",
@@ -376,7 +376,7 @@ def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_pa
     raw = tiny_raw(ratios=["pure"], transformer=True)
     raw["scale"]["train"].update(recall_every=1, recall_count=4, recall_format="mqar", recall_length=16, recall_kv_pairs=2,
                                  recall_vocab=16)
-    raw["scale"]["score"] = {"objectives": ["val_loss", "mqar_mixed"], "mqar_test": 16, "mqar_batch": 8}
+    raw["scale"]["score"] = {"objectives": ["val_loss", "mqar_mixed"], "mqar": {"test": 16, "batch": 8}}
     raw["objectives"] = [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}]
     url = f"sqlite:///{tmp_path}/m.db"
     study = run_search(space_from_dict(raw), storage=url, study_name="m", n_trials=2)
