@@ -145,3 +145,62 @@ def test_config_files_are_read_with_the_same_types_as_overrides():
         TrainConfig.from_dict({"seq_len": 12.5})
     with pytest.raises(ConfigError, match=r"recipe: train.lr is a number; got 'abc'"):
         RunConfig.from_dict({"layout": "GGA", "train": {"lr": "abc"}})
+
+
+def test_nested_config_keys_are_typed_by_their_section_s_field():
+    assert _sets("score.mqar.steps=2e2", "score.lm_eval.limit=null")["score"] == {"mqar": {"steps": 200},
+                                                                              "lm_eval": {"limit": None}}
+    recipe = load_recipe(None, ["score.mqar.steps=200", "score.mqar.model.d_model=32", "score.ruler.lengths=[512]"], GLA)
+    assert recipe.score.mqar.steps == 200 and recipe.score.mqar.model == {"d_model": 32}
+    assert recipe.score.ruler.lengths == (512,)
+
+
+@pytest.mark.parametrize("item, message", [
+    ("score.mqar.stepz=1", "--set score.mqar.stepz=1: unknown score.mqar key 'stepz'. Did you mean: steps? "
+                           "Allowed: batch, beta2, budget_s, eval_every, graph, kv_pairs, lr, lrs, model, seq_len, steps,"),
+    ("score.ruler.lenghts=[1]", "unknown score.ruler key 'lenghts'. Did you mean: lengths? Allowed: cache_dir, lengths,"),
+    ("score.mqr.steps=1", "unknown score key 'mqr'. Did you mean: mqar? Allowed: batch_size, lm_eval, mqar, mqar_mixed,"),
+    ("score.mqar=3", "--set score.mqar=3: score.mqar is a section; set its keys (score.mqar.KEY=VALUE), one of batch,"),
+    ("score.mqar.steps.x=3", "score.mqar.steps is an integer and has no keys"),
+])
+def test_an_unknown_key_in_a_section_names_that_section_s_keys(item, message):
+    with pytest.raises(ConfigError) as e:
+        _sets(item)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_old_flat_set_is_read_as_its_new_key():
+    assert _sets("score.mqar_steps=200")["score"] == _sets("score.mqar.steps=200")["score"] == {"mqar": {"steps": 200}}
+    assert _sets("score.qa_files.qa_1=a.json")["score"] == {"ruler": {"qa_files": {"qa_1": "a.json"}}}
+    with pytest.raises(ConfigError, match=r"--set score.mqar_steps=1.5: score.mqar.steps is an integer; got 1.5"):
+        _sets("score.mqar_steps=1.5")
+    # over a file written with old keys: its section is migrated first, so a new key overrides the old value
+    old = {"score": {"objectives": ["mqar"], "mqar_steps": 100, "mqar_kv_pairs": 2, "ruler_lengths": [512]}}
+    out = apply_overrides(old, ["score.mqar.steps=200"])
+    assert out["score"] == {"objectives": ["mqar"], "mqar": {"steps": 200, "kv_pairs": 2}, "ruler": {"lengths": [512]}}
+    assert old["score"]["mqar_steps"] == 100  # the input is not changed
+    recipe = load_recipe(None, ["score.mqar_steps=300"], {**GLA, **old})
+    assert recipe.score.mqar.steps == 300 and recipe.score.mqar.kv_pairs == 2
+    with pytest.raises(ConfigError, match="score.mqar_steps and score.mqar.steps are the same setting"):
+        apply_overrides({"score": {"mqar_steps": 1, "mqar": {"steps": 2}}}, ["score.mqar.lr=1e-3"])
+
+
+def test_config_to_dict_writes_plain_json_types_and_the_configs_keep_their_output():
+    import dataclasses
+
+    from hlnas.config import PRESETS, ModelConfig
+    from hlnas.data.sources import DataConfig
+    from hlnas.overrides import config_from_dict, config_to_dict
+    from hlnas.score.objectives import MqarConfig, ScoreConfig
+    from hlnas.train import TrainConfig
+
+    for cfg in [*PRESETS.values(), ModelConfig(d_model=8, vocab_size=8, n_heads=2, mixer_hparams={"gla": {"num_heads": 2}}),
+                TrainConfig(), TrainConfig(lr=3e-4, recall_format="mqar"), DataConfig(source="x.jsonl", seed=3)]:
+        assert cfg.to_dict() == config_to_dict(cfg) == dataclasses.asdict(cfg)  # what they wrote before
+        assert config_from_dict(type(cfg), cfg.to_dict(), "x") == cfg
+    cfg = ScoreConfig(objectives=("mqar",), mqar=MqarConfig(lrs=(1e-3, 2e-3), model={"mixer_hparams": {"gla": {"a": (1,)}}}))
+    d = config_to_dict(cfg)
+    assert d["objectives"] == ["mqar"] and d["mqar"]["lrs"] == [1e-3, 2e-3] and isinstance(d["mqar"], dict)
+    assert d["mqar"]["model"] == {"mixer_hparams": {"gla": {"a": [1]}}} and json.loads(json.dumps(d)) == d
+    d["mqar"]["model"]["mixer_hparams"]["gla"]["a"].append(2)  # a copy all the way down
+    assert cfg.mqar.model == {"mixer_hparams": {"gla": {"a": (1,)}}}

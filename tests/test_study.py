@@ -423,3 +423,59 @@ def test_executor_choice(monkeypatch):
     assert choose_executor("auto", None, "127.0.0.1:6379") == ("ray", 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert choose_executor("auto", None) == ("inline", 1)
+
+
+
+def _flat_score(score: dict) -> dict:
+    """A nested score section as hlnas wrote it before the sections: flat, prefixed keys."""
+    from hlnas.score.objectives import LEGACY_KEYS
+
+    old = {new: key for key, new in LEGACY_KEYS.items()}
+    flat = {k: v for k, v in score.items() if not isinstance(v, dict)}
+    for section, body in score.items():
+        if isinstance(body, dict):
+            flat.update({old[f"{section}.{k}"]: v for k, v in body.items()})
+    return flat
+
+
+def test_a_study_stored_with_flat_score_keys_resumes_against_the_space_written_nested(tmp_path):
+    """Every study stored before the score sections has flat keys in its hlnas_space; resuming it with the same
+    space written nested must not count as a changed space, and a real change must still be refused."""
+    nested = tiny_raw()
+    flat = tiny_raw()
+    flat["scale"]["score"] = _flat_score(nested["scale"]["score"])
+    assert "mqar_steps" in flat["scale"]["score"] and "mqar" not in flat["scale"]["score"]
+    url = f"sqlite:///{tmp_path}/old.db"
+    run_search(space_from_dict(flat), storage=url, study_name="old", n_trials=1)
+    study = optuna.load_study(study_name="old", storage=url)
+    stored = study.user_attrs["hlnas_space"]
+    stored["scale"]["score"] = flat["scale"]["score"]  # what hlnas stored before (the section as written)
+    study.set_user_attr("hlnas_space", stored)
+
+    run_search(space_from_dict(nested), storage=url, study_name="old", n_trials=2, resume=True)
+    assert len(trained(load_hlnas_study(url, "old"))) == 2
+    changed = tiny_raw()
+    changed["scale"]["score"]["mqar"]["steps"] = 6
+    with pytest.raises(HlnasError) as e:
+        run_search(space_from_dict(changed), storage=url, study_name="old", n_trials=3, resume=True)
+    assert "scale.score.mqar.steps: 5 -> 6" in str(e.value)
+
+
+def test_the_stored_paper_grid_study_matches_its_space_file_written_nested(tmp_path):
+    """The H200 study of 2026-11-30 (a real SQLite storage, written by hlnas with flat score keys) against
+    experiments/paper_grid/grid_h200_mqar.yaml, whose score section is now nested: the resume check's comparison."""
+    import pathlib
+    import shutil
+
+    from hlnas.space import load_space
+
+    grid = pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid"
+    db = tmp_path / "h200.db"
+    shutil.copy(grid / "results" / "h200_mqar_2026-11-30.db", db)  # loading may write; the stored one stays as it is
+    study = optuna.load_study(study_name="paper_grid_h200_mqar", storage=f"sqlite:///{db}")
+    raw = study.user_attrs["hlnas_space"]
+    assert "mqar_mixed_scales" in raw["scale"]["score"] and "mqar" not in raw["scale"]["score"]  # flat, as stored
+    space = load_space(str(grid / "grid_h200_mqar.yaml"))
+    assert "mqar_mixed" in space.score and "mqar_mixed_scales" not in space.score  # nested, as written now
+    stored = space_from_dict(raw, where="study 'paper_grid_h200_mqar'")
+    assert stored.fingerprint() == space.fingerprint() and stored.diff(space) == []
