@@ -25,7 +25,7 @@ from hlnas.data.sources import DataConfig
 from hlnas.layout import build_layout
 from hlnas.recipe import RunConfig
 from hlnas.run import run
-from hlnas.score.objectives import ScoreConfig
+from hlnas.score.objectives import MqarConfig, RulerConfig, ScoreConfig
 from hlnas.train import STEADY_AFTER, TrainConfig
 
 
@@ -56,11 +56,13 @@ def main() -> int:
         cfg = preset(args.preset)
         tcfg = TrainConfig(tokens=args.tokens, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                            compile=args.compile, log_every=50)
-        scfg = ScoreConfig(objectives=tuple(args.objectives.split(",")), ruler_tasks=("niah_single_1", "niah_multikey_2", "vt"),
-                           ruler_lengths=(args.seq_len,), ruler_samples=20, mqar_seq_len=256, mqar_kv_pairs=32, mqar_steps=300)
+        scfg = ScoreConfig(objectives=tuple(args.objectives.split(",")),
+                           ruler=RulerConfig(tasks=("niah_single_1", "niah_multikey_2", "vt"), lengths=(args.seq_len,), samples=20),
+                           mqar=MqarConfig(seq_len=256, kv_pairs=32, steps=300))
         dcfg = DataConfig()
     if args.quick_score:
-        scfg = ScoreConfig.from_dict({**scfg.to_dict(), "ruler_samples": 2, "mqar_steps": 50, "mqar_test": scfg.mqar_batch})
+        scfg = dataclasses.replace(scfg, ruler=dataclasses.replace(scfg.ruler, samples=2),
+                                   mqar=dataclasses.replace(scfg.mqar, steps=50, test=scfg.mqar.batch))
     rows = []
     candidates = [] if args.no_baseline else [("transformer", build_layout("transformer", None, cfg.n_layers))]
     candidates += [(m, build_layout(m, None if m == "transformer" else args.ratio, cfg.n_layers)) for m in args.mixers.split(",")]

@@ -34,7 +34,7 @@ from hlnas.data.tokenizer import load_tokenizer
 from hlnas.layout import build_layout
 from hlnas.recipe import RunConfig
 from hlnas.run import run
-from hlnas.score.objectives import ScoreConfig
+from hlnas.score.objectives import MqarConfig, MqarMixedConfig, RulerConfig, ScoreConfig
 from hlnas.score.ruler import ruler_training_documents
 from hlnas.train import TrainConfig
 
@@ -111,11 +111,13 @@ def _run_one(args, cand: str, threads: int | None = None) -> dict:
     dcfg = DataConfig(seed=args.seed)  # the corpus, its shuffle and the mixed-in instances
     tok = load_tokenizer(dcfg.tokenizer)
     if mqar:
-        scfg = ScoreConfig(objectives=("val_loss", "mqar_mixed"), mqar_test=args.test, mqar_mixed_scales=(1, 2))
+        scfg = ScoreConfig(objectives=("val_loss", "mqar_mixed"), mqar=MqarConfig(test=args.test),
+                           mqar_mixed=MqarMixedConfig(scales=(1, 2)))
         extra = None  # the recipe's own recall protocol
     else:
-        scfg = ScoreConfig(objectives=("val_loss", "ruler", "mqar"), ruler_tasks=TASKS, ruler_lengths=(args.seq_len, 2 * args.seq_len),
-                           ruler_samples=args.samples, mqar_steps=args.mqar_steps)
+        scfg = ScoreConfig(objectives=("val_loss", "ruler", "mqar"),
+                           ruler=RulerConfig(tasks=TASKS, lengths=(args.seq_len, 2 * args.seq_len), samples=args.samples),
+                           mqar=MqarConfig(steps=args.mqar_steps))
         extra = functools.partial(ruler_training_documents, tok, args.seq_len, tasks=TASKS)
     t0 = time.perf_counter()
     result = run(RunConfig(layout=layout, model=cfg, train=tcfg, data=dcfg, score=scfg), progress=args.jobs == 1,

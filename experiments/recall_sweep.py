@@ -39,19 +39,19 @@ def _spec(i: int, case: dict, args):
     from hlnas.data.sources import DataConfig
     from hlnas.layout import Layout
     from hlnas.recipe import RunConfig
-    from hlnas.score.objectives import ScoreConfig
+    from hlnas.score.objectives import MqarConfig, ScoreConfig
     from hlnas.train import TrainConfig
     from hlnas.trial import TrialSpec
 
     model = preset(args.preset).replace(d_model=case.get("d_model", args.d_model), n_heads=case.get("n_heads", args.heads),
                                         target_params=None, mlp_hidden=None,
                                         mixer_hparams=case.get("mixer_hparams", {}))
-    score = ScoreConfig(objectives=("mqar",), mqar_seq_len=case.get("seq_len", args.seq_len),
-                        mqar_kv_pairs=case.get("kv_pairs", args.kv_pairs), mqar_vocab=case.get("vocab", args.vocab),
-                        mqar_steps=case.get("steps", args.steps), mqar_batch=case.get("batch", args.batch),
-                        mqar_lr=float(case["lr"]), mqar_target=args.target, mqar_eval_every=args.eval_every,
-                        mqar_test=args.test, mqar_val=args.val, mqar_graph=case.get("graph", not args.no_graph),
-                        mqar_budget_s=case.get("budget_s", args.budget_s))
+    mqar = MqarConfig(seq_len=case.get("seq_len", args.seq_len), kv_pairs=case.get("kv_pairs", args.kv_pairs),
+                      vocab=case.get("vocab", args.vocab), steps=case.get("steps", args.steps),
+                      batch=case.get("batch", args.batch), lr=float(case["lr"]), target=args.target,
+                      eval_every=args.eval_every, test=args.test, val=args.val, graph=case.get("graph", not args.no_graph),
+                      budget_s=case.get("budget_s", args.budget_s))
+    score = ScoreConfig(objectives=("mqar",), mqar=mqar)
     train = TrainConfig(seed=case.get("seed", 0), tokens=1, batch_size=1, seq_len=1)  # recall-only: no LM training
     recipe = RunConfig(layout=Layout.parse(case["layout"]), model=model, train=train, data=DataConfig(), score=score,
                        preset=args.preset)

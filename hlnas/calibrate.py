@@ -19,7 +19,6 @@ executor as the trials. A run is a :class:`~hlnas.trial.TrialSpec` with a negati
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from hlnas.errors import ConfigError, HlnasError
@@ -67,7 +66,9 @@ class CalibrationConfig:
         return config_from_dict(cls, data, "calibration")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        from hlnas.overrides import config_to_dict
+
+        return config_to_dict(self)
 
 
 @dataclass(frozen=True)
@@ -223,15 +224,16 @@ def advice(space, result: dict) -> str:
     sc = space.score
     objectives = sc.objectives
     if "mqar" in objectives and "mqar_mixed" not in objectives and "ruler" not in objectives:
-        knobs = (f"score.mqar_steps (now {sc.mqar_steps}), score.mqar_lrs (now {list(sc.mqar_lrs) or [sc.mqar_lr]}), "
-                 f"score.mqar_kv_pairs (now {sc.mqar_kv_pairs}) and score.mqar_seq_len (now {sc.mqar_seq_len}), "
-                 f"score.mqar_model (the recall model's width, now {sc.mqar_model or 'the candidate'})")
+        mq = sc.mqar
+        knobs = (f"score.mqar.steps (now {mq.steps}), score.mqar.lrs (now {list(mq.lrs) or [mq.lr]}), "
+                 f"score.mqar.kv_pairs (now {mq.kv_pairs}) and score.mqar.seq_len (now {mq.seq_len}), "
+                 f"score.mqar.model (the recall model's width, now {mq.model or 'the candidate'})")
     elif "mqar_mixed" in objectives:
         tc = space.train
         knobs = (f"train.tokens (now {tc.tokens}), train.lr (now {tc.lr}), train.recall_count (now {tc.recall_count}), "
                  f"train.recall_kv_pairs (now {tc.recall_kv_pairs})")
     else:
-        knobs = "train.tokens, train.recall_every and score.ruler_lengths"
+        knobs = "train.tokens, train.recall_every and score.ruler.lengths"
     tips = []
     if "control" in result["kinds"]:
         tips.append("to let the all-attention control learn: train longer or sweep learning rates, or make the task "

@@ -234,7 +234,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue a stored study (needs --storage and --study)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override the space's scale, e.g. train.tokens=100000 or score.mqar_steps=50")
+                   help="override the space's scale, e.g. train.tokens=100000 or score.mqar.steps=50")
     p.add_argument("--out", help="folder for trial checkpoints (default: none kept)")
     p.add_argument("--skip-calibration", action="store_true",
                    help="do not run the recall protocol's controls first (hlnas calibrate); the front is then unvalidated")

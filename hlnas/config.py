@@ -66,7 +66,9 @@ class ModelConfig:
         return self.mlp_hidden or swiglu_hidden(self.d_model)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        from hlnas.overrides import config_to_dict
+
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":

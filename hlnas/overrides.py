@@ -1,4 +1,10 @@
-"""``--set SECTION.KEY=VALUE`` overrides, parsed in one place and checked against the typed config they change.
+"""``--set SECTION.KEY=VALUE`` overrides and config files, read in one place and checked against the typed config they change.
+
+A config is a dataclass whose fields may be dataclasses themselves (``score.mqar`` is a ``MqarConfig``):
+:func:`config_from_dict` builds one from a mapping, a nested mapping per nested field, and
+:func:`config_to_dict` writes it back as plain JSON types; ``--set score.mqar.steps=200`` reaches a nested
+field the same way. A config that renamed keys lists them in ``LEGACY_KEYS`` (old key -> new dotted key):
+a mapping or ``--set`` giving an old key is read as the new one (:func:`migrate_keys`).
 
 Each value is read as YAML in hlnas's dialect (:func:`yaml_load`), then made the type of its field:
 
@@ -10,6 +16,7 @@ Each value is read as YAML in hlnas's dialect (:func:`yaml_load`), then made the
 - ``tuple``/``list``: a YAML list, each element checked
 - ``dict``: a YAML mapping, or keys below the field to any depth (``model.mixer_hparams.gla.num_heads=2``);
   what is inside a mapping is left as YAML read it, for the config that owns it to check
+- a nested config: a mapping of its own fields, each checked by these rules (errors name the whole dotted key)
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import yaml
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["yaml_load", "field_types", "parse_sets", "typed_fields", "config_from_dict"]
+__all__ = ["yaml_load", "field_types", "parse_sets", "typed_fields", "config_from_dict", "config_to_dict", "migrate_keys"]
 
 
 class _Loader(yaml.SafeLoader):
@@ -55,16 +62,50 @@ def field_types(cls: type) -> dict[str, object]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+def _config_class(hint) -> type | None:
+    """The dataclass a field of this type holds, or None (a field is a nested config when its type is one)."""
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+
+
+def migrate_keys(cls: type, data: Mapping, kind: str) -> dict:
+    """``data`` with ``cls.LEGACY_KEYS``'s old keys moved to their new dotted places (``mqar_steps`` ->
+    ``{mqar: {steps: ...}}``); a setting given both ways is refused, naming both keys. Nested configs' own
+    legacy keys are left to them."""
+    legacy = getattr(cls, "LEGACY_KEYS", {})
+    out = dict(data)
+    for old in [k for k in data if k in legacy]:
+        *parents, leaf = legacy[old].split(".")
+        node = out
+        for i, part in enumerate(parents):
+            child = node.get(part)
+            if child is not None and not isinstance(child, Mapping):
+                raise ConfigError(f"{kind}.{'.'.join(parents[:i + 1])} must be a mapping of its settings, got {child!r}")
+            node[part] = node = dict(child or {})
+        if leaf in node:
+            raise ConfigError(f"{kind}.{old} and {kind}.{legacy[old]} are the same setting ({old} is its old name); "
+                              f"give only {kind}.{legacy[old]}")
+        node[leaf] = out.pop(old)
+    return out
+
+
 def typed_fields(cls: type, data: Mapping, kind: str) -> dict:
     """``data`` (a mapping read from YAML, JSON or a stored study) checked key by key against dataclass ``cls``:
-    unknown keys refused with the allowed ones, each value made its field's type by the rules above
-    (``tokens: 1e5`` -> 100000; ``seq_len: 12.5`` refused, naming ``kind.seq_len``, its type and the value)."""
+    old keys migrated (:func:`migrate_keys`), unknown keys refused with the allowed ones, each value made its
+    field's type by the rules above (``tokens: 1e5`` -> 100000; ``seq_len: 12.5`` refused, naming
+    ``kind.seq_len``, its type and the value), a nested config's mapping built into that config."""
     from hlnas.errors import check_fields
 
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{kind} must be a mapping of its settings, got {data!r}")
+    data = migrate_keys(cls, data, kind)
     check_fields(kind, data, cls)
     types_ = field_types(cls)
     out = {}
     for key, value in data.items():
+        sub = _config_class(types_[key])
+        if sub is not None:
+            out[key] = value if isinstance(value, sub) else config_from_dict(sub, value, f"{kind}.{key}")
+            continue
         try:
             out[key] = _convert(value, None, types_[key])
         except _Mismatch:
@@ -79,47 +120,85 @@ def config_from_dict(cls: type, data: Mapping, kind: str):
     return cls(**typed_fields(cls, data, kind))
 
 
+def config_to_dict(obj) -> dict:
+    """A config as plain JSON types, what :func:`config_from_dict` reads back: nested configs as mappings,
+    tuples as lists, mappings and lists copied."""
+    return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return config_to_dict(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def parse_sets(items: list[str], sections: Mapping[str, type | Mapping[str, object]],
                base: Mapping[str, object] | None = None) -> dict[str, dict]:
-    """``["train.lr=3e-4", "model.mixer_hparams.gla.num_heads=2"]`` as ``{section: settings}`` for the sections
-    the items touch, each applied over ``base``'s section (not changed). ``sections`` maps a section name to its
-    dataclass, or to ``{key: type}``. Raises :class:`ConfigError` naming the item on a malformed item, an unknown
-    section or key, or a value of the wrong type."""
-    schemas = {name: field_types(spec) if isinstance(spec, type) else spec for name, spec in sections.items()}
+    """``["train.lr=3e-4", "score.mqar.steps=200", "model.mixer_hparams.gla.num_heads=2"]`` as ``{section:
+    settings}`` for the sections the items touch, each applied over ``base``'s section (not changed). ``sections``
+    maps a section name to its dataclass, or to ``{key: type}``; a key may go down into nested configs. An old key
+    of a dataclass's ``LEGACY_KEYS`` (``score.mqar_steps``) sets its new one, and ``base``'s section is migrated
+    the same way (:func:`migrate_keys`). Raises :class:`ConfigError` naming the item on a malformed item, an
+    unknown section or key, or a value of the wrong type."""
     base = base or {}
     out: dict[str, dict] = {}
     for item in items:
-        section, path, text = _split(item, schemas)
-        value = _value(item, section, path, schemas[section], text)
-        start = out.get(section, base.get(section))
-        # a section that is not a mapping yet (absent, or a layout string being refined field by field) starts empty
-        out[section] = _put(start if isinstance(start, dict) else {}, path, value)
+        section, path, name, hint, below = _split(item, sections)
+        value = _value(item, name, hint, below, item.partition("=")[2])
+        if section in out:
+            start = out[section]
+        else:  # a section that is not a mapping yet (absent, or a layout string refined field by field) starts empty
+            start = base.get(section)
+            start = start if isinstance(start, Mapping) else {}
+            if isinstance(sections[section], type):
+                start = migrate_keys(sections[section], start, section)
+        out[section] = _put(start, path, value)
     return out
 
 
-def _split(item: str, schemas: Mapping[str, Mapping]) -> tuple[str, list[str], str]:
-    key, eq, text = item.partition("=")
+def _split(item: str, sections: Mapping[str, type | Mapping[str, object]]) -> tuple[str, list[str], str, object, bool]:
+    """``(section, key path, dotted name of the field it reaches, that field's type, whether the path goes on
+    below that field)``, old keys of ``LEGACY_KEYS`` replaced by their new ones on the way."""
+    key, eq, _ = item.partition("=")
     section, _, rest = key.partition(".")
     path = rest.split(".")
     if not eq or not all(path) or not section:
-        raise ConfigError(f"--set {item}: write SECTION.KEY=VALUE with SECTION one of {', '.join(schemas)}")
-    if section not in schemas:
-        raise ConfigError(f"--set {item}: unknown section '{section}'.{did_you_mean(section, schemas)} "
-                          f"Allowed: {', '.join(schemas)}")
-    if path[0] not in schemas[section]:
-        allowed = sorted(schemas[section])
-        raise ConfigError(f"--set {item}: unknown {section} key '{path[0]}'.{did_you_mean(path[0], allowed)} "
-                          f"Allowed: {', '.join(allowed)}")
-    return section, path, text
+        raise ConfigError(f"--set {item}: write SECTION.KEY=VALUE with SECTION one of {', '.join(sections)}")
+    if section not in sections:
+        raise ConfigError(f"--set {item}: unknown section '{section}'.{did_you_mean(section, sections)} "
+                          f"Allowed: {', '.join(sections)}")
+    spec, name, i = sections[section], section, 0
+    while True:
+        if isinstance(spec, type):
+            legacy = getattr(spec, "LEGACY_KEYS", {})
+            if path[i] in legacy:  # score.mqar_steps: its new key, score.mqar.steps
+                path[i:i + 1] = legacy[path[i]].split(".")
+            schema = field_types(spec)
+        else:
+            schema = spec
+        head = path[i]
+        if head not in schema:
+            allowed = sorted(schema)
+            raise ConfigError(f"--set {item}: unknown {name} key '{head}'.{did_you_mean(head, allowed)} "
+                              f"Allowed: {', '.join(allowed)}")
+        spec, name, i = schema[head], f"{name}.{head}", i + 1
+        if _config_class(spec) is None:
+            return section, path, name, spec, i < len(path)
+        if i == len(path):
+            raise ConfigError(f"--set {item}: {name} is a section; set its keys ({name}.KEY=VALUE), one of "
+                              f"{', '.join(sorted(field_types(spec)))}")
 
 
-def _value(item: str, section: str, path: list[str], schema: Mapping[str, object], text: str):
+def _value(item: str, name: str, hint, below: bool, text: str):
     try:
         value = yaml_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"--set {item}: the value is not valid YAML ({getattr(e, 'problem', None) or e})") from None
-    name, hint = f"{section}.{path[0]}", schema[path[0]]
-    if len(path) > 1:
+    if below:
         if not any(_is_dict(arm) for arm in _arms(hint)):
             raise ConfigError(f"--set {item}: {name} is {_describe(hint)} and has no keys")
         return value
@@ -129,13 +208,13 @@ def _value(item: str, section: str, path: list[str], schema: Mapping[str, object
         raise ConfigError(f"--set {item}: {name} is {_describe(hint)}; got {text or 'nothing'}") from None
 
 
-def _put(node: dict, path: list[str], value) -> dict:
+def _put(node: Mapping, path: list[str], value) -> dict:
     """A copy of ``node`` with ``value`` at ``path``; mappings on the way are copied too, other values replaced."""
     out = dict(node)
     head, *rest = path
     if rest:
         child = out.get(head)
-        value = _put(child if isinstance(child, dict) else {}, rest, value)
+        value = _put(child if isinstance(child, Mapping) else {}, rest, value)
     out[head] = value
     return out
 

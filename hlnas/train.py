@@ -111,7 +111,9 @@ class TrainConfig:
         return self.tokens // self.tokens_per_step
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        from hlnas.overrides import config_to_dict
+
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":

@@ -185,7 +185,7 @@ def test_invalid_protocol_refuses_to_search_and_keeps_the_controls(monkeypatch, 
         run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7)
     msg = str(e.value)
     assert "the all-attention control AAAAAA reached 0.300 raw recall at the training length" in msg
-    assert "0.600 short of calibration.control_min=0.9" in msg and "score.mqar_steps" in msg and "--skip-calibration" in msg
+    assert "0.600 short of calibration.control_min=0.9" in msg and "score.mqar.steps" in msg and "--skip-calibration" in msg
     assert not any(c[0] >= 0 for c in calls)  # no search trial
     study = optuna.load_study(study_name="c", storage=url)
     assert study.user_attrs["hlnas_calibration"]["status"] == "invalid"

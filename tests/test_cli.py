@@ -70,8 +70,8 @@ def test_train_then_eval(tmp_path, capsys):
     assert metrics["status"] == "ok" and metrics["steps"] == 32 and metrics["layout"] == "AA"
     assert (out / "checkpoint.pt").exists() and (out / "recipe.yaml").exists()
     capsys.readouterr()
-    assert main(["eval", str(out), "--objectives", "val_loss,mqar", "--set", "score.mqar_steps=3",
-                 "--set", "score.mqar_test=16"]) == 0
+    assert main(["eval", str(out), "--objectives", "val_loss,mqar", "--set", "score.mqar.steps=3",
+                 "--set", "score.mqar.test=16"]) == 0
     scores = json.loads((out / "eval.json").read_text())
     assert scores["val_loss"] > 0 and 0 <= scores["mqar_acc"] <= 1
     assert abs(scores["val_loss"] - metrics["val_loss"]) < 1e-4  # same held-out batches as the trainer's

@@ -32,9 +32,10 @@ def test_an_integer_field_takes_a_number_that_is_exactly_an_integer():
     ("train.tokens=abc", "--set train.tokens=abc: train.tokens is an integer; got abc"),
     ("train.lr=abc", "--set train.lr=abc: train.lr is a number; got abc"),
     ("train.compile=1", "train.compile is true or false; got 1"),
-    ("score.mqar_lrs=[1e-3, abc]", "score.mqar_lrs is a list of numbers; got [1e-3, abc]"),
+    ("score.mqar.lrs=[1e-3, abc]", "score.mqar.lrs is a list of numbers; got [1e-3, abc]"),
+    ("score.mqar.steps=12.5", "--set score.mqar.steps=12.5: score.mqar.steps is an integer; got 12.5"),
     ("score.objectives=val_loss", "score.objectives is a list of strings; got val_loss"),
-    ("score.lm_eval_limit=abc", "score.lm_eval_limit is an integer or null; got abc"),
+    ("score.lm_eval.limit=abc", "score.lm_eval.limit is an integer or null; got abc"),
     ("model.mixer_hparams=3", "model.mixer_hparams is a mapping; got 3"),
     ("train.lr.peak=1", "train.lr is a number and has no keys"),
 ])
@@ -52,14 +53,15 @@ def test_numbers_and_strings_keep_their_field_types():
 
 
 def test_list_fields_take_yaml_lists_and_check_each_element():
-    score = _sets("score.mqar_lrs=[1e-3,5e-4]", "score.ruler_lengths=[1e3, 2048]", "score.objectives=[val_loss]")["score"]
-    assert score == {"mqar_lrs": [1e-3, 5e-4], "ruler_lengths": [1000, 2048], "objectives": ["val_loss"]}
-    assert type(score["ruler_lengths"][0]) is int
+    score = _sets("score.mqar.lrs=[1e-3,5e-4]", "score.ruler.lengths=[1e3, 2048]", "score.objectives=[val_loss]")["score"]
+    assert score == {"mqar": {"lrs": [1e-3, 5e-4]}, "ruler": {"lengths": [1000, 2048]}, "objectives": ["val_loss"]}
+    assert type(score["ruler"]["lengths"][0]) is int
     assert _sets("layout.placement=[5, 11]")["layout"] == {"placement": [5, 11]}
 
 
 def test_optional_fields_take_null():
-    assert _sets("score.mqar_target=null", "score.cache_dir=null")["score"] == {"mqar_target": None, "cache_dir": None}
+    assert _sets("score.mqar.target=null", "score.ruler.cache_dir=null")["score"] == {"mqar": {"target": None},
+                                                                                    "ruler": {"cache_dir": None}}
     assert _sets("model.n_kv_heads=null", "model.window=128")["model"] == {"n_kv_heads": None, "window": 128}
     with pytest.raises(ConfigError, match="train.seq_len is an integer; got null"):
         _sets("train.seq_len=null")
@@ -67,10 +69,10 @@ def test_optional_fields_take_null():
 
 def test_nested_keys_reach_into_mapping_fields_and_keep_their_siblings():
     raw = {"model": {"d_model": 64, "mixer_hparams": {"gla": {"expand_v": 1}}}, "layout": "GGGGGA"}
-    out = apply_overrides(raw, ["model.mixer_hparams.gla.num_heads=2", "score.qa_files.squad=qa/squad.json",
+    out = apply_overrides(raw, ["model.mixer_hparams.gla.num_heads=2", "score.ruler.qa_files.squad=qa/squad.json",
                                 "layout.mixer=gla"])
     assert out["model"] == {"d_model": 64, "mixer_hparams": {"gla": {"expand_v": 1, "num_heads": 2}}}
-    assert out["score"] == {"qa_files": {"squad": "qa/squad.json"}}
+    assert out["score"] == {"ruler": {"qa_files": {"squad": "qa/squad.json"}}}
     assert out["layout"] == {"mixer": "gla"}  # a layout string refined field by field
     assert raw["model"]["mixer_hparams"] == {"gla": {"expand_v": 1}}  # the input is not changed
     recipe = load_recipe(None, ["model.mixer_hparams.gla.num_heads=2"], GLA)
@@ -92,10 +94,11 @@ def test_an_unknown_section_or_key_suggests_the_closest_and_lists_the_allowed(it
 
 def test_search_sets_merge_over_the_space_sections():
     space = load_space("tiny")
-    changes = _scale_sets(space, ["train.tokens=2e4", "model.mixer_hparams.gla.num_heads=2", "score.mqar_target=null"])
+    changes = _scale_sets(space, ["train.tokens=2e4", "model.mixer_hparams.gla.num_heads=2", "score.mqar.target=null"])
     assert changes["train"] == {**space.train.to_dict(), "tokens": 20000}
     assert changes["model"]["mixer_hparams"] == {**space.model.mixer_hparams, "gla": {"num_heads": 2}}
-    assert changes["score"]["mqar_target"] is None and set(changes) == {"train", "model", "score"}
+    assert changes["score"]["mqar"] == {**space.score.to_dict()["mqar"], "target": None} and set(changes) == {"train", "model", "score"}
+    assert space.with_overrides(**changes).score.mqar.target is None
     assert space.with_overrides(**changes).train.tokens == 20000
     with pytest.raises(ConfigError, match="train.seq_len is an integer; got 12.5"):
         _scale_sets(space, ["train.seq_len=12.5"])
@@ -106,8 +109,8 @@ def test_search_sets_merge_over_the_space_sections():
 def test_eval_takes_only_score_sets(tmp_path, capsys):
     assert main(["eval", str(tmp_path), "--set", "train.lr=1"]) == 2
     assert "unknown section 'train'. Allowed: score" in capsys.readouterr().err
-    assert main(["eval", str(tmp_path), "--set", "score.mqar_steps=1.5"]) == 2
-    assert "score.mqar_steps is an integer; got 1.5" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path), "--set", "score.mqar.steps=1.5"]) == 2
+    assert "score.mqar.steps is an integer; got 1.5" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["search"], ["calibrate", "tiny"]])
@@ -142,3 +145,62 @@ def test_config_files_are_read_with_the_same_types_as_overrides():
         TrainConfig.from_dict({"seq_len": 12.5})
     with pytest.raises(ConfigError, match=r"recipe: train.lr is a number; got 'abc'"):
         RunConfig.from_dict({"layout": "GGA", "train": {"lr": "abc"}})
+
+
+def test_nested_config_keys_are_typed_by_their_section_s_field():
+    assert _sets("score.mqar.steps=2e2", "score.lm_eval.limit=null")["score"] == {"mqar": {"steps": 200},
+                                                                              "lm_eval": {"limit": None}}
+    recipe = load_recipe(None, ["score.mqar.steps=200", "score.mqar.model.d_model=32", "score.ruler.lengths=[512]"], GLA)
+    assert recipe.score.mqar.steps == 200 and recipe.score.mqar.model == {"d_model": 32}
+    assert recipe.score.ruler.lengths == (512,)
+
+
+@pytest.mark.parametrize("item, message", [
+    ("score.mqar.stepz=1", "--set score.mqar.stepz=1: unknown score.mqar key 'stepz'. Did you mean: steps? "
+                           "Allowed: batch, beta2, budget_s, eval_every, graph, kv_pairs, lr, lrs, model, seq_len, steps,"),
+    ("score.ruler.lenghts=[1]", "unknown score.ruler key 'lenghts'. Did you mean: lengths? Allowed: cache_dir, lengths,"),
+    ("score.mqr.steps=1", "unknown score key 'mqr'. Did you mean: mqar? Allowed: batch_size, lm_eval, mqar, mqar_mixed,"),
+    ("score.mqar=3", "--set score.mqar=3: score.mqar is a section; set its keys (score.mqar.KEY=VALUE), one of batch,"),
+    ("score.mqar.steps.x=3", "score.mqar.steps is an integer and has no keys"),
+])
+def test_an_unknown_key_in_a_section_names_that_section_s_keys(item, message):
+    with pytest.raises(ConfigError) as e:
+        _sets(item)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_old_flat_set_is_read_as_its_new_key():
+    assert _sets("score.mqar_steps=200")["score"] == _sets("score.mqar.steps=200")["score"] == {"mqar": {"steps": 200}}
+    assert _sets("score.qa_files.qa_1=a.json")["score"] == {"ruler": {"qa_files": {"qa_1": "a.json"}}}
+    with pytest.raises(ConfigError, match=r"--set score.mqar_steps=1.5: score.mqar.steps is an integer; got 1.5"):
+        _sets("score.mqar_steps=1.5")
+    # over a file written with old keys: its section is migrated first, so a new key overrides the old value
+    old = {"score": {"objectives": ["mqar"], "mqar_steps": 100, "mqar_kv_pairs": 2, "ruler_lengths": [512]}}
+    out = apply_overrides(old, ["score.mqar.steps=200"])
+    assert out["score"] == {"objectives": ["mqar"], "mqar": {"steps": 200, "kv_pairs": 2}, "ruler": {"lengths": [512]}}
+    assert old["score"]["mqar_steps"] == 100  # the input is not changed
+    recipe = load_recipe(None, ["score.mqar_steps=300"], {**GLA, **old})
+    assert recipe.score.mqar.steps == 300 and recipe.score.mqar.kv_pairs == 2
+    with pytest.raises(ConfigError, match="score.mqar_steps and score.mqar.steps are the same setting"):
+        apply_overrides({"score": {"mqar_steps": 1, "mqar": {"steps": 2}}}, ["score.mqar.lr=1e-3"])
+
+
+def test_config_to_dict_writes_plain_json_types_and_the_configs_keep_their_output():
+    import dataclasses
+
+    from hlnas.config import PRESETS, ModelConfig
+    from hlnas.data.sources import DataConfig
+    from hlnas.overrides import config_from_dict, config_to_dict
+    from hlnas.score.objectives import MqarConfig, ScoreConfig
+    from hlnas.train import TrainConfig
+
+    for cfg in [*PRESETS.values(), ModelConfig(d_model=8, vocab_size=8, n_heads=2, mixer_hparams={"gla": {"num_heads": 2}}),
+                TrainConfig(), TrainConfig(lr=3e-4, recall_format="mqar"), DataConfig(source="x.jsonl", seed=3)]:
+        assert cfg.to_dict() == config_to_dict(cfg) == dataclasses.asdict(cfg)  # what they wrote before
+        assert config_from_dict(type(cfg), cfg.to_dict(), "x") == cfg
+    cfg = ScoreConfig(objectives=("mqar",), mqar=MqarConfig(lrs=(1e-3, 2e-3), model={"mixer_hparams": {"gla": {"a": (1,)}}}))
+    d = config_to_dict(cfg)
+    assert d["objectives"] == ["mqar"] and d["mqar"]["lrs"] == [1e-3, 2e-3] and isinstance(d["mqar"], dict)
+    assert d["mqar"]["model"] == {"mixer_hparams": {"gla": {"a": [1]}}} and json.loads(json.dumps(d)) == d
+    d["mqar"]["model"]["mixer_hparams"]["gla"]["a"].append(2)  # a copy all the way down
+    assert cfg.mqar.model == {"mixer_hparams": {"gla": {"a": (1,)}}}

@@ -104,7 +104,7 @@ def test_tiny_is_small_and_runs_on_cpu_shapes():
     assert s.sampler == "nsga2" and {o.metric for o in s.objectives} == {"recall", "kv_cache_bytes", "val_loss"}
     sc = s.score
     # the recall proxy trains to a target with a step cap (tests/test_cli_search.py runs it: under 5 minutes)
-    assert s.train.tokens <= 60_000 and sc.mqar_steps <= 1200 and sc.mqar_target == 0.98
+    assert s.train.tokens <= 60_000 and sc.mqar.steps <= 1200 and sc.mqar.target == 0.98
     assert s.recall_source() == "mqar_acc" and s.calibration.enabled
 
 
@@ -407,4 +407,4 @@ def test_the_gpu_experiment_spaces_load(name):
         assert s.recall_source() == "mqar_mixed_acc"
         t = s.train
         assert (t.recall_format, t.recall_length, t.recall_kv_pairs, t.recall_count) == ("mqar", 64, 8, 120)
-        assert s.score.mqar_mixed_scales == (1, 2, 4)
+        assert s.score.mqar_mixed.scales == (1, 2, 4)

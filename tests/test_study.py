@@ -45,8 +45,8 @@ def tiny_raw(**top) -> dict:
             "preset": "proxy-tiny",
             "model": {"d_model": 32, "n_heads": 2, "mlp_hidden": 64},
             "train": {"tokens": 1024, "batch_size": 4, "seq_len": 32, "val_batches": 2, "log_every": 4, "lr": 3e-3},
-            "score": {"objectives": ["val_loss", "mqar"], "mqar_steps": 5, "mqar_test": 16, "mqar_batch": 8,
-                      "mqar_seq_len": 32, "mqar_kv_pairs": 4},
+            "score": {"objectives": ["val_loss", "mqar"], "mqar": {"steps": 5, "test": 16, "batch": 8, "seq_len": 32,
+                                                                   "kv_pairs": 4}},
             "kv_context": 256,
         },
         "sampler": "grid",
@@ -376,7 +376,7 @@ def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_pa
     raw = tiny_raw(ratios=["pure"], transformer=True)
     raw["scale"]["train"].update(recall_every=1, recall_count=4, recall_format="mqar", recall_length=16, recall_kv_pairs=2,
                                  recall_vocab=16)
-    raw["scale"]["score"] = {"objectives": ["val_loss", "mqar_mixed"], "mqar_test": 16, "mqar_batch": 8}
+    raw["scale"]["score"] = {"objectives": ["val_loss", "mqar_mixed"], "mqar": {"test": 16, "batch": 8}}
     raw["objectives"] = [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}]
     url = f"sqlite:///{tmp_path}/m.db"
     study = run_search(space_from_dict(raw), storage=url, study_name="m", n_trials=2)
@@ -436,3 +436,58 @@ def test_trial_target_is_the_stored_one_on_resume_else_the_default(tmp_path):
     study.set_user_attr("hlnas_trials", 5)
     assert trial_target(None, url, "s", resume=True) == 5
     assert trial_target(space, url, "s", resume=False) == len(space.grid()) and trial_target(None, url, "s", False) == 12
+
+def _flat_score(score: dict) -> dict:
+    """A nested score section as hlnas wrote it before the sections: flat, prefixed keys."""
+    from hlnas.score.objectives import LEGACY_KEYS
+
+    old = {new: key for key, new in LEGACY_KEYS.items()}
+    flat = {k: v for k, v in score.items() if not isinstance(v, dict)}
+    for section, body in score.items():
+        if isinstance(body, dict):
+            flat.update({old[f"{section}.{k}"]: v for k, v in body.items()})
+    return flat
+
+
+def test_a_study_stored_with_flat_score_keys_resumes_against_the_space_written_nested(tmp_path):
+    """Every study stored before the score sections has flat keys in its hlnas_space; resuming it with the same
+    space written nested must not count as a changed space, and a real change must still be refused."""
+    nested = tiny_raw()
+    flat = tiny_raw()
+    flat["scale"]["score"] = _flat_score(nested["scale"]["score"])
+    assert "mqar_steps" in flat["scale"]["score"] and "mqar" not in flat["scale"]["score"]
+    url = f"sqlite:///{tmp_path}/old.db"
+    run_search(space_from_dict(flat), storage=url, study_name="old", n_trials=1)
+    study = optuna.load_study(study_name="old", storage=url)
+    stored = study.user_attrs["hlnas_space"]
+    stored["scale"]["score"] = flat["scale"]["score"]  # what hlnas stored before (the section as written)
+    study.set_user_attr("hlnas_space", stored)
+
+    run_search(space_from_dict(nested), storage=url, study_name="old", n_trials=2, resume=True)
+    assert len(trained(load_hlnas_study(url, "old"))) == 2
+    changed = tiny_raw()
+    changed["scale"]["score"]["mqar"]["steps"] = 6
+    with pytest.raises(HlnasError) as e:
+        run_search(space_from_dict(changed), storage=url, study_name="old", n_trials=3, resume=True)
+    assert "scale.score.mqar.steps: 5 -> 6" in str(e.value)
+
+
+def test_the_stored_paper_grid_study_matches_its_space_file_written_nested(tmp_path):
+    """The H200 study of 2026-11-30 (a real SQLite storage, written by hlnas with flat score keys) against
+    experiments/paper_grid/grid_h200_mqar.yaml, whose score section is now nested: the resume check's comparison."""
+    import pathlib
+    import shutil
+
+    from hlnas.space import load_space
+
+    grid = pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid"
+    db = tmp_path / "h200.db"
+    shutil.copy(grid / "results" / "h200_mqar_2026-11-30.db", db)  # loading may write; the stored one stays as it is
+    study = optuna.load_study(study_name="paper_grid_h200_mqar", storage=f"sqlite:///{db}")
+    raw = study.user_attrs["hlnas_space"]
+    assert "mqar_mixed_scales" in raw["scale"]["score"] and "mqar" not in raw["scale"]["score"]  # flat, as stored
+    space = load_space(str(grid / "grid_h200_mqar.yaml"))
+    written = space.to_dict()["scale"]["score"]
+    assert "mqar_mixed" in written and "mqar_mixed_scales" not in written  # nested, as written now
+    stored = space_from_dict(raw, where="study 'paper_grid_h200_mqar'")
+    assert stored.fingerprint() == space.fingerprint() and stored.diff(space) == []

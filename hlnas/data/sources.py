@@ -16,7 +16,6 @@ A source is named by one string, ``DataConfig.source``:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -66,7 +65,9 @@ class DataConfig:
             raise ConfigError("DataConfig.text_key must be a non-empty column name, got ''")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        from hlnas.overrides import config_to_dict
+
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "DataConfig":

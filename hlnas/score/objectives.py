@@ -1,15 +1,16 @@
 """Score a trained candidate on the objectives a study asks for.
 
-Objectives (``ScoreConfig.objectives``):
+Objectives (``ScoreConfig.objectives``), each with its settings in its own section of the config
+(``score.<objective>``, one dataclass each; :data:`OBJECTIVE_REGISTRY` names it):
 
 * ``val_loss``: mean token cross-entropy on the held-out documents (and perplexity);
 * ``ruler``: hlnas's RULER generator, greedy decoding, the paper's weighted 13-task average
   (``recall`` in the result), tasks and context lengths configurable;
 * ``mqar``: Zoology's multi-query associative recall, learned by a fresh copy of the candidate's
-  architecture for ``mqar_steps`` steps (Zoology's protocol: recall capacity of the architecture);
+  architecture for ``score.mqar.steps`` steps (Zoology's protocol: recall capacity of the architecture);
 * ``mqar_mixed``: the recall protocol with ``train.recall_format: mqar``: MQAR instances were mixed
   into the candidate's training; the trained candidate itself is scored on held-out instances at the
-  training length and longer (``mqar_mixed_scales``), same number of pairs, so longer means recall
+  training length and longer (``score.mqar_mixed.scales``), same number of pairs, so longer means recall
   over longer gaps;
 * ``lm_eval``: named lm-eval tasks (the paper's six by default) through :class:`~hlnas.score.lm.HlnasLM`.
 
@@ -18,10 +19,11 @@ Every objective reports into one flat-ish dict so a study can pick any entry as 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -29,94 +31,128 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import HybridLM
+from hlnas.overrides import config_from_dict, config_to_dict, field_types
 
-__all__ = ["ScoreConfig", "ScoreContext", "OBJECTIVES", "OBJECTIVE_FUNCS", "score", "mqar_objective", "mqar_mixed_objective", "mixed_test_instances", "mixed_baselines"]
+__all__ = ["ScoreConfig", "MqarConfig", "MqarMixedConfig", "RulerConfig", "LmEvalConfig", "ScoreContext",
+           "ScoreObjective", "OBJECTIVES", "OBJECTIVE_REGISTRY", "SECTIONS", "LEGACY_KEYS", "score", "mqar_objective", "mqar_mixed_objective",
+           "mixed_test_instances", "mixed_baselines"]
 
-OBJECTIVES = ("val_loss", "ruler", "mqar", "mqar_mixed", "lm_eval")
+
+def _tuples(cfg, *names: str) -> None:
+    for name in names:
+        object.__setattr__(cfg, name, tuple(getattr(cfg, name)))
+
+
+def _at_least_one(cfg, section: str, *names: str) -> None:
+    for name in names:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{section}.{name} must be >= 1, got {getattr(cfg, name)}")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScoreConfig:
-    objectives: tuple[str, ...] = ("val_loss", "mqar")
-    # RULER (hlnas.score.ruler): lengths in tokens of the candidate's tokenizer
-    ruler_tasks: tuple[str, ...] = ()  # () = all 13 (QA only where qa_files are given)
-    ruler_lengths: tuple[int, ...] = (1024,)
-    ruler_samples: int = 20
-    ruler_seed: int = 0
+class RulerConfig:
+    """``score.ruler`` (hlnas.score.ruler): lengths in tokens of the candidate's tokenizer."""
+
+    tasks: tuple[str, ...] = ()  # () = all 13 (QA only where qa_files are given)
+    lengths: tuple[int, ...] = (1024,)
+    samples: int = 20
+    seed: int = 0
     qa_files: dict[str, str] = field(default_factory=dict)
     cache_dir: str | None = None  # generated RULER samples
-    # MQAR (hlnas.score.mqar), small enough for a byte vocabulary
-    # defaults sized for a CPU proxy (about a minute); the paper-scale setting is Zoology's (512, 64)
-    mqar_seq_len: int = 64
-    mqar_kv_pairs: int = 8
-    mqar_vocab: int = 256
-    mqar_steps: int = 150
-    mqar_batch: int = 32
-    mqar_lr: float = 1e-3  # 3e-3 left a 2-layer Transformer on the ln(K) plateau for 6000 steps; 1e-3 solved it (mqar_pilot_cpu.md)
-    mqar_test: int = 256
-    mqar_test_seed: int = 0  # test instances: the same for every candidate and seed (so are their baselines)
-    # the fresh recall model and its training (hlnas.score.recall_proxy)
-    mqar_model: dict = field(default_factory=dict)  # ModelConfig overrides for the recall model, e.g. {d_model: 128}
-    mqar_lrs: tuple[float, ...] = ()  # learning rates swept, best kept by validation accuracy (() = [mqar_lr])
-    mqar_target: float | None = None  # stop a rate once validation accuracy reaches this (None: train mqar_steps)
-    mqar_eval_every: int = 100  # steps between validation checks
-    mqar_val: int = 256  # validation instances (train stream, never the test ones)
-    mqar_beta2: float = 0.98
-    mqar_warmup_frac: float = 0.1
-    mqar_graph: bool = True  # on CUDA: one captured CUDA graph per step (hlnas.graphs)
-    # seconds after which a rate stops (for sweeps on a lease; a protocol should stop by steps or target)
-    mqar_budget_s: float | None = None
-    mqar_mixed_scales: tuple[int, ...] = (1, 2)  # mqar_mixed: test lengths as multiples of the training length
-    # lm-eval (hlnas.score.lm)
-    lm_eval_tasks: tuple[str, ...] = ("arc_challenge", "arc_easy", "hellaswag", "lambada_openai", "openbookqa", "piqa")
-    lm_eval_limit: int | None = None
-    lm_eval_include: str | None = None
-    lm_eval_max_length: int = 1024
-    batch_size: int = 8
 
     def __post_init__(self) -> None:
-        for name in ("objectives", "ruler_tasks", "ruler_lengths", "lm_eval_tasks", "mqar_mixed_scales", "mqar_lrs"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        for obj in self.objectives:
-            if obj not in OBJECTIVES:
-                raise ConfigError(f"unknown objective '{obj}'.{did_you_mean(obj, OBJECTIVES)} Allowed: {', '.join(OBJECTIVES)}")
-        if self.ruler_tasks:
+        _tuples(self, "tasks", "lengths")
+        if self.tasks:
             from hlnas.score.ruler import RULER_TASKS
 
-            for t in self.ruler_tasks:
+            for t in self.tasks:
                 if t not in RULER_TASKS:
                     raise ConfigError(f"unknown RULER task '{t}'.{did_you_mean(t, RULER_TASKS)} Allowed: {', '.join(RULER_TASKS)}")
-        for name in ("ruler_samples", "mqar_steps", "mqar_batch", "mqar_test", "batch_size", "lm_eval_max_length",
-                     "mqar_eval_every", "mqar_val"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"score.{name} must be >= 1, got {getattr(self, name)}")
-        for lr in (self.mqar_lr, *self.mqar_lrs):
-            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
-                raise ConfigError(f"score.mqar_lr and score.mqar_lrs must be positive numbers, got {lr!r}")
-        if self.mqar_target is not None and not 0 < self.mqar_target <= 1:
-            raise ConfigError(f"score.mqar_target must be an accuracy in (0, 1] or null, got {self.mqar_target!r}")
-        if not 0 < self.mqar_beta2 < 1 or not 0 <= self.mqar_warmup_frac < 1:
-            raise ConfigError(f"score.mqar_beta2 must be in (0, 1) and score.mqar_warmup_frac in [0, 1), got "
-                              f"{self.mqar_beta2} and {self.mqar_warmup_frac}")
-        if not isinstance(self.mqar_model, dict):
-            raise ConfigError(f"score.mqar_model must be a mapping of ModelConfig fields, got {self.mqar_model!r}")
-        from hlnas.score.recall_proxy import check_recall_model_keys
-
-        check_recall_model_keys(self.mqar_model)
-        if not self.mqar_mixed_scales or any(int(m) != m or m < 1 for m in self.mqar_mixed_scales):
-            raise ConfigError(f"score.mqar_mixed_scales must be whole multiples >= 1 of the training length, got {list(self.mqar_mixed_scales)}")
-        if any(L < 1 for L in self.ruler_lengths) or not self.ruler_lengths:
-            raise ConfigError(f"score.ruler_lengths must be positive token counts, got {list(self.ruler_lengths)}")
+        _at_least_one(self, "score.ruler", "samples")
+        if any(L < 1 for L in self.lengths) or not self.lengths:
+            raise ConfigError(f"score.ruler.lengths must be positive token counts, got {list(self.lengths)}")
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        return config_to_dict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "ScoreConfig":
-        from hlnas.overrides import config_from_dict
 
-        return config_from_dict(cls, data, "score")
+@dataclass(frozen=True, kw_only=True)
+class MqarConfig:
+    """``score.mqar`` (hlnas.score.mqar), small enough for a byte vocabulary."""
+
+    # defaults sized for a CPU proxy (about a minute); the paper-scale setting is Zoology's (512, 64)
+    seq_len: int = 64
+    kv_pairs: int = 8
+    vocab: int = 256
+    steps: int = 150
+    batch: int = 32
+    lr: float = 1e-3  # 3e-3 left a 2-layer Transformer on the ln(K) plateau for 6000 steps; 1e-3 solved it (mqar_pilot_cpu.md)
+    test: int = 256
+    test_seed: int = 0  # test instances: the same for every candidate and seed (so are their baselines)
+    # the fresh recall model and its training (hlnas.score.recall_proxy)
+    model: dict = field(default_factory=dict)  # ModelConfig overrides for the recall model, e.g. {d_model: 128}
+    lrs: tuple[float, ...] = ()  # learning rates swept, best kept by validation accuracy (() = [lr])
+    target: float | None = None  # stop a rate once validation accuracy reaches this (None: train steps)
+    eval_every: int = 100  # steps between validation checks
+    val: int = 256  # validation instances (train stream, never the test ones)
+    beta2: float = 0.98
+    warmup_frac: float = 0.1
+    graph: bool = True  # on CUDA: one captured CUDA graph per step (hlnas.graphs)
+    # seconds after which a rate stops (for sweeps on a lease; a protocol should stop by steps or target)
+    budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _tuples(self, "lrs")
+        _at_least_one(self, "score.mqar", "steps", "batch", "test", "eval_every", "val")
+        for lr in (self.lr, *self.lrs):
+            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+                raise ConfigError(f"score.mqar.lr and score.mqar.lrs must be positive numbers, got {lr!r}")
+        if self.target is not None and not 0 < self.target <= 1:
+            raise ConfigError(f"score.mqar.target must be an accuracy in (0, 1] or null, got {self.target!r}")
+        if not 0 < self.beta2 < 1 or not 0 <= self.warmup_frac < 1:
+            raise ConfigError(f"score.mqar.beta2 must be in (0, 1) and score.mqar.warmup_frac in [0, 1), got "
+                              f"{self.beta2} and {self.warmup_frac}")
+        if not isinstance(self.model, dict):
+            raise ConfigError(f"score.mqar.model must be a mapping of ModelConfig fields, got {self.model!r}")
+        from hlnas.score.recall_proxy import check_recall_model_keys
+
+        check_recall_model_keys(self.model)
+
+    def to_dict(self) -> dict:
+        return config_to_dict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MqarMixedConfig:
+    """``score.mqar_mixed``; its test instances are ``score.mqar``'s count and seed (``test``, ``test_seed``),
+    scored in batches of ``score.mqar.batch``."""
+
+    scales: tuple[int, ...] = (1, 2)  # test lengths as multiples of the training length
+
+    def __post_init__(self) -> None:
+        _tuples(self, "scales")
+        if not self.scales or any(int(m) != m or m < 1 for m in self.scales):
+            raise ConfigError(f"score.mqar_mixed.scales must be whole multiples >= 1 of the training length, got {list(self.scales)}")
+
+    def to_dict(self) -> dict:
+        return config_to_dict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LmEvalConfig:
+    """``score.lm_eval`` (hlnas.score.lm)."""
+
+    tasks: tuple[str, ...] = ("arc_challenge", "arc_easy", "hellaswag", "lambada_openai", "openbookqa", "piqa")
+    limit: int | None = None
+    include: str | None = None
+    max_length: int = 1024
+
+    def __post_init__(self) -> None:
+        _tuples(self, "tasks")
+        _at_least_one(self, "score.lm_eval", "max_length")
+
+    def to_dict(self) -> dict:
+        return config_to_dict(self)
 
 
 def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, seed: int = 0, device=None) -> dict:
@@ -124,18 +160,19 @@ def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, 
     baselines (:func:`hlnas.score.recall_proxy.train_mqar`: Zoology's protocol)."""
     from hlnas.score.recall_proxy import train_mqar
 
-    return train_mqar(layout, model_cfg, cfg, seed=seed, device=device)
+    return train_mqar(layout, model_cfg, cfg.mqar, seed=seed, device=device)
 
 
 def mixed_test_instances(trained_on, cfg: ScoreConfig, eos_id: int):
     """``(MQARConfig, inputs, labels)`` per test length of the ``mqar_mixed`` objective: held-out instances of
-    the trained format at each of ``cfg.mqar_mixed_scales`` x the training length, in document form, each right
-    after a document separator as in training; ``cfg.mqar_test_seed``'s, whatever the training seed."""
+    the trained format at each of ``cfg.mqar_mixed.scales`` x the training length, in document form, each right
+    after a document separator as in training: ``cfg.mqar.test`` of them, ``cfg.mqar.test_seed``'s whatever the
+    training seed."""
     from hlnas.score.mqar import IGNORE, as_documents, make_mqar
 
-    for m in cfg.mqar_mixed_scales:
+    for m in cfg.mqar_mixed.scales:
         mc = trained_on.replace(seq_len=trained_on.seq_len * int(m))
-        x, y = make_mqar(mc, cfg.mqar_test, cfg.mqar_test_seed, split="test")
+        x, y = make_mqar(mc, cfg.mqar.test, cfg.mqar.test_seed, split="test")
         sep = torch.full((x.shape[0], 1), eos_id, dtype=torch.long)
         yield mc, torch.cat([sep, as_documents(x, y)], 1), torch.cat([torch.full_like(sep, IGNORE), y], 1)
 
@@ -163,7 +200,7 @@ def mqar_mixed_objective(model: HybridLM, trained_on, cfg: ScoreConfig, eos_id: 
 
     by_length, base_by_length = {}, {}
     for mc, x, y in mixed_test_instances(trained_on, cfg, eos_id):  # one pass: each length's instances made once
-        by_length[str(mc.seq_len)] = mqar_accuracy(model, x, y, batch_size=cfg.mqar_batch, device=device)
+        by_length[str(mc.seq_len)] = mqar_accuracy(model, x, y, batch_size=cfg.mqar.batch, device=device)
         base_by_length[str(mc.seq_len)] = mqar_baselines(x, y, mc.vocab_size, mc.token_map, document_form=True)
     base = _mean_over_lengths(base_by_length)
     name, b = strongest(base["mean"])
@@ -197,8 +234,9 @@ def _val_loss(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
 def _ruler(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
     from hlnas.score.ruler import RULER_TASKS, evaluate_ruler
 
-    r = evaluate_ruler(model, ctx.tokenizer, cfg.ruler_tasks or RULER_TASKS, cfg.ruler_lengths, cfg.ruler_samples,
-                       cfg.ruler_seed, cfg.cache_dir, cfg.qa_files, batch_size=cfg.batch_size, device=ctx.device)
+    rc = cfg.ruler
+    r = evaluate_ruler(model, ctx.tokenizer, rc.tasks or RULER_TASKS, rc.lengths, rc.samples, rc.seed, rc.cache_dir,
+                       rc.qa_files, batch_size=cfg.batch_size, device=ctx.device)
     return {"ruler": r, "ruler_avg": r["average"], "ruler_baselines": {"copy_shape": r["baseline"]},
             "ruler_baseline": r["baseline"], "ruler_baseline_name": "copy_shape"}
 
@@ -217,8 +255,9 @@ def _mqar_mixed(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
 def _lm_eval(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
     from hlnas.score.lm import run_lm_eval
 
-    r = run_lm_eval(model, ctx.tokenizer, list(cfg.lm_eval_tasks), cfg.lm_eval_max_length, limit=cfg.lm_eval_limit,
-                    include_path=cfg.lm_eval_include, batch_size=cfg.batch_size, device=ctx.device)
+    lc = cfg.lm_eval
+    r = run_lm_eval(model, ctx.tokenizer, list(lc.tasks), lc.max_length, limit=lc.limit, include_path=lc.include,
+                    batch_size=cfg.batch_size, device=ctx.device)
     out = {"lm_eval": r}
     accs = [m.get("acc_norm", m.get("acc")) for m in r.values() if isinstance(m, dict) and ("acc" in m or "acc_norm" in m)]
     if accs:
@@ -226,9 +265,77 @@ def _lm_eval(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
     return out
 
 
-#: objective name -> ``fn(model, ScoreConfig, ScoreContext) -> dict`` of what it measured; one entry per objective
-OBJECTIVE_FUNCS = {"val_loss": _val_loss, "ruler": _ruler, "mqar": _mqar, "mqar_mixed": _mqar_mixed, "lm_eval": _lm_eval}
-assert tuple(OBJECTIVE_FUNCS) == OBJECTIVES  # the names ScoreConfig accepts are the ones that run
+@dataclass(frozen=True)
+class ScoreObjective:
+    """One objective: ``run(model, ScoreConfig, ScoreContext) -> dict`` of what it measured, and the config class
+    of its own ``score.<name>`` section (None: it has no settings)."""
+
+    run: Callable[[HybridLM, "ScoreConfig", ScoreContext], dict]
+    section: type | None = None
+
+
+#: objective name -> its ScoreObjective; adding an objective is one entry here (plus its section's config class and
+#: the ScoreConfig field holding it, checked below)
+OBJECTIVE_REGISTRY = {
+    "val_loss": ScoreObjective(_val_loss),
+    "ruler": ScoreObjective(_ruler, RulerConfig),
+    "mqar": ScoreObjective(_mqar, MqarConfig),
+    "mqar_mixed": ScoreObjective(_mqar_mixed, MqarMixedConfig),
+    "lm_eval": ScoreObjective(_lm_eval, LmEvalConfig),
+}
+OBJECTIVES = tuple(OBJECTIVE_REGISTRY)
+#: section name -> its config class; ScoreConfig has a field of that class per section, named as the objective
+SECTIONS = {name: o.section for name, o in OBJECTIVE_REGISTRY.items() if o.section is not None}
+
+#: the flat keys of the score section before it had a section per objective (stored studies, trial specs and
+#: space files written before then have them): old key -> new dotted key. History: new settings get no old key.
+LEGACY_KEYS = {
+    **{f"mqar_{k}": f"mqar.{k}" for k in ("seq_len", "kv_pairs", "vocab", "steps", "batch", "lr", "test", "test_seed",
+                                          "model", "lrs", "target", "eval_every", "val", "beta2", "warmup_frac",
+                                          "graph", "budget_s")},
+    "mqar_mixed_scales": "mqar_mixed.scales",
+    **{f"ruler_{k}": f"ruler.{k}" for k in ("tasks", "lengths", "samples", "seed")},
+    "qa_files": "ruler.qa_files", "cache_dir": "ruler.cache_dir",
+    **{f"lm_eval_{k}": f"lm_eval.{k}" for k in ("tasks", "limit", "include", "max_length")},
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoreConfig:
+    """The ``score`` section: which objectives run, and a section of settings per objective that has any
+    (``score: {objectives: [val_loss, mqar], mqar: {seq_len: 32, kv_pairs: 4}}``). Old flat keys
+    (``mqar_seq_len``) are read as their new ones (:data:`LEGACY_KEYS`); ``to_dict`` writes the nested form."""
+
+    objectives: tuple[str, ...] = ("val_loss", "mqar")
+    batch_size: int = 8  # sequences per forward pass of ruler's generation and of lm_eval (mqar's: mqar.batch)
+    ruler: RulerConfig = field(default_factory=RulerConfig)
+    mqar: MqarConfig = field(default_factory=MqarConfig)
+    mqar_mixed: MqarMixedConfig = field(default_factory=MqarMixedConfig)
+    lm_eval: LmEvalConfig = field(default_factory=LmEvalConfig)
+
+    LEGACY_KEYS: ClassVar[dict[str, str]] = LEGACY_KEYS  # read by hlnas.overrides (from_dict and --set)
+
+    def __post_init__(self) -> None:
+        _tuples(self, "objectives")
+        for obj in self.objectives:
+            if obj not in OBJECTIVES:
+                raise ConfigError(f"unknown objective '{obj}'.{did_you_mean(obj, OBJECTIVES)} Allowed: {', '.join(OBJECTIVES)}")
+        _at_least_one(self, "score", "batch_size")
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(f"score.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict:
+        return config_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ScoreConfig":
+        return config_from_dict(cls, data, "score")
+
+
+# the registry's sections are ScoreConfig's fields, and every old key lands on a setting that exists
+assert {n: t for n, t in field_types(ScoreConfig).items() if n not in ("objectives", "batch_size")} == SECTIONS
+assert all(new.split(".")[1] in field_types(SECTIONS[new.split(".")[0]]) for new in LEGACY_KEYS.values())
 
 
 def score(
@@ -252,6 +359,6 @@ def score(
         if progress:
             progress(obj)
         t0 = time.perf_counter()
-        out.update(OBJECTIVE_FUNCS[obj](model, cfg, ctx))
+        out.update(OBJECTIVE_REGISTRY[obj].run(model, cfg, ctx))
         out.setdefault("timings_s", {})[obj] = round(time.perf_counter() - t0, 2)
     return out

@@ -4,14 +4,14 @@ What it measures is how much associative recall the *architecture* can hold, so 
 Zoology (arXiv 2312.04927) rather than a fixed short budget (reference/recall-and-speed-2026-12-01.md,
 section 2, for what a fixed budget measured instead):
 
-* the recall model is the candidate's layout at its own width (``score.mqar_model`` overrides any
+* the recall model is the candidate's layout at its own width (``score.mqar.model`` overrides any
   ModelConfig field, e.g. a narrower ``d_model``), its vocabulary the MQAR symbols, and never the
   iso-parameter MLP solve (``target_params``): a shallow model given a huge MLP learned nothing;
-* each learning rate of ``score.mqar_lrs`` (Zoology sweeps four log-spaced values) trains a fresh model
-  for up to ``mqar_steps`` steps, stopping early once held-out *validation* accuracy reaches
-  ``mqar_target``; the sweep stops at the first rate that reaches it;
+* each learning rate of ``score.mqar.lrs`` (Zoology sweeps four log-spaced values) trains a fresh model
+  for up to ``score.mqar.steps`` steps, stopping early once held-out *validation* accuracy reaches
+  ``score.mqar.target``; the sweep stops at the first rate that reaches it;
 * the best rate by validation accuracy is kept, and its model is scored on the test instances, the same
-  instances for every candidate and seed (``mqar_test_seed``), beside their no-recall baselines.
+  instances for every candidate and seed (``score.mqar.test_seed``), beside their no-recall baselines.
 
 Training data come from the train stream (block ``b`` of seed ``s``: train seed ``s * 2**20 + b``),
 validation from train seed ``2**31 - 1 - s``, test from the test stream: never the same instances.
@@ -24,6 +24,7 @@ import math
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,18 +35,21 @@ from hlnas.model import build_model
 from hlnas.score.baselines import mqar_baselines, strongest
 from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
 
+if TYPE_CHECKING:
+    from hlnas.score.objectives import MqarConfig
+
 __all__ = ["recall_model_config", "check_recall_model_keys", "train_mqar", "RECALL_MODEL_KEYS"]
 
-#: ModelConfig fields score.mqar_model may set (the vocabulary is the MQAR one; no parameter-count solve)
+#: ModelConfig fields score.mqar.model may set (the vocabulary is the MQAR one; no parameter-count solve)
 RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
 _BLOCK_STEPS = 64  # training batches generated at once
 
 
 def check_recall_model_keys(overrides: dict) -> None:
-    """Refuse a ``score.mqar_model`` key the recall model cannot take, naming the closest and the allowed ones."""
+    """Refuse a ``score.mqar.model`` key the recall model cannot take, naming the closest and the allowed ones."""
     for key in overrides:
         if key not in RECALL_MODEL_KEYS:
-            raise ConfigError(f"score.mqar_model: key '{key}' is not allowed.{did_you_mean(key, RECALL_MODEL_KEYS)} "
+            raise ConfigError(f"score.mqar.model: key '{key}' is not allowed.{did_you_mean(key, RECALL_MODEL_KEYS)} "
                               f"Allowed: {', '.join(RECALL_MODEL_KEYS)} (the vocabulary is the MQAR symbols, and the "
                               "recall model never solves its MLP for a parameter count)")
 
@@ -60,7 +64,7 @@ def recall_model_config(model_cfg: ModelConfig, overrides: dict, vocab: int) -> 
     try:
         return ModelConfig.from_dict(merged)
     except (TypeError, ConfigError) as e:
-        raise ConfigError(f"score.mqar_model: {e}") from None
+        raise ConfigError(f"score.mqar.model: {e}") from None
 
 
 def _batches(mcfg: MQARConfig, batch: int, seed: int):
@@ -72,20 +76,20 @@ def _batches(mcfg: MQARConfig, batch: int, seed: int):
         block += 1
 
 
-def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg, lr: float, seed: int, device, val) -> dict:
+def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConfig, lr: float, seed: int, device, val) -> dict:
     from hlnas.graphs import WARMUP_STEPS, make_optimizer, make_step, set_lr
     from hlnas.train import cosine_lr
 
     torch.manual_seed(seed)
     model = build_model(layout, rcfg).to(device)
     model.train()
-    use_graph = bool(cfg.mqar_graph) and device.type == "cuda"
-    opt = make_optimizer(model, lr, betas=(0.9, cfg.mqar_beta2), weight_decay=0.1, graph=use_graph)
+    use_graph = bool(cfg.graph) and device.type == "cuda"
+    opt = make_optimizer(model, lr, betas=(0.9, cfg.beta2), weight_decay=0.1, graph=use_graph)
     autocast = torch.bfloat16 if device.type == "cuda" else None
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
-        return cosine_lr(step, cfg.mqar_steps, lr, cfg.mqar_warmup_frac, 0.0)
+        return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)
 
-    batches = _batches(mcfg, cfg.mqar_batch, seed)
+    batches = _batches(mcfg, cfg.batch, seed)
     first = tuple(t.to(device) for t in next(batches))
     set_lr(opt, lr_at(0))
     step_fn, mode = make_step(model, opt, mqar_loss, first, graph=use_graph, autocast=autocast)
@@ -94,60 +98,61 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg, lr: floa
     else:
         done, batches = 0, itertools.chain([first], batches)
     curve, t0, error = [], time.perf_counter(), None
-    while done < cfg.mqar_steps:
+    while done < cfg.steps:
         x, y = next(batches)
         set_lr(opt, lr_at(done))
         loss = step_fn(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
         done += 1
-        if done % cfg.mqar_eval_every == 0 or done == cfg.mqar_steps:
+        if done % cfg.eval_every == 0 or done == cfg.steps:
             lv = float(loss)
             if not math.isfinite(lv):
                 error = f"non-finite MQAR loss {lv} at step {done} (lr {lr:g})"
                 break
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast is not None):
-                acc = mqar_accuracy(model, *val, batch_size=cfg.mqar_batch, device=device)
+                acc = mqar_accuracy(model, *val, batch_size=cfg.batch, device=device)
             curve.append([done, round(acc, 4), round(lv, 4)])
             if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
                 print(f"[recall] {layout} lr={lr:g} step={done} val={acc:.3f} loss={lv:.3f} t={time.perf_counter() - t0:.0f}s "
                       f"mode={mode}", file=sys.stderr, flush=True)
-            if cfg.mqar_target is not None and acc >= cfg.mqar_target:
+            if cfg.target is not None and acc >= cfg.target:
                 break
-            if cfg.mqar_budget_s is not None and time.perf_counter() - t0 > cfg.mqar_budget_s:
+            if cfg.budget_s is not None and time.perf_counter() - t0 > cfg.budget_s:
                 break
     return {"lr": lr, "val_acc": curve[-1][1] if curve else 0.0, "steps": done, "curve": curve, "mode": mode,
             "final_loss": curve[-1][2] if curve else None, "wall_s": round(time.perf_counter() - t0, 2),
             "error": error, "model": model}
 
 
-def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg, *, seed: int = 0, device=None) -> dict:
-    """Train fresh recall models of ``layout`` on MQAR over ``cfg``'s learning rates and score the best.
+def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed: int = 0, device=None) -> dict:
+    """Train fresh recall models of ``layout`` on MQAR over ``cfg``'s learning rates and score the best
+    (``cfg``: the ``score.mqar`` section).
 
     Returns ``mqar_acc`` (test accuracy of the best rate), ``mqar_baselines`` (no-recall strategies on the
     same test instances), ``mqar_baseline`` (the strongest), and ``mqar`` (settings, per-rate curves)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    vocab = cfg.mqar_vocab
-    mcfg = MQARConfig(vocab_size=vocab, seq_len=cfg.mqar_seq_len, num_kv_pairs=cfg.mqar_kv_pairs)
-    rcfg = recall_model_config(model_cfg, dict(cfg.mqar_model), vocab)
-    xt, yt = make_mqar(mcfg, cfg.mqar_test, cfg.mqar_test_seed, split="test")
-    val = make_mqar(mcfg, cfg.mqar_val, (2**31 - 1 - seed) % 2**31, split="train")
+    vocab = cfg.vocab
+    mcfg = MQARConfig(vocab_size=vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    rcfg = recall_model_config(model_cfg, dict(cfg.model), vocab)
+    xt, yt = make_mqar(mcfg, cfg.test, cfg.test_seed, split="test")
+    val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
     t0 = time.perf_counter()
     runs = []
-    for lr in cfg.mqar_lrs or (cfg.mqar_lr,):
+    for lr in cfg.lrs or (cfg.lr,):
         runs.append(_one_rate(layout, rcfg, mcfg, cfg, float(lr), seed, device, val))
-        if cfg.mqar_target is not None and runs[-1]["val_acc"] >= cfg.mqar_target:
+        if cfg.target is not None and runs[-1]["val_acc"] >= cfg.target:
             break  # later rates could only tie
     ok = [r for r in runs if r["error"] is None] or runs
     best = max(ok, key=lambda r: (r["val_acc"], -r["steps"]))
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        acc = mqar_accuracy(best["model"], xt, yt, batch_size=cfg.mqar_batch, device=device) if best["error"] is None else 0.0
+        acc = mqar_accuracy(best["model"], xt, yt, batch_size=cfg.batch, device=device) if best["error"] is None else 0.0
     base = mqar_baselines(xt, yt, vocab)
     name, b = strongest(base)
     out = {
         "mqar_acc": acc, "mqar_baselines": base, "mqar_baseline": b, "mqar_baseline_name": name,
         "mqar_lr": best["lr"], "mqar_steps_done": sum(r["steps"] for r in runs), "mqar_s": round(time.perf_counter() - t0, 2),
         "mqar_final_loss": best["final_loss"],
-        "mqar": {"seq_len": mcfg.seq_len, "kv_pairs": mcfg.num_kv_pairs, "vocab": vocab, "steps": cfg.mqar_steps,
-                 "target": cfg.mqar_target, "test": cfg.mqar_test, "test_seed": cfg.mqar_test_seed,
+        "mqar": {"seq_len": mcfg.seq_len, "kv_pairs": mcfg.num_kv_pairs, "vocab": vocab, "steps": cfg.steps,
+                 "target": cfg.target, "test": cfg.test, "test_seed": cfg.test_seed,
                  "model": {k: v for k, v in best["model"].cfg.to_dict().items()
                            if k in ("d_model", "n_heads", "n_layers", "mlp_hidden", "vocab_size")},
                  "params": best["model"].num_params(), "mode": best["mode"],

@@ -38,11 +38,11 @@ def test_document_form_eliminating_revealed_values_is_h_k_over_k():
 def test_the_h200_grid_protocol_baseline_is_0_340():
     """The number the first H200 grid was below: its test instances (K=8, 64 symbols, L = 64, 128, 256, mapped
     into the byte vocabulary after a separator), mean over the three lengths."""
-    from hlnas.score.objectives import ScoreConfig, mixed_baselines
+    from hlnas.score.objectives import MqarConfig, MqarMixedConfig, ScoreConfig, mixed_baselines
 
     tok = load_tokenizer("bytes")
     trained = MQARConfig(vocab_size=64, seq_len=64, num_kv_pairs=8, token_map=mqar_token_map(64, tok.vocab_size, tok.eos_id))
-    base = mixed_baselines(trained, ScoreConfig(mqar_mixed_scales=(1, 2, 4), mqar_test=512), tok.eos_id)
+    base = mixed_baselines(trained, ScoreConfig(mqar_mixed=MqarMixedConfig(scales=(1, 2, 4)), mqar=MqarConfig(test=512)), tok.eos_id)
     assert base["mean"]["eliminate_revealed"] == pytest.approx(0.340, abs=5e-4)
     assert base["mean"]["copy_any"] == pytest.approx(0.125)
 

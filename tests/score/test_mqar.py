@@ -11,7 +11,7 @@ from hlnas.errors import ConfigError
 from hlnas.layout import build_layout
 from hlnas.model import build_model
 from hlnas.score.mqar import MQARConfig, as_documents, make_mqar, mqar_accuracy, mqar_documents, mqar_loss, mqar_token_map
-from hlnas.score.objectives import ScoreConfig, mqar_mixed_objective, score
+from hlnas.score.objectives import MqarConfig, MqarMixedConfig, ScoreConfig, mqar_mixed_objective, score
 from hlnas.data.packing import split_targets
 
 _CHUNK_ROWS = 1024  # mqar_documents draws instances in blocks of this many rows
@@ -209,7 +209,7 @@ class Windowed(Oracle):
 def test_mixed_objective_scores_the_document_form_at_each_length():
     tmap = mqar_token_map(64, 256, eos_id=0)
     trained_on = MQARConfig(vocab_size=64, seq_len=64, num_kv_pairs=8, token_map=tmap)
-    cfg = ScoreConfig(objectives=("mqar_mixed",), mqar_test=64, mqar_mixed_scales=(1, 4))
+    cfg = ScoreConfig(objectives=("mqar_mixed",), mqar=MqarConfig(test=64), mqar_mixed=MqarMixedConfig(scales=(1, 4)))
     out = mqar_mixed_objective(Oracle(256), trained_on, cfg, eos_id=0)
     assert out["mqar_mixed"]["by_length"] == {"64": 1.0, "256": 1.0} and out["mqar_mixed_acc"] == 1.0
     # a memory of 48 tokens recalls nearly everything at length 64 and loses the far queries at 256
@@ -223,7 +223,7 @@ def test_mixed_objective_needs_mixed_training_and_whole_scales():
 
     with pytest.raises(ConfigError, match="train.recall_format: mqar"):
         score(model, load_tokenizer("bytes"), ScoreConfig(objectives=("mqar_mixed",)))
-    with pytest.raises(ConfigError, match="mqar_mixed_scales must be whole multiples"):
-        ScoreConfig(mqar_mixed_scales=(1, 1.5))
-    with pytest.raises(ConfigError, match="mqar_mixed_scales"):
-        ScoreConfig(mqar_mixed_scales=())
+    with pytest.raises(ConfigError, match=r"score.mqar_mixed.scales must be whole multiples .*, got \[1, 1.5\]"):
+        MqarMixedConfig(scales=(1, 1.5))
+    with pytest.raises(ConfigError, match="score.mqar_mixed.scales"):
+        ScoreConfig.from_dict({"mqar_mixed": {"scales": []}})

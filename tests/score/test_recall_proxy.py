@@ -9,7 +9,7 @@ from hlnas.config import ModelConfig, preset
 from hlnas.errors import ConfigError
 from hlnas.graphs import make_optimizer, make_step
 from hlnas.layout import Layout
-from hlnas.score.objectives import ScoreConfig
+from hlnas.score.objectives import MqarConfig, ScoreConfig
 from hlnas.score.recall_proxy import recall_model_config, train_mqar
 from tests.test_study import one_thread  # noqa: F401  (autouse: tiny models on one thread)
 
@@ -24,9 +24,9 @@ def test_recall_model_never_solves_the_mlp_for_a_parameter_count():
 
 
 @pytest.mark.parametrize(("over", "message"), [
-    ({"target_params": 10}, "score.mqar_model: key 'target_params' is not allowed"),
+    ({"target_params": 10}, "score.mqar.model: key 'target_params' is not allowed"),
     ({"vocab_size": 10}, "key 'vocab_size' is not allowed"),
-    ({"d_model": 30, "n_heads": 4}, "score.mqar_model: d_model=30 must be divisible by n_heads=4"),
+    ({"d_model": 30, "n_heads": 4}, "score.mqar.model: d_model=30 must be divisible by n_heads=4"),
 ])
 def test_bad_recall_model_settings_are_named(over, message):
     with pytest.raises(ConfigError, match=message):
@@ -34,20 +34,23 @@ def test_bad_recall_model_settings_are_named(over, message):
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
-    ("mqar_lrs", [1e-3, -1], "score.mqar_lr and score.mqar_lrs must be positive numbers, got -1"),
-    ("mqar_target", 1.5, r"score.mqar_target must be an accuracy in \(0, 1\] or null, got 1.5"),
-    ("mqar_model", {"d_modle": 3}, "score.mqar_model: key 'd_modle' is not allowed. Did you mean: d_model?"),
-    ("mqar_eval_every", 0, "score.mqar_eval_every must be >= 1"),
+    ("lrs", [1e-3, -1], "score.mqar.lr and score.mqar.lrs must be positive numbers, got -1"),
+    ("target", 1.5, r"score.mqar.target must be an accuracy in \(0, 1\] or null, got 1.5"),
+    ("model", {"d_modle": 3}, "score.mqar.model: key 'd_modle' is not allowed. Did you mean: d_model?"),
+    ("eval_every", 0, "score.mqar.eval_every must be >= 1, got 0"),
+    ("steps", 0, "score.mqar.steps must be >= 1, got 0"),
 ])
 def test_bad_score_settings_are_named(field, value, message):
     with pytest.raises(ConfigError, match=message):
-        ScoreConfig.from_dict({field: value})
+        ScoreConfig.from_dict({"mqar": {field: value}})
+    with pytest.raises(ConfigError, match=message):  # the old flat key: the same check, the new name
+        ScoreConfig.from_dict({f"mqar_{field}": value})
 
 
-def _cfg(**kw) -> ScoreConfig:
-    base = dict(objectives=("mqar",), mqar_seq_len=16, mqar_kv_pairs=2, mqar_vocab=16, mqar_batch=8, mqar_steps=60,
-                mqar_eval_every=20, mqar_test=32, mqar_val=32, mqar_model={"d_model": 32, "n_heads": 2, "mlp_hidden": 32})
-    return ScoreConfig(**{**base, **kw})
+def _cfg(**kw) -> MqarConfig:
+    base = dict(seq_len=16, kv_pairs=2, vocab=16, batch=8, steps=60, eval_every=20, test=32, val=32,
+                model={"d_model": 32, "n_heads": 2, "mlp_hidden": 32})
+    return MqarConfig(**{**base, **kw})
 
 
 def test_train_mqar_reports_accuracy_beside_its_baselines():
@@ -61,7 +64,7 @@ def test_train_mqar_reports_accuracy_beside_its_baselines():
 
 def test_a_reached_target_stops_training_and_the_sweep():
     """A target of a tiny accuracy is reached at the first check: one check of the first rate, no second rate."""
-    out = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(mqar_target=0.01, mqar_lrs=(1e-3, 3e-3)), device="cpu")
+    out = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(target=0.01, lrs=(1e-3, 3e-3)), device="cpu")
     runs = out["mqar"]["runs"]
     assert len(runs) == 1 and runs[0]["steps"] == 20 and out["mqar_lr"] == 1e-3
 
@@ -77,13 +80,13 @@ def test_the_sweep_keeps_the_rate_with_the_best_validation_accuracy(monkeypatch)
         return r
 
     monkeypatch.setattr(rp, "_one_rate", fake_val)
-    out = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(mqar_steps=20, mqar_lrs=(1e-4, 1e-3, 1e-2)), device="cpu")
+    out = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(steps=20, lrs=(1e-4, 1e-3, 1e-2)), device="cpu")
     assert out["mqar_lr"] == 1e-3 and len(out["mqar"]["runs"]) == 3
 
 
 def test_test_instances_do_not_depend_on_the_training_seed():
-    a = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(mqar_steps=20), seed=0, device="cpu")
-    b = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(mqar_steps=20), seed=1, device="cpu")
+    a = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(steps=20), seed=0, device="cpu")
+    b = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), _cfg(steps=20), seed=1, device="cpu")
     assert a["mqar_baselines"] == b["mqar_baselines"]  # same instances; the models differ
     assert a["mqar"]["runs"][0]["curve"] != b["mqar"]["runs"][0]["curve"]
 
