@@ -116,9 +116,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _train_sets(args: argparse.Namespace) -> list[str]:
+    """The shortcut flags of ``hlnas train`` as the --set items they stand for, then the --set items themselves."""
     sets = []
-    if args.layout:
-        sets.append(f"layout.__string__={args.layout}")
     if args.mixer:
         sets.append(f"layout.mixer={args.mixer}")
     if args.ratio:
@@ -136,38 +135,19 @@ def _train_sets(args: argparse.Namespace) -> list[str]:
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
-    from hlnas.recipe import load_recipe
-
-    sets = _train_sets(args)
-    base: dict = {}
-    if not args.config and not args.layout and not args.mixer:
-        base = {"layout": {"mixer": "gla", "ratio": "6:1"}}
-    string = next((s.split("=", 1)[1] for s in sets if s.startswith("layout.__string__=")), None)
-    sets = [s for s in sets if not s.startswith("layout.__string__=")]
-    if string:
-        base["layout"] = string
-    recipe = load_recipe(args.config, sets, base)
-    out = _out_dir(args.out)
-    _write_text(out / "recipe.yaml", yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-    result = _train_recipe(recipe, out, progress=not args.no_progress, score=args.score)
-    (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
-    summary = {k: result.get(k) for k in ("status", "layout", "params", "steps", "tokens", "final_loss", "val_loss",
-                                           "tokens_per_s", "wall_s", "device", "error_kind", "error")}
-    scores = {k: v for k, v in (result.get("scores") or {}).items() if not isinstance(v, dict)}
-    print(json.dumps({**summary, **({"scores": scores} if scores else {})}, indent=1, default=str))
-    print(f"wrote {out / 'metrics.json'} and {out / 'checkpoint.pt'}", file=sys.stderr)
-    return 0 if result["status"] in ("ok", "interrupted") else 1
-
-
-def _train_recipe(recipe, out, progress: bool, score: bool) -> dict:
+    from hlnas.console import train_summary
+    from hlnas.recipe import DEFAULT_LAYOUT, load_recipe
     from hlnas.run import run
 
-    r = run(recipe, out_dir=out, progress=progress, score=score)
-    d = r.train.to_dict()
-    d["recipe"] = recipe.to_dict()
-    if score and r.status == "ok":
-        d["scores"] = r.scores
-    return d
+    base = {"layout": DEFAULT_LAYOUT} if not (args.config or args.layout or args.mixer) else {}
+    recipe = load_recipe(args.config, _train_sets(args), base, layout=args.layout)
+    out = _out_dir(args.out)
+    _write_text(out / "recipe.yaml", yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+    result = run(recipe, out_dir=out, progress=not args.no_progress, score=args.score).record(recipe)
+    _write_text(out / "metrics.json", json.dumps(result, indent=1, default=str))
+    print(train_summary(result))
+    print(f"wrote {out / 'metrics.json'} and {out / 'checkpoint.pt'}", file=sys.stderr)
+    return 0 if result["status"] in ("ok", "interrupted") else 1
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
@@ -187,19 +167,12 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hlnas.overrides import parse_sets, yaml_load
-    from hlnas.score.objectives import ScoreConfig
+    from hlnas.run import checkpoint_score_config, score_checkpoint
 
     ckpt = Path(args.checkpoint)
     ckpt_dir = ckpt if ckpt.is_dir() else ckpt.parent
-    recipe_file = ckpt_dir / "recipe.yaml"
-    raw = (yaml_load(recipe_file.read_text()) or {}).get("score", {}) if recipe_file.exists() else {}
-    raw = parse_sets(args.set, {"score": ScoreConfig}, {"score": raw}).get("score", raw)
-    if args.objectives:
-        raw["objectives"] = [o.strip() for o in args.objectives.split(",") if o.strip()]
-    from hlnas.run import score_checkpoint
-
-    scores = score_checkpoint(ckpt_dir, ScoreConfig.from_dict(raw),
+    objectives = [o.strip() for o in args.objectives.split(",") if o.strip()] if args.objectives else None
+    scores = score_checkpoint(ckpt_dir, checkpoint_score_config(ckpt_dir, args.set, objectives),
                               progress=lambda name: print(f"scoring: {name}", file=sys.stderr, flush=True))
     out = Path(args.out) if args.out else ckpt_dir / "eval.json"
     _write_text(out, json.dumps(scores, indent=1, default=str))
@@ -260,7 +233,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     else:
         space = load_space(args.space or "tiny")
     if space is not None and args.set:
-        space = space.with_overrides(**_scale_sets(space, args.set))
+        space = space.with_sets(args.set)
     name = args.study or space.name
     trials = args.trials if args.trials is not None else trial_target(space, storage, name, args.resume)
     executor, args.workers = choose_executor(args.executor, args.workers, args.address)
@@ -323,7 +296,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     space = load_space(args.space)
     if args.set:
-        space = space.with_overrides(**_scale_sets(space, args.set))
+        space = space.with_sets(args.set)
     storage = args.storage or DEFAULT_STORAGE
     name = args.study or space.name
     ui = SearchProgress(0, progress=False) if not args.json else None
@@ -343,18 +316,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         else:
             print(f"\nthe protocol is valid; search it with:\n  hlnas search --space {args.space} --storage {storage} --study {name}")
     return 0 if message is None else 1
-
-
-def _scale_sets(space, sets: list[str]) -> dict:
-    """--set train.tokens=... as {section: the space's section with the changes}, for SearchSpace.with_overrides."""
-    from hlnas.config import ModelConfig
-    from hlnas.data.sources import DataConfig
-    from hlnas.overrides import parse_sets
-    from hlnas.score.objectives import ScoreConfig
-    from hlnas.train import TrainConfig
-
-    sections = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "score": ScoreConfig}
-    return parse_sets(sets, sections, space.to_dict()["scale"])  # each section changed over its stored form
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:

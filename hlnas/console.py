@@ -6,9 +6,10 @@ writes, to stderr, as events arrive. Nothing here imports torch.
 
 from __future__ import annotations
 
+import json
 import sys
 
-__all__ = ["SearchProgress", "format_bytes", "format_value", "recall_text", "front_table", "status_text",
+__all__ = ["SearchProgress", "train_summary", "format_bytes", "format_value", "recall_text", "front_table", "status_text",
            "layout_card", "layout_record", "bench_run_line", "bench_summary"]
 
 
@@ -153,6 +154,19 @@ def status_text(summary: dict) -> str:
         lines.append(f"calibration: {cal.get('status')}")
     lines.append(front_table(summary["front"], summary["calibration"]))
     return "\n".join(lines)
+
+
+#: the fields of a training record that ``hlnas train`` prints (the whole record goes to metrics.json)
+TRAIN_SUMMARY_FIELDS = ("status", "layout", "params", "steps", "tokens", "final_loss", "val_loss", "tokens_per_s", "wall_s",
+                        "device", "error_kind", "error")
+
+
+def train_summary(record: dict) -> str:
+    """``hlnas train``'s JSON summary of a run record (:meth:`hlnas.run.RunResult.record`): its headline fields
+    and its scalar scores (RULER's per-task detail stays in metrics.json)."""
+    summary = {k: record.get(k) for k in TRAIN_SUMMARY_FIELDS}
+    scores = {k: v for k, v in (record.get("scores") or {}).items() if not isinstance(v, dict)}
+    return json.dumps({**summary, **({"scores": scores} if scores else {})}, indent=1, default=str)
 
 
 def layout_record(layout, preset: str, cost) -> dict:

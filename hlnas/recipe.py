@@ -27,7 +27,7 @@ from hlnas.score.objectives import ScoreConfig
 from hlnas.train import TrainConfig
 
 __all__ = ["recall_documents", "mqar_recall_config", "RunConfig", "load_recipe", "apply_overrides", "layout_from_spec",
-           "model_from_spec", "model_overrides", "yaml_load"]
+           "model_from_spec", "model_overrides", "yaml_load", "DEFAULT_LAYOUT"]
 
 # The keys of a layout mapping, typed for --set; a layout may also be one compact string.
 LAYOUT_KEYS = {"mixer": str | list[str], "ratio": str | int | None, "placement": str | list[int], "layers": int}
@@ -152,7 +152,14 @@ def apply_overrides(raw: dict, sets: list[str]) -> dict:
     return {**raw, **parse_sets(sets, SECTION_TYPES, raw)}
 
 
-def load_recipe(path: str | Path | None, sets: list[str] | None = None, base: dict | None = None) -> RunConfig:
+#: what ``hlnas train`` trains when neither a recipe file nor a layout is given
+DEFAULT_LAYOUT = {"mixer": "gla", "ratio": "6:1"}
+
+
+def load_recipe(path: str | Path | None, sets: list[str] | None = None, base: dict | None = None, *,
+                layout: str | None = None) -> RunConfig:
+    """The recipe in ``path`` (YAML; None: ``base`` alone) with ``--set`` items applied. ``layout``: a compact
+    layout string that replaces the file's layout (``hlnas train --layout``); layout.* items then refine a mapping."""
     raw: dict = dict(base or {})
     where = "recipe"
     if path is not None:
@@ -167,4 +174,6 @@ def load_recipe(path: str | Path | None, sets: list[str] | None = None, base: di
             raise ConfigError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}")
         raw.update(loaded)
         where = str(path)
+    if layout is not None:
+        raw["layout"] = layout
     return RunConfig.from_dict(apply_overrides(raw, sets or []), where=where)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-__all__ = ["RunResult", "run", "score_model", "score_checkpoint"]
+__all__ = ["RunResult", "run", "score_model", "score_checkpoint", "checkpoint_score_config"]
 
 
 @dataclass
@@ -25,6 +25,15 @@ class RunResult:
     model: object | None = None  # the trained model, in this process
     error_kind: str | None = None
     error: str | None = None
+
+    def record(self, recipe) -> dict:
+        """What ``hlnas train`` writes to metrics.json: the training summary, the recipe, and the scores of a run
+        that scored."""
+        d = self.train.to_dict() if self.train is not None else {"status": self.status}
+        d["recipe"] = recipe.to_dict()
+        if self.scores and self.status == "ok":
+            d["scores"] = self.scores
+        return d
 
 
 def score_model(model, recipe, *, device=None, progress=None) -> dict:
@@ -81,3 +90,19 @@ def score_checkpoint(ckpt_dir, score_cfg, *, progress=None) -> dict:
     model.to(device)
     recipe = RunConfig(layout=model.layout, model=model.cfg, train=tcfg, data=dcfg, score=score_cfg)
     return score_model(model, recipe, device=device, progress=progress)
+
+
+def checkpoint_score_config(ckpt_dir, sets: list[str] = (), objectives: list[str] | None = None):
+    """The score section a checkpoint was trained with (its recipe.yaml; none: the defaults), with ``score.*``
+    ``--set`` items and an ``objectives`` list over it (``hlnas eval``)."""
+    from pathlib import Path
+
+    from hlnas.overrides import parse_sets, yaml_load
+    from hlnas.score.objectives import ScoreConfig
+
+    recipe_file = Path(ckpt_dir) / "recipe.yaml"
+    raw = (yaml_load(recipe_file.read_text()) or {}).get("score", {}) if recipe_file.exists() else {}
+    raw = parse_sets(list(sets), {"score": ScoreConfig}, {"score": raw}).get("score", raw)
+    if objectives:
+        raw = {**raw, "objectives": list(objectives)}
+    return ScoreConfig.from_dict(raw)

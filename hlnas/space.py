@@ -184,6 +184,20 @@ class SearchSpace:
                 out.append(f"{key}: {_show(a.get(key, _UNSET))} -> {_show(b.get(key, _UNSET))}")
         return out
 
+    def with_sets(self, items: list[str]) -> "SearchSpace":
+        """A re-validated copy with ``--set SECTION.KEY=VALUE`` items applied to the scale (sections model, train,
+        data, score; nested keys such as ``score.mqar.steps``), each over the section's stored form; a wrong key
+        or type raises :class:`~hlnas.errors.ConfigError` naming the item."""
+        if not items:
+            return self
+        from hlnas.data.sources import DataConfig
+        from hlnas.overrides import parse_sets
+        from hlnas.score.objectives import ScoreConfig
+        from hlnas.train import TrainConfig
+
+        sections = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "score": ScoreConfig}
+        return self.with_overrides(**parse_sets(items, sections, self.to_dict()["scale"]))
+
     def with_overrides(self, **changes) -> "SearchSpace":
         """A re-validated copy with fields replaced, e.g. ``with_overrides(sampler="tpe", ratios=["6:1"])``; a scale
         section takes a config object or a mapping of its fields (which replaces the whole section)."""

@@ -75,3 +75,20 @@ def test_train_then_eval(tmp_path, capsys):
     scores = json.loads((out / "eval.json").read_text())
     assert scores["val_loss"] > 0 and 0 <= scores["mqar_acc"] <= 1
     assert abs(scores["val_loss"] - metrics["val_loss"]) < 1e-4  # same held-out batches as the trainer's
+    assert metrics["recipe"]["layout"] == "AA" and "scores" not in metrics  # trained without --score
+    # the score section eval reads: the recipe's, with --set and --objectives over it
+    from hlnas.run import checkpoint_score_config
+
+    cfg = checkpoint_score_config(out, ["score.mqar.steps=3"], ["mqar"])
+    assert cfg.objectives == ("mqar",) and cfg.mqar.steps == 3 and cfg.mqar.test == 256
+    assert checkpoint_score_config(tmp_path / "nothing").objectives == ("val_loss", "mqar")  # no recipe: the defaults
+
+
+def test_train_layout_string_replaces_the_recipe_files_layout(tmp_path):
+    from hlnas.recipe import load_recipe
+
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text("layout: {mixer: gla, ratio: '6:1'}\ntrain: {tokens: 4096}\n")
+    assert str(load_recipe(cfg).layout) == "GGGGGA" * 4
+    recipe = load_recipe(cfg, ["train.lr=2e-3"], layout="GGA")
+    assert str(recipe.layout) == "GGA" and (recipe.train.tokens, recipe.train.lr) == (4096, 2e-3)

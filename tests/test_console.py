@@ -3,11 +3,12 @@ search and a calibration, the sampler benchmark's lines (the text itself, assert
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
-from hlnas.console import (SearchProgress, bench_run_line, bench_summary, format_bytes, format_value, front_table,
+from hlnas.console import (SearchProgress, train_summary, bench_run_line, bench_summary, format_bytes, format_value, front_table,
                            layout_card, layout_record, recall_text, status_text)
 
 
@@ -204,3 +205,12 @@ def test_bench_lines():
 
     assert bench_summary(Comparison()) == ("\nhypervolume (fraction of the table's) after N distinct evaluations, "
                                            "mean ± std over 3 seeds:\n\n| sampler |\n|---|")
+
+
+def test_train_summary_shows_the_headline_fields_and_scalar_scores_only():
+    record = {"status": "ok", "layout": "AA", "steps": 32, "val_loss": 2.5, "loss_curve": [3.0, 2.5],
+              "scores": {"mqar_acc": 0.75, "ruler": {"tasks": {}}}}
+    shown = json.loads(train_summary(record))
+    assert shown["status"] == "ok" and shown["steps"] == 32 and shown["error"] is None
+    assert "loss_curve" not in shown and shown["scores"] == {"mqar_acc": 0.75}
+    assert "scores" not in json.loads(train_summary({"status": "failed", "scores": {}}))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from hlnas.cli import _scale_sets, main
+from hlnas.cli import main
 from hlnas.errors import ConfigError
 from hlnas.recipe import apply_overrides, load_recipe
 from hlnas.space import load_space
@@ -94,16 +95,16 @@ def test_an_unknown_section_or_key_suggests_the_closest_and_lists_the_allowed(it
 
 def test_search_sets_merge_over_the_space_sections():
     space = load_space("tiny")
-    changes = _scale_sets(space, ["train.tokens=2e4", "model.mixer_hparams.gla.num_heads=2", "score.mqar.target=null"])
-    assert changes["train"] == {**space.train.to_dict(), "tokens": 20000}
-    assert changes["model"]["mixer_hparams"] == {**space.model.mixer_hparams, "gla": {"num_heads": 2}}
-    assert changes["score"]["mqar"] == {**space.score.to_dict()["mqar"], "target": None} and set(changes) == {"train", "model", "score"}
-    assert space.with_overrides(**changes).score.mqar.target is None
-    assert space.with_overrides(**changes).train.tokens == 20000
+    changed = space.with_sets(["train.tokens=2e4", "model.mixer_hparams.gla.num_heads=2", "score.mqar.target=null"])
+    assert changed.train == dataclasses.replace(space.train, tokens=20000)
+    assert changed.model.mixer_hparams == {**space.model.mixer_hparams, "gla": {"num_heads": 2}}
+    assert changed.score.mqar == dataclasses.replace(space.score.mqar, target=None)
+    assert changed.score.objectives == space.score.objectives and changed.data == space.data  # the rest kept
+    assert space.with_sets([]) is space and space.train.tokens == 32768  # the original is not changed
     with pytest.raises(ConfigError, match="train.seq_len is an integer; got 12.5"):
-        _scale_sets(space, ["train.seq_len=12.5"])
+        space.with_sets(["train.seq_len=12.5"])
     with pytest.raises(ConfigError, match="unknown section 'layout'"):
-        _scale_sets(space, ["layout.ratio=3:1"])
+        space.with_sets(["layout.ratio=3:1"])
 
 
 def test_eval_takes_only_score_sets(tmp_path, capsys):
