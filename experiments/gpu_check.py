@@ -101,8 +101,7 @@ def main() -> int:
     args = ap.parse_args()
     import triton
 
-    from hlnas.kernels import fla_status
-    from hlnas.kernels import gated_delta_rule as gdr
+    from hlnas.kernels import backends, fla_status
 
     fla_ok, why = fla_status()
     import fla
@@ -114,7 +113,7 @@ def main() -> int:
         f"torch {torch.__version__}, triton {triton.__version__}, fla {getattr(fla, '__version__', '?')}, "
         f"python {platform.python_version()}; fla usable: {fla_ok} ({why})",
     ]
-    ok_bwd, why_bwd = gdr._fla_gated_backward_ok()
+    ok_bwd, why_bwd = backends.fla_gated_backward_ok()
     head.append(f"gated_delta_rule backward on fla: {'fla kernels' if ok_bwd else 'PyTorch fallback'} ({why_bwd})")
     head += ["", f"tolerance: relative error < {TOL}", "",
              "| op | shape | max rel err | errors | first call s | fla ms | torch ms | torch/fla |",

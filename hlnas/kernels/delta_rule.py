@@ -21,12 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend, without_autocast
+from hlnas.kernels import backends, without_autocast
 
 __all__ = ["delta_rule", "naive_delta_rule", "chunk_delta_rule_torch"]
-
-#: fla's DeltaNet layer switches to the fused recurrent kernel at or below this length.
-_FLA_RECURRENT_MAX_T = 64
 
 
 def _torch_chunk(x: Tensor) -> int:
@@ -133,10 +130,6 @@ def _chunked(q, k, v, beta, g, scale, initial_state, output_final_state, chunk_s
     return o, (S if output_final_state else None)
 
 
-def _needs_grad(*tensors: Tensor | None) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 # -- delta_rule ---------------------------------------------------------------------------------
 def naive_delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: float | None = None,
                      initial_state: Tensor | None = None, output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -168,23 +161,8 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: float | 
     ``backend``: "fla" | "torch" | "auto" (see :func:`hlnas.kernels.resolve_backend`).
     """
     _check("delta_rule", q, k, v, beta, None, initial_state)
-    # fla's Triton kernels take 16/32-bit floats; float64 (tests) always runs the PyTorch path
-    if resolve_backend("delta_rule", q, backend) == "fla" and q.dtype != torch.float64:
-        return _fla_delta_rule(q, k, v, beta, scale, initial_state, output_final_state)
+    # float64 (tests) always runs the PyTorch path: backends.RULES["delta_rule"]
+    if backends.route("delta_rule", backend, q=q, k=k, v=v, beta=beta, initial_state=initial_state) == "fla":
+        return backends.fla_delta_rule(q, k, v, beta, scale=scale, initial_state=initial_state,
+                                       output_final_state=output_final_state)
     return _chunked(q, k, v, beta, None, scale, initial_state, output_final_state, _torch_chunk(q))
-
-
-def _fla_delta_rule(q, k, v, beta, scale, initial_state, output_final_state):
-    from fla.ops.delta_rule import chunk_delta_rule, fused_recurrent_delta_rule
-
-    dtype = q.dtype
-    k, v = k.to(dtype), v.to(dtype)
-    h0 = None if initial_state is None else initial_state.float()  # fla keeps states in float32
-    kw = dict(scale=scale, initial_state=h0, output_final_state=output_final_state)
-    # chunk_delta_rule asserts q.dtype != float32; the fused recurrent kernel takes float32 and has a
-    # backward, and is what fla's layer uses for short inputs anyway
-    if dtype == torch.float32 or q.shape[1] <= _FLA_RECURRENT_MAX_T:
-        o, s = fused_recurrent_delta_rule(q, k, v, beta.to(dtype), **kw)
-    else:
-        o, s = chunk_delta_rule(q, k, v, beta.to(dtype), **kw)
-    return o.to(dtype), s

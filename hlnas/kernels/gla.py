@@ -20,12 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend, without_autocast
+from hlnas.kernels import backends, without_autocast
 
 __all__ = ["gla", "naive_gla", "chunk_gla_torch"]
-
-#: fla's layers switch to the fused recurrent kernel at or below this length (decode, short prompts).
-_FLA_RECURRENT_MAX_T = 64
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor | None) -> None:
@@ -188,16 +185,9 @@ def gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float | None = Non
         backend: str | None = None) -> tuple[Tensor, Tensor | None]:
     """GLA -> (o ``[B,T,H,V]``, final state ``[B,H,K,V]`` float32 or None). See the module docstring.
 
-    fla path: ``fla.ops.gla.fused_recurrent_gla`` for T <= 64 (as fla's layers do), else ``chunk_gla``;
-    both take g in log space and a float32 ``[B,H,K,V]`` state.
+    fla path: :func:`hlnas.kernels.backends.fla_gla`.
     """
     _check(q, k, v, g, initial_state)
-    if resolve_backend("gla", q, backend) == "fla":
-        from fla.ops.gla import chunk_gla, fused_recurrent_gla
-
-        h0 = None if initial_state is None else initial_state.float()  # fla asserts a float32 state
-        if q.shape[1] <= _FLA_RECURRENT_MAX_T:
-            return fused_recurrent_gla(q, k, v, gk=g, scale=scale, initial_state=h0,
-                                       output_final_state=output_final_state)
-        return chunk_gla(q, k, v, g, scale=scale, initial_state=h0, output_final_state=output_final_state)
+    if backends.route("gla", backend, q=q, k=k, v=v, g=g, initial_state=initial_state) == "fla":
+        return backends.fla_gla(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=output_final_state)
     return chunk_gla_torch(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=output_final_state)

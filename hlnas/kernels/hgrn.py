@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend, without_autocast
+from hlnas.kernels import backends, without_autocast
 
 __all__ = ["hgrn", "naive_hgrn", "chunk_hgrn_torch"]
 
@@ -192,19 +192,6 @@ def hgrn(
     ``initial_state``: ``[B, D]`` (float32), the state before the first token.
     """
     _check(x, g, initial_state)
-    if resolve_backend("hgrn", x, backend) == "torch":
-        return chunk_hgrn_torch(x, g, initial_state=initial_state, output_final_state=output_final_state)
-    from fla.ops.hgrn import chunk_hgrn, fused_recurrent_hgrn
-
-    h0 = None if initial_state is None else initial_state.float()
-    short = x.shape[1] <= 64 and not torch.is_grad_enabled()
-    # fla's chunk_hgrn backward gives no gradient for initial_state and ignores the final state's
-    # gradient dht (fla/ops/hgrn/chunk.py: backward(ctx, do, dht) never reads dht; found on the H200,
-    # dx off by 5e-2): whenever either can carry a gradient, take the fused recurrent kernel, which has both
-    state_grad = output_final_state and torch.is_grad_enabled() and (x.requires_grad or g.requires_grad)
-    if short or state_grad or (h0 is not None and h0.requires_grad):
-        # fused_recurrent keeps its state in x's dtype: run it in float32 so a decode state stays float32.
-        o, ht = fused_recurrent_hgrn(x.float(), g.float(), initial_state=h0, output_final_state=output_final_state)
-        return o.to(x.dtype), ht
-    # chunk_hgrn accumulates in float32 and returns a float32 final state
-    return chunk_hgrn(x, g, initial_state=h0, output_final_state=output_final_state)
+    if backends.route("hgrn", backend, x=x, g=g, initial_state=initial_state) == "fla":
+        return backends.fla_hgrn(x, g, initial_state=initial_state, output_final_state=output_final_state)
+    return chunk_hgrn_torch(x, g, initial_state=initial_state, output_final_state=output_final_state)

@@ -16,11 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.kernels import resolve_backend, warn_once, without_autocast
+from hlnas.kernels import backends, without_autocast
+from hlnas.kernels.backends import FLA_MIN_HEAD_DIM  # noqa: F401  (its home before backends.py)
 
 __all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch"]
-
-FLA_MIN_HEAD_DIM = 64  # smallest key head dim whose fla kernels passed on the H200 (experiments/results)
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, g_gamma: Tensor | None, h0: Tensor | None) -> None:
@@ -169,40 +168,7 @@ def simple_gla(
     ``initial_state`` ``[B, H, K, V]`` (float32).
     """
     _check(q, k, v, g, g_gamma, initial_state)
-    if resolve_backend("simple_gla", q, backend) == "torch":
-        return chunk_simple_gla_torch(
-            q, k, v, g, g_gamma=g_gamma, scale=scale, initial_state=initial_state, output_final_state=output_final_state
-        )
-    if q.shape[-1] < FLA_MIN_HEAD_DIM:
-        # on the H200 (triton 3.6, fla 0.6.0) fla's chunk_simple_gla backward hit an illegal memory access
-        # with RetNet's key heads of 16 and 32 (a 128- and a 256-wide model); only K >= 64 passed the check
-        why = f"key head dim {q.shape[-1]} < {FLA_MIN_HEAD_DIM} faulted in fla's kernel on the H200"
-        warn_once(f"simple_gla: using the PyTorch kernel instead of fla: {why}")
-        return chunk_simple_gla_torch(
-            q, k, v, g, g_gamma=g_gamma, scale=scale, initial_state=initial_state, output_final_state=output_final_state
-        )
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, g, g_gamma, initial_state))
-    if needs_grad and (g is not None or (g_gamma is not None and g_gamma.requires_grad)):
-        # a gated backward (a data-dependent g, or a learned g_gamma passed as g) runs fla's gated
-        # chunk_bwd_dqkwg, which gives wrong results on Hopper with triton < 3.7.1 (fla #640)
-        from hlnas.kernels.gated_delta_rule import _fla_gated_backward_ok
-
-        ok, reason = _fla_gated_backward_ok()
-        if not ok:
-            warn_once(f"simple_gla: using the PyTorch kernel (forward and backward) instead of fla: {reason}")
-            return chunk_simple_gla_torch(
-                q, k, v, g, g_gamma=g_gamma, scale=scale, initial_state=initial_state, output_final_state=output_final_state
-            )
-    from fla.ops.simple_gla import chunk_simple_gla, fused_recurrent_simple_gla
-
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    if g_gamma is not None and g_gamma.requires_grad and torch.is_grad_enabled():
-        # fla's kernels return no gradient for g_gamma; as a [B,T,H] g it gets one
-        g, g_gamma = g_gamma.float().expand(q.shape[:3]).contiguous(), None
-    g = None if g is None else g.float()
-    g_gamma = None if g_gamma is None else g_gamma.float()
-    k, v = k.to(q.dtype), v.to(q.dtype)  # fla's kernels expect one dtype for q, k, v
-    h0 = None if initial_state is None else initial_state.float()
-    # fla's layers decode with the recurrent kernel; launching the chunk kernel for a few tokens is slower
-    fn = fused_recurrent_simple_gla if q.shape[1] <= 64 and not torch.is_grad_enabled() else chunk_simple_gla
-    return fn(q, k, v, g=g, g_gamma=g_gamma, scale=scale, initial_state=h0, output_final_state=output_final_state)
+    inputs = dict(q=q, k=k, v=v, g=g, g_gamma=g_gamma, initial_state=initial_state)
+    if backends.route("simple_gla", backend, **inputs) == "fla":  # its rules: backends.RULES["simple_gla"]
+        return backends.fla_simple_gla(**inputs, scale=scale, output_final_state=output_final_state)
+    return chunk_simple_gla_torch(**inputs, scale=scale, output_final_state=output_final_state)

@@ -11,7 +11,7 @@ import logging
 import pytest
 import torch
 
-import hlnas.kernels as kernels
+import hlnas.kernels.backends as backends
 import hlnas.kernels.hgrn as hgrn_mod
 import hlnas.kernels.simple_gla as sg_mod
 from tests.kernels.inputs import make_inputs
@@ -22,9 +22,8 @@ fla_hgrn = pytest.importorskip("fla.ops.hgrn")
 @pytest.fixture
 def as_if_cuda(monkeypatch):
     """Every op resolves to the fla backend, as on a GPU machine; fallback warnings not yet given."""
-    monkeypatch.setattr(kernels, "_logged", set())
-    monkeypatch.setattr(hgrn_mod, "resolve_backend", lambda *a, **k: "fla")
-    monkeypatch.setattr(sg_mod, "resolve_backend", lambda *a, **k: "fla")
+    monkeypatch.setattr(backends, "_logged", set())
+    monkeypatch.setattr(backends, "resolve_backend", lambda *a, **k: "fla")
 
 
 def _spy(monkeypatch, module, name, calls):
@@ -59,9 +58,7 @@ def test_simple_gla_with_small_heads_keeps_to_pytorch(as_if_cuda, caplog):
 
 
 def test_simple_gla_gated_backward_falls_back_where_fla_is_wrong(as_if_cuda, monkeypatch, caplog):
-    import hlnas.kernels.gated_delta_rule as gdr
-
-    monkeypatch.setattr(gdr, "_fla_gated_backward_ok", lambda: (False, "Hopper with triton 3.6.0 (fla #640)"))
+    monkeypatch.setattr(backends, "fla_gated_backward_ok", lambda: (False, "Hopper with triton 3.6.0 (fla #640)"))
     inp = {k: v.requires_grad_() for k, v in make_inputs('simple_gla', 1, 70, 2, 64, 64, decay="g").items()}
     with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
         o, _ = sg_mod.simple_gla(**inp)

@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-import hlnas.kernels as kernels
+import hlnas.kernels.backends as backends
 import hlnas.kernels.gated_delta_rule as gdr
 from hlnas.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_torch,
@@ -142,10 +142,10 @@ NO_TL = (False, "the tilelang package is not installed")
     ids=["h200-t3.6", "h200-t3.4", "h200-t3.7dev", "h200-tilelang", "h200-t3.7.1", "h200-t3.3", "a100", "b200", "cpu"],
 )
 def test_backward_guard_verdict(monkeypatch, cap, triton, tilelang, ok):
-    monkeypatch.setattr(gdr, "_cuda_capability", lambda: cap)
-    monkeypatch.setattr(gdr, "_triton_version", lambda: triton)
-    monkeypatch.setattr(gdr, "_tilelang_usable", lambda: tilelang)
-    got, reason = gdr._fla_gated_backward_ok()
+    monkeypatch.setattr(backends, "_cuda_capability", lambda: cap)
+    monkeypatch.setattr(backends, "_triton_version", lambda: triton)
+    monkeypatch.setattr(backends, "tilelang_usable", lambda: tilelang)
+    got, reason = backends.fla_gated_backward_ok()
     assert got is ok, reason
     if not ok:
         assert "pip install tilelang" in reason and "#640" in reason and triton in reason
@@ -154,11 +154,11 @@ def test_backward_guard_verdict(monkeypatch, cap, triton, tilelang, ok):
 def test_guard_falls_back_to_torch_with_one_warning(monkeypatch, caplog):
     """With grads needed and the guard saying no, the fla backend runs the PyTorch path (fla is never
     called) and warns once; forward-only calls would still go to fla."""
-    monkeypatch.setattr(gdr, "resolve_backend", lambda op, x, backend=None: "fla")
-    monkeypatch.setattr(gdr, "_fla_gated_backward_ok", lambda: (False, "test reason: pip install tilelang"))
-    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(backends, "resolve_backend", lambda op, x, backend=None: "fla")
+    monkeypatch.setattr(backends, "fla_gated_backward_ok", lambda: (False, "test reason: pip install tilelang"))
+    monkeypatch.setattr(backends, "_logged", set())
     called = []
-    monkeypatch.setattr(gdr, "_fla_gated_delta_rule", lambda *a: called.append(a))
+    monkeypatch.setattr(backends, "fla_gated_delta_rule", lambda *a, **kw: called.append(a))
     inp = {n: t.requires_grad_(True) for n, t in make_inputs(1, 20, 2, 8, 8).items()}
     with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
         o1, _ = gated_delta_rule(**inp, backend="fla")
@@ -173,8 +173,15 @@ def test_guard_falls_back_to_torch_with_one_warning(monkeypatch, caplog):
 
 
 def test_tilelang_probe_runs():
-    ok, reason = gdr._tilelang_usable()
+    ok, reason = backends.tilelang_usable()
     assert isinstance(ok, bool) and reason
+
+
+def test_the_checks_keep_their_old_names():
+    """experiments and notebooks call the #640 checks through this module, where they lived before backends.py."""
+    assert gdr._fla_gated_backward_ok is backends.fla_gated_backward_ok
+    assert gdr._gated_backward_verdict is backends.gated_backward_verdict
+    assert gdr._tilelang_usable is backends.tilelang_usable
 
 
 @pytest.mark.gpu
@@ -198,7 +205,7 @@ def test_fla_matches_torch_on_cuda(T, h0, caplog):
         t.requires_grad_(True)
     with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
         o, _ = gated_delta_rule(**inp, output_final_state=True, backend="fla")
-    ok, reason = gdr._fla_gated_backward_ok()
+    ok, reason = backends.fla_gated_backward_ok()
     print("fla gated backward usable:", ok, reason)
     do = torch.randn_like(o_ref)
     g_ref = torch.autograd.grad((o_ref * do).sum(), list(ref_inp.values()))
