@@ -115,6 +115,8 @@ def main() -> int:
     ]
     ok_bwd, why_bwd = backends.fla_gated_backward_ok()
     head.append(f"gated_delta_rule backward on fla: {'fla kernels' if ok_bwd else 'PyTorch fallback'} ({why_bwd})")
+    ok_sg, why_sg = backends.simple_gla_gated_backward_ok(torch.bfloat16)
+    head.append(f"simple_gla gated backward (bf16) on fla: {'fla kernels' if ok_sg else 'PyTorch fallback'} ({why_sg})")
     head += ["", f"tolerance: relative error < {TOL}", "",
              "| op | shape | max rel err | errors | first call s | fla ms | torch ms | torch/fla |",
              "|---|---|---|---|---|---|---|---|"]

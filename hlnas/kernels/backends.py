@@ -38,7 +38,8 @@ from hlnas.errors import KernelUnavailable
 
 __all__ = [
     "BACKENDS", "RULES", "Rule", "route", "resolve_backend", "fla_status", "use_backend", "warn_once", "needs_grad",
-    "FLA_MIN_HEAD_DIM", "FLA_RECURRENT_MAX_T", "gated_backward_verdict", "fla_gated_backward_ok", "tilelang_usable",
+    "FLA_MIN_HEAD_DIM", "FLA_RECURRENT_MAX_T", "gated_backward_verdict", "fla_gated_backward_ok", "simple_gla_gated_backward_ok",
+    "tilelang_usable",
     "fla_hgrn", "fla_gla", "fla_simple_gla", "fla_delta_rule", "fla_gated_delta_rule", "quick_autotune",
 ]
 
@@ -147,7 +148,7 @@ def _simple_gla_gated_backward(q, k, v, g=None, g_gamma=None, initial_state=None
     if grad and (g is not None or (g_gamma is not None and g_gamma.requires_grad)):
         # a gated backward (a data-dependent g, or a learned g_gamma passed as g) runs fla's gated
         # chunk_bwd_dqkwg, which gives wrong results on Hopper with triton < 3.7.1 (fla #640)
-        return fla_gated_backward_ok()
+        return simple_gla_gated_backward_ok(q.dtype)
     return True, "no gated backward"
 
 
@@ -197,7 +198,7 @@ def gated_backward_verdict(capability: tuple[int, int] | None, triton_version: s
     if usable:
         return True, f"fla's TileLang backend handles the gated backward ({why})"
     return False, (
-        f"fla's gated-delta-rule backward raises on Hopper (sm {capability[0]}{capability[1]}) with triton "
+        f"fla's gated backward (chunk_bwd_dqkwg) raises on Hopper (sm {capability[0]}{capability[1]}) with triton "
         f"{triton_version} (fla issue #640) and its TileLang backend is unavailable: {why}. "
         "Remedy: `pip install tilelang` (needs nvcc), or triton >= 3.7.1"
     )
@@ -206,6 +207,18 @@ def gated_backward_verdict(capability: tuple[int, int] | None, triton_version: s
 def fla_gated_backward_ok() -> tuple[bool, str]:
     """Probe this process (CUDA capability, triton version, TileLang) and return the verdict."""
     return gated_backward_verdict(_cuda_capability(), _triton_version(), tilelang_usable())
+
+
+def simple_gla_gated_backward_ok(dtype: torch.dtype) -> tuple[bool, str]:
+    """:func:`fla_gated_backward_ok` for simple_gla's gated backward on inputs of ``dtype``. fla's TileLang backend
+    takes it only in float32: its verifier wants the states in q's dtype, and simple_gla's backward keeps them in
+    float32 (fla/ops/common/backends/tilelang/__init__.py). On the H200 with tilelang 0.1.15 installed, bf16 calls
+    went to the Triton kernel, which raised #640 (experiments/results/gpu_check_h200_2026-12-01_tilelang.md)."""
+    if dtype == torch.float32:
+        return fla_gated_backward_ok()
+    tilelang = (False, f"fla's TileLang backend takes simple_gla's gated backward only for float32 inputs "
+                       f"(simple_gla keeps its states in float32), not {str(dtype).removeprefix('torch.')}")
+    return gated_backward_verdict(_cuda_capability(), _triton_version(), tilelang)
 
 
 def _version_tuple(version: str | None) -> tuple[int, int, int] | None:

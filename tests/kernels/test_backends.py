@@ -186,6 +186,29 @@ def test_simple_gla_gated_backward(on_fla, clean, caplog, decay, grad, no_grad, 
                                   "Hopper, triton 3.6.0 (#640)"] if got == "torch" else [])
 
 
+@pytest.mark.parametrize("dtype, want", [(torch.bfloat16, "torch"), (torch.float16, "torch"), (torch.float32, "fla")])
+def test_tilelang_rescues_simple_glas_gated_backward_only_in_float32(clean, caplog, dtype, want):
+    """Found on the H200 with tilelang installed: fla's TileLang backend took GatedDeltaNet's gated backward but
+    refused simple_gla's in bf16 (its states are float32), and fla's Triton kernel then raised #640."""
+    clean.setattr(backends, "resolve_backend", lambda *a, **k: "fla")
+    clean.setattr(backends, "_cuda_capability", lambda: (9, 0))
+    clean.setattr(backends, "_triton_version", lambda: "3.6.0")
+    clean.setattr(backends, "tilelang_usable", lambda: (True, "tilelang installed and enabled"))
+    inp = _inputs("simple_gla", dtype=dtype, decay="g", grad=("q",))
+    with caplog.at_level(logging.WARNING):
+        assert backends.route("simple_gla", None, **inp) == want
+        assert backends.route("gated_delta_rule", None, **_inputs("gated_delta_rule", dtype=dtype, grad=("q",))) == "fla"
+    if want == "torch":
+        (msg,) = _warnings(caplog)
+        assert msg.startswith("simple_gla: using the PyTorch kernel (forward and backward) instead of fla: fla's gated "
+                              "backward (chunk_bwd_dqkwg) raises on Hopper (sm 90) with triton 3.6.0")
+        assert f"only for float32 inputs (simple_gla keeps its states in float32), not {str(dtype)[6:]}" in msg
+    else:
+        assert _warnings(caplog) == []
+    clean.setattr(backends, "_cuda_capability", lambda: (8, 0))  # an A100: no #640, any dtype runs fla
+    assert backends.route("simple_gla", None, **inp) == "fla"
+
+
 @pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule"])
 @pytest.mark.parametrize("dtype, want", [(torch.float64, "torch"), (torch.float32, "fla"), (torch.bfloat16, "fla")])
 def test_delta_rules_run_float64_on_pytorch_silently(on_fla, caplog, op, dtype, want):
@@ -372,7 +395,7 @@ def test_every_fla_route_matches_pytorch_on_cuda(monkeypatch, case):
     op, T, dtype, const, final, opts, kernel = case
     monkeypatch.delenv("HLNAS_TORCH_OPS", raising=False)
     if isinstance(kernel, tuple):
-        ok, reason = backends.fla_gated_backward_ok()
+        ok, reason = backends.simple_gla_gated_backward_ok(dtype) if op == "simple_gla" else backends.fla_gated_backward_ok()
         print(f"fla gated backward usable: {ok} ({reason})")
         kernel = kernel[0] if ok else None
     (module, names), calls = FLA_KERNELS[op], []
