@@ -186,7 +186,8 @@ def route(op: str, backend: str | None = None, /, **inputs: Tensor | None) -> st
 
 # -- can fla's gated backward run here? (fla issue #640) ------------------------------------------------
 def gated_backward_verdict(capability: tuple[int, int] | None, triton_version: str | None,
-                           tilelang: tuple[bool, str]) -> tuple[bool, str]:
+                           tilelang: tuple[bool, str],
+                           remedy: str = "`pip install tilelang` (needs nvcc), or triton >= 3.7.1") -> tuple[bool, str]:
     """(ok, reason) from the facts alone: fla 0.6 refuses the gated chunk_bwd_dqkwg on Hopper (sm 9.x)
     with 3.4.0 <= triton < 3.7.1 (fla/ops/common/chunk_o.py, issue #640) unless TileLang takes it over."""
     if capability is None or capability[0] != 9:
@@ -200,7 +201,7 @@ def gated_backward_verdict(capability: tuple[int, int] | None, triton_version: s
     return False, (
         f"fla's gated backward (chunk_bwd_dqkwg) raises on Hopper (sm {capability[0]}{capability[1]}) with triton "
         f"{triton_version} (fla issue #640) and its TileLang backend is unavailable: {why}. "
-        "Remedy: `pip install tilelang` (needs nvcc), or triton >= 3.7.1"
+        f"Remedy: {remedy}"
     )
 
 
@@ -218,7 +219,7 @@ def simple_gla_gated_backward_ok(dtype: torch.dtype) -> tuple[bool, str]:
         return fla_gated_backward_ok()
     tilelang = (False, f"fla's TileLang backend takes simple_gla's gated backward only for float32 inputs "
                        f"(simple_gla keeps its states in float32), not {str(dtype).removeprefix('torch.')}")
-    return gated_backward_verdict(_cuda_capability(), _triton_version(), tilelang)
+    return gated_backward_verdict(_cuda_capability(), _triton_version(), tilelang, remedy="triton >= 3.7.1")
 
 
 def _version_tuple(version: str | None) -> tuple[int, int, int] | None:
