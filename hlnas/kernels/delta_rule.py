@@ -23,17 +23,19 @@ from torch import Tensor
 
 from hlnas.kernels import backends, without_autocast
 
-__all__ = ["delta_rule", "naive_delta_rule", "chunk_delta_rule_torch"]
+__all__ = ["delta_rule", "naive_delta_rule", "chunk_delta_rule_torch",
+           # shared with gated_delta_rule (g=None: no decay)
+           "check_delta_inputs", "naive_delta_recurrence", "chunked_delta_recurrence", "torch_chunk_size"]
 
 
-def _torch_chunk(x: Tensor) -> int:
+def torch_chunk_size(x: Tensor) -> int:
     """Chunk length of the public ops' PyTorch path: 32 is the fastest on CPU (the C^2 terms shrink),
     64 on GPU (fewer sequential steps)."""
     return 64 if x.is_cuda else 32
 
 
 # -- shared by delta_rule and gated_delta_rule ----------------------------------------------------
-def _check(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, initial_state: Tensor | None) -> None:
+def check_delta_inputs(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, initial_state: Tensor | None) -> None:
     if q.ndim != 4 or k.shape != q.shape:
         raise ValueError(f"{op} expects q and k of one shape [B,T,H,K]; got q={tuple(q.shape)} k={tuple(k.shape)}")
     if v.ndim != 4 or v.shape[:3] != q.shape[:3]:
@@ -53,7 +55,7 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
 
 
 @without_autocast
-def _naive(q, k, v, beta, g, scale, initial_state, output_final_state):
+def naive_delta_recurrence(q, k, v, beta, g, scale, initial_state, output_final_state):
     """Token loop of the (gated) delta rule; g=None means no decay."""
     out_dtype, dt = q.dtype, _compute_dtype(q)
     B, T, H, K = q.shape
@@ -75,7 +77,7 @@ def _naive(q, k, v, beta, g, scale, initial_state, output_final_state):
 
 
 @without_autocast
-def _chunked(q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size):
+def chunked_delta_recurrence(q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size):
     """Chunked (gated) delta rule in PyTorch; autograd-differentiable. g=None means no decay."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -137,8 +139,8 @@ def naive_delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: fl
 
     Returns (o ``[B,T,H,V]`` in q's dtype, final state ``[B,H,K,V]`` float32/float64 or None).
     """
-    _check("delta_rule", q, k, v, beta, None, initial_state)
-    return _naive(q, k, v, beta, None, scale, initial_state, output_final_state)
+    check_delta_inputs("delta_rule", q, k, v, beta, None, initial_state)
+    return naive_delta_recurrence(q, k, v, beta, None, scale, initial_state, output_final_state)
 
 
 def chunk_delta_rule_torch(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: float | None = None,
@@ -148,8 +150,8 @@ def chunk_delta_rule_torch(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, sca
 
     Returns (o ``[B,T,H,V]`` in q's dtype, final state ``[B,H,K,V]`` float32/float64 or None).
     """
-    _check("delta_rule", q, k, v, beta, None, initial_state)
-    return _chunked(q, k, v, beta, None, scale, initial_state, output_final_state, chunk_size)
+    check_delta_inputs("delta_rule", q, k, v, beta, None, initial_state)
+    return chunked_delta_recurrence(q, k, v, beta, None, scale, initial_state, output_final_state, chunk_size)
 
 
 def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: float | None = None,
@@ -160,9 +162,9 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: float | 
     q, k ``[B,T,H,K]`` (k l2-normalized), v ``[B,T,H,V]``, beta ``[B,T,H]``, initial_state ``[B,H,K,V]``.
     ``backend``: "fla" | "torch" | "auto" (see :func:`hlnas.kernels.resolve_backend`).
     """
-    _check("delta_rule", q, k, v, beta, None, initial_state)
+    check_delta_inputs("delta_rule", q, k, v, beta, None, initial_state)
     # float64 (tests) always runs the PyTorch path: backends.RULES["delta_rule"]
     if backends.route("delta_rule", backend, q=q, k=k, v=v, beta=beta, initial_state=initial_state) == "fla":
         return backends.fla_delta_rule(q, k, v, beta, scale=scale, initial_state=initial_state,
                                        output_final_state=output_final_state)
-    return _chunked(q, k, v, beta, None, scale, initial_state, output_final_state, _torch_chunk(q))
+    return chunked_delta_recurrence(q, k, v, beta, None, scale, initial_state, output_final_state, torch_chunk_size(q))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from hlnas.kernels import backends
-from hlnas.kernels.delta_rule import _check, _chunked, _naive, _torch_chunk
+from hlnas.kernels.delta_rule import check_delta_inputs, chunked_delta_recurrence, naive_delta_recurrence, torch_chunk_size
 
 __all__ = ["gated_delta_rule", "naive_gated_delta_rule", "chunk_gated_delta_rule_torch"]
 
@@ -32,8 +32,8 @@ def naive_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Ten
 
     Returns (o ``[B,T,H,V]`` in q's dtype, final state ``[B,H,K,V]`` float32/float64 or None).
     """
-    _check("gated_delta_rule", q, k, v, beta, g, initial_state)
-    return _naive(q, k, v, beta, g, scale, initial_state, output_final_state)
+    check_delta_inputs("gated_delta_rule", q, k, v, beta, g, initial_state)
+    return naive_delta_recurrence(q, k, v, beta, g, scale, initial_state, output_final_state)
 
 
 def chunk_gated_delta_rule_torch(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, scale: float | None = None,
@@ -43,8 +43,8 @@ def chunk_gated_delta_rule_torch(q: Tensor, k: Tensor, v: Tensor, g: Tensor, bet
 
     Returns (o ``[B,T,H,V]`` in q's dtype, final state ``[B,H,K,V]`` float32/float64 or None).
     """
-    _check("gated_delta_rule", q, k, v, beta, g, initial_state)
-    return _chunked(q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size)
+    check_delta_inputs("gated_delta_rule", q, k, v, beta, g, initial_state)
+    return chunked_delta_recurrence(q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size)
 
 
 def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, scale: float | None = None,
@@ -55,15 +55,9 @@ def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *
     q, k ``[B,T,H,K]`` (k l2-normalized), v ``[B,T,H,V]``, g and beta ``[B,T,H]``,
     initial_state ``[B,H,K,V]``. ``backend``: "fla" | "torch" | "auto" (:func:`hlnas.kernels.resolve_backend`).
     """
-    _check("gated_delta_rule", q, k, v, beta, g, initial_state)
+    check_delta_inputs("gated_delta_rule", q, k, v, beta, g, initial_state)
     # float64 (tests), or a gradient where fla's gated backward fails (#640): the PyTorch path
     if backends.route("gated_delta_rule", backend, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state) == "fla":
         return backends.fla_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                              output_final_state=output_final_state)
-    return _chunked(q, k, v, beta, g, scale, initial_state, output_final_state, _torch_chunk(q))
-
-
-# the fla #640 checks' names here before backends.py (experiments, notebooks); patch them in backends
-_fla_gated_backward_ok = backends.fla_gated_backward_ok
-_gated_backward_verdict = backends.gated_backward_verdict
-_tilelang_usable = backends.tilelang_usable
+    return chunked_delta_recurrence(q, k, v, beta, g, scale, initial_state, output_final_state, torch_chunk_size(q))

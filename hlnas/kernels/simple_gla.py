@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hlnas.kernels import backends, without_autocast
-from hlnas.kernels.backends import FLA_MIN_HEAD_DIM  # noqa: F401  (its home before backends.py)
 
 __all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch"]
 

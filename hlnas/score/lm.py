@@ -43,7 +43,7 @@ from torch import nn
 from hlnas.data.tokenizer import Tokenizer
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
 from hlnas.score.generate import greedy_generate_ids
-from hlnas.score.loss import _autocast, _model_device, validation_loss
+from hlnas.score.loss import autocast_context, model_device, validation_loss
 
 __all__ = [
     "PAPER_LM_TASKS",
@@ -105,7 +105,7 @@ class HlnasLM(LM):
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
         self.batch_size = int(batch_size)
-        self._device = torch.device(device) if device is not None else _model_device(model)
+        self._device = torch.device(device) if device is not None else model_device(model)
         self.autocast_dtype = autocast_dtype
         self.prefix_id = int(tokenizer.eos_id)
 
@@ -149,7 +149,7 @@ class HlnasLM(LM):
             inp = torch.full((len(chunk), width), self.prefix_id, dtype=torch.long)
             for row, (_, ids, _) in enumerate(chunk):
                 inp[row, : len(ids) - 1] = torch.tensor(ids[:-1])
-            with _autocast(self._device, self.autocast_dtype):
+            with autocast_context(self._device, self.autocast_dtype):
                 logits = self.model(inp.to(self._device))
             for row, (i, ids, n) in enumerate(chunk):
                 end = len(ids) - 1  # logits at positions [end - n, end) predict the continuation
@@ -216,7 +216,7 @@ class HlnasLM(LM):
                 text = self.tokenizer.decode(ids)
                 return any(s in text for s in until)
 
-            with _autocast(self._device, self.autocast_dtype):
+            with autocast_context(self._device, self.autocast_dtype):
                 new_ids = greedy_generate_ids(
                     self.model, [p for _, p in items], max_new, eos_id=self.prefix_id, device=self._device,
                     batch_size=self.batch_size, stop_check=stop_check if until else None,

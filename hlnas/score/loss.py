@@ -15,15 +15,17 @@ from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
 
-__all__ = ["validation_loss"]
+__all__ = ["validation_loss", "model_device", "autocast_context"]
 
 
-def _model_device(model: nn.Module) -> torch.device:
+def model_device(model: nn.Module) -> torch.device:
+    """Where the model's parameters are (CPU for a model without any)."""
     p = next(model.parameters(), None)
     return p.device if p is not None else torch.device("cpu")
 
 
-def _autocast(device: torch.device, dtype: torch.dtype | None):
+def autocast_context(device: torch.device, dtype: torch.dtype | None):
+    """An autocast block to ``dtype`` on ``device``, or one that turns an enclosing autocast off (None)."""
     if dtype is None:
         return torch.autocast(device.type, enabled=False)
     return torch.autocast(device.type, dtype=dtype)
@@ -45,7 +47,7 @@ def validation_loss(
 
     Returns ``{"loss": nats/token, "ppl": exp(loss), "tokens": target token count}``.
     """
-    dev = torch.device(device) if device is not None else _model_device(model)
+    dev = torch.device(device) if device is not None else model_device(model)
     was_training = model.training
     model.eval()
     total_nats, tokens = 0.0, 0
@@ -55,7 +57,7 @@ def validation_loss(
                 shape = tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
                 raise ConfigError(f"validation batch {i} has shape {shape}; expected an integer tensor [B, T + 1] with T >= 1")
             batch = batch.to(dev)
-            with _autocast(dev, autocast_dtype):
+            with autocast_context(dev, autocast_dtype):
                 logits = model(batch[:, :-1])
             # float32 softmax: bf16 logits lose ~3 digits of the loss
             nats = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")

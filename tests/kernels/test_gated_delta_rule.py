@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import hlnas.kernels.backends as backends
-import hlnas.kernels.gated_delta_rule as gdr
 from hlnas.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_torch,
     gated_delta_rule,
@@ -176,12 +175,6 @@ def test_tilelang_probe_runs():
     ok, reason = backends.tilelang_usable()
     assert isinstance(ok, bool) and reason
 
-
-def test_the_checks_keep_their_old_names():
-    """experiments and notebooks call the #640 checks through this module, where they lived before backends.py."""
-    assert gdr._fla_gated_backward_ok is backends.fla_gated_backward_ok
-    assert gdr._gated_backward_verdict is backends.gated_backward_verdict
-    assert gdr._tilelang_usable is backends.tilelang_usable
 
 
 @pytest.mark.gpu
