@@ -266,7 +266,8 @@ def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
                         "machine with 2+ cores (the small default candidates use one core each), else 1")
     p.add_argument("--executor", choices=("auto", "inline", "processes", "ray"), default="auto",
                    help="inline: this process; processes: local worker processes sharing this machine's GPUs; ray: Ray actors "
-                        "(auto: ray when --workers > 1 or --address and ray is installed, else processes; inline for 1 worker)")
+                        "(auto: ray with --address; inline for 1 worker; for more, ray when installed, else processes, and "
+                        "processes when --workers is not given on a CPU-only machine)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial: what Ray reserves, and the torch threads of each worker (default 1)")
 
 
