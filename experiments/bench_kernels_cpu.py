@@ -6,9 +6,9 @@ see median_ms): the ratio naive/chunked is what this prints, with the median of 
 The claim it checks: the chunked path is >= 10x faster at T=1024, for the forward and for
 forward+backward.
 
-    python experiments/bench_kernels_cpu.py            # all ops, T=1024, then train tokens/s
-    python experiments/bench_kernels_cpu.py --ops gla --seq 2048 --skip-train
-    python experiments/bench_kernels_cpu.py --skip-ops --train-steps 2   # training throughput only
+    python -m experiments.bench_kernels_cpu            # all ops, T=1024, then train tokens/s
+    python -m experiments.bench_kernels_cpu --ops gla --seq 2048 --skip-train
+    python -m experiments.bench_kernels_cpu --skip-ops --train-steps 2   # training throughput only
 
 The verdict lines judge only the naive/chunked kernel ratios of the ops table. The training table
 compares tokens/s of whole models against the Transformer; no claim is checked on it.
@@ -25,9 +25,8 @@ import time
 
 import torch
 
-sys.path.insert(0, ".")
-from tests.kernels.inputs import make_inputs  # noqa: E402
-from hlnas.kernels import OPS  # noqa: E402
+from tests.kernels.inputs import make_inputs
+from hlnas.kernels import OPS
 
 
 def median_ms(fn, repeats: int, warmup: int = 3, warmup_s: float = 0.25) -> float:

@@ -6,7 +6,7 @@ under one random cotangent; relative error ||a-b||/||b|| must be < 1e-2. Attenti
 SDPA (bf16, fused kernels) with the naive float32 softmax. Also times forward+backward of both
 paths (ratio = torch / fla, same run) and reports which backward the gated delta rule used.
 
-Run on a GPU machine:  python experiments/gpu_check.py --out results.md
+Run on a GPU machine:  python -m experiments.gpu_check --out results.md
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import time
 
 import torch
 
-sys.path.insert(0, ".")
-from hlnas.kernels import OPS, use_backend  # noqa: E402
-from tests.kernels.inputs import make_inputs  # noqa: E402  (the tree travels whole to the GPU)
+from hlnas.kernels import OPS
+from tests.kernels.inputs import make_inputs  # run as python -m experiments.gpu_check (the tree travels whole to the GPU)
 
 TOL = 1e-2
 

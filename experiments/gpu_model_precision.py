@@ -3,7 +3,7 @@
 inputs), each against the float32 PyTorch model, plus fla against PyTorch under the same autocast (the
 kernel alone). Whole gradient (every parameter's, concatenated) and the worst single parameter.
 
-    python experiments/gpu_model_precision.py --out experiments/results/gpu_model_precision_h200.md
+    python -m experiments.gpu_model_precision --out experiments/results/gpu_model_precision_h200.md
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ import sys
 
 import torch
 
-sys.path.insert(0, ".")
-sys.path.insert(0, "tests")
-from hlnas.catalog import linear_mixer_names  # noqa: E402
-from test_model_gpu import _model, _run, rel  # noqa: E402  (the GPU test's model, inputs and step)
+from hlnas.catalog import linear_mixer_names
+from tests.test_model_gpu import _model, _run, rel  # the GPU test's model, inputs and step
 
 
 def compare(a: tuple, b: tuple) -> str:

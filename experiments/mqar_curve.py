@@ -3,8 +3,11 @@ when (and whether) a model leaves the ln(K) plateau. One torch thread.
 
     python experiments/mqar_curve.py --L 64 --K 8 --V 64 --layers 2 --lr 1e-3 --steps 3000 --cand transformer
 """
-import sys, time, torch, argparse
-sys.path.insert(0,'.')
+import argparse
+import time
+
+import torch
+
 torch.set_num_threads(1)
 from hlnas.config import ModelConfig
 from hlnas.layout import build_layout

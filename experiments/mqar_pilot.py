@@ -3,7 +3,6 @@
     python experiments/mqar_pilot.py SEQ_LEN KV_PAIRS VOCAB STEPS LAYERS D_MODEL LR transformer,gla:3:1,gla:pure
 """
 import sys, time, torch
-sys.path.insert(0,'.')
 torch.set_num_threads(1)
 from hlnas.config import ModelConfig
 from hlnas.layout import build_layout

@@ -117,3 +117,11 @@ def test_no_module_takes_another_modules_private_names():
     assert not found - KNOWN_PRIVATE_IMPORTS, "private names used across modules: " + "; ".join(
         f"{m} uses {n}" for m, n in sorted(found - KNOWN_PRIVATE_IMPORTS))
     assert not KNOWN_PRIVATE_IMPORTS - found, f"fixed, drop from KNOWN_PRIVATE_IMPORTS: {sorted(KNOWN_PRIVATE_IMPORTS - found)}"
+
+
+def test_experiments_import_hlnas_as_installed_not_through_sys_path():
+    """Experiments are small scripts over the installed library (run from the repo root; those that reuse the
+    tests' inputs as ``python -m experiments.NAME``): none edits sys.path to find hlnas or the tests."""
+    root = PKG.parent / "experiments"
+    bad = [str(p.relative_to(root)) for p in root.rglob("*.py") if "sys.path.insert" in p.read_text()]
+    assert not bad, f"experiments that edit sys.path: {bad}"

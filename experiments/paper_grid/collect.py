@@ -17,10 +17,9 @@ from pathlib import Path
 
 import optuna
 
-sys.path.insert(0, ".")
-from hlnas.score.ruler import RULER_TASKS  # noqa: E402
-from hlnas.space import space_from_dict  # noqa: E402
-from hlnas.budget import layout_metrics  # noqa: E402
+from hlnas.score.ruler import RULER_TASKS
+from hlnas.space import space_from_dict
+from hlnas.budget import layout_metrics
 
 COLUMNS = ["mixer", "ratio", "layout", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k", "state_bytes",
            "val_loss", "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length", "recall_raw",

@@ -18,8 +18,7 @@ import argparse
 import csv
 import sys
 
-sys.path.insert(0, ".")
-from hlnas.paper import PAPER, attention_share, lm_by_ratio, recall_by_ratio, spearman  # noqa: E402
+from hlnas.paper import PAPER, attention_share, lm_by_ratio, recall_by_ratio, spearman
 
 RATIOS = ("pure", "24:1", "12:1", "6:1", "3:1")
 

@@ -48,7 +48,7 @@ warm_mixers() {  # compile every kernel the grid uses, in parallel (Triton compi
 check_ops() {  # every op in its own process (a CUDA fault in one must not poison the others), all GPUs
   local i=0
   for op in attention hgrn simple_gla simple_gla@g_gamma gla delta_rule gated_delta_rule; do
-    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 experiments/gpu_check.py --ops $op \
+    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m experiments.gpu_check --ops $op \
       --out "$OUT/logs/check_${op/@/_}.md" >"$OUT/logs/check_${op/@/_}.log" 2>&1 & PIDS+=($!); i=$((i + 1))
   done
   CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -rP -m gpu tests/kernels tests/test_model_gpu.py \
@@ -94,7 +94,7 @@ for step in "$@"; do
     warm*) [[ $step == warm:* ]] && t=${step#warm:} || t=300; warm_mixers $t; check_ops $t; check_done ;;  # compile + check at once
     check*) [[ $step == check:* ]] && t=${step#check:} || t=200; check_ops $t; check_done ;;
     train_all*) train_all "${step#train_all:}" ;;
-    precision) timeout 120 python3 experiments/gpu_model_precision.py --out "$OUT/logs/gpu_model_precision.md" >"$OUT/logs/precision.log" 2>&1
+    precision) timeout 120 python3 -m experiments.gpu_model_precision --out "$OUT/logs/gpu_model_precision.md" >"$OUT/logs/precision.log" 2>&1
                say "precision rc=$?"; grep "^| " "$OUT/logs/gpu_model_precision.md" ;;
     grid:*) search $SPACE $GRID_STUDY "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before

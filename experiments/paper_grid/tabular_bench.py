@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from hlnas.tabular import DEFAULT_SAMPLERS, TabularBenchmark, compare, load_sampler, write_outputs  # noqa: E402
+from hlnas.tabular import DEFAULT_SAMPLERS, TabularBenchmark, compare, load_sampler, write_outputs
 
 
 def _mib(x) -> str:
