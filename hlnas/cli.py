@@ -416,7 +416,8 @@ def cmd_bench_samplers(args: argparse.Namespace) -> int:
     import time
 
     from hlnas.console import bench_run_line, bench_summary
-    from hlnas.tabular import TabularBenchmark, compare, load_sampler, write_outputs
+    from hlnas.comparison import compare, load_sampler, write_outputs
+    from hlnas.tabular import TabularBenchmark
 
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
     if args.table:

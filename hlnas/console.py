@@ -203,6 +203,6 @@ def bench_run_line(run, elapsed_s: float) -> str:
 
 
 def bench_summary(comparison) -> str:
-    """The sampler comparison (a :class:`hlnas.tabular.Comparison`) as a markdown table under its heading."""
+    """The sampler comparison (a :class:`hlnas.comparison.Comparison`) as a markdown table under its heading."""
     return (f"\nhypervolume (fraction of the table's) after N distinct evaluations, mean ± std over "
             f"{len(comparison.seeds)} seeds:\n\n" + comparison.to_markdown())

@@ -13,7 +13,8 @@ from hlnas.config import preset
 from hlnas.errors import ConfigError
 from hlnas.layout import build_layout
 from hlnas.space import load_space
-from hlnas.tabular import TabularBenchmark, compare, load_sampler, run_sampler
+from hlnas.comparison import compare, load_sampler
+from hlnas.tabular import TabularBenchmark, run_sampler
 from hlnas.trial import layout_metrics
 
 

@@ -21,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from hlnas.tabular import DEFAULT_SAMPLERS, TabularBenchmark, compare, load_sampler, write_outputs
+from hlnas.comparison import compare, load_sampler, write_outputs
+from hlnas.tabular import DEFAULT_SAMPLERS, TabularBenchmark
 
 
 def _mib(x) -> str:
