@@ -232,8 +232,10 @@ class RayExecutor:
                 if address:
                     ray.init(address=address, log_to_driver=False)
                 else:
-                    ray.init(num_cpus=max(1, int(workers * cpus_per_trial)), num_gpus=_local_gpus(gpus_per_trial, workers),
-                             include_dashboard=False, log_to_driver=False)
+                    # "local": a Ray of this search's own size, even when another cluster runs on the machine (with
+                    # no address, ray.init joins that one and refuses num_cpus: found with a stray `ray start --head`)
+                    ray.init(address="local", num_cpus=max(1, int(workers * cpus_per_trial)),
+                             num_gpus=_local_gpus(gpus_per_trial, workers), include_dashboard=False, log_to_driver=False)
             except Exception as e:
                 raise HlnasError(f"could not {'join the Ray cluster at ' + address if address else 'start a local Ray'}: {e}") from e
         env = {"TRITON_CACHE_DIR": triton_cache or os.path.expanduser("~/.triton/cache"), "PYTHONUNBUFFERED": "1"}

@@ -43,6 +43,45 @@ def test_inline_executor_runs_trials_in_this_process():
         make_executor("slurm")
 
 
+@pytest.mark.slow
+def test_a_local_ray_is_the_searchs_own_even_beside_another_cluster(tmp_path):
+    """A Ray started by someone else on the machine (``ray start --head``) made ``ray.init(num_cpus=...)`` join it
+    and refuse: every ray search failed with 'could not start a local Ray'. The search starts its own instead."""
+    import pathlib
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable))
+    if ray_cli is None:
+        pytest.skip("no ray command beside this Python")
+    if ray.is_initialized():
+        ray.shutdown()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    other = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=1",
+                              "--include-dashboard=false", "--disable-usage-stats"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while not pathlib.Path("/tmp/ray/ray_current_cluster").is_file():  # where ray.init looks for a cluster
+            assert time.time() < deadline and other.poll() is None, "the other Ray did not start"
+            time.sleep(0.5)
+        time.sleep(2)  # its GCS up
+        url = f"sqlite:///{tmp_path}/ray.db"
+        run_search(tiny_space(), storage=url, study_name="ray", n_trials=2, executor="ray", workers=2)
+        assert ray.cluster_resources()["CPU"] == 2  # its own size, not the other cluster's one CPU
+        assert len(trained(load_hlnas_study(url, "ray"))) == 2
+    finally:
+        ray.shutdown()
+        os.killpg(other.pid, signal.SIGTERM)
+        other.wait(timeout=60)
+
+
 def test_search_on_two_ray_workers_overlaps_trials_on_long_lived_actors(tmp_path):
     was_up = ray.is_initialized()
     url = f"sqlite:///{tmp_path}/ray.db"
