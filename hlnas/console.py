@@ -74,6 +74,11 @@ class SearchProgress:
                 self.write(f"  trial {data['number']:>3} {data['status']:<9} {data['layout']}  {m.get('error_kind')}: {err[0] if err else ''}")
             if self.bar is not None:
                 self.bar.set_postfix(failed=self.failed, refresh=True)
+        elif kind == "trained":  # layouts trained before the loop (a resume, calibration's seed-0 runs) count too
+            if self.bar is not None:
+                self.bar.total = max(self.bar.total or 0, data["of"])
+                self.bar.n = data["n"]
+                self.bar.refresh()
         elif kind == "reused":
             self.write(f"  trial {data['number']:>3} reused    {data['layout']} (same layout as trial {data['from']})")
         elif kind == "infeasible":

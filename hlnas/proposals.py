@@ -293,8 +293,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     once instead of waiting for the next storage write. ``unique``: how many distinct layouts exist (None: too
     many to count; default :func:`countable`). ``stop``: an extra end condition, checked with the target.
     ``retry_failed``: re-queue the layouts that failed (infeasible ones stay out), raising the target if needed.
-    ``on_event(kind, data)``: started, finished, reused, infeasible, front, requeued, retry, target_raised,
-    time_limit."""
+    ``on_event(kind, data)``: trained (the distinct layouts stored before the loop starts), started, finished,
+    reused, infeasible, front, requeued, retry, target_raised, time_limit."""
     emit = on_event or (lambda kind, data: None)
     metrics_names = list(objectives) if objectives is not None else [o.metric for o in space.objectives]
     unique = countable(space) if unique is _COUNT else unique
@@ -320,6 +320,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
             emit("target_raised", {"from": n_trials, "to": len(done_by_layout) + retried, "retried": retried})
             n_trials = len(done_by_layout) + retried
             study.set_user_attr("hlnas_trials", n_trials)
+    emit("trained", {"n": len(done_by_layout), "of": n_trials})  # already stored: resumed, or calibration's own
     dup_streak = 0
     rng = random.Random(seed)
     last_front: tuple = ()

@@ -188,6 +188,30 @@ def test_search_progress_starts_its_bar_at_the_first_event_and_counts_trained_tr
     assert "failed=1" in err and "1/2" in err
 
 
+def test_search_progress_counts_the_layouts_trained_before_the_loop(capsys):
+    """The default search's calibration stores 5 of its 11 layouts as trials: the bar ended at 6/11 on a finished
+    search before the loop said how many it found."""
+    ui = SearchProgress(11, progress=True)
+    ui.event("trained", {"n": 5, "of": 11})
+    assert ui.bar.n == 5 and ui.bar.total == 11
+    for i in range(6):
+        ui.event("finished", {"number": i, "status": "ok", "layout": "GGGA", "metrics": {}})
+    assert ui.bar.n == 11
+    ui.close()
+    assert "11/11" in capsys.readouterr().err
+
+
+def test_search_loop_reports_what_was_trained_before_it_started(tmp_path):
+    from hlnas.study import run_search
+    from tests.test_study import tiny_space
+
+    url, events = f"sqlite:///{tmp_path}/s.db", []
+    run_search(tiny_space(), storage=url, study_name="s", n_trials=2)
+    run_search(tiny_space(), storage=url, study_name="s", n_trials=3, resume=True,
+               on_event=lambda kind, data: events.append((kind, data)))
+    assert events[0] == ("trained", {"n": 2, "of": 3})
+
+
 def test_bench_lines():
     from hlnas.tabular import RunResult
 
