@@ -128,7 +128,10 @@ def stop_record(study: optuna.Study, params: dict, what: str, kind: str = "inter
 
 def requeue(study: optuna.Study, params: dict, number: int) -> None:
     """Enqueue ``params`` again unless already WAITING. (Not ``skip_if_exists``: it matches the failed trial
-    itself, so nothing would ever be re-queued.)"""
+    itself, so nothing would ever be re-queued.) A trial stopped before the sampler chose its layout (no params:
+    asked, then the process died) has nothing to train again, and is not re-queued."""
+    if not params:
+        return
     if any(t.system_attrs.get("fixed_params") == params for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
         return
     study.enqueue_trial(params, user_attrs={"requeued_from": number})

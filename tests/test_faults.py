@@ -162,6 +162,23 @@ def test_bad_options_fail_before_the_study_is_created(tmp_path, kw, message):
 
 
 # -- 5. lost workers are re-queued, within a bound ---------------------------------------------------------------------
+def test_a_trial_stopped_before_its_layout_was_chosen_is_failed_not_requeued(tmp_path):
+    """A driver killed between ask and the sampler's choice leaves a RUNNING trial without params (seen once in CI);
+    the next driver fails it and queues nothing for it, while an orphan with a layout is queued again."""
+    from hlnas.proposals import recover
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/s.db", study_name="s")
+    study.ask()  # no params: the process died before suggest
+    chosen = study.ask()
+    chosen.suggest_categorical("mixer", ["gla", "hgrn"])
+    assert recover(study) == 2
+    ts = study.get_trials(deepcopy=False)
+    assert [t.state for t in ts[:2]] == [TrialState.FAIL, TrialState.FAIL]
+    assert all(t.user_attrs["error_kind"] == "interrupted" for t in ts[:2])
+    waiting = [t for t in ts if t.state == TrialState.WAITING]
+    assert [(t.user_attrs["requeued_from"], t.system_attrs["fixed_params"]) for t in waiting] == [(1, chosen.params)]
+
+
 def test_a_lost_workers_trial_is_requeued_then_failed_at_the_bound(tmp_path, monkeypatch):
     space = tiny_space()
     victim = str(space.layout(space.grid()[0]))

@@ -47,7 +47,8 @@ def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, 
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"search ended before it could be stopped:\n{proc.communicate()[1][-3000:]}"
         ts = _trials(url, name)
-        running = [t for t in ts if t.state == TrialState.RUNNING]
+        # a trial with its layout chosen: one just asked (no params yet) is not training anything
+        running = [t for t in ts if t.state == TrialState.RUNNING and t.params]
         if sum(t.state == TrialState.COMPLETE for t in ts) >= min_complete and running:
             if group:
                 os.killpg(proc.pid, sig)
