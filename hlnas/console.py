@@ -9,16 +9,15 @@ from __future__ import annotations
 import json
 import sys
 
+from hlnas.metrics import bytes_text
+
 __all__ = ["SearchProgress", "train_summary", "format_bytes", "format_value", "recall_text", "front_table", "status_text",
            "layout_card", "layout_record", "bench_run_line", "bench_summary"]
 
 
 def format_bytes(n: int) -> str:
     """'64.00 MiB (67,108,864 B)': the largest binary unit it reaches, with the exact count."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit} ({n:,} B)"
-    return f"{n} B"
+    return bytes_text(n, exact=True)
 
 
 def format_value(x) -> str:
@@ -135,7 +134,7 @@ def front_table(rows: list[dict], calibration: dict | None) -> str:
              f"  {'#':>4}  {'layout':<26} {'ratio':<11} {'recall':>7} {'raw':>7} {'no-rec.':>7} {'KV cache':>12} "
              f"{'val_loss':>9} {'params':>12}"]
     for r in rows:
-        kv = format_bytes(r["kv_cache_bytes"] or 0).split(" (")[0]
+        kv = bytes_text(r["kv_cache_bytes"] or 0)
         lines.append(f"  {r['number']:>4}  {r['layout']:<26} {r['ratio']:<11} {format_value(r['recall']):>7} "
                      f"{format_value(r.get('recall_raw')):>7} {format_value(r.get('recall_baseline')):>7} {kv:>12} "
                      f"{format_value(r['val_loss']):>9} {r['params'] or 0:>12,}")

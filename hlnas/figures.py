@@ -72,10 +72,7 @@ def format_metric(name: str, value) -> str:
         return "n/a"
     unit = metric_table.METRICS[name].unit if name in metric_table.METRICS else ("bytes" if name.endswith("_bytes") else "")
     if unit == "bytes":
-        for suffix, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-            if abs(value) >= size:
-                return f"{value / size:.2f} {suffix}"
-        return f"{int(value)} B"
+        return metric_table.bytes_text(value)
     if unit == "count":
         return f"{value / 1e6:.2f}M"
     return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["Metric", "METRICS", "register", "get", "directions", "objective_metrics", "raw_recall_metrics",
+__all__ = ["bytes_text", "Metric", "METRICS", "register", "get", "directions", "objective_metrics", "raw_recall_metrics",
            "RECALL_SOURCES"]
 
 #: where a trial's "recall" comes from, in order of preference: (score objective, its raw accuracy key); the
@@ -86,3 +86,13 @@ for _m in (
     Metric(name="train_wall_s", direction="minimize", title="training time", unit="s", objective=False),
 ):
     register(_m)
+
+
+def bytes_text(n: float, *, exact: bool = False) -> str:
+    """A byte count in the largest binary unit it reaches ('3.00 MiB'); ``exact`` adds the count ('3.00 MiB
+    (3,145,728 B)'). Below 1 KiB: whole bytes. The one format of bytes for the terminal, plots and reports."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            text = f"{n / size:.2f} {unit}"
+            return f"{text} ({n:,} B)" if exact else text
+    return f"{int(n)} B"

@@ -300,7 +300,8 @@ def choose_executor(executor: str, workers: int | None, address: str | None = No
 
 def default_trials(space: SearchSpace | None) -> int:
     """Trials a search runs when not told: the whole space when it has at most 40 layouts, else 12."""
-    return len(space.grid()) if space is not None and len(space.grid()) <= 40 else 12
+    n = len(space.grid()) if space is not None else None  # grid() enumerates the space: once
+    return n if n is not None and n <= 40 else 12
 
 
 def trial_target(space: SearchSpace | None, storage: str, name: str, resume: bool) -> int:
