@@ -9,6 +9,16 @@ protocol is **valid** when
    (a mixer's pure model from its hybrid), by more than twice its seed spread (max - min over seeds,
    never taken below ``spread_floor``, so equal results are never "separated").
 
+Two further checks grade the protocol, each reported per mixer and part of validity where the space asks
+(``pure_below_min_mixers``, ``graded_min_mixers``):
+
+3. **pure below its hybrid**: in every seed the pure model's recall is below its hybrid's, and the means differ
+   by more than twice the larger seed spread (a gap inside the spread is no evidence);
+4. **graded**: along the mixer's ladder of attention shares (pure, ``graded_ratios``, the hybrid) the graded
+   measure (``recall_auc`` where the protocol scores it, else recall) never falls by more than twice the seed
+   spread and rises from pure to the hybrid by more than that. A mixer whose pure model already learns the
+   task ties its hybrid ("flat"): reported, not counted.
+
 A recall number that fails these says nothing about recall: ``hlnas search`` refuses to start on an
 invalid protocol (:class:`CalibrationFailed` names the failed control, by how much, and which settings to
 change). The verdict is stored with the study; seed-0 runs of layouts in the space become its trials.
@@ -25,7 +35,7 @@ from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table", "table_cells",
-           "summary", "TABLE_COLUMNS",
+           "summary", "TABLE_COLUMNS", "graded_value", "mixer_lines",
            "run_summary", "training_length_recall"]
 
 
@@ -40,8 +50,17 @@ class CalibrationConfig:
     control_min: float = 0.9  # raw recall the all-attention control must reach at the training length
     hybrid_ratio: str = "3:1"  # the hybrid trained beside each pure model
     spread_floor: float = 0.01  # the smallest seed spread assumed (two equal seeds are not "separated" by 0)
+    graded_ratios: tuple[str, ...] = ()  # further ratios per mixer (paper placement) on the graded ladder
+    graded_min_mixers: int = 0  # mixers whose graded measure must rise with the attention share (0: report only)
+    pure_below_min_mixers: int = 0  # mixers whose pure model must sit below its hybrid beyond the spread (0: report)
 
     def __post_init__(self) -> None:
+        if isinstance(self.graded_ratios, list):
+            object.__setattr__(self, "graded_ratios", tuple(self.graded_ratios))
+        for name in ("graded_min_mixers", "pure_below_min_mixers"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"calibration.{name}={v!r} is not allowed; allowed: an integer >= 0 (0: reported only)")
         if not isinstance(self.enabled, bool):
             raise ConfigError(f"calibration.enabled must be true or false, got {self.enabled!r}")
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or not 2 <= self.seeds <= 10:
@@ -58,6 +77,14 @@ class CalibrationConfig:
         if r is None:
             raise ConfigError(f"calibration.hybrid_ratio={self.hybrid_ratio!r} is not allowed; allowed: a ratio r:1 "
                               "such as '3:1' (one attention layer every r-th layer)")
+        for ratio in self.graded_ratios:
+            try:
+                ok = isinstance(ratio, str) and parse_ratio(ratio) is not None
+            except HlnasError:
+                ok = False
+            if not ok:
+                raise ConfigError(f"calibration.graded_ratios: {ratio!r} is not allowed; allowed: ratios r:1 such as "
+                                  "'6:1' (the ladder's pure model and hybrid are always trained)")
 
     @classmethod
     def from_dict(cls, data: dict) -> "CalibrationConfig":
@@ -73,12 +100,13 @@ class CalibrationConfig:
 
 @dataclass(frozen=True)
 class CalibrationRun:
-    key: str  # "<role>:<mixer>:s<seed>"
-    role: str  # control | pure | hybrid
+    key: str  # "<role>:<mixer>:s<seed>"; a ladder run's role part names its ratio: "ladder6to1:gla:s0"
+    role: str  # control | pure | hybrid | ladder (a graded ratio)
     mixer: str  # linear mixer, or 'transformer' for the control
     layout: str
     seed: int
     params: dict | None  # the space point with this layout (seed 0 becomes a trial), or None
+    ratio: str | None = None  # pure, the hybrid's or the ladder's ratio; None for the control
 
 
 def _point(space, layout: str, mixer: str, ratio: str | None) -> dict | None:
@@ -111,15 +139,22 @@ def plan(space) -> list[CalibrationRun]:
     if space.n_layers % r:
         raise ConfigError(f"calibration.hybrid_ratio={cfg.hybrid_ratio!r} needs a depth that is a multiple of {r}; "
                           f"the space has layers={space.n_layers}. Set calibration.hybrid_ratio to a ratio dividing it")
+    ladder = [g for g in cfg.graded_ratios if g != cfg.hybrid_ratio]
+    for g in ladder:
+        if space.n_layers % parse_ratio(g):
+            raise ConfigError(f"calibration.graded_ratios: {g!r} needs a depth that is a multiple of {parse_ratio(g)}; "
+                              f"the space has layers={space.n_layers}")
     groups = [("control", TRANSFORMER, str(build_layout(TRANSFORMER, None, space.n_layers)), None)]
     for m in space.mixers:
         groups.append(("pure", m, str(build_layout(m, "pure", space.n_layers)), "pure"))
         groups.append(("hybrid", m, str(build_layout(m, cfg.hybrid_ratio, space.n_layers, "paper")), cfg.hybrid_ratio))
+        groups += [("ladder", m, str(build_layout(m, g, space.n_layers, "paper")), g) for g in ladder]
     runs = []
     for seed in range(cfg.seeds):
         for role, mixer, layout, ratio in groups:
-            runs.append(CalibrationRun(f"{role}:{mixer}:s{seed}", role, mixer, layout, seed,
-                                       _point(space, layout, mixer, ratio) if seed == 0 else None))
+            tag = f"ladder{ratio.replace(':', 'to')}" if role == "ladder" else role
+            runs.append(CalibrationRun(f"{tag}:{mixer}:s{seed}", role, mixer, layout, seed,
+                                       _point(space, layout, mixer, ratio) if seed == 0 else None, ratio))
     return runs
 
 
@@ -140,9 +175,9 @@ def training_length_recall(metrics: dict) -> tuple[float | None, float | None]:
 def run_summary(run: CalibrationRun, status: str, metrics: dict) -> dict:
     """What the study stores of one calibration run."""
     raw, base = training_length_recall(metrics)
-    keep = ("recall", "recall_raw", "recall_baseline", "recall_baseline_name", "recall_source", "mqar_lr",
-            "mqar_steps_done", "val_loss", "error_kind", "error", "wall_s", "train_wall_s", "mqar_s")
-    return {"key": run.key, "role": run.role, "mixer": run.mixer, "layout": run.layout, "seed": run.seed,
+    keep = ("recall", "recall_raw", "recall_baseline", "recall_baseline_name", "recall_source", "recall_auc", "mqar_lr",
+            "mqar_steps_done", "mqar_steps_to_target", "val_loss", "error_kind", "error", "wall_s", "train_wall_s", "mqar_s")
+    return {"key": run.key, "role": run.role, "mixer": run.mixer, "layout": run.layout, "seed": run.seed, "ratio": run.ratio,
             "status": status, "raw_train_length": raw, "baseline_train_length": base,
             **{k: metrics[k] for k in keep if k in metrics}}
 
@@ -151,31 +186,50 @@ def _spread(values: list[float], floor: float) -> float:
     return max(max(values) - min(values), floor) if values else floor
 
 
+def _tag(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+def graded_value(summary: dict) -> float | None:
+    """A run's graded measure: the fresh-model MQAR's learning AUC where the protocol scores it, else its recall."""
+    v = summary.get("recall_auc")
+    return float(v) if v is not None else (float(summary["recall"]) if summary.get("recall") is not None else None)
+
+
 def verdict(space, runs: dict[str, dict]) -> dict:
-    """Judge stored run summaries (``key -> run_summary``): rows, failures, and ``valid``."""
+    """Judge stored run summaries (``key -> run_summary``): rows, failures, per-mixer checks, and ``valid``."""
     cfg = space.calibration
     rows, failures = [], []
     by_group: dict[tuple[str, str], list[dict]] = {}
     for r in runs.values():
-        by_group.setdefault((r["role"], r["mixer"]), []).append(r)
-    expected = {(p.role, p.mixer): p.layout for p in plan(space)}
-    for (role, mixer), layout in expected.items():
-        got = sorted(by_group.get((role, mixer), []), key=lambda r: r["seed"])
+        by_group.setdefault((_tag(r["key"]), r["mixer"]), []).append(r)
+    expected = {}
+    for p in plan(space):
+        expected.setdefault((_tag(p.key), p.mixer), p)
+    for (tag, mixer), p in expected.items():
+        got = sorted(by_group.get((tag, mixer), []), key=lambda r: r["seed"])
         ok = [r for r in got if r["status"] == "ok" and r.get("raw_train_length") is not None]
         vals = [float(r["raw_train_length"]) for r in ok]
         bases = [float(r["baseline_train_length"] or 0.0) for r in ok]
-        row = {"role": role, "mixer": mixer, "layout": layout, "seeds": [r["seed"] for r in ok], "recall": vals,
-               "mean": sum(vals) / len(vals) if vals else None, "spread": _spread(vals, cfg.spread_floor),
+        graded = [graded_value(r) for r in ok]
+        graded = [g for g in graded if g is not None]
+        row = {"role": p.role, "mixer": mixer, "layout": p.layout, "ratio": p.ratio, "seeds": [r["seed"] for r in ok],
+               "recall": vals, "mean": sum(vals) / len(vals) if vals else None, "spread": _spread(vals, cfg.spread_floor),
                "baseline": max(bases) if bases else None, "failed_runs": [r["key"] for r in got if r not in ok],
-               "lr": [r.get("mqar_lr") for r in ok]}
+               "lr": [r.get("mqar_lr") for r in ok], "graded": graded,
+               "graded_mean": sum(graded) / len(graded) if graded else None,
+               "graded_spread": _spread(graded, cfg.spread_floor)}
         rows.append(row)
-    index = {(r["role"], r["mixer"]): r for r in rows}
+    index = {(r["role"], r["mixer"]): r for r in rows if r["role"] != "ladder"}
     for row in rows:
         if len(row["recall"]) < cfg.seeds:
             failures.append({"row": row, "kind": "missing",
                              "message": f"{_name(row)} has {len(row['recall'])} of {cfg.seeds} seeds scored "
                                         f"(failed or missing runs: {', '.join(row['failed_runs']) or 'none'})"})
             row["verdict"] = "missing"
+            continue
+        if row["role"] == "ladder":
+            row["verdict"] = "graded"  # on the ladder only: judged by the graded check below
             continue
         if row["role"] == "control":
             row["verdict"] = "pass" if min(row["recall"]) >= cfg.control_min else "FAIL"
@@ -203,16 +257,69 @@ def verdict(space, runs: dict[str, dict]) -> dict:
                 msg += f" and {apart:.3f} from its {'hybrid' if row['role'] == 'pure' else 'pure model'} ({partner['mean']:.3f})"
             msg += f": neither is more than twice the seed spread ({need:.3f})"
             failures.append({"row": row, "kind": "separation", "message": msg})
-    for m in space.mixers:
-        p, h = index.get(("pure", m)), index.get(("hybrid", m))
-        if p and h and p.get("mean") is not None and h.get("mean") is not None:
-            h["pure_below"] = p["pure_below"] = p["mean"] < h["mean"]
+    mixers = {m: _mixer_checks(m, rows, cfg) for m in space.mixers}
+    for row in rows:  # the pure/hybrid rows carry the pair's answer (the table's last lines)
+        if row["role"] in ("pure", "hybrid") and mixers[row["mixer"]]["pure_below"] is not None:
+            row["pure_below"] = mixers[row["mixer"]]["pure_below"]
+    n_below = sum(1 for c in mixers.values() if c["pure_below"])
+    n_graded = sum(1 for c in mixers.values() if c["graded"] == "rises")
+    if n_below < cfg.pure_below_min_mixers:
+        failures.append({"kind": "pure_below", "message": f"the pure model sits below its {cfg.hybrid_ratio} hybrid "
+                         f"beyond twice the seed spread, in every seed, for {n_below} mixer(s) "
+                         f"({', '.join(m for m, c in mixers.items() if c['pure_below']) or 'none'}); "
+                         f"calibration.pure_below_min_mixers={cfg.pure_below_min_mixers}"})
+    if n_graded < cfg.graded_min_mixers:
+        failures.append({"kind": "graded", "message": f"the graded measure rises with the attention share, without "
+                         f"falling beyond twice the seed spread, for {n_graded} mixer(s) "
+                         f"({', '.join(m for m, c in mixers.items() if c['graded'] == 'rises') or 'none'}); "
+                         f"calibration.graded_min_mixers={cfg.graded_min_mixers}"})
     return {"valid": not failures, "rows": rows, "failures": [f["message"] for f in failures],
-            "kinds": sorted({f["kind"] for f in failures}), "config": cfg.to_dict()}
+            "kinds": sorted({f["kind"] for f in failures}), "config": cfg.to_dict(), "mixers": mixers,
+            "pure_below_mixers": n_below, "graded_mixers": n_graded}
+
+
+def _share(ratio: str | None) -> float:
+    """A ratio's attention share (pure 0, r:1 one layer in r)."""
+    return 0.0 if ratio in (None, "pure") else 1.0 / parse_ratio(ratio)
+
+
+def _mixer_checks(mixer: str, rows: list[dict], cfg: CalibrationConfig) -> dict:
+    """Per mixer: is the pure model below its hybrid (every seed, beyond twice the spread), and does the graded
+    measure rise along the ladder of attention shares without falling beyond twice the spread."""
+    mine = {r["role"]: r for r in rows if r["mixer"] == mixer and r["role"] in ("pure", "hybrid")}
+    pure, hyb = mine.get("pure"), mine.get("hybrid")
+    out: dict = {"pure_below": None, "pure_below_gap": None, "graded": None, "ladder": [], "falls": []}
+    if pure and hyb and len(pure["recall"]) >= cfg.seeds and len(hyb["recall"]) >= cfg.seeds:
+        by_seed = dict(zip(hyb["seeds"], hyb["recall"]))
+        every_seed = all(v < by_seed.get(s, float("-inf")) for s, v in zip(pure["seeds"], pure["recall"]))
+        gap = hyb["mean"] - pure["mean"]
+        out["pure_below_gap"] = round(gap, 4)
+        out["pure_below"] = every_seed and gap > 2 * max(pure["spread"], hyb["spread"])
+    ladder = sorted((r for r in rows if r["mixer"] == mixer and r["role"] in ("pure", "hybrid", "ladder")),
+                    key=lambda r: _share(r["ratio"]))
+    if len(ladder) < 2 or any(len(r["graded"]) < cfg.seeds for r in ladder):
+        return out
+    out["ladder"] = [{"ratio": r["ratio"], "mean": round(r["graded_mean"], 4), "spread": round(r["graded_spread"], 4)}
+                     for r in ladder]
+    for lo, hi in zip(ladder, ladder[1:]):
+        fall = lo["graded_mean"] - hi["graded_mean"]
+        if fall > 2 * max(lo["graded_spread"], hi["graded_spread"]):
+            out["falls"].append({"from": lo["ratio"], "to": hi["ratio"], "by": round(fall, 4)})
+    first, last = ladder[0], ladder[-1]
+    rise = last["graded_mean"] - first["graded_mean"]
+    if out["falls"]:
+        out["graded"] = "falls"
+    elif rise > 2 * max(first["graded_spread"], last["graded_spread"]):
+        out["graded"] = "rises"
+    else:
+        out["graded"] = "flat"
+    return out
 
 
 def _name(row: dict) -> str:
-    return "the all-attention control" if row["role"] == "control" else f"{row['mixer']} {row['role']}"
+    if row["role"] == "control":
+        return "the all-attention control"
+    return f"{row['mixer']} {row['ratio']}" if row["role"] == "ladder" else f"{row['mixer']} {row['role']}"
 
 
 def _vals(row: dict) -> str:
@@ -240,6 +347,10 @@ def advice(space, result: dict) -> str:
                     f"easier (fewer pairs, shorter sequences): {knobs}")
     if "separation" in result["kinds"]:
         tips.append("to separate the candidates: a harder task (more pairs than a fixed-size state holds) or more training")
+    if "pure_below" in result["kinds"] or "graded" in result["kinds"]:
+        tips.append("to grade by attention share: a harder task (more pairs, or a narrower recall model: "
+                    "score.mqar.model.d_model) so pure models fail, or a smaller step budget (score.mqar.steps) so "
+                    "the steps to learn differ")
     if "missing" in result["kinds"]:
         tips.append("fix the failed runs (their errors are in the table)")
     return "; ".join(tips)
@@ -275,7 +386,27 @@ def format_table(result: dict) -> str:
     lines.append(f"valid: {'yes' if result['valid'] else 'NO'} (control >= {cfg['control_min']} at the training length; "
                  f"every pure model and {cfg['hybrid_ratio']} hybrid more than 2x its seed spread from its no-recall "
                  "baseline or from its partner)")
-    pairs = [r for r in result["rows"] if r["role"] == "pure" and "pure_below" in r]
-    if pairs:
-        lines.append("pure below its hybrid: " + ", ".join(f"{r['mixer']} {'yes' if r['pure_below'] else 'no'}" for r in pairs))
+    lines += mixer_lines(result)
     return "\n".join(lines)
+
+
+def mixer_lines(result: dict) -> list[str]:
+    """The per-mixer checks as text: pure below its hybrid beyond the spread, and the graded ladder."""
+    cfg, mixers = result["config"], result.get("mixers") or {}
+    lines = []
+    below = {m: c for m, c in mixers.items() if c.get("pure_below") is not None}
+    if below:
+        need = cfg.get("pure_below_min_mixers", 0)
+        lines.append(f"pure below its hybrid in every seed, beyond 2x the seed spread ({sum(map(bool, (c['pure_below'] for c in below.values())))}"
+                     f" mixers{f', need {need}' if need else ''}): "
+                     + ", ".join(f"{m} {'yes' if c['pure_below'] else 'no'} ({c['pure_below_gap']:+.3f})" for m, c in below.items()))
+    graded = {m: c for m, c in mixers.items() if c.get("graded")}
+    if graded:
+        need = cfg.get("graded_min_mixers", 0)
+        lines.append(f"graded measure vs attention share ({sum(c['graded'] == 'rises' for c in graded.values())} rise"
+                     f"{f', need {need}' if need else ''}):")
+        for m, c in graded.items():
+            steps = " < ".join(f"{p['ratio']} {p['mean']:.3f}±{p['spread'] / 2:.3f}" for p in c["ladder"])
+            falls = "; falls " + ", ".join(f"{f['from']}->{f['to']} by {f['by']:.3f}" for f in c["falls"]) if c["falls"] else ""
+            lines.append(f"  {m}: {c['graded']} ({steps}){falls}")
+    return lines

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["ModelConfig", "PRESETS", "preset", "swiglu_hidden"]
+__all__ = ["ModelConfig", "PRESETS", "preset", "swiglu_hidden", "RESIDUAL_INITS"]
+
+#: ModelConfig.residual_init values
+RESIDUAL_INITS = ("fla", "zero")
 
 
 def swiglu_hidden(d_model: int, hidden_ratio: int = 4, multiple_of: int = 256) -> int:
@@ -37,6 +40,11 @@ class ModelConfig:
     tie_embeddings: bool = False  # the paper's checkpoints are untied
     norm_eps: float = 1e-6
     init_std: float = 0.02
+    # how the residual branches' output projections (each mixer's output projection, each MLP's down_proj)
+    # start: "fla" (normal, init_std, as every other weight: fla's and today's default) or "zero" (each block
+    # starts as the identity, SkipInit/ReZero). A 24-layer all-attention recall model learned MQAR only under
+    # "zero" (reference/deep-recall-control.md, section 1)
+    residual_init: str = "fla"
     mixer_hparams: dict[str, dict] = field(default_factory=dict)  # {"gla": {"num_heads": 4}, ...}
 
     def __post_init__(self) -> None:
@@ -50,6 +58,9 @@ class ModelConfig:
             raise ConfigError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={kv}")
         if self.target_params is not None and self.target_params < 1:
             raise ConfigError(f"target_params must be >= 1 or None, got {self.target_params}")
+        if self.residual_init not in RESIDUAL_INITS:
+            raise ConfigError(f"residual_init={self.residual_init!r} is not allowed; allowed: {', '.join(RESIDUAL_INITS)} "
+                              "(zero: every block's residual branch starts at exactly 0)")
         if self.window is not None and self.window < 1:
             raise ConfigError(f"window must be >= 1 or None, got {self.window}")
 

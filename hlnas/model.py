@@ -77,6 +77,12 @@ class HybridLM(nn.Module):
             init = getattr(m, "reset_special_parameters", None)
             if callable(init):
                 init()
+        if self.cfg.residual_init == "zero":  # every block starts as the identity: x + 0 + 0
+            for block in self.blocks:
+                for proj in (block.mixer.residual_out(), block.mlp.down_proj):
+                    nn.init.zeros_(proj.weight)
+                    if proj.bias is not None:
+                        nn.init.zeros_(proj.bias)
 
     def new_cache(self) -> Cache:
         return Cache(len(self.blocks))

@@ -43,9 +43,13 @@ def open_storage(url: str):
     return _open_storage(url, create=True)
 
 
+#: the study objectives that measure recall (the corrected final score and the graded learning AUC)
+RECALL_OBJECTIVES = ("recall", "recall_auc")
+
+
 def needs_calibration(space: SearchSpace) -> bool:
     """A space with a recall objective and calibration enabled is calibrated before its search."""
-    return space.calibration.enabled and any(o.metric == "recall" for o in space.objectives)
+    return space.calibration.enabled and any(o.metric in RECALL_OBJECTIVES for o in space.objectives)
 
 
 def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals) -> dict:

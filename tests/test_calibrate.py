@@ -95,7 +95,9 @@ def test_verdict_valid_when_the_control_learns_and_everything_is_separated():
     assert v["valid"] and not v["failures"]
     rows = {(r["role"], r["mixer"]): r for r in v["rows"]}
     assert rows[("pure", "gla")]["spread"] == pytest.approx(0.02) and rows[("pure", "gla")]["pure_below"]
-    assert "valid: yes" in calibrate.format_table(v) and "pure below its hybrid: gla yes, hgrn yes" in calibrate.format_table(v)
+    table = calibrate.format_table(v)
+    assert "valid: yes" in table
+    assert "pure below its hybrid in every seed, beyond 2x the seed spread (2 mixers): gla yes (+0.675), hgrn yes (+0.680)" in table
 
 
 def test_verdict_names_a_control_that_did_not_learn_and_by_how_much():
@@ -115,6 +117,77 @@ def test_verdict_needs_separation_beyond_twice_the_seed_spread():
     tie = {**GOOD, "pure:gla": (0.99, 0.99), "hybrid:gla": (0.99, 0.99)}
     v = verdict(space_from_dict(raw_space()), runs_of(tie))
     assert v["valid"] and not {r["mixer"]: r for r in v["rows"] if r["role"] == "pure"}["gla"]["pure_below"]
+
+
+def test_pure_below_its_hybrid_only_beyond_the_spread_and_in_every_seed():
+    # 0.051 vs 0.053 (a space starved to 1 step): inside the spread, so "no", though the mean is lower
+    starved = {**GOOD, "pure:hgrn": (0.051, 0.053), "hybrid:hgrn": (0.053, 0.055)}
+    v = verdict(space_from_dict(raw_space()), runs_of(starved))
+    assert v["mixers"]["hgrn"]["pure_below"] is False and v["mixers"]["gla"]["pure_below"] is True
+    assert "hgrn no (+0.002)" in calibrate.format_table(v) and v["pure_below_mixers"] == 1
+    # a clear gap in the mean, but seed 1's pure model is above seed 1's hybrid: not below "in every seed"
+    crossed = {**GOOD, "pure:gla": (0.10, 0.70), "hybrid:gla": (0.98, 0.60)}
+    assert verdict(space_from_dict(raw_space()), runs_of(crossed))["mixers"]["gla"]["pure_below"] is False
+
+
+def test_pure_below_can_be_required():
+    s = space_from_dict(raw_space(calibration={"pure_below_min_mixers": 2}))
+    tie = {**GOOD, "pure:gla": (0.99, 0.99), "hybrid:gla": (0.99, 0.99)}  # valid before, but only 1 mixer below
+    v = verdict(s, runs_of(tie))
+    assert not v["valid"] and v["kinds"] == ["pure_below"]
+    assert "for 1 mixer(s) (hgrn); calibration.pure_below_min_mixers=2" in v["failures"][0]
+    assert verdict(s, runs_of(GOOD))["valid"]
+
+
+def ladder_runs(aucs: dict) -> dict:
+    """Summaries of a space with graded_ratios ['6:1'] whose recall_auc is aucs[group] per seed."""
+    s = space_from_dict(raw_space(calibration={"graded_ratios": ["6:1"]}))
+    layouts = {r.key.rsplit(":", 1)[0]: r.layout for r in plan(s)}
+    out = {}
+    for group, vals in {**GOOD, "ladder6to1:gla": (0.9, 0.9), "ladder6to1:hgrn": (0.9, 0.9)}.items():
+        for seed, v in enumerate(vals):
+            key = f"{group}:s{seed}"
+            out[key] = {**summary(key, layouts[group], v), "recall_auc": aucs.get(group, (0.5, 0.5))[seed]}
+    return out
+
+
+def test_plan_adds_the_graded_ladder_and_its_seed_0_runs_become_trials():
+    s = space_from_dict(raw_space(calibration={"graded_ratios": ["6:1", "3:1"]}))  # 3:1 is the hybrid: not twice
+    runs = plan(s)
+    assert len(runs) == 14
+    by_key = {r.key: r for r in runs}
+    assert by_key["ladder6to1:gla:s0"].layout == "GGGGGA" and by_key["ladder6to1:gla:s0"].ratio == "6:1"
+    assert by_key["ladder6to1:gla:s0"].params == {"mixer": "gla", "ratio": "6:1", "placement": "paper"}
+    assert by_key["ladder6to1:hgrn:s1"].params is None
+    with pytest.raises(SpaceError, match=r"calibration.graded_ratios: 'x' is not allowed; allowed: ratios r:1"):
+        space_from_dict(raw_space(calibration={"graded_ratios": ["x"]}))
+    with pytest.raises(ConfigError, match=r"calibration.graded_ratios: '4:1' needs a depth that is a multiple of 4"):
+        plan(space_from_dict(raw_space(calibration={"graded_ratios": ["4:1"]})))
+
+
+def test_graded_check_rises_flat_and_falls_per_mixer():
+    s = space_from_dict(raw_space(calibration={"graded_ratios": ["6:1"], "graded_min_mixers": 1}))
+    rises = {"pure:gla": (0.00, 0.02), "ladder6to1:gla": (0.40, 0.44), "hybrid:gla": (0.60, 0.62),
+             "pure:hgrn": (0.80, 0.80), "ladder6to1:hgrn": (0.81, 0.80), "hybrid:hgrn": (0.80, 0.81)}
+    v = verdict(s, ladder_runs(rises))
+    assert v["valid"] and v["mixers"]["gla"]["graded"] == "rises" and v["mixers"]["hgrn"]["graded"] == "flat"
+    assert [p["ratio"] for p in v["mixers"]["gla"]["ladder"]] == ["pure", "6:1", "3:1"]
+    table = calibrate.format_table(v)
+    assert "graded measure vs attention share (1 rise, need 1):" in table and "gla: rises (pure 0.010" in table
+    assert "hgrn: flat" in table
+    # a fall beyond twice the spread on the way up: not graded, though the ends rise
+    falls = {**rises, "ladder6to1:gla": (0.90, 0.92)}
+    v = verdict(s, ladder_runs(falls))
+    assert v["mixers"]["gla"]["graded"] == "falls" and v["mixers"]["gla"]["falls"][0]["from"] == "6:1"
+    assert not v["valid"] and v["kinds"] == ["graded"] and "for 0 mixer(s) (none); calibration.graded_min_mixers=1" in v["failures"][0]
+    # a fall inside the spread is no fall
+    noisy = {**rises, "ladder6to1:gla": (0.55, 0.75)}
+    assert verdict(s, ladder_runs(noisy))["mixers"]["gla"]["graded"] == "rises"
+
+
+def test_graded_value_prefers_the_learning_auc():
+    assert calibrate.graded_value({"recall_auc": 0.3, "recall": 0.9}) == 0.3
+    assert calibrate.graded_value({"recall": 0.9}) == 0.9 and calibrate.graded_value({}) is None
 
 
 def test_verdict_spread_floor_keeps_equal_seeds_from_separating_by_zero():

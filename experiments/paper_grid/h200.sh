@@ -16,7 +16,7 @@ export TRITON_CACHE_DIR=$HOME/.triton/cache PYTHONUNBUFFERED=1 TOKENIZERS_PARALL
 export HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick}
 STATE=/tmp/hlnas_state DB=sqlite:////tmp/hlnas_state/h200.db
 # another space: a new study name
-SPACE=${SPACE:-experiments/paper_grid/grid_h200_mqar.yaml} GRID_STUDY=${GRID_STUDY:-paper_grid_h200_mqar}
+SPACE=${SPACE:-search_spaces/paper_grid_h200.yaml} GRID_STUDY=${GRID_STUDY:-paper_grid_h200}
 PLACE_SPACE=${PLACE_SPACE:-experiments/paper_grid/placement_h200_mqar.yaml} PLACE_STUDY=${PLACE_STUDY:-placement_h200_mqar}
 t0=$(date +%s); say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
@@ -36,6 +36,10 @@ export PYTHONPATH=/tmp/site:$PWD
 NG=$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')
 say "$(nvidia-smi -L | head -4 | tr '\n' ' ') ($NG GPUs)"
 MIXERS="transformer hgrn retnet gla hgrn2 deltanet gated_deltanet mamba2"
+
+# the GPU's utilisation every 2 s, for the GPU-seconds each call spent (runs share the GPU by time-slicing)
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 >"$OUT/logs/gpu_util.csv" 2>/dev/null &
+UTIL_PID=$!
 
 PIDS=()
 warm_mixers() {  # compile every kernel the grid uses, in parallel (Triton compiles on the CPU: 16+ cores here)
@@ -106,13 +110,16 @@ for step in "$@"; do
     placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     calibrate_by:*)  # the recall protocol's controls; a stop by the hard limit loses only the runs in flight
       left=$(( ${step#calibrate_by:} - ($(date +%s) - t0) ))
-      timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-experiments/paper_grid/recall_h200.yaml} \
-        --storage $DB --executor processes --workers ${WORKERS:-8} >>"$OUT/logs/calibrate.log" 2>&1
-      say "calibrate rc=$?"; grep -A40 "^role" "$OUT/logs/calibrate.log" | tail -20 ;;
+      export HLNAS_RECALL_PROGRESS=1  # a line per validation check: a run killed by the hard stop still tells
+      # CAL_SPACE defaults to the grid's space and study, so the grid reuses the calibration's seed-0 runs
+      timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-$SPACE} --study ${CAL_STUDY:-$GRID_STUDY} \
+        --storage $DB --executor processes --workers ${WORKERS:-5} --no-progress >>"$OUT/logs/calibrate.log" 2>&1
+      say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
 
+kill $UTIL_PID 2>/dev/null
 # bring back: the study database and logs (one archive), and the Triton cache in 15 MB parts (the return
 # channel takes 8 files of 16 MB)
 cp $STATE/h200.db "$OUT/h200.db" 2>/dev/null

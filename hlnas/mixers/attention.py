@@ -1,5 +1,10 @@
 """Full softmax attention: RoPE, causal, GQA, optional sliding window (fla's ``Attention`` layer shape:
-q/k/v/o projections without bias)."""
+q/k/v/o projections without bias).
+
+``input_conv=w`` (0: off, fla's layer) adds ``h + conv_w(h)`` on the layer's input, a causal depthwise
+convolution of width ``w`` ("Canon" layers, Allen-Zhu, Physics of Language Models part 4.1): it hands attention
+the previous tokens, as the linear mixers' short convolutions do. With it (and zero-initialised residual
+outputs) a 24-layer all-attention recall model learned MQAR at K=64 (reference/deep-recall-control.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.attention import attention
 from hlnas.mixers.base import Mixer
-from hlnas.nn import rotary
+from hlnas.nn import ShortConvolution, rotary
 
 
 class Attention(Mixer):
@@ -23,6 +28,7 @@ class Attention(Mixer):
         num_kv_heads: int
         window: int | None = None
         rope_theta: float = 10000.0
+        input_conv: int = 0  # width of the causal depthwise conv added to the input; 0 = none
 
     @classmethod
     def defaults(cls, cfg) -> dict:
@@ -35,6 +41,9 @@ class Attention(Mixer):
                 f"attention: d_model={d_model} must divide by num_heads={hp.num_heads}, "
                 f"and num_heads by num_kv_heads={hp.num_kv_heads}"
             )
+        if isinstance(hp.input_conv, bool) or not isinstance(hp.input_conv, int) or not 0 <= hp.input_conv <= 16:
+            raise ConfigError(f"attention: input_conv={hp.input_conv!r} is not allowed; allowed: 0 (off) or a conv "
+                              "width from 1 to 16")
 
     @staticmethod
     def _dims(d_model: int, hp: Hparams) -> tuple[int, int]:
@@ -44,18 +53,20 @@ class Attention(Mixer):
     @classmethod
     def param_count(cls, d_model: int, hp: Hparams) -> int:
         _, kv_dim = cls._dims(d_model, hp)
-        return 2 * d_model * d_model + 2 * d_model * kv_dim  # q, o and k, v
+        return 2 * d_model * d_model + 2 * d_model * kv_dim + d_model * hp.input_conv  # q, o and k, v; conv
 
     @classmethod
     def state_bytes(cls, d_model: int, hp: Hparams, *, batch: int, seq_len: int, dtype: torch.dtype) -> int:
         head_dim, _ = cls._dims(d_model, hp)
         held = seq_len if hp.window is None else min(seq_len, hp.window)
-        return 2 * hp.num_kv_heads * head_dim * held * batch * torch.empty((), dtype=dtype).element_size()
+        item = torch.empty((), dtype=dtype).element_size()
+        conv = ShortConvolution.state_bytes(d_model, hp.input_conv, batch, item) if hp.input_conv else 0
+        return 2 * hp.num_kv_heads * head_dim * held * batch * item + conv
 
     @classmethod
     def flops_per_token(cls, d_model: int, hp: Hparams, seq_len: int) -> int:
         _, kv_dim = cls._dims(d_model, hp)
-        proj = 2 * (2 * d_model * d_model + 2 * d_model * kv_dim)
+        proj = 2 * (2 * d_model * d_model + 2 * d_model * kv_dim + d_model * hp.input_conv)
         span = seq_len if hp.window is None else min(seq_len, hp.window)
         # the paper's Table 4: 2 * L * d_model per token (QK^T and AV at one multiply-add each)
         return proj + 2 * span * d_model
@@ -67,11 +78,14 @@ class Attention(Mixer):
         self.k_proj = nn.Linear(d_model, kv_dim, bias=False)
         self.v_proj = nn.Linear(d_model, kv_dim, bias=False)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
+        self.input_conv = ShortConvolution(d_model, hp.input_conv, activation=None) if hp.input_conv else None
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         B, T, _ = x.shape
         hp = self.hp
         pos = cache.get("pos", 0) if cache is not None else 0
+        if self.input_conv is not None:
+            x = x + self.input_conv(x, cache, key="input_conv")
         q = self.q_proj(x).view(B, T, hp.num_heads, self.head_dim)
         k = self.k_proj(x).view(B, T, hp.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(B, T, hp.num_kv_heads, self.head_dim)

@@ -87,5 +87,10 @@ class Mixer(nn.Module):
         super().__init__()
         self.d_model, self.hp, self.layer_idx = d_model, hp, layer_idx
 
+    def residual_out(self) -> nn.Linear:
+        """The projection that writes this mixer's output into the residual stream (what
+        ``ModelConfig.residual_init='zero'`` zeroes)."""
+        return self.o_proj
+
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -138,6 +138,9 @@ class Mamba2(Mixer):
             self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
             self.D.fill_(1.0)
 
+    def residual_out(self) -> nn.Linear:
+        return self.out_proj
+
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; cache: "state" ``[B, H, N, P]`` float32, "conv"."""
         B, T, _ = x.shape

@@ -56,7 +56,8 @@ def recall_metrics(scores: dict, sources=None) -> dict:
     """The study's recall from a trial's scores: the first of ``sources`` (raw accuracy keys; default the
     preference order of :data:`hlnas.metrics.RECALL_SOURCES`) present, its
     strongest no-recall baseline, and ``recall``, that accuracy corrected for the baseline (what searches
-    optimise: :func:`hlnas.score.baselines.corrected`). Empty when no recall objective was scored."""
+    optimise: :func:`hlnas.score.baselines.corrected`), and ``recall_auc``, the fresh-model MQAR's graded measure,
+    where it was scored (:func:`hlnas.score.recall_proxy.learning_auc`). Empty when no recall objective was scored."""
     if sources is None:
         from hlnas.metrics import RECALL_SOURCES
 
@@ -66,7 +67,8 @@ def recall_metrics(scores: dict, sources=None) -> dict:
         return {}
     prefix = key.removesuffix("_acc").removesuffix("_avg")
     raw, base = float(scores[key]), float(scores.get(f"{prefix}_baseline", 0.0))
-    return {"recall_source": key, "recall_raw": raw, "recall_baseline": base,
+    graded = {"recall_auc": scores["mqar_auc"]} if scores.get("mqar_auc") is not None else {}
+    return {**graded, "recall_source": key, "recall_raw": raw, "recall_baseline": base,
             "recall_baseline_name": scores.get(f"{prefix}_baseline_name"),
             "recall_baselines": scores.get(f"{prefix}_baselines", {}), "recall": corrected(raw, base)}
 

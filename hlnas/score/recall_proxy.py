@@ -11,7 +11,11 @@ section 2, for what a fixed budget measured instead):
   for up to ``score.mqar.steps`` steps, stopping early once held-out *validation* accuracy reaches
   ``score.mqar.target``; the sweep stops at the first rate that reaches it;
 * the best rate by validation accuracy is kept, and its model is scored on the test instances, the same
-  instances for every candidate and seed (``score.mqar.test_seed``), beside their no-recall baselines.
+  instances for every candidate and seed (``score.mqar.test_seed``), beside their no-recall baselines;
+* beside that final accuracy, a graded measure of how readily the layout learns recall
+  (:func:`learning_auc`): the area under its validation curve, corrected for the validation instances'
+  no-recall baseline, over the whole step budget. A protocol that trains to a target puts every hybrid that
+  learns at the stop; the steps it took to get there still differ (deep-recall-control.md, section 2).
 
 Training data come from the train stream (block ``b`` of seed ``s``: train seed ``s * 2**20 + b``),
 validation from train seed ``2**31 - 1 - s``, test from the test stream: never the same instances.
@@ -32,13 +36,14 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import build_model
-from hlnas.score.baselines import mqar_baselines, strongest
+from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
 
 if TYPE_CHECKING:
     from hlnas.score.objectives import MqarConfig
 
-__all__ = ["recall_model_config", "check_recall_model_keys", "train_mqar", "RECALL_MODEL_KEYS"]
+__all__ = ["recall_model_config", "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target",
+           "RECALL_MODEL_KEYS"]
 
 #: ModelConfig fields score.mqar.model may set (the vocabulary is the MQAR one; no parameter-count solve)
 RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
@@ -65,6 +70,29 @@ def recall_model_config(model_cfg: ModelConfig, overrides: dict, vocab: int) -> 
         return ModelConfig.from_dict(merged)
     except (TypeError, ConfigError) as e:
         raise ConfigError(f"score.mqar.model: {e}") from None
+
+
+def learning_auc(curve, budget: int, baseline: float, reached_target: bool) -> float:
+    """The area under the corrected validation curve over ``budget`` steps, as a fraction of the area of a
+    perfect curve (1 from step 0): 0 for a run that never leaves its no-recall ``baseline``, near 1 for one
+    that learns at once. ``curve`` holds ``[step, val_acc, ...]`` checks; the curve starts at 0 (an untrained
+    model recalls nothing beyond its baseline) and is linear between checks. A run stopped at its target is
+    held at its last value to the end of the budget (it would stay there); one stopped otherwise (a time budget,
+    a non-finite loss) gets nothing after its last check."""
+    if budget < 1:
+        raise ConfigError(f"a learning curve's step budget must be >= 1, got {budget}")
+    pts = [(0, 0.0)] + [(min(int(c[0]), budget), corrected(float(c[1]), baseline)) for c in curve]
+    if reached_target and pts[-1][0] < budget:
+        pts.append((budget, pts[-1][1]))
+    area = sum((s1 - s0) * (a0 + a1) / 2 for (s0, a0), (s1, a1) in zip(pts, pts[1:]))
+    return round(area / budget, 4)
+
+
+def steps_to_target(curve, target: float | None) -> int | None:
+    """The first check at which validation accuracy reached ``target`` (None: never, or no target)."""
+    if target is None:
+        return None
+    return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
 def _batches(mcfg: MQARConfig, batch: int, seed: int):
@@ -135,12 +163,16 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     rcfg = recall_model_config(model_cfg, dict(cfg.model), vocab)
     xt, yt = make_mqar(mcfg, cfg.test, cfg.test_seed, split="test")
     val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
+    _, val_base = strongest(mqar_baselines(*val, vocab))
     t0 = time.perf_counter()
     runs = []
     for lr in cfg.lrs or (cfg.lr,):
         runs.append(_one_rate(layout, rcfg, mcfg, cfg, float(lr), seed, device, val))
         if cfg.target is not None and runs[-1]["val_acc"] >= cfg.target:
             break  # later rates could only tie
+    for r in runs:
+        r["steps_to_target"] = steps_to_target(r["curve"], cfg.target)
+        r["auc"] = learning_auc(r["curve"], cfg.steps, val_base, r["steps_to_target"] is not None)
     ok = [r for r in runs if r["error"] is None] or runs
     best = max(ok, key=lambda r: (r["val_acc"], -r["steps"]))
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
@@ -151,10 +183,13 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
         "mqar_acc": acc, "mqar_baselines": base, "mqar_baseline": b, "mqar_baseline_name": name,
         "mqar_lr": best["lr"], "mqar_steps_done": sum(r["steps"] for r in runs), "mqar_s": round(time.perf_counter() - t0, 2),
         "mqar_final_loss": best["final_loss"],
+        # the graded measure: the kept rate's area under its corrected validation curve (learning_auc)
+        "mqar_auc": best["auc"], "mqar_steps_to_target": best["steps_to_target"], "mqar_val_baseline": round(val_base, 4),
         "mqar": {"seq_len": mcfg.seq_len, "kv_pairs": mcfg.num_kv_pairs, "vocab": vocab, "steps": cfg.steps,
                  "target": cfg.target, "test": cfg.test, "test_seed": cfg.test_seed,
                  "model": {k: v for k, v in best["model"].cfg.to_dict().items()
-                           if k in ("d_model", "n_heads", "n_layers", "mlp_hidden", "vocab_size")},
+                           if k in ("d_model", "n_heads", "n_layers", "mlp_hidden", "vocab_size", "residual_init")},
+                 "attention_input_conv": best["model"].cfg.mixer_hparams.get("attention", {}).get("input_conv", 0),
                  "params": best["model"].num_params(), "mode": best["mode"],
                  "runs": [{k: v for k, v in r.items() if k != "model"} for r in runs]},
     }

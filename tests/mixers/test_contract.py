@@ -11,11 +11,15 @@ from hlnas.config import preset
 from tests.helpers import assert_close
 
 CFG = preset("proxy-tiny")
+#: every mixer with its defaults, plus variants whose settings add modules or state: attention with its input conv
+CASES = [*MIXERS.names(), "attention+input_conv"]
+VARIANTS = {"attention+input_conv": {"input_conv": 4}}
 
 
 def make(name: str, dtype=torch.float64):
-    cls = MIXERS.get(name)
-    hp = cls.hparams(CFG)
+    base = name.split("+")[0]
+    cls = MIXERS.get(base)
+    hp = cls.hparams(CFG.replace(mixer_hparams={base: VARIANTS.get(name, {})}))
     torch.manual_seed(0)
     m = cls(CFG.d_model, hp, layer_idx=0).to(dtype)
     # re-randomize every parameter so zero-initialized gates cannot hide bugs
@@ -25,13 +29,13 @@ def make(name: str, dtype=torch.float64):
     return cls, hp, m
 
 
-@pytest.mark.parametrize("name", MIXERS.names())
+@pytest.mark.parametrize("name", CASES)
 def test_param_count_matches_module(name):
     cls, hp, m = make(name)
     assert cls.param_count(CFG.d_model, hp) == sum(p.numel() for p in m.parameters())
 
 
-@pytest.mark.parametrize("name", MIXERS.names())
+@pytest.mark.parametrize("name", CASES)
 def test_decode_matches_parallel(name):
     _, _, m = make(name)
     x = torch.randn(2, 37, CFG.d_model, dtype=torch.float64)
@@ -43,7 +47,7 @@ def test_decode_matches_parallel(name):
     assert_close(f"{name} decode", full, torch.cat(parts, 1), 1e-6)
 
 
-@pytest.mark.parametrize("name", MIXERS.names())
+@pytest.mark.parametrize("name", CASES)
 def test_causal(name):
     _, _, m = make(name)
     x = torch.randn(1, 24, CFG.d_model, dtype=torch.float64)
@@ -53,7 +57,7 @@ def test_causal(name):
     assert torch.allclose(m(x2)[:, :12], y[:, :12], atol=1e-10)
 
 
-@pytest.mark.parametrize("name", MIXERS.names())
+@pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_state_bytes_match_cache(name, dtype):
     cls, hp, m = make(name, dtype)
@@ -67,7 +71,7 @@ def test_state_bytes_match_cache(name, dtype):
     assert cls.state_bytes(CFG.d_model, hp, batch=B, seq_len=T, dtype=dtype) == held
 
 
-@pytest.mark.parametrize("name", MIXERS.names())
+@pytest.mark.parametrize("name", CASES)
 def test_gradients_flow(name):
     _, _, m = make(name, torch.float32)
     x = torch.randn(2, 16, CFG.d_model, requires_grad=True)
@@ -77,12 +81,12 @@ def test_gradients_flow(name):
         assert p.grad is not None and torch.isfinite(p.grad).all(), f"{n} got no finite gradient"
 
 
-@pytest.mark.parametrize("name", MIXERS.names())
+@pytest.mark.parametrize("name", CASES)
 def test_flops_grow_only_for_attention(name):
     cls, hp, _ = make(name)
     f1, f2 = cls.flops_per_token(CFG.d_model, hp, 1024), cls.flops_per_token(CFG.d_model, hp, 4096)
     assert f1 > 0
-    if name == "attention":
+    if name.startswith("attention"):
         assert f2 - f1 == 2 * 3072 * CFG.d_model
     else:
         assert f2 == f1

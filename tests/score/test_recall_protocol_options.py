@@ -1,0 +1,117 @@
+"""Issue #20's recall-model protocol options (zero-initialised residual outputs, the attention-input conv) and
+the graded recall measure (the learning AUC), on CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hlnas.catalog import MIXERS
+from hlnas.config import ModelConfig, preset
+from hlnas.errors import ConfigError
+from hlnas.layout import Layout
+from hlnas.model import build_model
+from hlnas.overrides import yaml_load
+from hlnas.score.baselines import recall_metrics
+from hlnas.score.objectives import MqarConfig, ScoreConfig
+from hlnas.score.recall_proxy import learning_auc, recall_model_config, steps_to_target, train_mqar
+from tests.test_study import one_thread  # noqa: F401  (autouse: tiny models on one thread)
+
+#: one layer of every registered mixer (the letters of hlnas.layout)
+EVERY_MIXER = "AHNRGDZM"
+
+
+def test_every_mixer_has_a_residual_output_projection():
+    layout = Layout.parse(EVERY_MIXER)
+    assert set(layout.mixers) == set(MIXERS.names())
+    model = build_model(layout, preset("proxy-tiny"))
+    for block in model.blocks:
+        assert isinstance(block.mixer.residual_out(), torch.nn.Linear)
+
+
+def test_zero_init_makes_every_block_branch_exactly_zero_at_step_0():
+    layout = Layout.parse(EVERY_MIXER)
+    zero = build_model(layout, preset("proxy-tiny").replace(residual_init="zero"))
+    normal = build_model(layout, preset("proxy-tiny"))
+    x = torch.randn(2, 12, zero.cfg.d_model)
+    for block_z, block_n in zip(zero.blocks, normal.blocks):
+        name = type(block_z.mixer).__name__
+        assert torch.equal(block_z.mixer(block_z.mixer_norm(x), None), torch.zeros_like(x)), name
+        assert torch.equal(block_z.mlp(block_z.mlp_norm(x)), torch.zeros_like(x)), name
+        assert torch.equal(block_z(x, None), x), name  # the block is the identity
+        assert block_n.mixer(block_n.mixer_norm(x), None).abs().sum() > 0, name  # fla's init: it is not
+    # the rest is initialised as before, and the model still learns: the zeroed weights get gradients
+    ids = torch.randint(0, zero.cfg.vocab_size, (2, 12))
+    zero(ids).logsumexp(-1).mean().backward()
+    assert all(b.mlp.down_proj.weight.grad.abs().sum() > 0 for b in zero.blocks)
+
+
+def test_attention_input_conv_is_causal_and_adds_its_weights():
+    cfg = preset("proxy-tiny").replace(mixer_hparams={"attention": {"input_conv": 4}})
+    model = build_model(Layout.parse("AAGA"), cfg).double()
+    assert model.blocks[0].mixer.input_conv.size == 4
+    plain = build_model(Layout.parse("AAGA"), preset("proxy-tiny"))
+    assert model.num_params() - plain.num_params() == 3 * 4 * cfg.d_model  # 3 attention layers, depthwise width 4
+    ids = torch.randint(0, cfg.vocab_size, (1, 20))
+    out = model(ids)
+    for t in (0, 7, 18):
+        changed = ids.clone()
+        changed[0, t + 1] = (changed[0, t + 1] + 1) % cfg.vocab_size
+        assert torch.equal(model(changed)[0, : t + 1], out[0, : t + 1])  # token t+1 leaves outputs up to t alone
+        assert not torch.allclose(model(changed)[0, t + 1], out[0, t + 1])
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"residual_init": "ones"}, "residual_init='ones' is not allowed; allowed: fla, zero"),
+    ({"mixer_hparams": {"attention": {"input_conv": -1}}}, r"attention: input_conv=-1 is not allowed; allowed: 0 \(off\)"),
+    ({"mixer_hparams": {"attention": {"input_conv": True}}}, "attention: input_conv=True is not allowed"),
+])
+def test_bad_protocol_options_are_named(over, message):
+    with pytest.raises(ConfigError, match=message):
+        build_model(Layout.parse("AA"), recall_model_config(preset("proxy-tiny"), over, 32))
+
+
+def test_old_stored_settings_read_back_with_todays_behaviour():
+    # a score section and a model config stored before these options existed
+    old = yaml_load("mqar: {seq_len: 64, kv_pairs: 8, model: {d_model: 64, n_heads: 2}}")
+    sc = ScoreConfig.from_dict(old)
+    rcfg = recall_model_config(preset("proxy-tiny"), dict(sc.mqar.model), 64)
+    assert rcfg.residual_init == "fla" and "attention" not in rcfg.mixer_hparams
+    m = ModelConfig.from_dict({k: v for k, v in preset("proxy-tiny").to_dict().items() if k != "residual_init"})
+    assert m.residual_init == "fla"
+    model = build_model(Layout.parse("AG"), rcfg)
+    assert model.blocks[0].mixer.input_conv is None and model.blocks[0].mlp.down_proj.weight.abs().sum() > 0
+    # and the new ones are written and read back
+    new = ScoreConfig.from_dict({"mqar": {"model": {"residual_init": "zero", "mixer_hparams": {"attention": {"input_conv": 4}}}}})
+    assert ScoreConfig.from_dict(new.to_dict()) == new
+
+
+# -- the graded measure ---------------------------------------------------------------------------------------------
+def test_learning_auc_grades_how_soon_a_run_learns():
+    # baseline 0.2: 0.2 is corrected 0, 1.0 is 1
+    never = [[100, 0.2], [200, 0.18], [300, 0.19], [400, 0.2]]
+    assert learning_auc(never, 400, 0.2, False) == 0.0
+    late = [[100, 0.2], [200, 0.2], [300, 0.6], [400, 1.0]]
+    early = [[100, 1.0]]  # stopped at its target at step 100: held there to the budget
+    assert learning_auc(early, 400, 0.2, True) == pytest.approx((50 + 300) / 400)
+    assert learning_auc(late, 400, 0.2, False) == pytest.approx((25 + 75) / 400)
+    assert learning_auc(early, 400, 0.2, True) > learning_auc(late, 400, 0.2, False) > 0
+    # stopped early without reaching its target (a time budget): nothing credited after the last check
+    assert learning_auc([[100, 1.0]], 400, 0.2, False) == pytest.approx(50 / 400)
+    with pytest.raises(ConfigError, match="step budget must be >= 1"):
+        learning_auc(early, 0, 0.2, True)
+    assert steps_to_target(late, 0.99) == 400 and steps_to_target(never, 0.9) is None and steps_to_target(late, None) is None
+
+
+def test_train_mqar_stores_the_graded_measure_and_its_settings():
+    cfg = MqarConfig(seq_len=16, kv_pairs=2, vocab=16, batch=8, steps=40, eval_every=20, test=32, val=32, target=0.99,
+                     model={"d_model": 32, "n_heads": 2, "mlp_hidden": 32, "residual_init": "zero",
+                            "mixer_hparams": {"attention": {"input_conv": 4}}})
+    out = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), cfg, seed=0, device="cpu")
+    run = out["mqar"]["runs"][0]
+    assert out["mqar_auc"] == run["auc"] == learning_auc(run["curve"], 40, out["mqar_val_baseline"],
+                                                         run["steps_to_target"] is not None)
+    assert 0 <= out["mqar_auc"] <= 1 and out["mqar_val_baseline"] == pytest.approx(0.5, abs=0.05)
+    assert out["mqar"]["model"]["residual_init"] == "zero" and out["mqar"]["attention_input_conv"] == 4
+    # the study's recall metrics carry it as recall_auc, an objective a space may choose
+    assert recall_metrics(out)["recall_auc"] == out["mqar_auc"]
