@@ -10,7 +10,7 @@ per case and writes ``OUT/recall_sweep.jsonl`` and a markdown table with each ca
 
 A case file is a JSON list of objects with keys ``layout`` (a layout string, or ``mixer:ratio`` built at
 ``--layers``), ``lr``, and optional ``kv_pairs``, ``seq_len``, ``vocab``, ``d_model``, ``n_heads``,
-``mixer_hparams``, ``steps``, ``seed``, ``tag``. Missing keys take the command line's values.
+``mixer_hparams`` (e.g. ``{"attention": {"input_conv": 4}}``), ``residual_init``, ``steps``, ``seed``, ``tag``. Missing keys take the command line's values.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def _spec(i: int, case: dict, args):
 
     model = preset(args.preset).replace(d_model=case.get("d_model", args.d_model), n_heads=case.get("n_heads", args.heads),
                                         target_params=None, mlp_hidden=None,
+                                        residual_init=case.get("residual_init", args.residual_init),
                                         mixer_hparams=case.get("mixer_hparams", {}))
     mqar = MqarConfig(seq_len=case.get("seq_len", args.seq_len), kv_pairs=case.get("kv_pairs", args.kv_pairs),
                       vocab=case.get("vocab", args.vocab), steps=case.get("steps", args.steps),
@@ -67,6 +68,7 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default="proxy-gpu")
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--heads", type=int, default=2, help="attention heads")
+    p.add_argument("--residual-init", default="fla", help="the recall model's residual output init: fla or zero")
     p.add_argument("--kv-pairs", type=int, default=64)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--vocab", type=int, default=256)
@@ -117,6 +119,7 @@ def main(argv=None) -> int:
                 run = (mq.get("runs") or [{}])[-1]
                 row = {**case, "status": r.status, "acc": m.get("mqar_acc"), "baseline": m.get("mqar_baseline"),
                        "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"),
+                       "auc": m.get("mqar_auc"), "steps_to_target": m.get("mqar_steps_to_target"),
                        "wall_s": round(r.wall_s, 1), "mode": mq.get("mode"), "params": mq.get("params"),
                        "curve": run.get("curve"), "error": (r.error or m.get("mqar_error") or "")[-300:] or None,
                        "kv_pairs": mq.get("kv_pairs"), "seq_len": mq.get("seq_len"), "model": mq.get("model"),
