@@ -157,7 +157,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         description="Score a checkpoint written by 'hlnas train' on objectives val_loss, ruler, mqar, mqar_mixed, lm_eval "
         "and write JSON (default: CHECKPOINT_DIR/eval.json).",
     )
-    p.add_argument("checkpoint", help="a training output directory or its checkpoint.pt")
+    p.add_argument("checkpoint", help="a training output folder (hlnas train --out) or its checkpoint.pt")
     p.add_argument("--objectives", help="comma-separated: val_loss, ruler, mqar, mqar_mixed, lm_eval (default: the recipe's)")
     p.add_argument("--set", action="append", default=[], metavar="score.KEY=VALUE", help="override score settings")
     p.add_argument("--out", help="JSON output path")
@@ -167,10 +167,9 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hlnas.run import checkpoint_score_config, score_checkpoint
+    from hlnas.run import checkpoint_dir, checkpoint_score_config, score_checkpoint
 
-    ckpt = Path(args.checkpoint)
-    ckpt_dir = ckpt if ckpt.is_dir() else ckpt.parent
+    ckpt_dir = checkpoint_dir(args.checkpoint)
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()] if args.objectives else None
     scores = score_checkpoint(ckpt_dir, checkpoint_score_config(ckpt_dir, args.set, objectives),
                               progress=lambda name: print(f"scoring: {name}", file=sys.stderr, flush=True))

@@ -1,6 +1,6 @@
 """Every bad input a user can give a subcommand, in one table: one row per input and the fragment its one-line error
 must contain (naming the value and what is allowed). Each row exits with code 2, prints no traceback, and
-writes nothing it was not asked to."""
+writes nothing it was not asked to (``hlnas eval`` never scores a checkpoint it was not given)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
-    """A folder holding what the rows point at: a trained run (``run/``), a plain file, a stored hlnas study and a
-    study hlnas did not create, a search space with a changed learning rate."""
+    """A folder holding what the rows point at: a trained run (``run/``) with a text file beside its checkpoint, a
+    folder without a checkpoint, a plain file, a stored hlnas study and a study hlnas did not create, a search
+    space with a changed learning rate."""
     ws = tmp_path_factory.mktemp("bad")
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -29,6 +30,8 @@ def ws(tmp_path_factory):
         run_search(tiny_space(), storage=f"sqlite:///{ws}/s.db", study_name="st", n_trials=1)
     finally:
         torch.set_num_threads(n)
+    (ws / "run" / "notes.txt").write_text("my notes\n")
+    (ws / "empty").mkdir()
     (ws / "afile").write_text("x")
     optuna.create_study(storage=f"sqlite:///{ws}/plain.db", study_name="plain").optimize(
         lambda t: t.suggest_float("x", 0, 1), n_trials=1)
@@ -39,6 +42,7 @@ def ws(tmp_path_factory):
 
 
 RESUME = ["search", "--resume", "--storage", "sqlite:///{ws}/s.db", "--study", "st", "--no-progress"]
+ALLOWED_CKPT = "allowed: a training output folder (hlnas train --out) or its checkpoint.pt"
 
 # (argv, fragment of the error); "{ws}" stands for the workspace folder. Argparse rejects the "argument ..." ones.
 ROWS = [
@@ -54,8 +58,11 @@ ROWS = [
     (["train", "gla", "--out", "/proc/x", "--tokens", "4096"], "--out /proc/x: cannot create that folder"),
     (["train", "gla", "--out", "{ws}/afile/sub", "--tokens", "4096"], "--out {ws}/afile/sub: cannot create that folder (Not a directory)"),
     (["train", "gla", "--device", "tpu", "--tokens", "4096"], "train.device='tpu' is not allowed; allowed: auto, cpu, cuda, cuda:N"),
-    # eval
-    (["eval", "/nonexistent/run"], "no checkpoint"),
+    # eval: only the path given is scored: a training output folder or its checkpoint.pt (issue 25)
+    (["eval", "/nonexistent/run"], f"'/nonexistent/run' does not exist; {ALLOWED_CKPT}"),
+    (["eval", "{ws}/run/typo_nope", "--objectives", "val_loss"], f"'{{ws}}/run/typo_nope' does not exist; {ALLOWED_CKPT}"),
+    (["eval", "{ws}/run/notes.txt", "--objectives", "val_loss"], f"'{{ws}}/run/notes.txt' is a file but not a checkpoint.pt; {ALLOWED_CKPT}"),
+    (["eval", "{ws}/empty", "--objectives", "val_loss"], f"'{{ws}}/empty' is a folder without a checkpoint.pt; {ALLOWED_CKPT}"),
     (["eval", "{ws}/run", "--objectives", "val_loss", "--out", "/proc/e.json"], "--out /proc/e.json: cannot write the file"),
     (["eval", "{ws}/run", "--set", "train.lr=1"], "unknown section 'train'. Allowed: score"),
     (["eval", "{ws}/run", "--set", "score.mqar.steps=1.5"], "score.mqar.steps is an integer; got 1.5"),
