@@ -217,7 +217,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     from hlnas.console import SearchProgress, front_table
     from hlnas.space import load_space
-    from hlnas.study import DEFAULT_STORAGE, choose_executor, front_rows, run_search, trial_target
+    from hlnas.study import DEFAULT_STORAGE, choose_executor, front_rows, resumable, run_search, trial_target
 
     storage = args.storage or DEFAULT_STORAGE
     space = None
@@ -248,8 +248,17 @@ def cmd_search(args: argparse.Namespace) -> int:
                            skip_calibration=args.skip_calibration)
     except KeyboardInterrupt:
         ui.close()
-        print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} --study {name}",
-              file=sys.stderr)
+        stored = resumable(storage, name)  # a stop before the study was whole leaves nothing to resume
+        if stored:
+            print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} "
+                  f"--study {name}", file=sys.stderr)
+        elif stored is None:
+            print(f"\ninterrupted; {storage} could not be read to check what was stored. If study '{name}' is there, "
+                  f"resume with:\n  hlnas search --resume --storage {storage} --study {name}\nelse run the same command "
+                  "again", file=sys.stderr)
+        else:
+            print(f"\ninterrupted before study '{name}' was stored in {storage}: nothing was kept. The same command "
+                  "starts it afresh", file=sys.stderr)
         return 130
     ui.close()
     print(front_table(front_rows(study), study.user_attrs.get("hlnas_calibration")))

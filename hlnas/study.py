@@ -35,7 +35,7 @@ from hlnas.space import SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, layout_metrics
 import hlnas.calibrate as calib
 
-__all__ = ["choose_executor", "default_trials", "trial_target", "StorageError", "open_storage", "run_search", "calibrate_study",
+__all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_storage", "run_search", "calibrate_study",
            "load_hlnas_study", "study_summary", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
 def open_storage(url: str):
@@ -302,6 +302,22 @@ def default_trials(space: SearchSpace | None) -> int:
     """Trials a search runs when not told: the whole space when it has at most 40 layouts, else 12."""
     n = len(space.grid()) if space is not None else None  # grid() enumerates the space: once
     return n if n is not None and n <= 40 else 12
+
+
+def resumable(storage: str, name: str) -> bool | None:
+    """Whether ``hlnas search --resume --storage STORAGE --study NAME`` would find the study: it is stored with its
+    space (a study interrupted before that is replaced by the next new search). False when the storage or the study
+    does not exist, None when the storage cannot be read (unknown)."""
+    try:
+        store = _open_storage(storage)
+    except StorageError:
+        if storage.split("://", 1)[0].split("+", 1)[0].lower() in ("sqlite", "journal"):
+            return False  # no such file: nothing was written
+        return None
+    try:
+        return name in study_names(store) and "hlnas_space" in optuna.load_study(study_name=name, storage=store).user_attrs
+    except Exception:
+        return None
 
 
 def trial_target(space: SearchSpace | None, storage: str, name: str, resume: bool) -> int:

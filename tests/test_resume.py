@@ -1,5 +1,6 @@
 """Crash and resume of a REAL ``hlnas search`` process: Ctrl-C, then ``kill -9``, then a plain
-``hlnas search --resume --storage URL --study NAME`` that needs nothing else and finishes the study."""
+``hlnas search --resume --storage URL --study NAME`` that needs nothing else and finishes the study. Then, in this
+process: what a Ctrl-C at each point of a new search says."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import time
 
 import optuna
+import pytest
 import sqlalchemy.exc
 import yaml
 from optuna.trial import TrialState
@@ -113,3 +115,59 @@ def test_interrupt_then_kill_9_then_resume_finishes_without_duplicates(tmp_path)
     for n in (interrupted, killed):  # each stopped trial's layout was trained by its re-queued copy
         (retry,) = [t for t in ts if t.user_attrs.get("requeued_from") == n]
         assert retry.state == TrialState.COMPLETE and retry.params == ts[n].params
+
+
+# -- an interrupt names a study to resume only when one is stored (issue 25) -------------------------------------------
+def _raises_sigint(fn):
+    """``fn`` that receives a real SIGINT (Ctrl-C) after doing its work."""
+    def wrapped(*a, **k):
+        out = fn(*a, **k)
+        signal.raise_signal(signal.SIGINT)
+        return out
+    return wrapped
+
+
+@pytest.mark.parametrize("where", ["storage_opened", "creating", "executor_starting", "searching"])
+def test_an_interrupt_names_a_study_to_resume_only_when_it_is_stored(where, tmp_path, monkeypatch, capsys):
+    """Ctrl-C at four points of a new search: before the study is created (its storage just opened), while it is
+    created (the signal lands once it is whole), while the executor starts (the new empty study is removed again),
+    and in the search. The message names the resume command only where that command works; elsewhere the same
+    command starts afresh."""
+    import hlnas.study
+    from hlnas.cli import main
+    from hlnas.study import resumable
+
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump(tiny_raw()))
+    url = f"sqlite:///{tmp_path}/c.db"
+    argv = ["search", "--space", str(space_file), "--storage", url, "--study", "c", "--trials", "1", "--workers", "1",
+            "--no-progress"]
+    target = {"storage_opened": (hlnas.study, "open_storage"), "creating": (optuna, "create_study"),
+              "executor_starting": (hlnas.study, "_executor"), "searching": (hlnas.study, "search_loop")}[where]
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own Ctrl-C, whatever runs the tests
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(*target, _raises_sigint(getattr(*target)))
+            assert main(argv) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    stored = where in ("creating", "searching")
+    assert resumable(url, "c") is stored
+    if stored:
+        assert f"interrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {url} --study c" in err
+        again = ["search", "--resume", "--storage", url, "--study", "c", "--workers", "1", "--no-progress"]
+    else:
+        assert f"interrupted before study 'c' was stored in {url}: nothing was kept. The same command starts it afresh" in err
+        assert "--resume" not in err
+        again = argv
+    assert main(again) == 0  # the command the message gives works
+    assert "Pareto front" in capsys.readouterr().out
+
+
+def test_resumable_says_unknown_when_the_storage_cannot_be_read(tmp_path):
+    from hlnas.study import resumable
+
+    assert resumable(f"sqlite:///{tmp_path}/none.db", "c") is False and not (tmp_path / "none.db").exists()
+    assert resumable(f"journal:///{tmp_path}/none.log", "c") is False and not (tmp_path / "none.log").exists()
+    assert resumable("postgresql://x@127.0.0.1:1/x", "c") is None
