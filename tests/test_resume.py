@@ -1,6 +1,6 @@
 """Crash and resume of a REAL ``hlnas search`` process: Ctrl-C, then ``kill -9``, then a plain
 ``hlnas search --resume --storage URL --study NAME`` that needs nothing else and finishes the study. Then, in this
-process: what a Ctrl-C at each point of a new search says."""
+process: what a Ctrl-C at each point of a new search says, and re-queued trials run first."""
 
 from __future__ import annotations
 
@@ -171,3 +171,26 @@ def test_resumable_says_unknown_when_the_storage_cannot_be_read(tmp_path):
     assert resumable(f"sqlite:///{tmp_path}/none.db", "c") is False and not (tmp_path / "none.db").exists()
     assert resumable(f"journal:///{tmp_path}/none.log", "c") is False and not (tmp_path / "none.log").exists()
     assert resumable("postgresql://x@127.0.0.1:1/x", "c") is None
+
+
+# -- re-queued trials run first (issue 25) -----------------------------------------------------------------------------
+def test_requeued_trials_run_before_candidates_queued_earlier(tmp_path):
+    """The grid sampler queues every candidate first; a trial re-queued after them is still the next one run, and
+    the target is met with it rather than with a candidate that happened to be queued earlier."""
+    from hlnas.study import load_hlnas_study, run_search
+    from tests.test_study import tiny_space
+
+    url = f"sqlite:///{tmp_path}/g.db"
+    space = tiny_space()  # grid: 4 candidates queued, then one trained
+    run_search(space, storage=url, study_name="g", n_trials=1)
+    study = optuna.load_study(study_name="g", storage=url)
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 3
+    orphan = study.ask({k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()})
+    orphan.set_user_attr("layout", str(space.layout(orphan.params)))  # the next grid candidate, left RUNNING
+    run_search(None, storage=url, study_name="g", n_trials=2, resume=True)
+    study = load_hlnas_study(url, "g")
+    (copy,) = [t for t in study.trials if t.user_attrs.get("requeued_from") == orphan.number]
+    assert copy.state == TrialState.COMPLETE and copy.params == orphan.params and "reused_from" not in copy.user_attrs
+    trained = [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]
+    assert [t.number for t in trained] == [0, copy.number]  # the grid's later candidates wait for a larger target
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 2
