@@ -189,7 +189,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
         description="Search hybrid layouts with an Optuna sampler, trials inline, on local worker processes or on Ray workers, results in "
         "the study storage. With no arguments: the embedded default (search_spaces/tiny.yaml: tiny CPU candidates, "
         "SQLite file hlnas.db in the current directory, a few minutes on 2 cores). Resume after a crash with "
-        "--resume --storage URL --study NAME; the space and settings come from the storage.",
+        "--resume --storage URL --study NAME; the space, settings and calibration choice come from the storage.",
     )
     p.add_argument("--space", help="search space YAML, or a shipped name: tiny, paper_grid, placement, hetero (default tiny)")
     p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///hlnas.db), postgresql://..., journal:///FILE.log")
@@ -208,8 +208,12 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override the space's scale, e.g. train.tokens=100000 or score.mqar.steps=50")
     p.add_argument("--out", help="folder for trial checkpoints (default: none kept)")
-    p.add_argument("--skip-calibration", action="store_true",
-                   help="do not run the recall protocol's controls first (hlnas calibrate); the front is then unvalidated")
+    cal = p.add_mutually_exclusive_group()
+    cal.add_argument("--skip-calibration", action="store_true",
+                     help="do not run the recall protocol's controls first (hlnas calibrate); the front is then unvalidated. "
+                     "The choice is stored with the study: --resume keeps it")
+    cal.add_argument("--calibrate", action="store_true",
+                     help="with --resume: run the controls now on a study started with --skip-calibration")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_search)
 
@@ -245,7 +249,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, retry_failed=args.retry_failed,
-                           skip_calibration=args.skip_calibration)
+                           skip_calibration=args.skip_calibration, calibrate=args.calibrate)
     except KeyboardInterrupt:
         ui.close()
         stored = resumable(storage, name)  # a stop before the study was whole leaves nothing to resume

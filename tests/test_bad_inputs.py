@@ -69,6 +69,8 @@ ROWS = [
     # search
     (["search", "--cpus-per-trial", "0", "--trials", "1"], "--cpus-per-trial must be > 0"),
     (["search", "--storage", "postgresql://x@127.0.0.1:1/x", "--trials", "1"], "cannot open storage 'postgresql://x@127.0.0.1:1/x'"),
+    (["search", "--calibrate", "--skip-calibration"], "argument --skip-calibration: not allowed with argument --calibrate"),
+    ([*RESUME, "--calibrate"], "--calibrate: space 'tiny-test' has no recall objective or has calibration.enabled: false; nothing to calibrate"),
     ([*RESUME, "--space", "{ws}/changed.yaml"], "resuming with a changed space is refused"),
     ([*RESUME, "--set", "train.lr=1"], "a resumed study keeps the settings stored with it"),
     (["search", "--resume", "--storage", "sqlite:///{ws}/s.db", "--study", "nope"], "no study named 'nope' in sqlite:///{ws}/s.db. Available: st"),

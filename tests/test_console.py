@@ -148,6 +148,7 @@ def test_search_progress_lines_for_resumes_retries_and_calibration(capsys):
         ("retry", {"number": 6, "layout": "GGGA", "error_kind": "oom"}), ("time_limit", {"seconds": 59.6, "trained": 3}),
         ("requeued", {"n": 2}), ("requeued", {"layout": "GGGA", "why": "its worker died"}),
         ("target_raised", {"retried": 2, "from": 4, "to": 6}), ("target_raised", {"requeued": 2, "from": 3, "to": 5}),
+        ("calibration_kept", {"status": "skipped", "storage": "sqlite:///a.db", "study": "a"}),
         ("calibration_started", {"n": 10, "reused": 0}),
         ("calibration_started", {"n": 4, "reused": 6}), ("calibration_run_started", {"key": "pure:gla:s0", "layout": "GGGG"}),
         ("calibration_run", {"key": "pure:gla:s0", "layout": "GGGG", "status": "ok", "raw_train_length": 0.3,
@@ -166,6 +167,8 @@ def test_search_progress_lines_for_resumes_retries_and_calibration(capsys):
         "  re-queued GGGA: its worker died",
         "  retrying 2 failed layout(s): the trial target rises from 4 to 6",
         "  running the 2 re-queued layout(s): the trial target rises from 3 to 5",
+        "calibration: skipped, as when study 'a' was started (--skip-calibration); its recall stays unvalidated. "
+        "To calibrate it: hlnas search --resume --storage sqlite:///a.db --study a --calibrate",
         "calibration: 10 control runs (all-attention, each mixer pure and hybrid, per seed)",
         "calibration: 4 control runs (all-attention, each mixer pure and hybrid, per seed); 6 stored runs reused",
         "  control pure:gla:s0                  started   GGGG",

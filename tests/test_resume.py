@@ -1,6 +1,7 @@
 """Crash and resume of a REAL ``hlnas search`` process: Ctrl-C, then ``kill -9``, then a plain
 ``hlnas search --resume --storage URL --study NAME`` that needs nothing else and finishes the study. Then, in this
-process: what a Ctrl-C at each point of a new search says, and re-queued trials run first."""
+process: what a Ctrl-C at each point of a new search says, re-queued trials run first, and a resume keeping the
+study's calibration choice."""
 
 from __future__ import annotations
 
@@ -194,3 +195,86 @@ def test_requeued_trials_run_before_candidates_queued_earlier(tmp_path):
     trained = [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]
     assert [t.number for t in trained] == [0, copy.number]  # the grid's later candidates wait for a larger target
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 2
+
+
+# -- a resume keeps the study's calibration choice (issue 25) ----------------------------------------------------------
+CALIBRATION_LAYOUTS = {"AAAAAA", "GGGGGG", "GGAGGA", "HHHHHH", "HHAHHA"}  # tests.test_calibrate.raw_space's seed-0 controls
+
+
+def _killed_skipped_study(kind: str, tmp_path, monkeypatch):
+    """``hlnas search --trials 3 --skip-calibration`` on a space that calibrates by default, killed (-9) once one trial
+    is done and two run: what it leaves in the storage. Trials are fake (tests.test_calibrate.fake_trial)."""
+    from hlnas import executors
+    from hlnas.space import space_from_dict
+    from hlnas.storage import load_study
+    from hlnas.study import run_search
+    from tests.test_calibrate import fake_trial, raw_space
+    from tests.test_study import _url
+
+    run, calls = fake_trial({})
+    monkeypatch.setattr(executors, "run_trial", run)
+    url = _url(kind, tmp_path, None)
+    space = space_from_dict(raw_space(sampler="random"))
+    run_search(space, storage=url, study_name="a", n_trials=1, skip_calibration=True)
+    study = load_study(url, "a")
+    study.set_user_attr("hlnas_trials", 3)  # the target the killed search was started with
+    first = study.trials[0].user_attrs["layout"]
+    # the orphans: layouts no control trains first, where the space has them
+    others = sorted((p for p in space.grid() if str(space.layout(p)) != first),
+                    key=lambda p: str(space.layout(p)) in CALIBRATION_LAYOUTS)
+    dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()}
+    orphans = []
+    for params in others[:2]:
+        study.enqueue_trial(params)
+        orphan = study.ask(dists)  # RUNNING, its layout chosen, its process gone
+        orphan.set_user_attr("layout", str(space.layout(params)))
+        orphans.append(orphan.number)
+    calls.clear()
+    return url, calls, orphans
+
+
+def _requeued_copies(study, orphans: list[int]) -> list:
+    return [t for n in orphans for t in study.trials if t.user_attrs.get("requeued_from") == n]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_resume_keeps_skip_calibration_and_trains_the_requeued_trials(kind, tmp_path, monkeypatch, capsys):
+    from hlnas.cli import main
+    from hlnas.study import load_hlnas_study
+
+    url, calls, orphans = _killed_skipped_study(kind, tmp_path, monkeypatch)
+    assert main(["search", "--resume", "--storage", url, "--study", "a", "--workers", "1", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert [c for c in calls if c[0] < 0] == []  # no control ran: the study was started with --skip-calibration
+    assert (f"calibration: skipped, as when study 'a' was started (--skip-calibration); its recall stays unvalidated. "
+            f"To calibrate it: hlnas search --resume --storage {url} --study a --calibrate") in err
+    study = load_hlnas_study(url, "a")
+    assert study.user_attrs["hlnas_calibration"] == {"status": "skipped"}
+    copies = _requeued_copies(study, orphans)
+    assert [t.state for t in copies] == [TrialState.COMPLETE] * 2 and "reused_from" not in copies[0].user_attrs
+    assert [t.params for t in copies] == [study.trials[n].params for n in orphans]
+    layouts = [t.user_attrs["layout"] for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]
+    assert len(layouts) == 3 == len(set(layouts)) and len([c for c in calls if c[0] >= 0]) == 2  # the two orphans only
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_resume_calibrate_runs_the_controls_and_still_trains_the_requeued_trials(kind, tmp_path, monkeypatch, capsys):
+    """Calibration's seed-0 runs alone meet the target of 3: the re-queued trials run anyway, the target rising."""
+    from hlnas.cli import main
+    from hlnas.study import load_hlnas_study
+
+    url, calls, orphans = _killed_skipped_study(kind, tmp_path, monkeypatch)
+    assert main(["search", "--resume", "--storage", url, "--study", "a", "--workers", "1", "--no-progress",
+                 "--calibrate"]) == 0
+    err = capsys.readouterr().err
+    assert len([c for c in calls if c[0] < 0]) == 10 and "--skip-calibration" not in err
+    study = load_hlnas_study(url, "a")
+    assert study.user_attrs["hlnas_calibration"]["status"] == "valid"
+    copies = _requeued_copies(study, orphans)
+    assert len(copies) == 2 and all(t.state == TrialState.COMPLETE for t in copies)
+    done = {t.user_attrs["layout"] for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs}
+    assert {study.trials[n].user_attrs["layout"] for n in orphans} <= done
+    assert "re-queued layout(s): the trial target rises from 3 to" in err
+    assert study.user_attrs["hlnas_trials"] == len(done) > 3
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
