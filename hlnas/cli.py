@@ -157,7 +157,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         description="Score a checkpoint written by 'hlnas train' on objectives val_loss, ruler, mqar, mqar_mixed, lm_eval "
         "and write JSON (default: CHECKPOINT_DIR/eval.json).",
     )
-    p.add_argument("checkpoint", help="a training output directory or its checkpoint.pt")
+    p.add_argument("checkpoint", help="a training output folder (hlnas train --out) or its checkpoint.pt")
     p.add_argument("--objectives", help="comma-separated: val_loss, ruler, mqar, mqar_mixed, lm_eval (default: the recipe's)")
     p.add_argument("--set", action="append", default=[], metavar="score.KEY=VALUE", help="override score settings")
     p.add_argument("--out", help="JSON output path")
@@ -167,10 +167,9 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hlnas.run import checkpoint_score_config, score_checkpoint
+    from hlnas.run import checkpoint_dir, checkpoint_score_config, score_checkpoint
 
-    ckpt = Path(args.checkpoint)
-    ckpt_dir = ckpt if ckpt.is_dir() else ckpt.parent
+    ckpt_dir = checkpoint_dir(args.checkpoint)
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()] if args.objectives else None
     scores = score_checkpoint(ckpt_dir, checkpoint_score_config(ckpt_dir, args.set, objectives),
                               progress=lambda name: print(f"scoring: {name}", file=sys.stderr, flush=True))
@@ -190,7 +189,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
         description="Search hybrid layouts with an Optuna sampler, trials inline, on local worker processes or on Ray workers, results in "
         "the study storage. With no arguments: the embedded default (search_spaces/tiny.yaml: tiny CPU candidates, "
         "SQLite file hlnas.db in the current directory, a few minutes on 2 cores). Resume after a crash with "
-        "--resume --storage URL --study NAME; the space and settings come from the storage.",
+        "--resume --storage URL --study NAME; the space, settings and calibration choice come from the storage.",
     )
     p.add_argument("--space", help="search space YAML, or a shipped name: tiny, paper_grid, placement, hetero (default tiny)")
     p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///hlnas.db), postgresql://..., journal:///FILE.log")
@@ -209,8 +208,12 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override the space's scale, e.g. train.tokens=100000 or score.mqar.steps=50")
     p.add_argument("--out", help="folder for trial checkpoints (default: none kept)")
-    p.add_argument("--skip-calibration", action="store_true",
-                   help="do not run the recall protocol's controls first (hlnas calibrate); the front is then unvalidated")
+    cal = p.add_mutually_exclusive_group()
+    cal.add_argument("--skip-calibration", action="store_true",
+                     help="do not run the recall protocol's controls first (hlnas calibrate); the front is then unvalidated. "
+                     "The choice is stored with the study: --resume keeps it")
+    cal.add_argument("--calibrate", action="store_true",
+                     help="with --resume: run the controls now on a study started with --skip-calibration")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_search)
 
@@ -218,7 +221,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     from hlnas.console import SearchProgress, front_table
     from hlnas.space import load_space
-    from hlnas.study import DEFAULT_STORAGE, choose_executor, front_rows, run_search, trial_target
+    from hlnas.study import DEFAULT_STORAGE, choose_executor, front_rows, resumable, run_search, trial_target
 
     storage = args.storage or DEFAULT_STORAGE
     space = None
@@ -246,11 +249,20 @@ def cmd_search(args: argparse.Namespace) -> int:
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, retry_failed=args.retry_failed,
-                           skip_calibration=args.skip_calibration)
+                           skip_calibration=args.skip_calibration, calibrate=args.calibrate)
     except KeyboardInterrupt:
         ui.close()
-        print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} --study {name}",
-              file=sys.stderr)
+        stored = resumable(storage, name)  # a stop before the study was whole leaves nothing to resume
+        if stored:
+            print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} "
+                  f"--study {name}", file=sys.stderr)
+        elif stored is None:
+            print(f"\ninterrupted; {storage} could not be read to check what was stored. If study '{name}' is there, "
+                  f"resume with:\n  hlnas search --resume --storage {storage} --study {name}\nelse run the same command "
+                  "again", file=sys.stderr)
+        else:
+            print(f"\ninterrupted before study '{name}' was stored in {storage}: nothing was kept. The same command "
+                  "starts it afresh", file=sys.stderr)
         return 130
     ui.close()
     print(front_table(front_rows(study), study.user_attrs.get("hlnas_calibration")))

@@ -97,7 +97,13 @@ class SearchProgress:
             else:
                 self.write(f"  re-queued {data['n']} trial(s) left running by an earlier process")
         elif kind == "target_raised":
-            self.write(f"  retrying {data['retried']} failed layout(s): the trial target rises from {data['from']} to {data['to']}")
+            why = (f"retrying {data['retried']} failed layout(s)" if "retried" in data
+                   else f"running the {data['requeued']} re-queued layout(s)")
+            self.write(f"  {why}: the trial target rises from {data['from']} to {data['to']}")
+        elif kind == "calibration_kept":
+            self.write(f"calibration: skipped, as when study '{data['study']}' was started (--skip-calibration); its recall "
+                       f"stays unvalidated. To calibrate it: hlnas search --resume --storage {data['storage']} "
+                       f"--study {data['study']} --calibrate")
         elif kind == "calibration_started":
             self.write(f"calibration: {data['n']} control runs (all-attention, each mixer pure and hybrid, per seed)"
                        + (f"; {data['reused']} stored runs reused" if data["reused"] else ""))

@@ -137,6 +137,27 @@ def requeue(study: optuna.Study, params: dict, number: int) -> None:
     study.enqueue_trial(params, user_attrs={"requeued_from": number})
 
 
+def requeued_waiting(study: optuna.Study) -> list:
+    """The re-queued trials (user attr ``requeued_from``) still WAITING, oldest first."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)) if "requeued_from" in t.user_attrs]
+
+
+def _ask(study: optuna.Study, dists: dict, requeued: list) -> optuna.trial.Trial:
+    """``study.ask(dists)``, but a re-queued trial of ``requeued`` is taken before any other WAITING one (optuna
+    pops the oldest, which may be a grid or fallback candidate enqueued before the crash)."""
+    for t in requeued:
+        try:
+            if not study._storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                continue  # taken by another process
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        trial = optuna.trial.Trial(study, t._trial_id)
+        for name, dist in dists.items():  # its fixed params, as ask(fixed_distributions) would suggest them
+            trial.suggest_categorical(name, dist.choices)
+        return trial
+    return study.ask(dists)
+
+
 def recover(study: optuna.Study) -> int:
     """Fail trials a dead driver left RUNNING and re-queue their parameters (within :data:`MAX_REQUEUES`)."""
     storage = study._storage
@@ -296,6 +317,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     once instead of waiting for the next storage write. ``unique``: how many distinct layouts exist (None: too
     many to count; default :func:`countable`). ``stop``: an extra end condition, checked with the target.
     ``retry_failed``: re-queue the layouts that failed (infeasible ones stay out), raising the target if needed.
+    Re-queued trials (a resume's, a lost worker's) are asked before anything else and always run before the target
+    is judged met, raising it when they would pass it (event ``target_raised`` with ``requeued``).
     ``on_event(kind, data)``: trained (the distinct layouts stored before the loop starts), started, finished,
     reused, infeasible, front, requeued, retry, target_raised, time_limit."""
     emit = on_event or (lambda kind, data: None)
@@ -323,6 +346,12 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
             emit("target_raised", {"from": n_trials, "to": len(done_by_layout) + retried, "retried": retried})
             n_trials = len(done_by_layout) + retried
             study.set_user_attr("hlnas_trials", n_trials)
+    requeued = requeued_waiting(study)
+    to_train = {str(space.layout(t.system_attrs["fixed_params"])) for t in requeued} - set(done_by_layout) - set(dead)
+    if len(done_by_layout) + len(to_train) > n_trials:  # the target counts what was re-queued: run it, not leave it
+        emit("target_raised", {"from": n_trials, "to": len(done_by_layout) + len(to_train), "requeued": len(to_train)})
+        n_trials = len(done_by_layout) + len(to_train)
+        study.set_user_attr("hlnas_trials", n_trials)
     emit("trained", {"n": len(done_by_layout), "of": n_trials})  # already stored: resumed, or calibration's own
     dup_streak = 0
     rng = random.Random(seed)
@@ -335,6 +364,12 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     def out_of_time() -> bool:
         return time_limit is not None and time.monotonic() - t_start >= time_limit
 
+    def requeued_left() -> bool:  # read again only while some were waiting: a resume's, or a lost worker's
+        nonlocal requeued
+        if requeued:
+            requeued = requeued_waiting(study)
+        return bool(requeued)
+
     stops = StopSignals(interruptible).install()
     try:
         while True:
@@ -344,12 +379,13 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                 emit("time_limit", {"seconds": time_limit, "trained": trained})
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit)
                 break
-            if trained >= n_trials or (exhausted() and not pending) or dup_streak >= MAX_REPEATS or (stop() and not pending):
+            if dup_streak >= MAX_REPEATS or (not requeued_left() and (trained >= n_trials or (exhausted() and not pending)
+                                                                      or (stop() and not pending))):
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit)
                 break
             # fill free workers
-            while (len(pending) < ex.capacity and trained + len(pending) < n_trials and not exhausted()
-                   and dup_streak < MAX_REPEATS and not out_of_time() and not stop()):
+            while (len(pending) < ex.capacity and dup_streak < MAX_REPEATS and not out_of_time()
+                   and (requeued_left() or (trained + len(pending) < n_trials and not exhausted() and not stop()))):
                 stops.check()
                 if dup_streak and dup_streak % REPEATS_BEFORE_FALLBACK == 0 and unique is not None:
                     # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
@@ -358,7 +394,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     fresh = [p for p in space.grid() if str(space.layout(p)) not in seen]
                     if fresh:
                         study.enqueue_trial(fresh[rng.randrange(len(fresh))])
-                trial = study.ask(dists)
+                trial = _ask(study, dists, requeued)
                 spec = trial_spec(space, trial.number, trial.params, out_root)
                 cost = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
                 cons = constraint_values(space, cost)
@@ -406,6 +442,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     done_by_layout[layout] = frozen
                 elif frozen.user_attrs.get("error_kind") == "worker_died":
                     requeue(study, trial.params, trial.number)
+                    requeued = requeued_waiting(study)
                     emit("requeued", {"n": 1, "layout": layout, "why": "its worker died"})
                 elif frozen.user_attrs.get("error_kind") not in _RETRY:
                     dead[layout] = frozen

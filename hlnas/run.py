@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-__all__ = ["RunResult", "run", "score_model", "score_checkpoint", "checkpoint_score_config"]
+__all__ = ["RunResult", "run", "score_model", "score_checkpoint", "checkpoint_dir", "checkpoint_score_config"]
 
 
 @dataclass
@@ -90,6 +90,27 @@ def score_checkpoint(ckpt_dir, score_cfg, *, progress=None) -> dict:
     model.to(device)
     recipe = RunConfig(layout=model.layout, model=model.cfg, train=tcfg, data=dcfg, score=score_cfg)
     return score_model(model, recipe, device=device, progress=progress)
+
+
+def checkpoint_dir(path: str | os.PathLike):
+    """The training output folder ``hlnas eval PATH`` scores: PATH itself, or the folder of PATH when PATH is its
+    checkpoint file. Anything else is an error naming PATH as given (never a neighbouring checkpoint)."""
+    from pathlib import Path
+
+    from hlnas.errors import HlnasError
+    from hlnas.train import CHECKPOINT
+
+    p = Path(path)
+    allowed = f"allowed: a training output folder (hlnas train --out) or its {CHECKPOINT}"
+    if p.is_dir():
+        if not (p / CHECKPOINT).is_file():
+            raise HlnasError(f"'{path}' is a folder without a {CHECKPOINT}; {allowed}")
+        return p
+    if not p.exists():
+        raise HlnasError(f"'{path}' does not exist; {allowed}")
+    if p.name != CHECKPOINT:
+        raise HlnasError(f"'{path}' is a file but not a {CHECKPOINT}; {allowed}")
+    return p.parent
 
 
 def checkpoint_score_config(ckpt_dir, sets: list[str] = (), objectives: list[str] | None = None):

@@ -35,7 +35,7 @@ from hlnas.space import SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, layout_metrics
 import hlnas.calibrate as calib
 
-__all__ = ["choose_executor", "default_trials", "trial_target", "StorageError", "open_storage", "run_search", "calibrate_study",
+__all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_storage", "run_search", "calibrate_study",
            "load_hlnas_study", "study_summary", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
 def open_storage(url: str):
@@ -146,7 +146,8 @@ def _husk(study: optuna.Study) -> bool:
     return "hlnas_space" not in study.user_attrs and not study.get_trials(deepcopy=False)
 
 
-def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool) -> tuple[optuna.Study, SearchSpace]:
+def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool,
+                    skip_calibration: bool = False) -> tuple[optuna.Study, SearchSpace]:
     exists = name in study_names(storage)
     if exists:
         study = optuna.load_study(study_name=name, storage=storage)
@@ -183,6 +184,8 @@ def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool)
     with _deferred_stop_signals():  # Ctrl-C/SIGTERM land after the study is whole; kill -9 leaves a husk, repaired above
         study = optuna.create_study(study_name=name, storage=storage, directions=[o.direction for o in space.objectives])
         study.set_user_attr("hlnas_space", space.to_dict())  # first: with it the rest can be rebuilt
+        if skip_calibration:  # the study's choice, kept by every resume (a later --calibrate overrides it)
+            study.set_user_attr("hlnas_calibration", {"status": "skipped"})
         for k, v in _study_attrs(space).items():
             study.set_user_attr(k, v)
         study.set_metric_names([o.name for o in space.objectives])
@@ -226,6 +229,7 @@ def run_search(
     time_limit: float | None = None,
     retry_failed: bool = False,
     skip_calibration: bool = False,
+    calibrate: bool = False,
     calibrate_only: bool = False,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
@@ -238,7 +242,8 @@ def run_search(
     Before any search trial, a space with a recall objective is calibrated (:mod:`hlnas.calibrate`): its
     controls run through the same executor, the verdict is stored with the study (and reused on resume),
     seed-0 runs of the space's layouts become trials, and an invalid protocol raises
-    :class:`~hlnas.calibrate.CalibrationFailed` before the search starts. ``skip_calibration`` opts out;
+    :class:`~hlnas.calibrate.CalibrationFailed` before the search starts. ``skip_calibration`` opts out, and the
+    choice is stored with the study: a resume keeps it unless ``calibrate`` says to run the controls now.
     ``calibrate_only`` stops after the calibration (``hlnas calibrate``).
 
     ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
@@ -246,16 +251,22 @@ def run_search(
     end), e.g. :class:`hlnas.tabular.LookupExecutor` to look results up instead of training."""
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
                      gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address)
+    if calibrate and skip_calibration:
+        raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
+    if calibrate and space is not None:
+        _check_calibrate(space)
     store = open_storage(storage)
     existed = study_name in study_names(store)
-    study, space = _create_or_load(space, store, study_name, resume)
+    study, space = _create_or_load(space, store, study_name, resume, skip_calibration)
+    if calibrate:
+        _check_calibrate(space)  # a resumed study's stored space
     lease = DriverLease(study).acquire()  # StudyBusy while another live driver holds it
     try:
         return _drive(study, space, storage=storage, study_name=study_name, n_trials=n_trials, workers=workers,
                       executor=executor, sampler=sampler, seed=seed, address=address, cpus_per_trial=cpus_per_trial,
                       gpus_per_trial=gpus_per_trial, out_root=out_root, on_event=on_event, time_limit=time_limit,
-                      retry_failed=retry_failed, skip_calibration=skip_calibration, calibrate_only=calibrate_only,
-                      fresh=not existed)
+                      retry_failed=retry_failed, skip_calibration=skip_calibration, calibrate=calibrate,
+                      calibrate_only=calibrate_only, fresh=not existed)
     finally:
         lease.release()
 
@@ -274,7 +285,8 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
     executor, workers = choose_executor(executor, workers)
     try:
         study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
-                           resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate_only=True)
+                           resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True,
+                           calibrate_only=True)
         message = None
     except calib.CalibrationFailed as e:
         study, message = load_hlnas_study(storage, study_name), str(e)
@@ -306,6 +318,22 @@ def default_trials(space: SearchSpace | None) -> int:
     """Trials a search runs when not told: the whole space when it has at most 40 layouts, else 12."""
     n = len(space.grid()) if space is not None else None  # grid() enumerates the space: once
     return n if n is not None and n <= 40 else 12
+
+
+def resumable(storage: str, name: str) -> bool | None:
+    """Whether ``hlnas search --resume --storage STORAGE --study NAME`` would find the study: it is stored with its
+    space (a study interrupted before that is replaced by the next new search). False when the storage or the study
+    does not exist, None when the storage cannot be read (unknown)."""
+    try:
+        store = _open_storage(storage)
+    except StorageError:
+        if storage.split("://", 1)[0].split("+", 1)[0].lower() in ("sqlite", "journal"):
+            return False  # no such file: nothing was written
+        return None
+    try:
+        return name in study_names(store) and "hlnas_space" in optuna.load_study(study_name=name, storage=store).user_attrs
+    except Exception:
+        return None
 
 
 def trial_target(space: SearchSpace | None, storage: str, name: str, resume: bool) -> int:
@@ -372,7 +400,7 @@ def _probe_ray(address: str) -> None:
 
 def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str, n_trials: int, workers: int, executor,
            sampler, seed: int, address, cpus_per_trial: float, gpus_per_trial, out_root, on_event, time_limit,
-           retry_failed: bool, skip_calibration: bool, calibrate_only: bool, fresh: bool) -> optuna.Study:
+           retry_failed: bool, skip_calibration: bool, calibrate: bool, calibrate_only: bool, fresh: bool) -> optuna.Study:
     """The search itself, on a study this driver holds (see :func:`run_search`): recovery, the executor, the
     calibration, then :func:`hlnas.proposals.search_loop`."""
     sampler_name = sampler or space.sampler
@@ -390,7 +418,12 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
         raise
     inline = isinstance(ex, InlineExecutor)  # its submit() runs the trial here: a signal must raise at once
     try:
-        calibrating = not skip_calibration and needs_calibration(space)
+        # a resume keeps the study's own choice: one started with --skip-calibration is not calibrated unless told
+        kept_skip = (not fresh and not calibrate and needs_calibration(space)
+                     and (study.user_attrs.get("hlnas_calibration") or {}).get("status") == "skipped")
+        if kept_skip and not skip_calibration:
+            emit("calibration_kept", {"status": "skipped", "storage": storage, "study": study_name})
+        calibrating = not skip_calibration and not kept_skip and needs_calibration(space)
         if not calibrating:
             if "hlnas_calibration" not in study.user_attrs:
                 why = ("skipped" if skip_calibration else "disabled" if not space.calibration.enabled else "not needed")
@@ -413,6 +446,12 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
     finally:
         ex.shutdown()
     return study
+
+
+def _check_calibrate(space: SearchSpace) -> None:
+    if not needs_calibration(space):
+        raise ConfigError(f"--calibrate: space '{space.name}' has no recall objective or has calibration.enabled: false; "
+                          "nothing to calibrate")
 
 
 def _executor(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial):

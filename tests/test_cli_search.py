@@ -62,22 +62,6 @@ def test_status_prints_the_front(done_study, capsys):
     assert "GGGG" in {r["layout"] for r in d["front"]}  # no KV cache at all: always on the front
 
 
-def test_status_and_resume_name_what_is_wrong(done_study, tmp_path, capsys):
-    assert main(["status", "--storage", done_study, "--study", "nope"]) == 2
-    assert "no study named 'nope'" in capsys.readouterr().err
-    assert main(["status", "--storage", "redis://x", "--study", "st"]) == 2
-    assert "scheme 'redis' is not allowed; allowed schemes: sqlite, postgresql, mysql, journal" in capsys.readouterr().err
-    raw = tiny_raw()
-    raw["scale"]["train"]["lr"] = 1e-3
-    changed = tmp_path / "changed.yaml"
-    changed.write_text(yaml.safe_dump(raw))
-    assert main(["search", "--resume", "--storage", done_study, "--study", "st", "--space", str(changed), "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert "resuming with a changed space is refused" in err and "scale.train.lr: 0.003 -> 0.001" in err
-    assert main(["search", "--resume", "--storage", done_study, "--study", "st", "--set", "train.lr=1", "--no-progress"]) == 2
-    assert "a resumed study keeps the settings stored with it" in capsys.readouterr().err
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

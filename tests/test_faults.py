@@ -1,6 +1,7 @@
 """The fault suite: concurrent drivers, interrupted creation, options checked before any write, lost workers,
-bad inputs with one-line errors, plain postgresql:// URLs. (Crash/kill -9/resume of one driver:
-tests/test_resume.py; a Ray node lost mid-trial: test_ray_node_loss below.)"""
+a journal path that is not a journal, plain postgresql:// URLs. (Crash/kill -9/resume of one driver:
+tests/test_resume.py; a Ray node lost mid-trial: test_ray_node_loss below; bad command-line inputs:
+tests/test_bad_inputs.py.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import yaml
 from optuna.trial import TrialState
 
 from hlnas import executors
-from hlnas.cli import main
 from hlnas.errors import HlnasError
 from hlnas.lease import ATTR, DriverLease, StudyBusy, holder_alive
 from hlnas.storage import StorageError
@@ -218,58 +218,13 @@ def test_a_plain_postgresql_url_opens(tmp_path, request):
     assert len(trained(load_hlnas_study(url, "plainpg"))) == 1
 
 
-# -- 6. bad inputs: one line naming the value and what is allowed ----------------------------------------------------------
-@pytest.mark.parametrize(("argv", "message"), [
-    (["train", "gla", "--out", "/proc/x", "--tokens", "4096"], "--out /proc/x: cannot create that folder"),
-    (["train", "gla", "--device", "tpu", "--tokens", "4096"], "train.device='tpu' is not allowed; allowed: auto, cpu, cuda, cuda:N"),
-    (["bench-samplers", "--out", "/proc/b", "--seeds", "1", "--samplers", "random"], "--out /proc/b: cannot create that folder"),
-    (["dashboard", "--port", "99999"], "argument --port: 99999 is not a port number; allowed: 1-65535"),
-    (["dashboard", "--port", "-1"], "argument --port: -1 is not a port number; allowed: 1-65535"),
-    (["layout", "gla", "--layers", "0"], "argument --layers: 0 must be >= 1"),
-    (["search", "--cpus-per-trial", "0", "--trials", "1"], "--cpus-per-trial must be > 0"),
-    (["search", "--storage", "postgresql://x@127.0.0.1:1/x", "--trials", "1"], "cannot open storage 'postgresql://x@127.0.0.1:1/x'"),
-])
-def test_bad_inputs_get_one_line(tmp_path, monkeypatch, capsys, argv, message):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) if "argument" in message else _no_raise():
-        assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
-
-
-class _no_raise:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def test_train_out_under_a_file_and_eval_out_unwritable(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "afile").write_text("x")
-    assert main(["train", "gla", "--out", "afile/sub", "--tokens", "4096"]) == 2
-    assert "--out afile/sub: cannot create that folder (Not a directory)" in capsys.readouterr().err
-    assert main(["train", "gla", "--ratio", "6:1", "--tokens", "512", "--seq-len", "32", "--batch-size", "2", "--out", "r",
-                 "--no-progress", "--set", "model.n_layers=6"]) == 0
-    capsys.readouterr()
-    assert main(["eval", "r", "--objectives", "val_loss", "--out", "/proc/e.json"]) == 2
-    assert "--out /proc/e.json: cannot write the file" in capsys.readouterr().err
-
-
+# -- 6. a storage file that is not one is left alone (every other bad input: tests/test_bad_inputs.py) ----------------
 def test_a_journal_path_that_is_not_a_journal_is_refused_untouched(tmp_path):
     f = tmp_path / "notes.log"
     f.write_text("my notes\n")
     with pytest.raises(StorageError, match="exists and is not an Optuna journal .* left untouched"):
         run_search(tiny_space(), storage=f"journal:///{f}", study_name="j", n_trials=1)
     assert f.read_text() == "my notes\n"
-
-
-def test_report_on_a_study_hlnas_did_not_create_is_refused(tmp_path, capsys):
-    url = f"sqlite:///{tmp_path}/x.db"
-    optuna.create_study(storage=url, study_name="plain").optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
-    assert main(["report", "--storage", url, "--study", "plain", "--out", str(tmp_path / "rep"), "--no-png"]) == 2
-    assert "study 'plain' was not created by hlnas" in capsys.readouterr().err
 
 
 # -- 7. Ray beyond one machine: a node lost mid-trial --------------------------------------------------------------------

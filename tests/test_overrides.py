@@ -107,13 +107,6 @@ def test_search_sets_merge_over_the_space_sections():
         space.with_sets(["layout.ratio=3:1"])
 
 
-def test_eval_takes_only_score_sets(tmp_path, capsys):
-    assert main(["eval", str(tmp_path), "--set", "train.lr=1"]) == 2
-    assert "unknown section 'train'. Allowed: score" in capsys.readouterr().err
-    assert main(["eval", str(tmp_path), "--set", "score.mqar.steps=1.5"]) == 2
-    assert "score.mqar.steps is an integer; got 1.5" in capsys.readouterr().err
-
-
 @pytest.mark.parametrize("argv", [["search"], ["calibrate", "tiny"]])
 def test_search_and_calibrate_refuse_a_bad_set_before_any_run(argv, tmp_path, capsys):
     argv = [*argv, "--storage", f"sqlite:///{tmp_path}/s.db"]

@@ -1,0 +1,105 @@
+"""Every bad input a user can give a subcommand, in one table: one row per input and the fragment its one-line error
+must contain (naming the value and what is allowed). Each row exits with code 2, prints no traceback, and
+writes nothing it was not asked to (``hlnas eval`` never scores a checkpoint it was not given)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import torch
+import yaml
+
+from hlnas.cli import main
+from hlnas.study import run_search
+from tests.test_study import tiny_raw, tiny_space
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    """A folder holding what the rows point at: a trained run (``run/``) with a text file beside its checkpoint, a
+    folder without a checkpoint, a plain file, a stored hlnas study and a study hlnas did not create, a search
+    space with a changed learning rate."""
+    ws = tmp_path_factory.mktemp("bad")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(["train", "gla", "--ratio", "6:1", "--tokens", "512", "--seq-len", "32", "--batch-size", "2",
+                     "--out", str(ws / "run"), "--no-progress", "--set", "model.n_layers=6"]) == 0
+        run_search(tiny_space(), storage=f"sqlite:///{ws}/s.db", study_name="st", n_trials=1)
+    finally:
+        torch.set_num_threads(n)
+    (ws / "run" / "notes.txt").write_text("my notes\n")
+    (ws / "empty").mkdir()
+    (ws / "afile").write_text("x")
+    optuna.create_study(storage=f"sqlite:///{ws}/plain.db", study_name="plain").optimize(
+        lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    raw = tiny_raw()
+    raw["scale"]["train"]["lr"] = 1e-3
+    (ws / "changed.yaml").write_text(yaml.safe_dump(raw))
+    return ws
+
+
+RESUME = ["search", "--resume", "--storage", "sqlite:///{ws}/s.db", "--study", "st", "--no-progress"]
+ALLOWED_CKPT = "allowed: a training output folder (hlnas train --out) or its checkpoint.pt"
+
+# (argv, fragment of the error); "{ws}" stands for the workspace folder. Argparse rejects the "argument ..." ones.
+ROWS = [
+    # layout
+    (["layout", "gdn2x", "--ratio", "6:1"], "unknown mixer 'gdn2x'"),
+    (["layout", "gla", "--ratio", "5:1"], "does not divide 24 layers"),
+    (["layout", "gla", "--placement", "3,99"], "out of range"),
+    (["layout", "gla", "--preset", "paper-3b"], "unknown preset 'paper-3b'"),
+    (["layout", "gla", "--layers", "0"], "argument --layers: 0 must be >= 1"),
+    # train
+    (["train", "gla", "--set", "train.lrr=1"], "unknown train key 'lrr'"),
+    (["train", "gla", "--set", "nonsense"], "write SECTION.KEY=VALUE"),
+    (["train", "gla", "--out", "/proc/x", "--tokens", "4096"], "--out /proc/x: cannot create that folder"),
+    (["train", "gla", "--out", "{ws}/afile/sub", "--tokens", "4096"], "--out {ws}/afile/sub: cannot create that folder (Not a directory)"),
+    (["train", "gla", "--device", "tpu", "--tokens", "4096"], "train.device='tpu' is not allowed; allowed: auto, cpu, cuda, cuda:N"),
+    # eval: only the path given is scored: a training output folder or its checkpoint.pt (issue 25)
+    (["eval", "/nonexistent/run"], f"'/nonexistent/run' does not exist; {ALLOWED_CKPT}"),
+    (["eval", "{ws}/run/typo_nope", "--objectives", "val_loss"], f"'{{ws}}/run/typo_nope' does not exist; {ALLOWED_CKPT}"),
+    (["eval", "{ws}/run/notes.txt", "--objectives", "val_loss"], f"'{{ws}}/run/notes.txt' is a file but not a checkpoint.pt; {ALLOWED_CKPT}"),
+    (["eval", "{ws}/empty", "--objectives", "val_loss"], f"'{{ws}}/empty' is a folder without a checkpoint.pt; {ALLOWED_CKPT}"),
+    (["eval", "{ws}/run", "--objectives", "val_loss", "--out", "/proc/e.json"], "--out /proc/e.json: cannot write the file"),
+    (["eval", "{ws}/run", "--set", "train.lr=1"], "unknown section 'train'. Allowed: score"),
+    (["eval", "{ws}/run", "--set", "score.mqar.steps=1.5"], "score.mqar.steps is an integer; got 1.5"),
+    # search
+    (["search", "--cpus-per-trial", "0", "--trials", "1"], "--cpus-per-trial must be > 0"),
+    (["search", "--storage", "postgresql://x@127.0.0.1:1/x", "--trials", "1"], "cannot open storage 'postgresql://x@127.0.0.1:1/x'"),
+    (["search", "--calibrate", "--skip-calibration"], "argument --skip-calibration: not allowed with argument --calibrate"),
+    ([*RESUME, "--calibrate"], "--calibrate: space 'tiny-test' has no recall objective or has calibration.enabled: false; nothing to calibrate"),
+    ([*RESUME, "--space", "{ws}/changed.yaml"], "resuming with a changed space is refused"),
+    ([*RESUME, "--set", "train.lr=1"], "a resumed study keeps the settings stored with it"),
+    (["search", "--resume", "--storage", "sqlite:///{ws}/s.db", "--study", "nope"], "no study named 'nope' in sqlite:///{ws}/s.db. Available: st"),
+    (["search", "--resume", "--storage", "sqlite:///{ws}/none.db", "--study", "tiny"], "storage 'sqlite:///{ws}/none.db': no such SQLite file"),
+    # status, report, dashboard, bench-samplers
+    (["status", "--storage", "sqlite:///{ws}/s.db", "--study", "nope"], "no study named 'nope'"),
+    (["status", "--storage", "redis://x", "--study", "st"], "scheme 'redis' is not allowed; allowed schemes: sqlite, postgresql, mysql, journal"),
+    (["report", "--storage", "sqlite:///{ws}/plain.db", "--study", "plain", "--out", "{ws}/rep", "--no-png"], "study 'plain' was not created by hlnas"),
+    (["dashboard", "--port", "99999"], "argument --port: 99999 is not a port number; allowed: 1-65535"),
+    (["dashboard", "--port", "-1"], "argument --port: -1 is not a port number; allowed: 1-65535"),
+    (["bench-samplers", "--out", "/proc/b", "--seeds", "1", "--samplers", "random"], "--out /proc/b: cannot create that folder"),
+    (["bench-samplers", "--table", "{ws}/none.csv"], "results table '{ws}/none.csv' not found"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), ROWS, ids=[" ".join(a)[:60] for a, _ in ROWS])
+def test_a_bad_input_is_one_clear_line_and_exit_2(ws, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(ws)  # rows without a path write nothing here, or fail before they could
+    argv = [a.format(ws=ws) for a in argv]
+    message = message.format(ws=ws)
+    before = {p: p.stat().st_mtime_ns for p in ws.rglob("*")}
+    if message.startswith("argument "):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+    else:
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith(f"hlnas {argv[0]}: error: ")]
+    assert len(errors) == 1 and "Traceback" not in err  # the error's own line, after any progress or usage lines
+    assert message in err[err.index(errors[0]):]
+    assert {p: p.stat().st_mtime_ns for p in ws.rglob("*")} == before  # nothing written, nothing scored
