@@ -81,6 +81,10 @@ def main(argv=None) -> int:
     p.add_argument("--no-graph", action="store_true")
     p.add_argument("--budget-s", type=float, default=None, help="seconds per case (each stops at its next check)")
     p.add_argument("--jobs", type=int, default=1, help="cases at once (worker processes sharing the GPUs)")
+    p.add_argument("--runs-per-worker", type=int, default=1,
+                   help="cases at once in each worker process, each on its own CUDA stream (hlnas.executors)")
+    p.add_argument("--runs-per-worker", type=int, default=1,
+                   help="cases at once in each worker process, each on its own CUDA stream (hlnas.executors)")
     p.add_argument("--deadline", type=float, default=None, help="seconds after which no case starts; running ones are "
                    "stopped at deadline + --grace and reported as unfinished")
     p.add_argument("--grace", type=float, default=60.0)
@@ -100,7 +104,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "recall_sweep.jsonl", "a")
-    ex = make_executor("processes", max(1, min(args.jobs, len(cases))))
+    jobs = max(1, min(args.jobs, len(cases)))
+    ex = make_executor("processes", -(-jobs // args.runs_per_worker), runs_per_worker=args.runs_per_worker)
     t0 = time.monotonic()
     queue, running, rows = list(enumerate(cases)), {}, []
     try:

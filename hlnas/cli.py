@@ -239,7 +239,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         space = space.with_sets(args.set)
     name = args.study or space.name
     trials = args.trials if args.trials is not None else trial_target(space, storage, name, args.resume)
-    executor, args.workers = choose_executor(args.executor, args.workers, args.address)
+    executor, args.workers = choose_executor(args.executor, args.workers, args.address, args.runs_per_worker)
     ui = SearchProgress(trials, progress=not args.no_progress)
     print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
@@ -248,6 +248,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                           runs_per_worker=args.runs_per_worker,
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, retry_failed=args.retry_failed,
                            skip_calibration=args.skip_calibration, calibrate=args.calibrate)
     except KeyboardInterrupt:
@@ -281,6 +282,10 @@ def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
                         "(auto: ray with --address; inline for 1 worker; for more, ray when installed, else processes, and "
                         "processes when --workers is not given on a CPU-only machine)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial: what Ray reserves, and the torch threads of each worker (default 1)")
+    p.add_argument("--runs-per-worker", type=int, default=1, metavar="N",
+                   help="with --executor processes (chosen by auto): N runs at once in each worker process, each in a thread "
+                        "and on a CUDA stream of its own, so small recall models overlap on one GPU where processes only "
+                        "time-slice it (default 1; experiments/bench/proxy_throughput.py measures N)")
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:
@@ -316,6 +321,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         verdict, message = calibrate_study(space, storage=storage, study_name=name, workers=args.workers,
                                            executor=args.executor, cpus_per_trial=args.cpus_per_trial,
+                                           runs_per_worker=args.runs_per_worker,
                                            on_event=ui.event if ui else None)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished control runs are stored. Continue with: hlnas calibrate {args.space} "

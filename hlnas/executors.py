@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Protocol
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.trial import TrialResult, TrialSpec, run_trial
 
-__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "RayExecutor", "make_executor", "EXECUTORS"]
+__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "RayExecutor", "make_executor", "run_on_own_stream", "EXECUTORS"]
 
 EXECUTORS = ("inline", "processes", "ray")
 
@@ -75,18 +76,30 @@ class ProcessExecutor:
     cache directory. With several GPUs, worker ``i`` sees GPU ``i % n_gpus`` only. A worker that dies
     (segfault, OOM-kill) is reported as ``worker_died`` and replaced; the study goes on. Workers ignore
     SIGINT and SIGTERM: the driver stops them once it has re-queued their trials.
+
+    ``runs_per_worker`` > 1: each worker runs that many trials at once, each in a thread of its own and, on a
+    GPU, on a CUDA stream of its own. Processes time-slice a GPU (12 processes ran 1.1x one), while the streams
+    of one process overlap their kernels: the lever for many small recall models on one GPU (issue #21;
+    ``experiments/bench/proxy_throughput.py`` measures it). Each trial's result is the one it gets alone (its
+    weights come from its own seed: :func:`hlnas.model.seeded_model`). A worker that dies fails every trial it
+    held as ``worker_died``; a CUDA fault in one of them poisons the process, so its other trials are failed the
+    same way and the worker replaced.
     """
 
-    def __init__(self, workers: int, *, threads: int = 1, triton_cache: str | None = None, gpus: int | None = None):
+    def __init__(self, workers: int, *, threads: int = 1, triton_cache: str | None = None, gpus: int | None = None,
+                 runs_per_worker: int = 1):
         if workers < 1:
             raise ConfigError(f"workers must be >= 1, got {workers}")
-        self.capacity = workers
+        if isinstance(runs_per_worker, bool) or not isinstance(runs_per_worker, int) or runs_per_worker < 1:
+            raise ConfigError(f"runs_per_worker must be an integer >= 1, got {runs_per_worker!r}")
+        self.runs_per_worker = runs_per_worker
+        self.capacity = workers * runs_per_worker
         self._ctx = mp.get_context("spawn")
         self._threads = max(1, int(threads))
         self._cache = triton_cache or os.environ.get("TRITON_CACHE_DIR") or os.path.expanduser("~/.triton/cache")
         self._gpus = _visible_gpus() if gpus is None else gpus
         self._slots = [self._start(i) for i in range(workers)]
-        self._busy: dict[int, TrialSpec] = {}  # slot index -> spec it runs
+        self._busy: dict[int, dict[int, TrialSpec]] = {}  # slot index -> {trial number: spec} it runs
 
     def _start(self, i: int):
         env = {"TRITON_CACHE_DIR": self._cache, "PYTHONUNBUFFERED": "1"}
@@ -95,52 +108,63 @@ class ProcessExecutor:
             ids = visible.split(",") if visible else [str(g) for g in range(self._gpus)]
             env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_serve, args=(child, env, self._threads), name=f"hlnas-worker-{i}", daemon=True)
+        proc = self._ctx.Process(target=_serve, args=(child, env, self._threads, self.runs_per_worker),
+                                 name=f"hlnas-worker-{i}", daemon=True)
         proc.start()
         child.close()
         return proc, parent
 
     def submit(self, spec: TrialSpec) -> None:
-        idle = [i for i in range(len(self._slots)) if i not in self._busy]
-        if not idle:
+        load = {i: len(self._busy.get(i, {})) for i in range(len(self._slots))}
+        free = [i for i in load if load[i] < self.runs_per_worker]
+        if not free:
             raise HlnasError("no idle worker process; wait() for a result before submitting more")
-        i = idle[0]
+        i = min(free, key=lambda j: (load[j], j))  # the least loaded worker
         try:
             self._slots[i][1].send(spec)
-        except (OSError, EOFError):  # a broken pipe: the idle worker died, and a fresh one takes the trial
+        except (OSError, EOFError):  # a broken pipe: the worker died; if it held nothing, a fresh one takes the trial
+            if load[i]:
+                raise HlnasError(f"worker {i} died while running trials; wait() reports them before submitting more") from None
             self._replace(i)
             self._slots[i][1].send(spec)
-        self._busy[i] = spec
+        self._busy.setdefault(i, {})[spec.number] = spec
 
     def in_flight(self) -> int:
-        return len(self._busy)
+        return sum(len(v) for v in self._busy.values())
 
     def wait(self, timeout: float | None = None) -> list[TrialResult]:
-        if not self._busy:
+        if not self.in_flight():
             return []
         watch = {}
-        for i in self._busy:
-            proc, conn = self._slots[i]
-            watch[conn] = i
-            watch[proc.sentinel] = i
+        for i, held in self._busy.items():
+            if held:
+                proc, conn = self._slots[i]
+                watch[conn] = i
+                watch[proc.sentinel] = i
         ready = {watch[r] for r in wait_any(list(watch), timeout)}
         out = []
         for i in sorted(ready):
             proc, conn = self._slots[i]
-            spec = self._busy.pop(i)
-            result = None
+            held = self._busy[i]
+            results, dead = [], False
             try:
-                if conn.poll():
-                    result = conn.recv()
+                while held and conn.poll():
+                    results.append(conn.recv())
+                    held.pop(results[-1].number, None)
             except (EOFError, OSError):
-                result = None
-            if result is None:  # the process ended without answering
-                proc.join(timeout=5)
-                result = _worker_died(spec, f"worker died while running trial {spec.number} (exit code {proc.exitcode})")
+                dead = True
+            if not results and not dead:
+                dead = not proc.is_alive()  # woken by the sentinel: the process ended without answering
+            poisoned = any(r.error_kind == "cuda_error" for r in results)
+            out += results
+            if dead or poisoned:  # every trial still held dies with the process
+                why = (f"(exit code {proc.exitcode})" if dead else
+                       "(a CUDA fault in another trial of the same worker poisoned the process)")
+                out += [_worker_died(spec, f"worker died while running trial {spec.number} {why}") for spec in held.values()]
+                held.clear()
                 self._replace(i)
-            elif result.error_kind == "cuda_error":  # a CUDA fault poisons the process: every later trial would fail
-                self._replace(i)
-            out.append(result)
+            if not held:
+                del self._busy[i]
         return out
 
     def _replace(self, i: int) -> None:
@@ -155,7 +179,7 @@ class ProcessExecutor:
         # re-queued) are terminated rather than waited for
         for i, (proc, conn) in enumerate(self._slots):
             try:
-                if i in self._busy:
+                if self._busy.get(i):
                     proc.kill()  # workers ignore SIGTERM
                 else:
                     conn.send(None)
@@ -170,8 +194,9 @@ class ProcessExecutor:
         self._slots, self._busy = [], {}
 
 
-def _serve(conn, env: dict, threads: int) -> None:
-    """A worker process: set its environment, import once, then run trials until told to stop."""
+def _serve(conn, env: dict, threads: int, runs: int = 1) -> None:
+    """A worker process: set its environment, import once, then run trials until told to stop (``runs`` at once,
+    each in a thread and on a CUDA stream of its own)."""
     os.environ.update(env)
     # Stopping is the driver's job: it re-queues the running trials, then ends the workers. A Ctrl-C, or a
     # SIGTERM sent to the whole process group (Slurm's time limit, `timeout`), reaches the workers too; a
@@ -182,14 +207,44 @@ def _serve(conn, env: dict, threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    while True:
-        try:
-            spec = conn.recv()
-        except (EOFError, OSError):  # the driver is gone
-            return
-        if spec is None:
-            return
-        conn.send(run_trial(spec))
+    if runs == 1:
+        while True:
+            try:
+                spec = conn.recv()
+            except (EOFError, OSError):  # the driver is gone
+                return
+            if spec is None:
+                return
+            conn.send(run_trial(spec))
+    from concurrent.futures import ThreadPoolExecutor
+
+    send = threading.Lock()
+
+    def one(spec: TrialSpec) -> None:
+        result = run_on_own_stream(spec)
+        with send:
+            conn.send(result)
+
+    with ThreadPoolExecutor(runs, thread_name_prefix="hlnas-run") as pool:
+        while True:
+            try:
+                spec = conn.recv()
+            except (EOFError, OSError):
+                return
+            if spec is None:
+                return  # the pool finishes what it holds (the driver sends None only to idle workers)
+            pool.submit(one, spec)
+
+
+def run_on_own_stream(spec: TrialSpec) -> TrialResult:
+    """:func:`~hlnas.trial.run_trial` with this thread's CUDA work on a stream of its own (on a GPU), so trials
+    running in threads of one process overlap their kernels."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return run_trial(spec)
+    with torch.cuda.stream(torch.cuda.Stream()):
+        return run_trial(spec)
 
 
 def _die_with_parent() -> None:
@@ -311,7 +366,8 @@ def make_executor(kind: str, workers: int = 1, **kwargs) -> Executor:
             raise ConfigError(f"the inline executor runs one trial at a time; got workers={workers} (use --executor processes or ray)")
         return InlineExecutor()
     if kind == "processes":
-        return ProcessExecutor(workers, threads=int(kwargs.get("cpus_per_trial", 1.0)))
+        return ProcessExecutor(workers, threads=int(kwargs.get("cpus_per_trial", 1.0)),
+                               runs_per_worker=int(kwargs.get("runs_per_worker", 1)))
     if kind == "ray":
         return RayExecutor(workers, **kwargs)
     raise ConfigError(f"unknown executor '{kind}'; allowed: {', '.join(EXECUTORS)}")

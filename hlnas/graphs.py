@@ -106,7 +106,9 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
                 body()
         torch.cuda.current_stream().wait_stream(side)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        # thread_local: runs sharing a worker process (each on its own stream) go on launching while this one
+        # captures; the default ("global") mode would fail their allocations and syncs
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
             static_loss = body()
     except Exception as e:  # a kernel that syncs, allocates on the host or is not capturable
         _warn_once(f"capture failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})")

@@ -6,6 +6,9 @@ embedding -> N pre-norm blocks (RMSNorm, token mixer, residual; RMSNorm, SwiGLU 
 
 from __future__ import annotations
 
+import threading
+
+import torch
 from torch import Tensor, nn
 
 from hlnas.budget import resolve_config
@@ -15,7 +18,11 @@ from hlnas.layout import Layout
 from hlnas.mixers.base import Mixer, cache_nbytes
 from hlnas.nn import RMSNorm, ShortConvolution, SwiGLU
 
-__all__ = ["HybridLM", "Cache", "build_model"]
+__all__ = ["HybridLM", "Cache", "build_model", "seeded_model"]
+
+# torch's default generator is one per process: runs sharing a worker process (hlnas.executors, runs_per_worker)
+# take it in turn, so each model's weights depend on its own seed alone, as in a process of its own
+_SEEDED_BUILD = threading.Lock()
 
 
 class Cache:
@@ -103,3 +110,11 @@ class HybridLM(nn.Module):
 def build_model(layout: Layout, cfg: ModelConfig) -> HybridLM:
     """The model for ``layout`` with its MLP width resolved (see :func:`hlnas.budget.resolve_config`)."""
     return HybridLM(layout, resolve_config(layout, cfg))
+
+
+def seeded_model(layout: Layout, cfg: ModelConfig, seed: int) -> HybridLM:
+    """:func:`build_model` with its weights drawn from ``torch.manual_seed(seed)``, the same whichever other runs
+    share the process."""
+    with _SEEDED_BUILD:
+        torch.manual_seed(seed)
+        return build_model(layout, cfg)

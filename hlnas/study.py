@@ -231,6 +231,7 @@ def run_search(
     skip_calibration: bool = False,
     calibrate: bool = False,
     calibrate_only: bool = False,
+    runs_per_worker: int = 1,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
@@ -247,10 +248,12 @@ def run_search(
     ``calibrate_only`` stops after the calibration (``hlnas calibrate``).
 
     ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
-    options size it), or is an :class:`~hlnas.executors.Executor` object used as given (and shut down at the
+    options size it; ``runs_per_worker`` trials at once in each worker process of ``processes``, each on a CUDA
+    stream of its own), or is an :class:`~hlnas.executors.Executor` object used as given (and shut down at the
     end), e.g. :class:`hlnas.tabular.LookupExecutor` to look results up instead of training."""
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
                      gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address)
+    _check_runs_per_worker(runs_per_worker, executor)
     if calibrate and skip_calibration:
         raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
     if calibrate and space is not None:
@@ -266,13 +269,13 @@ def run_search(
                       executor=executor, sampler=sampler, seed=seed, address=address, cpus_per_trial=cpus_per_trial,
                       gpus_per_trial=gpus_per_trial, out_root=out_root, on_event=on_event, time_limit=time_limit,
                       retry_failed=retry_failed, skip_calibration=skip_calibration, calibrate=calibrate,
-                      calibrate_only=calibrate_only, fresh=not existed)
+                      calibrate_only=calibrate_only, fresh=not existed, runs_per_worker=runs_per_worker)
     finally:
         lease.release()
 
 
 def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study_name: str, workers: int | None = None,
-                    executor: str = "auto", cpus_per_trial: float = 1.0,
+                    executor: str = "auto", cpus_per_trial: float = 1.0, runs_per_worker: int = 1,
                     on_event: Callable[[str, dict], None] | None = None) -> tuple[dict | None, str | None]:
     """Run the calibration of ``space`` and nothing else (``hlnas calibrate``), in study ``study_name``: a new one,
     or an existing one continued with the runs it lacks. ``executor`` and ``workers`` are resolved by
@@ -281,24 +284,30 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
     reuses the runs."""
     if not needs_calibration(space):
         raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
+    executor, workers = choose_executor(executor, workers, runs_per_worker=runs_per_worker)
+    _check_runs_per_worker(runs_per_worker, executor)  # before the storage is opened: a bad option writes nothing
     exists = study_name in study_names(open_storage(storage))
-    executor, workers = choose_executor(executor, workers)
     try:
         study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
                            resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True,
-                           calibrate_only=True)
+                           calibrate_only=True, runs_per_worker=runs_per_worker)
         message = None
     except calib.CalibrationFailed as e:
         study, message = load_hlnas_study(storage, study_name), str(e)
     return (study.user_attrs.get("hlnas_calibration") or {}).get("verdict"), message
 
 
-def choose_executor(executor: str, workers: int | None, address: str | None = None) -> tuple[str, int]:
+def choose_executor(executor: str, workers: int | None, address: str | None = None,
+                    runs_per_worker: int = 1) -> tuple[str, int]:
     """``(executor, workers)`` for a search: unset ``workers`` is both cores of a small CPU-only machine (worker
     processes, no Ray start-up: the default space's candidates use one core each), else one; ``auto`` is inline
-    for one worker, else Ray when installed (always with ``address``), else worker processes."""
+    for one worker, else Ray when installed (always with ``address``), else worker processes; with more than one
+    run per worker, always worker processes (the only executor that shares a process among runs)."""
     import importlib.util
     import os
+
+    if executor == "auto" and runs_per_worker > 1 and not address:
+        return "processes", workers or 1
 
     if workers is None:
         import torch
@@ -400,7 +409,8 @@ def _probe_ray(address: str) -> None:
 
 def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str, n_trials: int, workers: int, executor,
            sampler, seed: int, address, cpus_per_trial: float, gpus_per_trial, out_root, on_event, time_limit,
-           retry_failed: bool, skip_calibration: bool, calibrate: bool, calibrate_only: bool, fresh: bool) -> optuna.Study:
+           retry_failed: bool, skip_calibration: bool, calibrate: bool, calibrate_only: bool, fresh: bool,
+           runs_per_worker: int = 1) -> optuna.Study:
     """The search itself, on a study this driver holds (see :func:`run_search`): recovery, the executor, the
     calibration, then :func:`hlnas.proposals.search_loop`."""
     sampler_name = sampler or space.sampler
@@ -411,7 +421,8 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
     if requeued:
         emit("requeued", {"n": requeued})
     try:
-        ex = _executor(executor, workers, address=address, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
+        ex = _executor(executor, workers, address=address, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+                       runs_per_worker=runs_per_worker)
     except BaseException:
         if fresh and not study.get_trials(deepcopy=False):  # created just now for nothing: leave no empty study
             optuna.delete_study(study_name=study_name, storage=study._storage)
@@ -454,7 +465,15 @@ def _check_calibrate(space: SearchSpace) -> None:
                           "nothing to calibrate")
 
 
-def _executor(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial):
+def _check_runs_per_worker(runs_per_worker, executor) -> None:
+    if isinstance(runs_per_worker, bool) or not isinstance(runs_per_worker, int) or runs_per_worker < 1:
+        raise ConfigError(f"--runs-per-worker must be an integer >= 1, got {runs_per_worker!r}")
+    if runs_per_worker > 1 and executor != "processes":
+        raise ConfigError(f"--runs-per-worker {runs_per_worker} needs --executor processes (trials sharing a worker "
+                          f"process, each on its own CUDA stream); got executor {executor!r}")
+
+
+def _executor(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial, runs_per_worker: int = 1):
     """The executor named by the search options (an :class:`~hlnas.executors.Executor` object is used as given)."""
     if not isinstance(executor, str):
         return executor
@@ -464,7 +483,7 @@ def _executor(executor, workers: int, *, address, cpus_per_trial: float, gpus_pe
         gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if _cuda_available() else 0.0)
         kwargs = {"address": address, "cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus}
     elif executor == "processes":
-        kwargs = {"cpus_per_trial": cpus_per_trial}
+        kwargs = {"cpus_per_trial": cpus_per_trial, "runs_per_worker": runs_per_worker}
     return make_executor(executor, workers, **kwargs)
 
 

@@ -27,7 +27,7 @@ from hlnas.data.packing import TokenStream, split_targets
 from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import Layout
-from hlnas.model import HybridLM, build_model
+from hlnas.model import HybridLM, build_model, seeded_model
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device", "cosine_lr", "lr_at"]
 
@@ -266,8 +266,7 @@ def train(
     """
     data_cfg = data_cfg or DataConfig()
     device = resolve_device(train_cfg.device)
-    torch.manual_seed(train_cfg.seed)
-    model = build_model(layout, model_cfg).to(device)
+    model = seeded_model(layout, model_cfg, train_cfg.seed).to(device)
     result = TrainResult(status="ok", layout=str(layout), params=model.num_params(), device=str(device),
                          out_dir=None if out_dir is None else str(out_dir))
     meta = {"layout": str(layout), "model": model.cfg.to_dict(), "train": train_cfg.to_dict(), "data": data_cfg.to_dict()}

@@ -68,6 +68,10 @@ ROWS = [
     (["eval", "{ws}/run", "--set", "score.mqar.steps=1.5"], "score.mqar.steps is an integer; got 1.5"),
     # search
     (["search", "--cpus-per-trial", "0", "--trials", "1"], "--cpus-per-trial must be > 0"),
+    (["search", "--runs-per-worker", "0", "--trials", "1"], "--runs-per-worker must be an integer >= 1, got 0"),
+    (["search", "--executor", "inline", "--workers", "1", "--runs-per-worker", "2", "--trials", "1"],
+     "--runs-per-worker 2 needs --executor processes"),
+    (["calibrate", "--executor", "ray", "--runs-per-worker", "3"], "--runs-per-worker 3 needs --executor processes"),
     (["search", "--storage", "postgresql://x@127.0.0.1:1/x", "--trials", "1"], "cannot open storage 'postgresql://x@127.0.0.1:1/x'"),
     (["search", "--calibrate", "--skip-calibration"], "argument --skip-calibration: not allowed with argument --calibrate"),
     ([*RESUME, "--calibrate"], "--calibrate: space 'tiny-test' has no recall objective or has calibration.enabled: false; nothing to calibrate"),

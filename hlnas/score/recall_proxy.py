@@ -35,7 +35,7 @@ import torch
 from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
-from hlnas.model import build_model
+from hlnas.model import seeded_model
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
 
@@ -108,8 +108,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConf
     from hlnas.graphs import WARMUP_STEPS, make_optimizer, make_step, set_lr
     from hlnas.train import cosine_lr
 
-    torch.manual_seed(seed)
-    model = build_model(layout, rcfg).to(device)
+    model = seeded_model(layout, rcfg, seed).to(device)
     model.train()
     use_graph = bool(cfg.graph) and device.type == "cuda"
     opt = make_optimizer(model, lr, betas=(0.9, cfg.beta2), weight_decay=0.1, graph=use_graph)

@@ -1,0 +1,139 @@
+"""How many recall-proxy training steps one GPU does per second: N recall models as N worker processes (which
+time-slice the GPU) against N runs in one worker process, each on a CUDA stream of its own (hlnas.executors,
+``runs_per_worker``; issue #21). Same runs, same executor code, same call: the ratio is the new worker's
+aggregate steps/s over the separate processes' at the same N.
+
+    python -m experiments.bench.proxy_throughput                              # H200: 1, 4, 12 runs; control and GLA 3:1
+    python -m experiments.bench.proxy_throughput --runs 1,2 --layers 4 --d-model 32 --steps 20 --device-name cpu   # smoke
+
+Each run is a fresh-model MQAR run of the paper-depth protocol (search_spaces/paper_grid_h200.yaml's recall model:
+24 layers, d=128, 2 heads, zero-initialised residual outputs, the attention-input conv, L=128, K=32, batch 64),
+trained for ``--steps`` steps with no early stop and one validation check at the end, on the CUDA-graph step. A
+warm-up round (imports, Triton compiles, capture) runs first in the same workers and is not timed. The timed
+window runs from the first submit to the last result, so each run's model build and graph capture are inside it
+(the same for both modes). MFU: 3 x the cost model's forward FLOPs per token (``hlnas.budget``) x tokens per step,
+over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/proxy_throughput_<device>_<date>.csv``
+(columns: layout, n_runs, mode, steps_per_s, tokens_per_s, mfu, ratio, wall_s) and a markdown table beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import os
+import time
+from pathlib import Path
+
+PEAK_BF16 = 989e12  # H200 SXM dense bf16, NVIDIA datasheet
+
+
+def recall_spec(number: int, layout: str, args, steps: int):
+    from hlnas.config import preset
+    from hlnas.data.sources import DataConfig
+    from hlnas.layout import Layout
+    from hlnas.recipe import RunConfig
+    from hlnas.score.objectives import MqarConfig, ScoreConfig
+    from hlnas.train import TrainConfig
+    from hlnas.trial import TrialSpec
+
+    hp = {"attention": {"input_conv": 4}, "gla": {"use_short_conv": True}, "hgrn": {"use_short_conv": True},
+          "hgrn2": {"use_short_conv": True}}
+    mqar = MqarConfig(seq_len=args.seq_len, kv_pairs=args.kv_pairs, vocab=args.vocab, batch=args.batch, steps=steps,
+                      eval_every=steps, test=64, val=64, target=None,
+                      model={"d_model": args.d_model, "n_heads": 2, "residual_init": "zero", "mixer_hparams": hp})
+    recipe = RunConfig(layout=Layout.parse(layout), model=preset("proxy-gpu"),
+                       train=TrainConfig(seed=number, tokens=1, batch_size=1, seq_len=1), data=DataConfig(),
+                       score=ScoreConfig(objectives=("mqar",), mqar=mqar), preset="proxy-gpu")
+    return TrialSpec(number=number, recipe=recipe, recall_only=True)
+
+
+def run_round(ex, specs) -> float:
+    """Wall seconds from the first submit until every run is back (all N at once); raises on a failed run."""
+    t0 = time.perf_counter()
+    queue, done = list(specs), []
+    while queue or ex.in_flight():
+        while queue and ex.in_flight() < ex.capacity:
+            ex.submit(queue.pop(0))
+        for r in ex.wait(timeout=5):
+            if not r.ok:
+                raise SystemExit(f"run {r.number} failed: {r.error_kind}: {(r.error or '')[:400]}")
+            done.append(r)
+    return time.perf_counter() - t0
+
+
+def measure(layout: str, n: int, mode: str, args) -> float:
+    from hlnas.executors import ProcessExecutor
+
+    ex = ProcessExecutor(n, runs_per_worker=1) if mode == "processes" else ProcessExecutor(1, runs_per_worker=n)
+    try:
+        run_round(ex, [recall_spec(i, layout, args, args.warmup_steps) for i in range(n)])  # imports, compiles
+        return run_round(ex, [recall_spec(i, layout, args, args.steps) for i in range(n)])
+    finally:
+        ex.shutdown()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", default="1,4,12", help="numbers of recall runs at once")
+    p.add_argument("--layouts", default="transformer,gla:3:1", help="mixer[:ratio] at --layers, or layout strings")
+    p.add_argument("--layers", type=int, default=24)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--kv-pairs", type=int, default=32)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=600, help="timed steps per run")
+    p.add_argument("--warmup-steps", type=int, default=20)
+    p.add_argument("--modes", default="processes,streams")
+    p.add_argument("--device-name", default="h200", help="names the output files")
+    p.add_argument("--out", default="experiments/bench")
+    args = p.parse_args(argv)
+
+    from hlnas.budget import layout_cost
+    from hlnas.config import preset
+    from hlnas.layout import Layout, build_layout
+    from hlnas.score.recall_proxy import recall_model_config
+
+    rows = []
+    for spec in args.layouts.split(","):
+        mixer, _, ratio = spec.partition(":")
+        layout = (str(build_layout(mixer, ratio or None, args.layers)) if mixer.isalpha() and mixer.islower() else spec)
+        rcfg = recall_model_config(preset("proxy-gpu"), {"d_model": args.d_model, "n_heads": 2}, args.vocab)
+        flops_step = 3 * layout_cost(Layout.parse(layout), rcfg, context=args.seq_len).flops_per_token * args.batch * args.seq_len
+        for n in (int(x) for x in args.runs.split(",")):
+            base = None
+            for mode in args.modes.split(","):
+                wall = measure(layout, n, mode, args)
+                sps = n * args.steps / wall
+                row = {"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": round(sps, 2),
+                       "tokens_per_s": round(sps * args.batch * args.seq_len), "mfu": round(sps * flops_step / PEAK_BF16, 5),
+                       "ratio": "", "wall_s": round(wall, 2)}
+                if mode == "processes":
+                    base = sps
+                elif base:
+                    row["ratio"] = round(sps / base, 3)
+                rows.append(row)
+                print(row, flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"proxy_throughput_{args.device_name}_{dt.date.today().isoformat()}"
+    with open(f"{stem}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = [f"# Recall-proxy throughput, {args.device_name}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "",
+             f"Command: `python -m experiments.bench.proxy_throughput {' '.join(argv or [])}`; "
+             f"HLNAS_TRITON_AUTOTUNE={os.environ.get('HLNAS_TRITON_AUTOTUNE', 'full')}. Baseline: the same N runs as N "
+             "worker processes, measured in the same call. ratio = streams / processes at the same N.", "",
+             "| layout | runs | mode | steps/s (batch-{b} steps, all runs) | tokens/s | MFU | ratio | wall s |".format(b=args.batch),
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['layout']} | {r['n_runs']} | {r['mode']} | {r['steps_per_s']} | {r['tokens_per_s']:,} | "
+              f"{100 * r['mfu']:.2f}% | {r['ratio']} | {r['wall_s']} |" for r in rows]
+    Path(f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {stem}.csv and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
