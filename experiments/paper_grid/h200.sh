@@ -3,7 +3,10 @@
 #   bash experiments/paper_grid/h200.sh STEP...
 # steps: warm[:T] (compile every mixer's kernels and check every op at once), check[:T], train_all[:T],
 #   grid:SECONDS / grid_by:T, placement:SECONDS / placement_by:T (T: seconds from the script's start),
-#   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs)
+#   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs),
+#   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams, 1/4/12 recall runs)
+# RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
+# SEARCH_SETS="--set train.seed=1" passes --set items to the searches (a study of another seed)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
 # A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
@@ -79,12 +82,14 @@ train_all() {
     --mixers hgrn,retnet,gla,hgrn2,deltanet,gated_deltanet,mamba2 --out "$OUT/logs/gpu_train.md" >"$OUT/logs/train_all.log" 2>&1
   say "train_all rc=$?"; grep "^| " "$OUT/logs/gpu_train.md" 2>/dev/null
 }
+read -r -a SEARCH_SETS <<<"${SEARCH_SETS:-}"
 search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard stop (SIGTERM: running trials re-queued)
   local resume=() workers=${WORKERS:-$((NG * 4))}  # trials sharing the GPUs (one process each)
   python3 -c "import optuna,sys; optuna.load_study(study_name='$2', storage='$DB')" 2>/dev/null && resume=(--resume)
   [ -n "${RETRY_FAILED:-}" ] && [ ${#resume[@]} -gt 0 ] && resume+=(--retry-failed)  # after fixing what failed
   timeout -s TERM "$4" python3 -m hlnas search --space "$1" --storage $DB --study "$2" "${resume[@]}" \
-    --executor processes --workers $workers --timeout "$3" --no-progress >>"$OUT/logs/search_$2.log" 2>&1
+    --executor processes --workers $workers --runs-per-worker ${RUNS_PER_WORKER:-1} --timeout "$3" --no-progress \
+    "${SEARCH_SETS[@]}" >>"$OUT/logs/search_$2.log" 2>&1
   say "search $2 rc=$? ($workers workers)"; grep -c " done " "$OUT/logs/search_$2.log"; grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
 }
 
@@ -113,8 +118,13 @@ for step in "$@"; do
       export HLNAS_RECALL_PROGRESS=1  # a line per validation check: a run killed by the hard stop still tells
       # CAL_SPACE defaults to the grid's space and study, so the grid reuses the calibration's seed-0 runs
       timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-$SPACE} --study ${CAL_STUDY:-$GRID_STUDY} \
-        --storage $DB --executor processes --workers ${WORKERS:-5} --no-progress >>"$OUT/logs/calibrate.log" 2>&1
+        --storage $DB --executor processes --workers ${WORKERS:-5} --runs-per-worker ${RUNS_PER_WORKER:-1} --no-progress \
+        >>"$OUT/logs/calibrate.log" 2>&1
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
+    bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)
+      [[ $step == bench_proxy:* ]] && t=${step#bench_proxy:} || t=420
+      timeout $t python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" >"$OUT/logs/bench_proxy.log" 2>&1
+      say "bench_proxy rc=$?"; cat "$OUT"/logs/proxy_throughput_*.md 2>/dev/null ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
