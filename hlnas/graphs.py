@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-__all__ = ["make_optimizer", "make_step", "set_lr"]
+__all__ = ["make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
 
 log = logging.getLogger("hlnas.graphs")
 _WARNED: set[str] = set()
@@ -59,11 +59,40 @@ def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
             g["lr"] = lr
 
 
+def snapshot(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """Copies of the model's parameters and buffers and of the optimizer's state tensors, for :func:`rewind`."""
+    params = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=False).items()}
+    state = {id(p): {k: (v.detach().clone() if isinstance(v, Tensor) else v) for k, v in st.items()}
+             for p, st in opt.state.items()}
+    return params, state
+
+
+def rewind(model: nn.Module, opt: torch.optim.Optimizer, saved: tuple[dict, dict]) -> None:
+    """Put the model and optimizer back to ``saved`` **in place** (a captured graph keeps reading and writing the
+    same storage); optimizer state created since (a fresh AdamW's moments) is zeroed, which is what a fresh
+    optimizer's first step starts from."""
+    params, state = saved
+    with torch.no_grad():
+        for k, v in model.state_dict(keep_vars=False).items():
+            v.copy_(params[k])
+        for p, st in opt.state.items():
+            old = state.get(id(p), {})
+            for k, v in st.items():
+                if isinstance(v, Tensor):
+                    v.copy_(old[k]) if k in old else v.zero_()
+                elif k in old:
+                    st[k] = old[k]
+
+
 def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[Tensor, Tensor], Tensor],
               example: tuple[Tensor, Tensor], *, graph: bool = True, clip: float = 1.0,
-              autocast: torch.dtype | None = None) -> tuple[Callable[[Tensor, Tensor], Tensor], str]:
+              autocast: torch.dtype | None = None, rewind_warmup: bool = False) -> tuple[Callable[[Tensor, Tensor], Tensor], str]:
     """``(step, mode)``: ``step(x, y)`` runs one optimizer step on batch ``x``/``y`` (shapes of ``example``)
-    and returns the loss tensor; ``mode`` is ``"graph"`` or ``"eager"``."""
+    and returns the loss tensor; ``mode`` is ``"graph"`` or ``"eager"``.
+
+    Capture trains :data:`WARMUP_STEPS` eager steps and one captured step on ``example``. The recall proxy counts
+    them as steps; with ``rewind_warmup`` they leave no trace (model and optimizer are put back, :func:`rewind`), so
+    the first ``step`` call is the run's first step, as in eager mode (the LM trainer)."""
     dev = example[0].device
     params = [p for p in model.parameters() if p.requires_grad]
 
@@ -98,6 +127,7 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
     def body() -> Tensor:
         return one_step(static_x, static_y, captured=True)
 
+    saved = snapshot(model, opt) if rewind_warmup else None
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -113,7 +143,12 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
     except Exception as e:  # a kernel that syncs, allocates on the host or is not capturable
         _warn_once(f"capture failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
         opt.zero_grad(set_to_none=True)
+        if saved is not None:
+            rewind(model, opt, saved)
         return eager, "eager"
+    if saved is not None:
+        torch.cuda.current_stream().synchronize()  # the warm-up steps are done (capture itself runs nothing)
+        rewind(model, opt, saved)
 
     def replay(x: Tensor, y: Tensor) -> Tensor:
         static_x.copy_(x, non_blocking=True)

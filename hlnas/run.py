@@ -70,7 +70,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
     tr = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out_dir, progress=progress,
                extra_docs=extra_docs if extra_docs is not None else recall_documents(recipe.train, recipe.data))
     metrics = {"final_loss": tr.final_loss, "tokens_per_s": tr.tokens_per_s, "steady_tokens_per_s": tr.steady_tokens_per_s,
-               "train_wall_s": tr.wall_s, "train_tokens": tr.tokens, "device": tr.device}
+               "train_wall_s": tr.wall_s, "train_tokens": tr.tokens, "device": tr.device, "train_step_mode": tr.step_mode}
     model = getattr(tr, "model", None)
     if tr.status != "ok" or not score:
         return RunResult(tr.status, metrics, {}, tr, model, tr.error_kind, tr.error)

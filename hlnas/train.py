@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import itertools
 import signal
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from hlnas.config import ModelConfig
 from hlnas.data.packing import TokenStream, split_targets
 from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError, HlnasError
+from hlnas.graphs import make_optimizer, make_step, set_lr
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model, seeded_model
 
@@ -62,6 +64,9 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     autocast: str = "auto"  # auto (bf16 on CUDA, off on CPU) | bf16 | off
     compile: bool = False
+    # on CUDA, the whole step (forward, backward, clipping, AdamW) as one captured CUDA graph (hlnas.graphs), as the
+    # recall proxy does; eager on CPU, with compile, or when capture fails (its reason logged once)
+    graph: bool = True
     log_every: int = 10
     checkpoint_every: int = 0  # steps; 0 = only at the end and on interrupt
     val_batches: int = 8
@@ -139,6 +144,7 @@ class TrainResult:
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) every log_every
     device: str = "cpu"
     out_dir: str | None = None
+    step_mode: str = "eager"  # eager | graph: how the training step ran (hlnas.graphs)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -168,14 +174,27 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def _optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    from hlnas.graphs import make_optimizer
+    return make_optimizer(model, cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
+                          graph=_graphed(cfg, device))
 
-    return make_optimizer(model, cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, graph=False)
+
+def _graphed(cfg: TrainConfig, device: torch.device) -> bool:
+    return cfg.graph and device.type == "cuda" and not cfg.compile
+
+
+def _autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
+    use = cfg.autocast == "bf16" or (cfg.autocast == "auto" and device.type == "cuda")
+    return torch.bfloat16 if use else None
 
 
 def _autocast(cfg: TrainConfig, device: torch.device):
-    use = cfg.autocast == "bf16" or (cfg.autocast == "auto" and device.type == "cuda")
-    return torch.autocast(device.type, dtype=torch.bfloat16) if use else contextlib.nullcontext()
+    dtype = _autocast_dtype(cfg, device)
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy; targets are -100 where a document marks its tokens input-only."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
 def _oom_message(e: BaseException) -> str:
@@ -275,7 +294,7 @@ def train(
     start = 0
     if ckpt is not None and ckpt.exists():
         state = torch.load(ckpt, map_location=device, weights_only=False)
-        if state["meta"]["layout"] != str(layout) or state["meta"]["train"] != train_cfg.to_dict():
+        if state["meta"]["layout"] != str(layout) or TrainConfig.from_dict(state["meta"]["train"]) != train_cfg:
             raise HlnasError(f"checkpoint {ckpt} belongs to another run (layout {state['meta']['layout']}); use a new out_dir")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optim"])
@@ -286,7 +305,6 @@ def train(
     mix = ({"extra_docs": extra_docs, "extra_every": train_cfg.recall_every, "extra_count": train_cfg.recall_count}
            if extra_docs and train_cfg.recall_every else {})
     stream = TokenStream(data_cfg, train_cfg.seq_len, **mix)
-    step_fn = torch.compile(model) if train_cfg.compile else model
     t0 = time.perf_counter()
     t_steady = None  # set when STEADY_AFTER steps of this run have finished
     done, loss_val = start, None
@@ -294,22 +312,31 @@ def train(
     try:
         with _Interrupt() as interrupt:
             batches = stream.train_batches(train_cfg.batch_size, start_step=start)
+
+            def on_device(batch):
+                tokens, targets = split_targets(batch)  # targets: -100 where a document says input only
+                return tokens[:, :-1].to(device, non_blocking=True), targets.to(device, non_blocking=True)
+
+            first = next(batches, None) if start < train_cfg.steps else None
+            step_fn, mode = None, "eager"
+            if first is not None:
+                batches = itertools.chain([first], batches)
+                step_fn, mode = make_step(torch.compile(model) if train_cfg.compile else model, opt, lm_loss,
+                                          on_device(first), graph=_graphed(train_cfg, device), clip=train_cfg.grad_clip,
+                                          autocast=_autocast_dtype(train_cfg, device), rewind_warmup=True)
+                result.step_mode = mode
             for step in range(start, train_cfg.steps):
-                tokens, targets = split_targets(next(batches))  # targets: -100 where a document says input only
-                tokens, targets = tokens.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-                for g in opt.param_groups:
-                    g["lr"] = lr_at(step, train_cfg)
-                with _autocast(train_cfg, device):
-                    logits = step_fn(tokens[:, :-1])
-                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
-                loss_val = loss.item()
-                if not math.isfinite(loss_val):
-                    raise NonFiniteLoss(step, loss_val)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+                set_lr(opt, lr_at(step, train_cfg))
+                loss = step_fn(*on_device(next(batches)))
                 done = step + 1
+                # reading the loss waits for the device: every step when eager (a NaN stops the run at once), only at
+                # log points and the steady-state mark under a graph, so the CPU queues steps ahead
+                read = (mode == "eager" or done % train_cfg.log_every == 0 or done == train_cfg.steps
+                        or done - start == STEADY_AFTER)
+                if read:
+                    loss_val = loss.item()
+                    if not math.isfinite(loss_val):
+                        raise NonFiniteLoss(step, loss_val)
                 if done - start == STEADY_AFTER:
                     t_steady = time.perf_counter()  # loss.item() above synchronised the device
                 if done % train_cfg.log_every == 0 or done == train_cfg.steps:
@@ -322,6 +349,10 @@ def train(
                 if interrupt.hit or (stop_after is not None and done - start >= stop_after):
                     result.status = "interrupted"
                     break
+            if done > start and not read:  # the last step's loss, not the last one read
+                loss_val = loss.item()
+                if not math.isfinite(loss_val):
+                    raise NonFiniteLoss(done - 1, loss_val)
     except NonFiniteLoss as e:
         result.status, result.error_kind, result.error = "failed", "nan", str(e)
     except torch.cuda.OutOfMemoryError as e:
