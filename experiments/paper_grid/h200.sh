@@ -4,7 +4,8 @@
 # steps: warm[:T] (compile every mixer's kernels and check every op at once), check[:T], train_all[:T],
 #   grid:SECONDS / grid_by:T, placement:SECONDS / placement_by:T (T: seconds from the script's start),
 #   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs),
-#   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams, 1/4/12 recall runs)
+#   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams, 1/4/12 recall runs),
+#   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph)
 # RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
 # SEARCH_SETS="--set train.seed=1" passes --set items to the searches (a study of another seed)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
@@ -125,6 +126,10 @@ for step in "$@"; do
       [[ $step == bench_proxy:* ]] && t=${step#bench_proxy:} || t=420
       timeout $t python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" >"$OUT/logs/bench_proxy.log" 2>&1
       say "bench_proxy rc=$?"; cat "$OUT"/logs/proxy_throughput_*.md 2>/dev/null ;;
+    bench_lm*)  # issue #22 point 1: the LM half's eager vs CUDA-graph step at the proxy shape
+      [[ $step == bench_lm:* ]] && t=${step#bench_lm:} || t=300
+      timeout $t python3 -m experiments.bench.lm_step --out "$OUT/logs" >"$OUT/logs/bench_lm.log" 2>&1
+      say "bench_lm rc=$?"; cat "$OUT"/logs/lm_step_*.md 2>/dev/null ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

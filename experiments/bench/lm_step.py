@@ -1,0 +1,86 @@
+"""The LM half of a proxy trial on a GPU: eager step against the captured CUDA-graph step (issue #22 point 1),
+same model, data and seed, measured in the same run.
+
+    python -m experiments.bench.lm_step                         # H200: Transformer, GLA 3:1, GatedDeltaNet 3:1
+    python -m experiments.bench.lm_step --layouts transformer --steps 12 --d-model 64 --seq-len 128 --batch 2 --device-name cpu
+
+Each case trains ``hlnas.train.train`` for ``--steps`` steps at the proxy shape of search_spaces/paper_grid_h200.yaml
+(24 layers, d=256, 4 heads, byte vocabulary, B=16, T=1024, bf16 autocast) with ``train.graph`` off, then on, and
+reports the trainer's own steady tokens/s (after its first STEADY_AFTER steps), the ratio graph/eager, and MFU: 3 x
+the cost model's forward FLOPs per token (``hlnas.budget``) x tokens/s over the H200's dense bf16 peak (989 TFLOP/s,
+NVIDIA's datasheet). Writes ``OUT/lm_step_<device>_<date>.csv`` (columns: layout, mode, steady_tokens_per_s, mfu,
+ratio, step_mode) and a markdown table with the command, date and autotune mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import os
+from pathlib import Path
+
+PEAK_BF16 = 989e12  # H200 SXM dense bf16, NVIDIA datasheet
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layouts", default="transformer,gla:3:1,gated_deltanet:3:1")
+    p.add_argument("--layers", type=int, default=24)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--device-name", default="h200")
+    p.add_argument("--out", default="experiments/bench")
+    args = p.parse_args(argv)
+
+    from hlnas.budget import layout_cost
+    from hlnas.config import preset
+    from hlnas.data.sources import DataConfig
+    from hlnas.layout import build_layout
+    from hlnas.train import TrainConfig, train
+
+    cfg = preset("proxy-gpu").replace(d_model=args.d_model, n_heads=args.heads, target_params=None, mlp_hidden=None)
+    rows = []
+    for spec in args.layouts.split(","):
+        mixer, _, ratio = spec.partition(":")
+        layout = build_layout(mixer, ratio or None, args.layers)
+        fwd = layout_cost(layout, cfg, context=args.seq_len).flops_per_token
+        base = None
+        for graph in (False, True):
+            tc = TrainConfig(tokens=args.steps * args.batch * args.seq_len, batch_size=args.batch, seq_len=args.seq_len,
+                             graph=graph, log_every=args.steps, val_batches=1)
+            r = train(layout, cfg, tc, DataConfig(), progress=False)
+            if r.status != "ok":
+                raise SystemExit(f"{layout} graph={graph}: {r.status} {r.error}")
+            tps = r.steady_tokens_per_s or r.tokens_per_s
+            row = {"layout": str(layout), "mode": "graph" if graph else "eager", "steady_tokens_per_s": round(tps),
+                   "mfu": round(3 * fwd * tps / PEAK_BF16, 4), "ratio": "", "step_mode": r.step_mode}
+            if graph and base:
+                row["ratio"] = round(tps / base, 3)
+            base = tps if not graph else base
+            rows.append(row)
+            print(row, flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"lm_step_{args.device_name}_{dt.date.today().isoformat()}"
+    with open(f"{stem}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = [f"# LM step, eager vs CUDA graph, {args.device_name}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "",
+             f"Command: `python -m experiments.bench.lm_step {' '.join(argv or [])}`; "
+             f"HLNAS_TRITON_AUTOTUNE={os.environ.get('HLNAS_TRITON_AUTOTUNE', 'full')}; B={args.batch}, T={args.seq_len}, "
+             f"d={args.d_model}, {args.layers} layers. Baseline: the eager step of the same layout in the same run.", "",
+             "| layout | mode | steady tok/s | MFU | graph / eager | step ran as |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['layout']} | {r['mode']} | {r['steady_tokens_per_s']:,} | {100 * r['mfu']:.2f}% | {r['ratio']} | "
+              f"{r['step_mode']} |" for r in rows]
+    Path(f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {stem}.csv and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
