@@ -461,12 +461,18 @@ def plot_calibration(info: CalibrationInfo):
     if not info.rows:
         return _empty(title, f"calibration: {info.status}" + (" (search run with --skip-calibration)" if info.status == "skipped" else ""))
     fig = go.Figure()
-    for role, color in (("pure", "#7f7f7f"), ("hybrid", "#d62728")):
-        rows = [r for r in info.rows if r["role"] == role and r.get("mean") is not None]
+    # pure, then the graded ladder's ratios, then the hybrid: attention share rising left to right in each group
+    ladder = sorted({r["ratio"] for r in info.rows if r["role"] == "ladder" and r.get("ratio")},
+                    key=lambda q: -int(q.split(":")[0]))
+    groups = [("pure", "pure", "#7f7f7f")] + [(f"ladder:{q}", q, c) for q, c in zip(ladder, ("#ff9896", "#f4a582", "#e377c2"))]
+    groups.append(("hybrid", "hybrid", "#d62728"))
+    for group, name, color in groups:
+        role, _, ratio = group.partition(":")
+        rows = [r for r in info.rows if r["role"] == role and r.get("mean") is not None and (not ratio or r.get("ratio") == ratio)]
         if rows:
-            fig.add_trace(go.Bar(x=[r["mixer"] for r in rows], y=[r["mean"] for r in rows], name=role, marker_color=color,
+            fig.add_trace(go.Bar(x=[r["mixer"] for r in rows], y=[r["mean"] for r in rows], name=name, marker_color=color,
                                  error_y=dict(type="data", array=[r["spread"] / 2 for r in rows], visible=True),
-                                 text=[r["layout"] for r in rows], hovertemplate="%{text}: %{y:.3f}<extra>" + role + "</extra>"))
+                                 text=[r["layout"] for r in rows], hovertemplate="%{text}: %{y:.3f}<extra>" + name + "</extra>"))
     control = next((r for r in info.rows if r["role"] == "control" and r.get("mean") is not None), None)
     if control is not None:
         fig.add_hline(y=control["mean"], line=dict(color="#444444", dash="dash"),

@@ -55,3 +55,18 @@ def test_calibration_figure_and_report_table_show_the_verdict():
     assert "<h2>Calibration</h2>" in html and "HHAHHA" in html and "INVALID: the all-attention control" in html
     skipped = plot_calibration(calibration_info(data({"status": "skipped"})))
     assert "--skip-calibration" in skipped.layout.annotations[0].text
+
+
+def test_calibration_figure_draws_the_graded_ladder_and_the_report_its_per_mixer_checks():
+    ladder = {"role": "ladder", "mixer": "hgrn", "layout": "HHHHHA", "ratio": "6:1", "recall": [0.6, 0.7], "mean": 0.65,
+              "spread": 0.1, "baseline": 0.25, "verdict": "graded"}
+    mixers = {"hgrn": {"pure_below": True, "pure_below_gap": 0.615, "graded": "rises", "falls": [],
+                       "ladder": [{"ratio": "pure", "mean": 0.0, "spread": 0.01}, {"ratio": "6:1", "mean": 0.4, "spread": 0.02},
+                                  {"ratio": "3:1", "mean": 0.7, "spread": 0.02}]}}
+    verdict = {**VERDICT, "rows": [*VERDICT["rows"], ladder], "mixers": mixers,
+               "config": {**VERDICT["config"], "graded_min_mixers": 1}}
+    d = data({"status": "invalid", "verdict": verdict})
+    fig = plot_calibration(calibration_info(d))
+    assert [t.name for t in fig.data] == ["pure", "6:1", "hybrid"] and list(fig.data[1].y) == [0.65]
+    html = report_html(d, {})
+    assert "hgrn yes (+0.615)" in html and "hgrn: rises (pure 0.000" in html
