@@ -294,7 +294,10 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
         description="Train, at the space's exact scale and protocol, the all-attention control, each of its mixers pure "
         "and its 3:1 hybrid (2 seeds; the space's 'calibration' section changes these), and print recall, no-recall "
         "baselines, seed spread and the verdict. Valid when the control reaches 0.9 at the training length and every "
-        "pure model and hybrid is more than twice its seed spread from its baseline or from its partner. The runs are "
+        "pure model and hybrid is more than twice its seed spread from its baseline or from its partner; per mixer it also "
+        "reports whether the pure model sits below its hybrid beyond the seed spread and whether the graded measure "
+        "(recall_auc) rises along calibration.graded_ratios, each required where the space's calibration section asks "
+        "(pure_below_min_mixers, graded_min_mixers). The runs are "
         "stored in the study, so a following 'hlnas search' with the same space and study reuses them (seed-0 runs "
         "become its trials). Exit code 0 when valid, 1 when not.")
     p.add_argument("space", nargs="?", default="tiny", help="search space YAML or a shipped name (default tiny)")
