@@ -1,37 +1,59 @@
-"""MQAR learning curve of one fresh candidate on CPU: loss and held-out accuracy every N steps, to see
-when (and whether) a model leaves the ln(K) plateau. One torch thread.
+"""MQAR learning curve of one fresh candidate: loss and held-out accuracy every N steps, to see when (and whether)
+a model leaves the ln(K) plateau. Trains through the recall proxy itself (``hlnas.score.recall_proxy.train_mqar``,
+the ``mqar`` objective's loop: the same optimizer groups, schedule, clipping and autocast), so a curve seen here is
+the one a trial gets. One torch thread on CPU.
 
     python experiments/mqar_curve.py --L 64 --K 8 --V 64 --layers 2 --lr 1e-3 --steps 3000 --cand transformer
+    python experiments/mqar_curve.py --cand gla:3:1 --layers 6 --residual-init zero --attention-conv 4
 """
+
+from __future__ import annotations
+
 import argparse
-import time
+import os
 
-import torch
 
-torch.set_num_threads(1)
-from hlnas.config import ModelConfig
-from hlnas.layout import build_layout
-from hlnas.model import build_model
-from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
-from hlnas.train import cosine_lr
-ap=argparse.ArgumentParser()
-ap.add_argument('--L',type=int,default=64);ap.add_argument('--K',type=int,default=8);ap.add_argument('--V',type=int,default=64)
-ap.add_argument('--steps',type=int,default=3000);ap.add_argument('--layers',type=int,default=2);ap.add_argument('--d',type=int,default=64)
-ap.add_argument('--lr',type=float,default=3e-3);ap.add_argument('--bs',type=int,default=32);ap.add_argument('--cand',default='transformer')
-ap.add_argument('--heads',type=int,default=2);ap.add_argument('--wd',type=float,default=0.1);ap.add_argument('--warm',type=float,default=0.1)
-ap.add_argument('--every',type=int,default=250)
-a=ap.parse_args()
-cfg=ModelConfig(d_model=a.d, vocab_size=256, n_heads=a.heads, mlp_hidden=2*a.d)
-m,r=(a.cand.split(":",1)+[None])[:2]
-lay=build_layout(m, None if m=='transformer' else (r or 'pure'), a.layers)
-mc=MQARConfig(vocab_size=a.V, seq_len=a.L, num_kv_pairs=a.K)
-torch.manual_seed(0); model=build_model(lay,cfg)
-opt=torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.wd)
-x,y=make_mqar(mc,a.steps*a.bs,0,split='train'); xt,yt=make_mqar(mc,256,0)
-t0=time.time()
-for s in range(a.steps):
-    for g in opt.param_groups: g['lr']=cosine_lr(s,a.steps,a.lr,a.warm,0.0)
-    sl=slice(s*a.bs,(s+1)*a.bs); loss=mqar_loss(model(x[sl]),y[sl]); loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(),1.0); opt.step(); opt.zero_grad()
-    if (s+1)%a.every==0:
-        print(a.cand,lay,s+1,round(loss.item(),3),round(mqar_accuracy(model,xt,yt),3),f"{time.time()-t0:.0f}s",flush=True)
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--L", type=int, default=64, help="MQAR sequence length")
+    ap.add_argument("--K", type=int, default=8, help="key-value pairs")
+    ap.add_argument("--V", type=int, default=64, help="MQAR symbols")
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--d", type=int, default=64, help="the recall model's d_model")
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--bs", type=int, default=32)
+    ap.add_argument("--wd", type=float, default=0.1, help="weight decay (matrices only, as every hlnas run)")
+    ap.add_argument("--warm", type=float, default=0.1, help="warmup fraction")
+    ap.add_argument("--every", type=int, default=250, help="steps between checks")
+    ap.add_argument("--cand", default="transformer", help="mixer[:ratio] at --layers")
+    ap.add_argument("--residual-init", default="fla", choices=("fla", "zero"))
+    ap.add_argument("--attention-conv", type=int, default=0, help="width of the attention-input conv (0: none)")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ["HLNAS_RECALL_PROGRESS"] = "1"  # the recall proxy prints a line per check
+    from hlnas.config import ModelConfig
+    from hlnas.layout import build_layout
+    from hlnas.score.objectives import MqarConfig
+    from hlnas.score.recall_proxy import train_mqar
+
+    mixer, _, ratio = a.cand.partition(":")
+    layout = build_layout(mixer, None if mixer == "transformer" else (ratio or "pure"), a.layers)
+    model = {"d_model": a.d, "n_heads": a.heads, "mlp_hidden": 2 * a.d, "residual_init": a.residual_init}
+    if a.attention_conv:
+        model["mixer_hparams"] = {"attention": {"input_conv": a.attention_conv}}
+    cfg = MqarConfig(seq_len=a.L, kv_pairs=a.K, vocab=a.V, steps=a.steps, batch=a.bs, lr=a.lr, eval_every=a.every,
+                     test=256, val=256, warmup_frac=a.warm, weight_decay=a.wd, model=model)
+    out = train_mqar(layout, ModelConfig(d_model=a.d, vocab_size=256, n_heads=a.heads), cfg, seed=a.seed)
+    print(f"{a.cand} {layout}: test accuracy {out['mqar_acc']:.3f} (no-recall baseline {out['mqar_baseline']:.3f}, "
+          f"{out['mqar_baseline_name']}); learning AUC {out['mqar_auc']:.3f}; {out['mqar_steps_done']} steps in {out['mqar_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

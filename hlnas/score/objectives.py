@@ -96,6 +96,7 @@ class MqarConfig:
     eval_every: int = 100  # steps between validation checks
     val: int = 256  # validation instances (train stream, never the test ones)
     beta2: float = 0.98
+    weight_decay: float = 0.1  # AdamW's, on weight matrices only (hlnas.graphs.make_optimizer)
     warmup_frac: float = 0.1
     graph: bool = True  # on CUDA: one captured CUDA graph per step (hlnas.graphs)
     # seconds after which a rate stops (for sweeps on a lease; a protocol should stop by steps or target)
@@ -109,6 +110,8 @@ class MqarConfig:
                 raise ConfigError(f"score.mqar.lr and score.mqar.lrs must be positive numbers, got {lr!r}")
         if self.target is not None and not 0 < self.target <= 1:
             raise ConfigError(f"score.mqar.target must be an accuracy in (0, 1] or null, got {self.target!r}")
+        if isinstance(self.weight_decay, bool) or not isinstance(self.weight_decay, (int, float)) or not self.weight_decay >= 0:
+            raise ConfigError(f"score.mqar.weight_decay must be a number >= 0, got {self.weight_decay!r}")
         if not 0 < self.beta2 < 1 or not 0 <= self.warmup_frac < 1:
             raise ConfigError(f"score.mqar.beta2 must be in (0, 1) and score.mqar.warmup_frac in [0, 1), got "
                               f"{self.beta2} and {self.warmup_frac}")

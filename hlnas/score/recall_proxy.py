@@ -111,7 +111,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConf
     model = seeded_model(layout, rcfg, seed).to(device)
     model.train()
     use_graph = bool(cfg.graph) and device.type == "cuda"
-    opt = make_optimizer(model, lr, betas=(0.9, cfg.beta2), weight_decay=0.1, graph=use_graph)
+    opt = make_optimizer(model, lr, betas=(0.9, cfg.beta2), weight_decay=cfg.weight_decay, graph=use_graph)
     autocast = torch.bfloat16 if device.type == "cuda" else None
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
         return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)

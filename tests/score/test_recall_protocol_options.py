@@ -115,3 +115,14 @@ def test_train_mqar_stores_the_graded_measure_and_its_settings():
     assert out["mqar"]["model"]["residual_init"] == "zero" and out["mqar"]["attention_input_conv"] == 4
     # the study's recall metrics carry it as recall_auc, an objective a space may choose
     assert recall_metrics(out)["recall_auc"] == out["mqar_auc"]
+
+
+def test_the_recall_models_weight_decay_is_a_setting():
+    with pytest.raises(ConfigError, match="score.mqar.weight_decay must be a number >= 0, got -1"):
+        ScoreConfig.from_dict({"mqar": {"weight_decay": -1}})
+    base = dict(seq_len=16, kv_pairs=2, vocab=16, batch=8, steps=20, eval_every=10, test=16, val=16,
+                model={"d_model": 32, "n_heads": 2, "mlp_hidden": 32})
+    a = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), MqarConfig(**base), device="cpu")
+    b = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), MqarConfig(**base, weight_decay=0.0), device="cpu")
+    assert a["mqar_final_loss"] != b["mqar_final_loss"]  # the setting reaches the optimizer
+    assert MqarConfig().weight_decay == 0.1  # stored studies without it read back with the old fixed value
