@@ -294,7 +294,7 @@ SECTIONS = {name: o.section for name, o in OBJECTIVE_REGISTRY.items() if o.secti
 #: space files written before then have them): old key -> new dotted key. History: new settings get no old key.
 LEGACY_KEYS = {
     **{f"mqar_{k}": f"mqar.{k}" for k in ("seq_len", "kv_pairs", "vocab", "steps", "batch", "lr", "test", "test_seed",
-                                          "model", "lrs", "target", "eval_every", "val", "beta2", "warmup_frac",
+                                          "model", "lrs", "target", "eval_every", "val", "beta2", "weight_decay", "warmup_frac",
                                           "graph", "budget_s")},
     "mqar_mixed_scales": "mqar_mixed.scales",
     **{f"ruler_{k}": f"ruler.{k}" for k in ("tasks", "lengths", "samples", "seed")},
