@@ -2,7 +2,7 @@
 by the loop in :mod:`hlnas.proposals` (shared with the sampler benchmark), trials run by an executor.
 
 Everything needed to continue is stored with the study (the space, objectives, hlnas version), so
-``resume_search(storage, name)`` needs nothing else. After a crash or ``kill -9`` of the driver,
+``run_search(None, storage=..., study_name=..., resume=True)`` needs nothing else. After a crash or ``kill -9`` of the driver,
 completed trials are kept; trials left RUNNING are marked FAIL and their parameters re-queued; the
 study then runs until it holds the requested number of COMPLETE trials. One driver per study at a time
 (:mod:`hlnas.lease`: a heartbeat in study attr ``hlnas_driver``; a second live driver is refused).
