@@ -272,3 +272,17 @@ def test_compare_names_missing_columns_and_files_in_one_line(tmp_path, capsys):
     assert "lacks column(s) recall_baseline (collect.py writes them)" in err and "\n" not in err
     assert compare.main(["--table", str(tmp_path / "none.csv")]) == 2
     assert "none.csv: no such file" in capsys.readouterr().err
+
+
+# -- tabular_bench.py: one seed of a collect.py table ---------------------------------------------
+
+def test_tabular_bench_takes_one_seed_of_a_two_seed_table(grid, tmp_path):
+    bench = _script("tabular_bench")
+    out = tmp_path / "grid.csv"
+    assert collect.main(["--storage", grid[0], "--study", "grid", "--seed-study", "grid_s1", "--out", str(out)]) == 0
+    with pytest.raises(SystemExit, match="holds seeds 0, 1; pick one with --seed"):
+        bench.seed_rows(str(out), None)
+    rows = bench.seed_rows(str(out), "1")
+    assert len(rows) == 31 and {r["seed"] for r in rows} == {"1"}
+    with pytest.raises(SystemExit, match=r"has no rows of seed 2 \(seeds: 0, 1\)"):
+        bench.seed_rows(str(out), "2")
