@@ -28,9 +28,10 @@ Rules (those of the search loop in :mod:`hlnas.proposals`, one worker):
   depend on the seed). Any ``optuna.samplers.BaseSampler`` instance, sampler class, or factory
   ``seed -> sampler`` works too.
 * **Hypervolume.** Each objective is turned into a minimized one and scaled to [0, 1] by the best and worst
-  values in the whole table (0 = the table's best); the reference point is 1.1 in every objective (10% beyond
+  values of the table's feasible rows (0 = the table's best); the reference point is 1.1 in every objective (10% beyond
   the table's worst value, as :func:`hlnas.pareto.hypervolume_history` does by default). Curves are reported
-  as a fraction of the table's maximum hypervolume (the volume of all rows), so 1.0 means the whole front
+  as a fraction of the table's maximum hypervolume (the volume of all feasible rows: a row that breaks
+  one of the space's ``constraints`` or whose ``status`` column says failed/infeasible adds none), so 1.0 means the whole front
   was found and curves of different tables are on one scale. With the table's scale one good hybrid already
   holds most of the volume (the worst rows, e.g. a pure GLA, stretch the box), so curves start high;
   ``scale="front"`` scales by the front's own best and worst values instead (the ideal and nadir points, a usual
@@ -116,6 +117,7 @@ class TabularBenchmark:
     _lo: tuple = field(init=False, repr=False)
     _hi: tuple = field(init=False, repr=False)
     _max_hv: float = field(init=False, repr=False)
+    _violating: frozenset = field(init=False, repr=False)  # rows whose candidate breaks one of the space's constraints
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -148,17 +150,20 @@ class TabularBenchmark:
                 v = row[col]
                 if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
                     raise ConfigError(f"benchmark '{self.name}': row {lay}, column '{col}': {v!r} is not a number")
-        pts = [self._signed(lay) for lay in self.table]
+        object.__setattr__(self, "_params", params)
+        object.__setattr__(self, "_violating", _violating(self.space, self.table, params))
+        # the scale, the front and the maximum hypervolume are those of the rows a search can reach: a row that breaks
+        # one of the space's constraints, or is marked failed/infeasible, is never an evaluation that adds volume
+        pts = [self._signed(lay) for lay in self.table if lay not in self._violating]
         pts = [p for p in pts if p is not None]
         if not pts:
-            raise ConfigError(f"benchmark '{self.name}': no row has finite values for all of {', '.join(self.objectives)}")
+            raise ConfigError(f"benchmark '{self.name}': no feasible row has finite values for all of {', '.join(self.objectives)}")
         if self.scale == "front":
             pts = [self._signed(lay) for lay in self.front()]
         k = len(self.objectives)
-        object.__setattr__(self, "_params", params)
         object.__setattr__(self, "_lo", tuple(min(p[i] for p in pts) for i in range(k)))
         object.__setattr__(self, "_hi", tuple(max(p[i] for p in pts) for i in range(k)))
-        object.__setattr__(self, "_max_hv", self.hypervolume(self.table))
+        object.__setattr__(self, "_max_hv", self.hypervolume(lay for lay in self.table if lay not in self._violating))
 
     # -- constructors ----------------------------------------------------------------------------
     @classmethod
@@ -290,7 +295,8 @@ class TabularBenchmark:
 
     @property
     def max_hypervolume(self) -> float:
-        """The hypervolume of every row (scaled objectives, reference 1.1 each): 1.0 on the relative scale."""
+        """The hypervolume of every feasible row (scaled objectives, reference 1.1 each): 1.0 on the relative scale.
+        Rows that break one of the space's constraints or are marked failed/infeasible (``status``) add nothing."""
         return self._max_hv
 
     def layout_of(self, params: Mapping[str, Any]) -> str:
@@ -300,9 +306,9 @@ class TabularBenchmark:
         return dict(self._params[layout])
 
     def values(self, layout: str) -> tuple[float, ...] | None:
-        """The objective values of a row (None: no row, or a failed row)."""
+        """The objective values of a row (None: no row, a failed row, or a row marked failed/infeasible)."""
         row = self.table.get(layout)
-        if row is None:
+        if row is None or _marked(row) is not None:
             return None
         vals = tuple(row[c] for c in self.objectives)
         if any(v is None or not math.isfinite(v) for v in vals):
@@ -328,7 +334,7 @@ class TabularBenchmark:
 
     def front(self) -> list[str]:
         """The table's Pareto front (layouts), sorted by the scaled objectives."""
-        pts = {lay: self._signed(lay) for lay in self.table}
+        pts = {lay: self._signed(lay) for lay in self.table if lay not in self._violating}
         pts = {k: v for k, v in pts.items() if v is not None}
         mins = ("minimize",) * len(self.objectives)
         out = [k for k, v in pts.items() if not any(dominates(w, v, mins) for w in pts.values())]
@@ -341,6 +347,28 @@ class TabularBenchmark:
         extra = (f", {failed} failed row(s)" if failed else "") + (f", {no_row} candidate(s) without a row (infeasible)" if no_row else "")
         return (f"{self.name}: {len(self.table)} rows over space '{self.space.name}' ({self.n_candidates} candidates{extra}); "
                 f"objectives: {obj}; front: {len(self.front())} rows")
+
+
+def _marked(row: Mapping[str, Any]) -> str | None:
+    """"failed" or "infeasible" when the row's ``status`` column says so (a results CSV's), else None."""
+    status = str(row.get("status") or "").strip().lower()
+    return "infeasible" if status == "infeasible" else "failed" if status in ("failed", "fail") else None
+
+
+def _violating(space: SearchSpace, table: Mapping[str, Any], params: Mapping[str, dict]) -> frozenset:
+    """The rows whose candidate breaks one of the space's constraints, by the cost the search itself checks."""
+    if not space.constraints:
+        return frozenset()
+    from hlnas.proposals import constraint_values, trial_spec
+    from hlnas.trial import layout_metrics
+
+    out = set()
+    for lay in table:
+        spec = trial_spec(space, 0, params[lay])
+        cost = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
+        if any(v > 0 for v in constraint_values(space, cost).values()):
+            out.add(lay)
+    return frozenset(out)
 
 
 def _describe(layout: Layout) -> str:
@@ -511,6 +539,10 @@ class LookupExecutor(InlineExecutor):
             return TrialResult(spec.number, "infeasible", {"status": "infeasible", "error_kind": "no_row", "error": msg},
                                "no_row", msg)
         metrics = {c: row[c] for c in b.objectives}
+        if _marked(row) == "infeasible":  # as a trial whose training could not run (e.g. OOM): not an evaluation
+            msg = f"row {spec.layout} is marked infeasible in table '{b.name}'"
+            return TrialResult(spec.number, "infeasible", {"status": "infeasible", "error_kind": "marked", "error": msg},
+                               "marked", msg)
         if b.values(spec.layout) is None:
             msg = f"row {spec.layout} lacks a finite value of {', '.join(b.objectives)}"
             return TrialResult(spec.number, "failed", {**metrics, "status": "failed", "error_kind": "no_score", "error": msg},

@@ -22,7 +22,7 @@ __all__ = ["TrialSpec", "TrialResult", "run_trial", "recall_metrics", "ERROR_KIN
 
 #: what a failed trial's ``error_kind`` says: the trial's own (first line) or the search loop's (second)
 ERROR_KINDS = ("nan", "oom", "kernel", "config", "cuda_error", "worker_died", "other",
-               "interrupted", "requeue_limit", "constraint", "duplicate_failed", "no_row", "no_score")
+               "interrupted", "requeue_limit", "constraint", "duplicate_failed", "no_row", "no_score", "marked")
 
 
 @dataclass(frozen=True)

@@ -57,12 +57,15 @@ def test_the_grid_comparison_reads_a_collected_table_and_names_what_is_missing()
     """A grid whose recall is the paper's own Table 7 ranks perfectly; a missing mixer is named, not hidden."""
     compare = _compare_module()
     t7 = recall_by_ratio()
-    rows = [{"mixer": m, "ratio": q, "recall": str(t7[m][q] / 2), "val_loss": str(1.5 + 0.001 * i), "status": "ok"}
+    rows = [{"mixer": m, "ratio": q, "recall": str(t7[m][q] / 2), "recall_raw": str(0.5 + t7[m][q] / 4), "recall_baseline": "0.5",
+             "val_loss": str(1.5 + 0.001 * i), "status": "ok"}
             for i, (m, q) in enumerate((m, q) for m in ("gla", "hgrn2", "deltanet") for q in compare.RATIOS)]
-    rows.append({"mixer": "gated_deltanet", "ratio": "pure", "recall": "", "val_loss": "", "status": "failed"})
+    rows.append({"mixer": "gated_deltanet", "ratio": "pure", "recall": "", "recall_raw": "", "recall_baseline": "",
+                 "val_loss": "", "status": "failed"})
     text = compare.compare(rows)
-    assert "all scored Table 7 cells (15 of 20): rho = +1.00" in text
-    assert "not scored: gated_deltanet pure, gated_deltanet 24:1" in text
+    assert "| recall | 15 of 20 | +1.00 |" in text
+    assert "not scored here: gated_deltanet pure, gated_deltanet 24:1" in text
     # recall vs attention share: the study's rho equals the paper's on the same ratios
-    assert "| hgrn2 | pure, 24:1, 12:1, 6:1, 3:1 | +0.90 (p = " in text and text.count("| +0.90 |") >= 2
-    assert "study: best pure = deltanet (0.160); best hybrid = hgrn2 6:1 (0.217); different mixers" in text
+    assert "hgrn2 rho +0.90, hgrn2 pure" in text and "hgrn2 rho +0.90." in text
+    assert ("| (iii) best standalone mixer is not the best hybrid (recall, at 3:1) | no | best pure: deltanet pure 0.160 "
+            "(raw 0.580, no-recall 0.500); best hybrid at 3:1: deltanet 0.213 (raw 0.607, no-recall 0.500)") in text

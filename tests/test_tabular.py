@@ -240,3 +240,38 @@ def test_cli_runs_a_users_sampler_file_and_writes_the_plot(tmp_path, capsys):
     assert "| grid |" in text and f"| {mine}:make |" in text
     assert {p.name for p in out.iterdir()} == {"hv_vs_evals.html", "hv_vs_evals.csv", "hv_vs_evals_runs.csv"}
     assert "plotly" in (out / "hv_vs_evals.html").read_text()[:5000].lower()
+
+
+def _gla_space(**extra):
+    from hlnas.space import space_from_dict
+
+    return space_from_dict({"name": "gla3", "mixers": ["gla"], "ratios": ["pure", "6:1", "3:1"], "placements": ["paper"],
+                            "transformer": False, "layers": 24, "sampler": "grid", **extra})
+
+
+def test_max_hypervolume_counts_only_rows_a_search_can_reach(tmp_path):
+    # GLA 3:1 is the best row (recall .6) but breaks the space's KV constraint, so the search never evaluates it:
+    # the grid evaluates every feasible row and must reach 1.0 (it stopped at 0.957 of the all-rows volume before)
+    plain = _gla_space()
+    l61, l31 = str(build_layout("gla", "6:1")), str(build_layout("gla", "3:1"))
+    kv = {lay: layout_metrics(lay, plain.model, plain.kv_context)["kv_cache_bytes"] for lay in (l61, l31)}
+    assert kv[l61] < kv[l31]
+    space = _gla_space(constraints={"max_kv_bytes": (kv[l61] + kv[l31]) / 2})
+    b = TabularBenchmark.from_csv(write_csv(tmp_path / "t.csv", TINY[:3]), space=space)
+    # feasible rows scaled by their own best/worst: pure (1, 0), 6:1 (0, 1); reference 1.1: 1.1 x 0.1 + 0.1 x 1.0
+    assert b.max_hypervolume == pytest.approx(0.21)
+    assert b.front() == [l61, str(build_layout("gla", "pure"))]
+    r = run_sampler(b, "grid")
+    assert l31 not in r.layouts and r.infeasible == 1 and r.hv[-1] == pytest.approx(1.0)
+    # a row marked failed or infeasible in its status column is no reachable volume either, whatever its numbers
+    rows = [dict(row, status="ok") for row in TINY]
+    rows[2]["status"] = "infeasible"
+    m = TabularBenchmark.from_csv(write_csv(tmp_path / "m.csv", rows))
+    assert m.max_hypervolume == pytest.approx(1.1 * 0.85 + 0.1 * 0.25) and m.values(l31) is None
+    rm = run_sampler(m, "grid")
+    assert l31 not in rm.layouts and rm.infeasible == 1 and rm.hv[-1] == pytest.approx(1.0)
+    rows[2]["status"] = "failed"  # trained, no usable score: an evaluation that adds nothing
+    f = TabularBenchmark.from_csv(write_csv(tmp_path / "f.csv", rows))
+    assert f.max_hypervolume == pytest.approx(m.max_hypervolume)
+    rf = run_sampler(f, "grid")
+    assert l31 in rf.layouts and len(rf.hv) == 4 and rf.hv[2] == rf.hv[1] and rf.hv[-1] == pytest.approx(1.0)

@@ -1,30 +1,51 @@
-"""A stored grid study -> one CSV row per candidate (the columns issue #6 asks for) and a short summary.
+"""A stored grid study -> one CSV row per candidate and seed (the columns issue #20 point 4 asks for).
 
     python experiments/paper_grid/collect.py --storage sqlite:///.gpu_state/h200.db --study paper_grid_h200 \
-        --out experiments/paper_grid/results/grid_h200.csv
+        --seed-study paper_grid_h200_s1 --concurrency 6 --out experiments/paper_grid/results/grid_h200_<date>.csv
 
-Every layout of the study's space gets a row, trained or not (status says which: ok, failed with its
-error kind, or not run), so a partial grid is visible as such. KV-cache bytes are recomputed with the cost
-model at 4k and 32k context (batch 1, bf16); the rest is what the trial recorded.
+Every layout of the study's space gets a row per seed, trained or not (``status`` says which: ok, failed with
+its error kind, or not run), so a partial grid is visible as such. KV-cache bytes are recomputed with the cost
+model at 4k and 32k context (batch 1, bf16); the rest is what the run recorded.
+
+Seeds (``seed``, ``source`` columns):
+
+* the study's own seed (its space's ``train.seed``, 0): the study's trials (calibration's seed-0 runs of the
+  space's layouts are trials too);
+* each other seed ``s``, per layout, the first of:
+  1. ``--seed-study``: a second study of the same space trained with ``--set train.seed=s`` (its stored space
+     must equal the study's except ``train.seed``): the full candidate, LM and recall;
+  2. the study's calibration run of that layout at seed ``s`` (``hlnas_calibration``; it covers the control, each
+     mixer's pure model, 3:1 hybrid and graded ratios): **recall only** (a fresh recall model; no LM was
+     trained, so ``val_loss`` and ``train_wall_s`` are blank and ``source`` says ``recall only``);
+  3. else ``not run``.
+
+GPU-seconds (``gpu_s``) are the recall proxy's ``mqar_s`` plus the LM's ``train_wall_s``. Both are **wall
+seconds** of the run: when N runs share one GPU (time-slicing) each run's wall time holds the others' work too,
+so ``gpu_s`` overstates what a candidate costs alone. ``--concurrency N`` (how many runs shared the GPU) adds
+``gpu_s_est`` = ``gpu_s`` / N, an estimate that assumes the GPU was kept full. ``compare.py`` reports the cost.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from pathlib import Path
 
 import optuna
 
+from hlnas.budget import layout_metrics
+from hlnas.errors import HlnasError
 from hlnas.score.ruler import RULER_TASKS
 from hlnas.space import space_from_dict
-from hlnas.budget import layout_metrics
+from hlnas.storage import load_study
 
-COLUMNS = ["mixer", "ratio", "layout", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k", "state_bytes",
-           "val_loss", "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length", "recall_raw",
-           "recall_baseline", "recall_baseline_name", "recall", "tokens_per_s",
-           "steady_tokens_per_s", "train_wall_s", "status", "error_kind", "trial"]
+COLUMNS = ["mixer", "ratio", "layout", "seed", "source", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k",
+           "state_bytes", "val_loss", "recall_raw", "recall_baseline", "recall_baseline_name", "recall", "recall_auc",
+           "mqar_steps_to_target", "mqar_s", "train_wall_s", "gpu_s", "concurrency", "gpu_s_est",
+           "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length",
+           "tokens_per_s", "steady_tokens_per_s", "status", "error_kind", "trial"]
 
 
 def _protocol_baseline(space, attrs: list[dict]) -> tuple[float, str] | None:
@@ -56,71 +77,155 @@ def _recall_columns(a: dict, baseline: tuple[float, str] | None) -> dict:
             "recall": corrected(raw, baseline[0])}
 
 
-def rows(study: optuna.Study) -> list[dict]:
-    import json
+def stored_space(study: optuna.Study):
+    raw = study.user_attrs.get("hlnas_space")
+    if raw is None:
+        raise HlnasError(f"study '{study.study_name}' has no stored hlnas space (hlnas_space): not an hlnas study")
+    return space_from_dict(json.loads(raw) if isinstance(raw, str) else raw, where=f"study '{study.study_name}'")
 
-    raw = study.user_attrs["hlnas_space"]
-    space = space_from_dict(json.loads(raw) if isinstance(raw, str) else raw)
-    model = space.model
-    by_layout: dict[str, optuna.trial.FrozenTrial] = {}
-    for t in study.trials:  # the latest finished attempt of each layout wins; COMPLETE beats anything else
+
+def gpu_seconds(a: dict, concurrency: int | None) -> dict:
+    """``mqar_s`` + ``train_wall_s`` (wall seconds; a missing part counts 0, both missing: blank), and / N."""
+    parts = [a.get(k) for k in ("mqar_s", "train_wall_s")]
+    g = None if all(p is None for p in parts) else round(sum(float(p) for p in parts if p is not None), 2)
+    return {"mqar_s": parts[0], "train_wall_s": parts[1], "gpu_s": g, "concurrency": concurrency,
+            "gpu_s_est": None if g is None or not concurrency else round(g / concurrency, 2)}
+
+
+def _by_layout(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
+    """The latest finished attempt of each layout; COMPLETE beats anything else; reused repeats are skipped."""
+    out: dict[str, optuna.trial.FrozenTrial] = {}
+    for t in study.trials:
         lay = t.user_attrs.get("layout")
         if lay is None or "reused_from" in t.user_attrs:
             continue
-        old = by_layout.get(lay)
+        old = out.get(lay)
         if old is None or t.state == optuna.trial.TrialState.COMPLETE or old.state != optuna.trial.TrialState.COMPLETE:
-            by_layout[lay] = t
-    baseline = _protocol_baseline(space, [t.user_attrs for t in by_layout.values()])
-    out = []
-    for params in space.grid():
-        layout = str(space.layout(params))
-        m4 = layout_metrics(layout, model, 4096)
-        m32 = layout_metrics(layout, model, 32768)
-        t = by_layout.get(layout)
-        a = t.user_attrs if t is not None else {}
-        tasks = (a.get("ruler") or {}).get("tasks", {})
-        row = {"mixer": params["mixer"], "ratio": params.get("ratio") if params["mixer"] != "transformer" else "full",
-               "layout": layout, "attention_layers": " ".join(map(str, m4["attention_layers"])), "params": m4["params"],
-               "kv_cache_bytes_4k": m4["kv_cache_bytes"], "kv_cache_bytes_32k": m32["kv_cache_bytes"],
-               "state_bytes": m4["state_bytes"], "val_loss": a.get("val_loss"),
-               "ruler_avg": (a.get("ruler") or {}).get("average"), "mqar_acc": a.get("mqar_acc"),
-               **_recall_columns(a, baseline),
-               "mqar_mixed_acc": a.get("mqar_mixed_acc"),
-               "mqar_mixed_by_length": " ".join(f"{L}:{v:.4f}" for L, v in (a.get("mqar_mixed") or {}).get("by_length", {}).items()) or None,
-               "tokens_per_s": a.get("tokens_per_s"),
-               "steady_tokens_per_s": a.get("steady_tokens_per_s"), "train_wall_s": a.get("train_wall_s"),
-               "status": ("not run" if t is None else a.get("status") or t.state.name.lower()),
-               "error_kind": a.get("error_kind"), "trial": None if t is None else t.number}
-        if t is not None and t.state == optuna.trial.TrialState.RUNNING:
-            row["status"] = "running when the lease ended"
-        row.update({f"ruler_{k}": v for k, v in tasks.items()})
-        out.append(row)
+            out[lay] = t
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--storage", required=True)
-    ap.add_argument("--study", required=True)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    data = rows(optuna.load_study(study_name=args.study, storage=args.storage))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
+def _trial_row(study_name: str, t: optuna.trial.FrozenTrial | None, baseline, concurrency) -> dict:
+    a = t.user_attrs if t is not None else {}
+    tasks = (a.get("ruler") or {}).get("tasks", {})
+    row = {"val_loss": a.get("val_loss"), "ruler_avg": (a.get("ruler") or {}).get("average"), "mqar_acc": a.get("mqar_acc"),
+           **_recall_columns(a, baseline), "recall_auc": a.get("recall_auc"), "mqar_steps_to_target": a.get("mqar_steps_to_target"),
+           **(gpu_seconds(a, concurrency) if t is not None else {"concurrency": concurrency}),
+           "mqar_mixed_acc": a.get("mqar_mixed_acc"),
+           "mqar_mixed_by_length": " ".join(f"{L}:{v:.4f}" for L, v in (a.get("mqar_mixed") or {}).get("by_length", {}).items()) or None,
+           "tokens_per_s": a.get("tokens_per_s"), "steady_tokens_per_s": a.get("steady_tokens_per_s"),
+           "status": ("not run" if t is None else a.get("status") or t.state.name.lower()),
+           "error_kind": a.get("error_kind"), "trial": None if t is None else t.number,
+           "source": None if t is None else f"{study_name}#{t.number}"}
+    if t is not None and t.state == optuna.trial.TrialState.RUNNING:
+        row["status"] = "running when the lease ended"
+    row.update({f"ruler_{k}": v for k, v in tasks.items()})
+    return row
+
+
+def _calibration_row(study_name: str, run: dict, concurrency) -> dict:
+    """A stored calibration run (hlnas.calibrate.run_summary) as a row: a fresh recall model, no LM trained."""
+    keep = ("val_loss", "recall_raw", "recall_baseline", "recall_baseline_name", "recall", "recall_auc", "mqar_steps_to_target",
+            "error_kind")
+    return {**{k: run.get(k) for k in keep}, **gpu_seconds(run, concurrency), "status": run.get("status"),
+            "source": f"{study_name} calibration {run['key']}" + ("" if run.get("train_wall_s") is not None else " (recall only)")}
+
+
+def _same_space_but_seed(a, b) -> list[str]:
+    """The keys where two spaces differ, ``train.seed`` aside."""
+    da, db = a.to_dict(), b.to_dict()
+    for d in (da, db):
+        d["scale"]["train"].pop("seed", None)
+    keys = sorted(set(da) | set(db))
+    out = [k for k in keys if k != "scale" and da.get(k) != db.get(k)]
+    sa, sb = da.get("scale", {}), db.get("scale", {})
+    out += [f"scale.{k}" for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)]
+    return out
+
+
+def rows(study: optuna.Study, seed_study: optuna.Study | None = None, concurrency: int | None = None) -> list[dict]:
+    """One row per candidate of the study's space and seed: the study's own seed first, then the other seeds
+    (the seed study's, then calibration's) in order; see the module docstring."""
+    if concurrency is not None and concurrency < 1:
+        raise HlnasError(f"--concurrency must be >= 1, got {concurrency}")
+    space = stored_space(study)
+    seed0 = space.train.seed
+    by_layout = _by_layout(study)
+    baseline = _protocol_baseline(space, [t.user_attrs for t in by_layout.values()])
+    other: dict[int, dict[str, dict]] = {}  # seed -> layout -> row fields
+    for run in ((study.user_attrs.get("hlnas_calibration") or {}).get("runs") or {}).values():
+        if run.get("seed") != seed0:
+            other.setdefault(run["seed"], {})[run["layout"]] = _calibration_row(study.study_name, run, concurrency)
+    if seed_study is not None:
+        s_space = stored_space(seed_study)
+        s = s_space.train.seed
+        if s == seed0:
+            raise HlnasError(f"seed study '{seed_study.study_name}' trained with train.seed={s}, the same seed as study "
+                             f"'{study.study_name}'; start it with --set train.seed=1")
+        differ = _same_space_but_seed(space, s_space)
+        if differ:
+            raise HlnasError(f"seed study '{seed_study.study_name}' has another space than '{study.study_name}' "
+                             f"(differs in {', '.join(differ)}); its rows would not be a second seed of the same grid")
+        for lay, t in _by_layout(seed_study).items():
+            if t.state != optuna.trial.TrialState.RUNNING:
+                other.setdefault(s, {})[lay] = _trial_row(seed_study.study_name, t, baseline, concurrency)
+    out = []
+    for seed in [seed0, *sorted(other)]:
+        for params in space.grid():
+            layout = str(space.layout(params))
+            m4 = layout_metrics(layout, space.model, 4096)
+            m32 = layout_metrics(layout, space.model, 32768)
+            row = {"mixer": params["mixer"], "ratio": params.get("ratio") if params["mixer"] != "transformer" else "full",
+                   "layout": layout, "seed": seed, "attention_layers": " ".join(map(str, m4["attention_layers"])),
+                   "params": m4["params"], "kv_cache_bytes_4k": m4["kv_cache_bytes"],
+                   "kv_cache_bytes_32k": m32["kv_cache_bytes"], "state_bytes": m4["state_bytes"]}
+            if seed == seed0:
+                row.update(_trial_row(study.study_name, by_layout.get(layout), baseline, concurrency))
+            else:
+                row.update(other[seed].get(layout) or {"status": "not run", "concurrency": concurrency})
+            out.append(row)
+    return out
+
+
+def write_csv(data: list[dict], path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         for r in data:
             w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
-    done = [r for r in data if r["status"] == "ok"]
-    print(f"{args.out}: {len(data)} candidates, {len(done)} trained and scored")
+
+
+def _fmt(v, spec: str = ".4f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--storage", required=True)
+    ap.add_argument("--study", required=True, help="the grid's study (its own seed, and its calibration's other seeds)")
+    ap.add_argument("--seed-study", help="a study of the same space trained with --set train.seed=S: seed S's rows")
+    ap.add_argument("--seed-storage", help="the seed study's storage (default: --storage)")
+    ap.add_argument("--concurrency", type=int, help="runs that shared one GPU: adds gpu_s_est = gpu_s / N")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = load_study(args.storage, args.study)
+        seed_study = load_study(args.seed_storage or args.storage, args.seed_study) if args.seed_study else None
+        data = rows(study, seed_study, args.concurrency)
+    except HlnasError as e:
+        print(f"collect.py: {e}", file=sys.stderr)
+        return 2
+    write_csv(data, args.out)
+    seeds = list(dict.fromkeys(r["seed"] for r in data))
+    print(f"{args.out}: {len(data) // len(seeds)} candidates x seeds {', '.join(map(str, seeds))}; ok per seed: "
+          + ", ".join(f"{s}: {sum(r['status'] == 'ok' for r in data if r['seed'] == s)}" for s in seeds))
     for r in data:
-        vl = "-" if r["val_loss"] is None else f"{r['val_loss']:.3f}"
-        rc = "-" if r["recall_raw"] is None else f"{r['recall_raw']:.4f}"
-        b = "-" if r["recall_baseline"] is None else f"{r['recall_baseline']:.4f}"
-        cr = "-" if r["recall"] is None else f"{r['recall']:.4f}"
-        print(f"  {r['layout']}  {r['mixer']:<15} {str(r['ratio']):<5} val_loss {vl:>6}  recall raw {rc:>7} no-recall {b:>7} "
-              f"corrected {cr:>7}  {r['status']} {r['error_kind'] or ''}")
+        print(f"  s{r['seed']} {r['layout']}  {r['mixer']:<15} {str(r['ratio']):<5} val_loss {_fmt(r.get('val_loss'), '.3f'):>6}  "
+              f"recall raw {_fmt(r.get('recall_raw')):>7} no-recall {_fmt(r.get('recall_baseline')):>7} corrected "
+              f"{_fmt(r.get('recall')):>7} auc {_fmt(r.get('recall_auc')):>7}  gpu_s {_fmt(r.get('gpu_s'), '.0f'):>5}  "
+              f"{r['status']} {r.get('error_kind') or ''}")
     return 0
 
 

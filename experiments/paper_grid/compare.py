@@ -1,111 +1,396 @@
-"""A grid CSV (collect.py) against the paper's published numbers -> the comparisons issue #6 asks for.
+"""A grid CSV (collect.py: one row per candidate and seed) against the paper -> the comparisons of issue #20.
 
-    python experiments/paper_grid/compare.py --table experiments/paper_grid/results/grid_h200_mqar_2026-11-30.csv \
-        --out experiments/paper_grid/results/compare_h200_mqar_2026-11-30.md
+    python experiments/paper_grid/compare.py --table experiments/paper_grid/results/grid_h200_<date>.csv \
+        --out experiments/paper_grid/results/compare_h200_<date>.md
 
-* Spearman rank correlation of recall over the (mixer, ratio) cells the paper's Table 7 reports, for the cells
-  the study scored (permutation p-value), and per mixer across ratios;
-* LM spread across ratios vs recall spread across ratios, per mixer (the paper: LM flat, recall steep);
-* best standalone (pure) mixer vs best hybrid, in the study and in the paper;
-* every missing cell named, so a partial grid reads as partial.
-Recall here is the study's ``recall`` column (RULER average, or MQAR when RULER was not scored); the paper's
-is RULER. Only orders are compared, never values: the study is a proxy.
+Writes markdown:
+
+* **the cells**: per (mixer, ratio), over the seeds scored ``ok``: raw recall beside its no-recall baseline, the
+  corrected ``recall`` and the graded ``recall_auc`` (seed mean and spread, max - min), steps to target, val loss;
+  a cell at or below its baseline in every seed is marked ``no recall`` (in some seeds: ``no recall in seed ...``);
+* **Spearman rho against the paper's Table 7** (``hlnas/resources/paper_grid.csv`` through :mod:`hlnas.paper`;
+  4 mixers x 5 ratios, the Transformer is not in Table 7) over every cell both have, for ``recall`` and
+  ``recall_auc`` (seed means), with n, a bootstrap 95% interval (cells resampled with replacement, 2000 times,
+  seed 0) and a permutation p;
+* **the paper's three findings** tested as a table, each with the numbers behind its verdict (``yes``, ``no`` or
+  ``undecided``: a difference inside twice the seed spread is no evidence either way). The seed spread of a cell is
+  max - min over its seeds, at least 0.01 (``hlnas calibrate``'s floor; 0.01 also for a cell with one seed):
+  (i) LM quality flat across ratios: per mixer, the val loss range over its ratios within twice its largest
+      val-loss seed spread; yes when more than half the mixers with two val-loss seeds are flat (the between-mixer
+      range is shown beside);
+  (ii) recall rises with the attention share: per mixer, Spearman of recall vs attention share > 0 and the highest
+      share's recall above the lowest share's by more than twice the larger spread; yes when more than half the
+      mixers rise, no when at most a quarter do, else undecided;
+  (iii) the best standalone mixer is not the best hybrid: the best pure mixer vs the best mixer at 3:1, and averaged
+      over the hybrid ratios; yes when another mixer wins by more than twice the spread over the best pure
+      mixer's own hybrid, no when the best pure mixer is also the best hybrid;
+* **cost**: GPU-seconds per candidate (mean, max) and per grid seed, against the target of at most 30 GPU-s per
+  candidate on average (``gpu_s_est``, wall / concurrency, when collect.py had ``--concurrency``; else the wall
+  seconds ``gpu_s``, which overstate a shared GPU's cost).
+Recall is compared only by order with the paper: the study is a proxy.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
+import random
 import sys
+from statistics import mean
 
 from hlnas.paper import PAPER, attention_share, lm_by_ratio, recall_by_ratio, spearman
 
 RATIOS = ("pure", "24:1", "12:1", "6:1", "3:1")
+HYBRID = RATIOS[1:]
+MEASURES = ("recall", "recall_auc")
+REQUIRED = ("mixer", "ratio", "status", "recall", "recall_raw", "recall_baseline")
+SPREAD_FLOOR = 0.01  # hlnas.calibrate's: two equal seeds are not "separated" by 0
+TARGET_GPU_S = 30.0  # issue #20 point 7: per candidate, on average
+BOOTSTRAP = 2000
 
 
-def _f(x: str | None) -> float | None:
-    return float(x) if x not in (None, "") else None
+class TableError(ValueError):
+    """A table compare.py cannot read (missing columns, bad numbers)."""
+
+
+def _f(x) -> float | None:
+    if x is None or (isinstance(x, str) and not x.strip()):
+        return None
+    v = float(x)
+    return v if math.isfinite(v) else None
+
+
+def _g(x, spec=".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def check_columns(rows: list[dict], where: str = "the table") -> None:
+    have = list(rows[0]) if rows else []
+    if not rows:
+        raise TableError(f"{where} has no rows")
+    lacking = [c for c in REQUIRED if c not in have]
+    if lacking:
+        raise TableError(f"{where} lacks column(s) {', '.join(lacking)} (collect.py writes them); it has: {', '.join(have)}")
+
+
+# -- cells: a (mixer, ratio) over its seeds -------------------------------------------------------
+
+
+def cells(rows: list[dict]) -> dict[tuple[str, str], dict]:
+    """(mixer, ratio) -> per-seed values of the rows scored ok, their seed means and spreads."""
+    by: dict[tuple[str, str], list[dict]] = {}
+    for i, r in enumerate(rows, start=2):
+        if r["status"] != "ok":
+            continue
+        try:
+            vals = {k: _f(r.get(k)) for k in ("recall", "recall_raw", "recall_baseline", "recall_auc", "val_loss",
+                                             "mqar_steps_to_target")}
+        except ValueError as e:
+            raise TableError(f"row {i}: {e}") from None
+        if vals["recall"] is None:
+            continue
+        vals["seed"] = r.get("seed") or "0"
+        by.setdefault((r["mixer"], r["ratio"]), []).append(vals)
+    out = {}
+    for key, runs in by.items():
+        c = {"seeds": [v["seed"] for v in runs], "n": len(runs)}
+        for k in ("recall", "recall_raw", "recall_baseline", "recall_auc", "val_loss", "mqar_steps_to_target"):
+            xs = [v[k] for v in runs if v[k] is not None]
+            c[k] = mean(xs) if xs else None
+            c[k + "_n"] = len(xs)
+            c[k + "_spread"] = (max(xs) - min(xs)) if len(xs) >= 2 else None
+        # at or below the baseline: the corrected recall is 0 (max(0, (raw - b) / (1 - b)))
+        c["no_recall_seeds"] = [v["seed"] for v in runs if v["recall"] <= 0.0]
+        out[key] = c
+    return out
+
+
+def spread(c: dict, measure: str) -> float:
+    s = c.get(measure + "_spread")
+    return max(s if s is not None else 0.0, SPREAD_FLOOR)
+
+
+def recall_text(c: dict, measure: str = "recall") -> str:
+    """A cell's recall with its no-recall baseline beside it (the corrected measures' own no-recall is 0)."""
+    if measure == "recall":
+        txt = (f"{_g(c['recall'])} (raw {_g(c['recall_raw'])}, no-recall {_g(c['recall_baseline'])})")
+    else:
+        txt = f"{_g(c.get(measure))} (no-recall 0)"
+    return txt + (" **no recall**" if c.get(measure) is not None and c[measure] <= 0.0 else "")
+
+
+def _mark(c: dict) -> str:
+    s = c["no_recall_seeds"]
+    if not s:
+        return ""
+    return "no recall" if len(s) == c["n"] else f"no recall in seed {', '.join(map(str, s))}"
+
+
+# -- Spearman with the paper ----------------------------------------------------------------------
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    pos = q * (len(xs) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def rho_with_interval(ours: list[float], theirs: list[float], resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
+    """Spearman rho, its permutation p, and a bootstrap 95% interval over the cells (resampled with replacement;
+    resamples whose ranks are all tied give no rho and are counted as ``degenerate``)."""
+    n = len(ours)
+    if n < 3:
+        return {"n": n, "rho": None, "p": None, "lo": None, "hi": None, "degenerate": 0}
+    rho, p = spearman(ours, theirs)
+    rng, boot, bad = random.Random(seed), [], 0
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        r, _ = spearman([ours[i] for i in idx], [theirs[i] for i in idx], permutations=0)
+        if math.isnan(r):
+            bad += 1
+        else:
+            boot.append(r)
+    lo, hi = (_quantile(boot, 0.025), _quantile(boot, 0.975)) if boot else (None, None)
+    return {"n": n, "rho": None if math.isnan(rho) else rho, "p": p, "lo": lo, "hi": hi, "degenerate": bad}
+
+
+def table7_rho(cs: dict, measure: str) -> dict:
+    t7 = recall_by_ratio()
+    both = [(m, q) for m in t7 if m != "average" for q in RATIOS if (m, q) in cs and cs[(m, q)].get(measure) is not None]
+    res = rho_with_interval([cs[c][measure] for c in both], [t7[m][q] for m, q in both])
+    res["cells"] = both
+    res["of"] = sum(1 for m in t7 if m != "average" for q in RATIOS)
+    return res
+
+
+# -- the paper's three findings ---------------------------------------------------------------------
+
+
+def _mixers(cs: dict) -> list[str]:
+    return list(dict.fromkeys(m for m, q in cs if q in RATIOS))
+
+
+def lm_flat(cs: dict) -> dict:
+    """(i) Per mixer: val loss range over its ratios vs twice its largest val-loss seed spread."""
+    per, means = {}, {}
+    for m in _mixers(cs):
+        have = [q for q in RATIOS if (m, q) in cs and cs[(m, q)]["val_loss"] is not None]
+        if len(have) < 2:
+            continue
+        vl = [cs[(m, q)]["val_loss"] for q in have]
+        spreads = [cs[(m, q)]["val_loss_spread"] for q in have if cs[(m, q)]["val_loss_spread"] is not None]
+        sp = max(max(spreads), SPREAD_FLOOR) if spreads else None
+        rng = max(vl) - min(vl)
+        means[m] = mean(vl)
+        per[m] = {"ratios": have, "range": rng, "spread": sp, "flat": None if sp is None else rng <= 2 * sp}
+    between = (max(means.values()) - min(means.values())) if len(means) >= 2 else None
+    judged = [m for m, v in per.items() if v["flat"] is not None]
+    flat = [m for m in judged if per[m]["flat"]]
+    verdict = ("undecided" if not judged else "yes" if len(flat) > len(judged) / 2 else "no")
+    return {"per_mixer": per, "between_mixers": between, "judged": judged, "flat": flat, "verdict": verdict}
+
+
+def rises(cs: dict, measure: str) -> dict:
+    """(ii) Per mixer: Spearman of the measure vs attention share, and the rise lowest -> highest share vs the spread."""
+    per = {}
+    for m in _mixers(cs):
+        have = [q for q in RATIOS if (m, q) in cs and cs[(m, q)].get(measure) is not None]
+        if len(have) < 3:
+            continue
+        share = [attention_share(q) for q in have]
+        vals = [cs[(m, q)][measure] for q in have]
+        rho, _ = spearman(share, vals, permutations=0)
+        first, last = cs[(m, have[0])], cs[(m, have[-1])]
+        gap, sp = last[measure] - first[measure], max(spread(first, measure), spread(last, measure))
+        per[m] = {"ratios": have, "rho": None if math.isnan(rho) else rho, "from": have[0], "to": have[-1], "gap": gap,
+                  "spread": sp, "rises": (not math.isnan(rho)) and rho > 0 and gap > 2 * sp}
+    up = [m for m, v in per.items() if v["rises"]]
+    n = len(per)
+    verdict = "undecided" if not n else "yes" if len(up) > n / 2 else "no" if len(up) <= n / 4 else "undecided"
+    return {"per_mixer": per, "rising": up, "verdict": verdict}
+
+
+def best_pure_vs_hybrid(cs: dict, measure: str, how: str) -> dict:
+    """(iii) The best pure mixer vs the best hybrid mixer, ``how`` = '3:1' or 'average' (mean over its hybrid ratios)."""
+    pure = {m: cs[(m, "pure")] for m in _mixers(cs) if (m, "pure") in cs and cs[(m, "pure")].get(measure) is not None}
+    hyb: dict[str, tuple[float, float]] = {}  # mixer -> (value, spread)
+    for m in _mixers(cs):
+        have = [cs[(m, q)] for q in (HYBRID if how == "average" else (how,)) if (m, q) in cs and cs[(m, q)].get(measure) is not None]
+        if have:
+            hyb[m] = (mean(c[measure] for c in have), max(spread(c, measure) for c in have))
+    out = {"how": how, "pure": None, "hybrid": None, "verdict": "undecided"}
+    if not pure or not hyb:
+        return out
+    bp = max(pure, key=lambda m: pure[m][measure])
+    bh = max(hyb, key=lambda m: hyb[m][0])
+    out.update(pure=bp, pure_value=pure[bp][measure], pure_cell=pure[bp], hybrid=bh, hybrid_value=hyb[bh][0])
+    if bp not in hyb:
+        out["note"] = f"{bp} has no {how} hybrid scored"
+        return out
+    margin, sp = hyb[bh][0] - hyb[bp][0], max(hyb[bh][1], hyb[bp][1])
+    out.update(own=hyb[bp][0], margin=margin, spread=sp)
+    out["verdict"] = "no" if bh == bp else "yes" if margin > 2 * sp else "undecided"
+    return out
+
+
+def _fmt_cell(cs, m, q, measure) -> str:
+    return f"{m} {q} {recall_text(cs[(m, q)], measure)}"
+
+
+def findings_table(cs: dict) -> tuple[list[str], dict]:
+    res = {"lm_flat": lm_flat(cs)}
+    lines = ["| finding | verdict | the numbers behind it |", "|---|---|---|"]
+    f = res["lm_flat"]
+    per = "; ".join(f"{m} range {v['range']:.3f} vs 2x spread {_g(None if v['spread'] is None else 2 * v['spread'])}"
+                    + ("" if v["flat"] is None else " flat" if v["flat"] else " not flat") for m, v in f["per_mixer"].items())
+    lines.append(f"| (i) LM quality flat across ratios | {f['verdict']} | flat (val loss range over ratios within 2x its "
+                 f"seed spread) for {len(f['flat'])} of {len(f['judged'])} mixers with 2 val-loss seeds; {per or 'no mixer with 2 ratios'}; "
+                 f"range between the mixers' mean val loss {_g(f['between_mixers'])} |")
+    for measure in MEASURES:
+        if not any(c.get(measure) is not None for c in cs.values()):
+            continue
+        r = rises(cs, measure)
+        res[f"rises_{measure}"] = r
+        per = "; ".join(f"{m} rho {_g(v['rho'], '+.2f')}, {_fmt_cell(cs, m, v['from'], measure)} -> {v['to']} "
+                        f"{recall_text(cs[(m, v['to'])], measure)}, gap {v['gap']:+.3f} vs 2x spread {2 * v['spread']:.3f}"
+                        f"{' rises' if v['rises'] else ''}" for m, v in r["per_mixer"].items())
+        lines.append(f"| (ii) {measure} rises with the attention share | {r['verdict']} | {len(r['rising'])} of "
+                     f"{len(r['per_mixer'])} mixers rise beyond 2x the seed spread; {per or 'no mixer with 3 ratios'} |")
+    for measure in MEASURES:
+        if not any(c.get(measure) is not None for c in cs.values()):
+            continue
+        for how in ("3:1", "average"):
+            b = best_pure_vs_hybrid(cs, measure, how)
+            res[f"best_{measure}_{how}"] = b
+            what = "at 3:1" if how == "3:1" else "averaged over 24:1..3:1"
+            if b["pure"] is None:
+                nums = "no pure model or no hybrid scored"
+            else:
+                best = (recall_text(cs[(b["hybrid"], "3:1")], measure) if how == "3:1" else f"{b['hybrid_value']:.3f}")
+                nums = f"best pure: {_fmt_cell(cs, b['pure'], 'pure', measure)}; best hybrid {what}: {b['hybrid']} {best}"
+                if "margin" in b:
+                    nums += (f"; {b['pure']}'s own {b['own']:.3f}, margin {b['margin']:+.3f} vs 2x spread "
+                             f"{2 * b['spread']:.3f}")
+                else:
+                    nums += f"; {b.get('note', '')}"
+            lines.append(f"| (iii) best standalone mixer is not the best hybrid ({measure}, {what}) | {b['verdict']} | {nums} |")
+    return lines, res
+
+
+# -- cost -----------------------------------------------------------------------------------------
+
+
+def cost(rows: list[dict], target: float = TARGET_GPU_S) -> dict:
+    """GPU-seconds per candidate (mean, max) and per grid seed, from the rows that trained the LM and the recall
+    proxy (recall-only rows, e.g. calibration's extra seeds, are counted apart)."""
+    est = any(_f(r.get("gpu_s_est")) is not None for r in rows)
+    col = "gpu_s_est" if est else "gpu_s"
+    per_seed: dict[str, dict] = {}
+    for r in rows:
+        g = _f(r.get(col))
+        if g is None:
+            continue
+        s = per_seed.setdefault(str(r.get("seed") or "0"), {"full": [], "recall_only": []})
+        (s["full"] if _f(r.get("train_wall_s")) is not None else s["recall_only"]).append((g, r))
+    full = [g for s in per_seed.values() for g, _ in s["full"]]
+    conc = next((r.get("concurrency") for r in rows if r.get("concurrency")), None)
+    out = {"column": col, "concurrency": conc, "per_seed": {}, "target": target,
+           "mean": mean(full) if full else None, "max": max(full) if full else None, "n": len(full)}
+    for seed, s in per_seed.items():
+        g = [x for x, _ in s["full"]]
+        top = max(s["full"], key=lambda t: t[0])[1] if s["full"] else None
+        out["per_seed"][seed] = {"n": len(g), "total": sum(g), "mean": mean(g) if g else None, "max": max(g) if g else None,
+                                 "max_of": None if top is None else f"{top['mixer']} {top['ratio']}",
+                                 "recall_only_n": len(s["recall_only"]), "recall_only_total": sum(x for x, _ in s["recall_only"])}
+    out["meets"] = None if out["mean"] is None else out["mean"] <= target
+    return out
+
+
+def cost_lines(c: dict) -> list[str]:
+    what = (f"`gpu_s_est` = wall seconds / {c['concurrency']} (runs sharing the GPU; an estimate)" if c["column"] == "gpu_s_est"
+            else "`gpu_s` = wall seconds of the recall proxy + LM training (overstates the cost when runs shared the GPU)")
+    lines = [f"GPU-seconds per candidate: {what}.", "",
+             "| seed | candidates (LM + recall) | total | mean | max | recall-only runs (total) |", "|---|---|---|---|---|---|"]
+    for seed, s in sorted(c["per_seed"].items()):
+        lines.append(f"| {seed} | {s['n']} | {s['total']:.0f} | {_g(s['mean'], '.1f')} | {_g(s['max'], '.1f')}"
+                     f"{'' if s['max_of'] is None else ' (' + s['max_of'] + ')'} | {s['recall_only_n']} ({s['recall_only_total']:.0f}) |")
+    if c["mean"] is None:
+        lines += ["", "No candidate with both parts of its cost recorded: the target cannot be checked."]
+    else:
+        lines += ["", f"Mean {c['mean']:.1f}, max {c['max']:.1f} over {c['n']} candidate runs: "
+                      f"{'meets' if c['meets'] else 'misses'} the target of <= {c['target']:.0f} GPU-s per candidate on average."]
+    return lines
+
+
+# -- the report -----------------------------------------------------------------------------------
 
 
 def compare(rows: list[dict]) -> str:
-    ours = {(r["mixer"], r["ratio"]): r for r in rows if r["status"] == "ok" and _f(r["recall"]) is not None}
-    t7, t6 = recall_by_ratio(), lm_by_ratio()
-    out = [f"# The study's grid against the paper ({PAPER})", ""]
-
-    cells = [(m, q) for m in t7 if m != "average" for q in RATIOS]
-    have = [c for c in cells if c in ours]
-    missing = [f"{m} {q}" for m, q in cells if (m, q) not in ours]
-    out += ["## Spearman rank correlation of recall with Table 7", ""]
-    if len(have) >= 3:
-        rho, p = spearman([float(ours[c]["recall"]) for c in have], [t7[m][q] for m, q in have])
-        out.append(f"* all scored Table 7 cells ({len(have)} of {len(cells)}): rho = {rho:+.2f}, permutation p = {p:.3f}")
-    for m in sorted({m for m, _ in have}):
-        mine = [q for q in RATIOS if (m, q) in ours]
-        if len(mine) >= 3:
-            rho, p = spearman([float(ours[(m, q)]["recall"]) for q in mine], [t7[m][q] for q in mine])
-            out.append(f"* {m} across its ratios ({', '.join(mine)}): rho = {rho:+.2f}, p = {p:.3f}")
-    out.append(f"* not scored: {', '.join(missing) if missing else 'none'}")
-    out.append("")
-
-    out += ["## Does recall rise with the share of attention? (rank correlation of recall with the attention share, "
-            "per mixer)", "", "| mixer | ratios scored | study rho | paper rho (Table 7, same ratios) |", "|---|---|---|---|"]
-    for m in dict.fromkeys(r["mixer"] for r in rows):
-        mine = [q for q in RATIOS if (m, q) in ours]
-        if len(mine) >= 3:
-            share = [attention_share(q) for q in mine]
-            rho, p = spearman(share, [float(ours[(m, q)]["recall"]) for q in mine])
-            paper = f"{spearman(share, [t7[m][q] for q in mine])[0]:+.2f}" if m in t7 else "-"
-            out.append(f"| {m} | {', '.join(mine)} | {rho:+.2f} (p = {p:.2f}) | {paper} |")
-    out.append("")
-
-    out += ["## LM spread vs recall spread across ratios, per mixer", "",
-            "| mixer | ratios scored | val loss range (nats) | val loss range / mean | recall range | recall range / mean "
-            "| recall, pure -> 3:1 | paper LM range (Table 6) | paper recall range (Table 7) |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for m in dict.fromkeys(r["mixer"] for r in rows):
-        mine = [q for q in RATIOS if (m, q) in ours]
-        if len(mine) < 2:
+    check_columns(rows)
+    cs = cells(rows)
+    seeds = sorted({str(r.get("seed") or "0") for r in rows})
+    out = [f"# The study's grid against the paper ({PAPER})", "",
+           f"{len(cs)} cells scored ok over seeds {', '.join(seeds)}. Spread = max - min over the seeds (floor "
+           f"{SPREAD_FLOOR} in the findings). Corrected recall and recall_auc are 0 at the no-recall baseline.", "",
+           "## The cells", "",
+           "| mixer | ratio | seeds | recall raw | no-recall | recall (corrected) | spread | recall_auc | spread | steps to target "
+           "| val loss | spread | |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (m, q), c in sorted(cs.items(), key=lambda kv: (_mixers(cs).index(kv[0][0]) if kv[0][0] in _mixers(cs) else 99,
+                                                        RATIOS.index(kv[0][1]) if kv[0][1] in RATIOS else 9)):
+        out.append(f"| {m} | {q} | {c['n']} | {_g(c['recall_raw'])} | {_g(c['recall_baseline'])} | {_g(c['recall'])} | "
+                   f"{_g(c['recall_spread'])} | {_g(c['recall_auc'])} | {_g(c['recall_auc_spread'])} | "
+                   f"{_g(c['mqar_steps_to_target'], '.0f')} | {_g(c['val_loss'])} | {_g(c['val_loss_spread'])} | {_mark(c)} |")
+    t7 = recall_by_ratio()
+    out += ["", "## Spearman rank correlation with the paper's Table 7 (RULER average)", "",
+            f"Every (mixer, ratio) cell both have (Table 7: {', '.join(m for m in t7 if m != 'average')} x 5 ratios), seed "
+            f"means; 95% interval: {BOOTSTRAP} bootstrap resamples of the cells (seed 0).", "",
+            "| measure | n | rho | 95% interval | permutation p | cells |", "|---|---|---|---|---|---|"]
+    for measure in MEASURES:
+        r = table7_rho(cs, measure)
+        if not r["n"]:
             continue
-        vl = [float(ours[(m, q)]["val_loss"]) for q in mine]
-        rc = [float(ours[(m, q)]["recall"]) for q in mine]
-        ends = (f"{rc[0]:.3f} -> {rc[-1]:.3f}" if mine[0] == "pure" and mine[-1] == "3:1" else "-")
-        plm = f"{max(t6[m].values()) - min(t6[m].values()):.3f}" if m in t6 else "-"
-        prc = f"{max(t7[m].values()) - min(t7[m].values()):.3f}" if m in t7 else "-"
-        out.append(f"| {m} | {len(mine)} | {max(vl) - min(vl):.3f} | {(max(vl) - min(vl)) / (sum(vl) / len(vl)):.1%} | "
-                   f"{max(rc) - min(rc):.3f} | {(max(rc) - min(rc)) / (sum(rc) / len(rc)):.1%} | {ends} | {plm} | {prc} |")
-    out.append("")
-
-    out += ["## Best standalone mixer vs best hybrid", ""]
-    pure = {m: float(r["recall"]) for (m, q), r in ours.items() if q == "pure"}
-    hyb = {(m, q): float(r["recall"]) for (m, q), r in ours.items() if q not in ("pure", "full")}
-    if pure and hyb:
-        bp, bh = max(pure, key=pure.get), max(hyb, key=hyb.get)
-        out.append(f"* study: best pure = {bp} ({pure[bp]:.3f}); best hybrid = {bh[0]} {bh[1]} ({hyb[bh]:.3f}); "
-                   f"{'the same mixer' if bp == bh[0] else 'different mixers'} (pure scored for: {', '.join(sorted(pure))})")
-    ppure = {m: t7[m]["pure"] for m in t7 if m != "average"}
-    phyb = {(m, q): t7[m][q] for m in t7 if m != "average" for q in RATIOS[1:]}
-    bp, bh = max(ppure, key=ppure.get), max(phyb, key=phyb.get)
-    out.append(f"* paper (Table 7): best pure = {bp} ({ppure[bp]:.3f}); best hybrid = {bh[0]} {bh[1]} ({phyb[bh]:.3f})")
-    restricted = {m: v for m, v in ppure.items() if m in pure}
-    if restricted:
-        rp = max(restricted, key=restricted.get)
-        rh = {k: v for k, v in phyb.items() if k[0] in pure}
-        bh2 = max(rh, key=rh.get)
-        out.append(f"* paper restricted to the mixers the study scored pure ({', '.join(sorted(restricted))}): best pure = {rp}, "
-                   f"best hybrid = {bh2[0]} {bh2[1]}")
+        ci = "-" if r["lo"] is None else f"[{r['lo']:+.2f}, {r['hi']:+.2f}]" + (f" ({r['degenerate']} tied resamples dropped)" if r["degenerate"] else "")
+        out.append(f"| {measure} | {r['n']} of {r['of']} | {_g(r['rho'], '+.2f')} | {ci} | {_g(r['p'])} | "
+                   f"{', '.join(f'{m} {q}' for m, q in r['cells'])} |")
+    missing = [f"{m} {q}" for m in t7 if m != "average" for q in RATIOS if (m, q) not in cs]
+    out += ["", f"Table 7 cells not scored here: {', '.join(missing) if missing else 'none'}.", "",
+            "## The paper's three findings at this scale", ""]
+    lines, _ = findings_table(cs)
+    out += lines
+    lm6 = lm_by_ratio()
+    paper = [f"{m} rho {spearman([attention_share(q) for q in RATIOS], [t7[m][q] for q in RATIOS], permutations=0)[0]:+.2f}"
+             for m in t7 if m != "average"]
+    pp = {m: t7[m]["pure"] for m in t7 if m != "average"}
+    p3 = {m: t7[m]["3:1"] for m in t7 if m != "average"}
+    out += ["", f"The paper (Table 7, recall vs attention share): {'; '.join(paper)}. Best pure {max(pp, key=pp.get)}, "
+                f"best 3:1 {max(p3, key=p3.get)}. Table 6 LM range over ratios: "
+                + "; ".join(f"{m} {max(v.values()) - min(v.values()):.3f}" for m, v in lm6.items() if m != "average") + ".",
+            "", "## Cost (issue #20 point 7)", ""]
+    out += cost_lines(cost(rows))
     return "\n".join(out) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", required=True, help="a CSV written by collect.py")
     ap.add_argument("--out")
-    args = ap.parse_args()
-    with open(args.table, newline="") as fh:
-        text = compare(list(csv.DictReader(fh)))
+    args = ap.parse_args(argv)
+    try:
+        with open(args.table, newline="") as fh:
+            text = compare(list(csv.DictReader(fh)))
+    except FileNotFoundError:
+        print(f"compare.py: {args.table}: no such file", file=sys.stderr)
+        return 2
+    except TableError as e:
+        print(f"compare.py: {args.table}: {e}", file=sys.stderr)
+        return 2
     print(text)
     if args.out:
-        open(args.out, "w").write(text)
+        with open(args.out, "w") as fh:
+            fh.write(text)
     return 0
 
 

@@ -4,10 +4,11 @@
 # steps: warm[:T] (compile every mixer's kernels and check every op at once), check[:T], train_all[:T],
 #   grid:SECONDS / grid_by:T, placement:SECONDS / placement_by:T (T: seconds from the script's start),
 #   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs),
+#   grid_s1_by:T (the grid's second seed: the same space with --set train.seed=1 in study ${GRID_STUDY}_s1,
+#   --skip-calibration; refused unless $GRID_STUDY's calibration is valid),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams, 1/4/12 recall runs),
 #   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph)
-# RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
-# SEARCH_SETS="--set train.seed=1" passes --set items to the searches (a study of another seed)
+# RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
 # A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
@@ -83,14 +84,14 @@ train_all() {
     --mixers hgrn,retnet,gla,hgrn2,deltanet,gated_deltanet,mamba2 --out "$OUT/logs/gpu_train.md" >"$OUT/logs/train_all.log" 2>&1
   say "train_all rc=$?"; grep "^| " "$OUT/logs/gpu_train.md" 2>/dev/null
 }
-read -r -a SEARCH_SETS <<<"${SEARCH_SETS:-}"
-search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard stop (SIGTERM: running trials re-queued)
+search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard stop (SIGTERM: running trials re-queued),
+            # then extra hlnas search arguments (the same on every call of a study: a resume checks its space)
   local resume=() workers=${WORKERS:-$((NG * 4))}  # trials sharing the GPUs (one process each)
   python3 -c "import optuna,sys; optuna.load_study(study_name='$2', storage='$DB')" 2>/dev/null && resume=(--resume)
   [ -n "${RETRY_FAILED:-}" ] && [ ${#resume[@]} -gt 0 ] && resume+=(--retry-failed)  # after fixing what failed
   timeout -s TERM "$4" python3 -m hlnas search --space "$1" --storage $DB --study "$2" "${resume[@]}" \
     --executor processes --workers $workers --runs-per-worker ${RUNS_PER_WORKER:-1} --timeout "$3" --no-progress \
-    "${SEARCH_SETS[@]}" >>"$OUT/logs/search_$2.log" 2>&1
+    "${@:5}" >>"$OUT/logs/search_$2.log" 2>&1
   say "search $2 rc=$? ($workers workers)"; grep -c " done " "$OUT/logs/search_$2.log"; grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
 }
 
@@ -110,6 +111,17 @@ for step in "$@"; do
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
       left=$(( ${step#grid_by:} - ($(date +%s) - t0) ))
       [ $left -gt 30 ] && search $SPACE $GRID_STUDY $left $(hard_stop $left) || say "no time left for the grid" ;;
+    grid_s1_by:*)  # seed 1 of the grid: its own study; calibration already judged the protocol on seeds 0 and 1
+      left=$(( ${step#grid_s1_by:} - ($(date +%s) - t0) ))
+      cal=$(python3 - "$GRID_STUDY" "$DB" 2>/dev/null <<'PY'
+import sys, optuna
+s = optuna.load_study(study_name=sys.argv[1], storage=sys.argv[2])
+print((s.user_attrs.get("hlnas_calibration") or {}).get("status"))
+PY
+)
+      if [ "$cal" != valid ]; then say "grid_s1: $GRID_STUDY's calibration is '${cal:-absent}', not valid: seed 1 not started"
+      elif [ $left -gt 30 ]; then search $SPACE ${GRID_STUDY}_s1 $left $(hard_stop $left) --set train.seed=1 --skip-calibration
+      else say "no time left for the grid's seed 1"; fi ;;
     placement_by:*)
       left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
       [ $left -gt 30 ] && search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) || say "no time left for placement" ;;

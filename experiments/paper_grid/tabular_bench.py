@@ -10,6 +10,8 @@ the paper's published Table 7 recall (21 candidates, KV bytes from hlnas's cost 
 
     python experiments/paper_grid/tabular_bench.py                       # the paper table, 10 seeds
     python experiments/paper_grid/tabular_bench.py --table experiments/results/paper_grid_h200.csv
+    python experiments/paper_grid/tabular_bench.py --no-paper --seed 0 --objectives recall_auc,kv_cache_bytes \
+        --table experiments/paper_grid/results/grid_h200_<date>.csv     # one seed of a collect.py table
 """
 
 from __future__ import annotations
@@ -126,12 +128,31 @@ recall or KV bytes add nothing).
     return md
 
 
+def seed_rows(path: str, seed: str | None) -> list[dict]:
+    """The rows of one seed: a collect.py table holds a row per candidate and seed, the benchmark one per candidate."""
+    import csv
+
+    if not Path(path).is_file():
+        raise SystemExit(f"tabular_bench.py: results table '{path}' not found")
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    seeds = sorted({r.get("seed", "") for r in rows if r.get("seed", "") != ""})
+    if seed is None:
+        if len(seeds) > 1:
+            raise SystemExit(f"tabular_bench.py: {path} holds seeds {', '.join(seeds)}; pick one with --seed")
+        return rows
+    if seed not in seeds:
+        raise SystemExit(f"tabular_bench.py: {path} has no rows of seed {seed} (seeds: {', '.join(seeds) or 'no seed column'})")
+    return [r for r in rows if r.get("seed") == seed]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", help="also run a results CSV (one row per candidate)")
     ap.add_argument("--space", help="the space the CSV's rows came from (default: inferred from the rows)")
     ap.add_argument("--objectives", default="recall,kv_cache_bytes", help="objective columns of the CSV")
     ap.add_argument("--missing", choices=("error", "infeasible"), default="error")
+    ap.add_argument("--seed", help="with a collect.py table of several seeds: the seed whose rows to use (its 'seed' column)")
     ap.add_argument("--samplers", default=",".join(DEFAULT_SAMPLERS))
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--evals", type=int, default=None, help="default: every candidate")
@@ -145,9 +166,12 @@ def main() -> int:
     if not args.no_paper:
         written.append(run(TabularBenchmark.from_paper(), args, "tabular_bench_paper", out, command))
     if args.table:
-        bench = TabularBenchmark.from_csv(args.table, space=args.space, missing=args.missing,
-                                          objectives=[o for o in args.objectives.split(",") if o])
-        written.append(run(bench, args, f"tabular_bench_{Path(args.table).stem}", out, command))
+        objectives = [o for o in args.objectives.split(",") if o]
+        rows = seed_rows(args.table, args.seed)
+        stem = f"tabular_bench_{Path(args.table).stem}" + (f"_s{args.seed}" if args.seed is not None else "")
+        bench = TabularBenchmark.from_rows(rows, space=args.space, missing=args.missing, objectives=objectives,
+                                           name=Path(args.table).stem, source=args.table)
+        written.append(run(bench, args, stem, out, command))
     for p in written:
         print(f"wrote {p}")
     return 0

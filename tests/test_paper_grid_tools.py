@@ -1,0 +1,288 @@
+"""experiments/paper_grid's collect.py (a study -> one CSV row per candidate and seed) and compare.py (the CSV
+against the paper: Spearman with Table 7, the paper's three findings, cost), on synthetic studies and tables
+whose answers are known. No training: trials are written with optuna's create_trial."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import pathlib
+
+import optuna
+import pytest
+
+from hlnas.budget import layout_metrics
+from hlnas.errors import HlnasError
+from hlnas.layout import build_layout
+from hlnas.paper import recall_by_ratio
+from hlnas.space import load_space
+
+ROOT = pathlib.Path(__file__).parents[1]
+SPACE = str(ROOT / "search_spaces" / "paper_grid_h200.yaml")
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"paper_grid_{name}", ROOT / "experiments" / "paper_grid" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+collect = _script("collect")
+compare = _script("compare")
+
+
+# -- collect.py -------------------------------------------------------------------------------------
+
+def _study(url: str, name: str, space, trials: dict[str, dict], calibration: dict | None = None) -> optuna.Study:
+    """An hlnas-like study: the space stored as hlnas does, one finished trial per layout given."""
+    study = optuna.create_study(storage=url, study_name=name, directions=["maximize", "minimize", "minimize"])
+    study.set_user_attr("hlnas_space", space.to_dict())
+    if calibration is not None:
+        study.set_user_attr("hlnas_calibration", calibration)
+    for layout, attrs in trials.items():
+        ok = attrs.get("status", "ok") == "ok"
+        study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState.COMPLETE if ok else optuna.trial.TrialState.FAIL,
+            values=[attrs.get("recall_auc", 0.0), 1.0, attrs.get("val_loss", 2.0)] if ok else None,
+            user_attrs={"layout": layout, "status": "ok", **attrs}))
+    return study
+
+
+def _attrs(raw: float, auc: float, val_loss: float, mqar_s: float, train_s: float) -> dict:
+    base = 0.25
+    return {"recall_raw": raw, "recall_baseline": base, "recall_baseline_name": "copy_any",
+            "recall": max(0.0, (raw - base) / (1 - base)), "recall_auc": auc, "mqar_steps_to_target": 800,
+            "val_loss": val_loss, "mqar_s": mqar_s, "train_wall_s": train_s}
+
+
+GLA_PURE, GLA_31 = str(build_layout("gla", "pure")), str(build_layout("gla", "3:1"))
+HGRN_31, T = str(build_layout("hgrn", "3:1")), str(build_layout("transformer", None))
+
+
+@pytest.fixture()
+def grid(tmp_path):
+    """Seed 0: three trials (GLA 3:1, the Transformer ok; HGRN 3:1 failed). Calibration: seed-1 runs of GLA pure and
+    GLA 3:1 (recall only). A seed-1 study: GLA 3:1 (LM and recall) and the Transformer."""
+    url = f"sqlite:///{tmp_path}/g.db"
+    space = load_space(SPACE)
+    s0 = _study(url, "grid", space, {
+        GLA_31: _attrs(0.85, 0.40, 1.61, 30.0, 12.5), T: _attrs(0.99, 0.30, 1.70, 40.0, 20.0),
+        HGRN_31: {"status": "failed", "error_kind": "nan", "mqar_s": 5.0}},
+        calibration={"status": "valid", "runs": {
+            "pure:gla:s1": {"key": "pure:gla:s1", "layout": GLA_PURE, "seed": 1, "status": "ok", "recall_raw": 0.2,
+                            "recall_baseline": 0.25, "recall": 0.0, "recall_auc": 0.0, "mqar_s": 55.0},
+            "hybrid:gla:s1": {"key": "hybrid:gla:s1", "layout": GLA_31, "seed": 1, "status": "ok", "recall_raw": 0.80,
+                              "recall_baseline": 0.25, "recall": 0.7333, "recall_auc": 0.35, "mqar_s": 20.0},
+            "hybrid:gla:s0": {"key": "hybrid:gla:s0", "layout": GLA_31, "seed": 0, "status": "ok", "recall_raw": 0.85,
+                              "recall_baseline": 0.25, "recall": 0.8, "mqar_s": 30.0, "trial": 0}}})
+    s1 = _study(url, "grid_s1", space.with_sets(["train.seed=1"]), {
+        GLA_31: _attrs(0.88, 0.45, 1.62, 25.0, 13.0), T: _attrs(0.97, 0.28, 1.71, 44.0, 21.0)})
+    return url, space, s0, s1
+
+
+def test_collect_gives_a_row_per_candidate_and_seed_from_trials_the_seed_study_and_calibration(grid):
+    url, space, s0, s1 = grid
+    rows = collect.rows(s0, s1, concurrency=4)
+    assert len(rows) == 2 * 31 and [r["seed"] for r in rows] == [0] * 31 + [1] * 31
+    by = {(r["seed"], r["layout"]): r for r in rows}
+    r = by[(0, GLA_31)]
+    assert (r["status"], r["recall_raw"], r["recall_baseline"], r["recall_auc"], r["val_loss"]) == ("ok", 0.85, 0.25, 0.40, 1.61)
+    assert r["recall"] == pytest.approx(0.8) and r["mqar_steps_to_target"] == 800 and r["source"] == "grid#0"
+    assert (r["gpu_s"], r["concurrency"], r["gpu_s_est"]) == (42.5, 4, 10.62)  # 30 + 12.5 wall s; / 4 rounded
+    m4, m32 = layout_metrics(GLA_31, space.model, 4096), layout_metrics(GLA_31, space.model, 32768)
+    assert (r["kv_cache_bytes_4k"], r["kv_cache_bytes_32k"], r["params"]) == (m4["kv_cache_bytes"], m32["kv_cache_bytes"], m4["params"])
+    assert r["kv_cache_bytes_32k"] == 8 * r["kv_cache_bytes_4k"] > 0
+    assert by[(0, HGRN_31)]["status"] == "failed" and by[(0, HGRN_31)]["error_kind"] == "nan"
+    assert by[(0, GLA_PURE)]["status"] == "not run" and by[(0, GLA_PURE)]["recall"] is None
+    # seed 1: the seed study's full trial wins over calibration's recall-only run of the same layout
+    r1 = by[(1, GLA_31)]
+    assert (r1["recall_raw"], r1["val_loss"], r1["gpu_s"], r1["source"]) == (0.88, 1.62, 38.0, "grid_s1#0")
+    # a layout only calibration ran at seed 1: recall only, no LM
+    c = by[(1, GLA_PURE)]
+    assert (c["status"], c["recall_raw"], c["recall_baseline"], c["val_loss"], c["train_wall_s"], c["gpu_s"]) == \
+        ("ok", 0.2, 0.25, None, None, 55.0)
+    assert c["source"] == "grid calibration pure:gla:s1 (recall only)"
+    assert by[(1, HGRN_31)]["status"] == "not run"
+    # without the seed study, seed 1 is calibration's alone
+    alone = {(r["seed"], r["layout"]): r for r in collect.rows(s0)}
+    assert alone[(1, GLA_31)]["source"] == "grid calibration hybrid:gla:s1 (recall only)" and alone[(1, T)]["status"] == "not run"
+    assert alone[(0, GLA_31)]["gpu_s_est"] is None
+
+
+def test_collect_refuses_a_seed_study_that_is_not_a_second_seed_of_the_same_grid(grid, tmp_path):
+    url, space, s0, _ = grid
+    same_seed = _study(url, "again", space, {})
+    with pytest.raises(HlnasError, match="trained with train.seed=0, the same seed as study 'grid'"):
+        collect.rows(s0, same_seed)
+    other = _study(url, "other", space.with_sets(["train.seed=1", "score.mqar.steps=100"]), {})
+    with pytest.raises(HlnasError, match=r"another space than 'grid' \(differs in scale.score\)"):
+        collect.rows(s0, other)
+    bare = optuna.create_study(storage=url, study_name="bare")
+    with pytest.raises(HlnasError, match="study 'bare' has no stored hlnas space"):
+        collect.rows(bare)
+
+
+def test_collect_command_writes_the_csv_and_names_a_missing_study_in_one_line(grid, tmp_path, capsys):
+    url = grid[0]
+    out = tmp_path / "res" / "grid.csv"
+    assert collect.main(["--storage", url, "--study", "grid", "--seed-study", "grid_s1", "--out", str(out)]) == 0
+    with open(out, newline="") as f:
+        got = list(csv.DictReader(f))
+    assert len(got) == 62 and list(got[0]) == collect.COLUMNS
+    assert "candidates x seeds 0, 1; ok per seed: 0: 2, 1: 3" in capsys.readouterr().out
+    assert collect.main(["--storage", url, "--study", "gird", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("collect.py: no study named 'gird'") and "Available: grid, grid_s1" in err and "\n" not in err
+    assert collect.main(["--storage", url, "--study", "grid", "--concurrency", "0", "--out", str(out)]) == 2
+    assert "--concurrency must be >= 1" in capsys.readouterr().err
+    # the collected CSV goes through compare.py: calibration's recall-only row reads as no recall, beside its baseline
+    text = compare.compare(got)
+    assert "| gla | pure | 1 | 0.200 | 0.250 | 0.000 |" in text and "no recall |" in text
+
+
+# -- compare.py: Spearman with Table 7 ------------------------------------------------------------
+
+def _row(mixer, ratio, seed, recall, auc=None, val_loss=None, base=0.34, **extra):
+    raw = base - 0.04 if recall <= 0 else base + recall * (1 - base)
+    return {"mixer": mixer, "ratio": ratio, "seed": str(seed), "status": "ok", "recall": str(recall),
+            "recall_raw": f"{raw:.6f}", "recall_baseline": str(base), "recall_auc": "" if auc is None else str(auc),
+            "val_loss": "" if val_loss is None else str(val_loss), **{k: str(v) for k, v in extra.items()}}
+
+
+def test_spearman_against_table7_over_the_cells_both_have_with_a_bootstrap_interval():
+    t7 = recall_by_ratio()
+    mixers = [m for m in t7 if m != "average"]
+    # recall in Table 7's order, recall_auc in its reverse; the second seed repeats the first
+    rows = [_row(m, q, s, t7[m][q] / 2, auc=1 - t7[m][q]) for s in (0, 1) for m in mixers for q in compare.RATIOS]
+    rows.append(_row("transformer", "full", 0, 0.9, auc=0.9))  # not a Table 7 cell
+    rows = [r for r in rows if not (r["mixer"] == "gla" and r["ratio"] == "3:1")]  # a cell the grid lacks
+    cs = compare.cells(rows)
+    up, down = compare.table7_rho(cs, "recall"), compare.table7_rho(cs, "recall_auc")
+    assert (up["n"], up["of"], up["rho"], up["lo"], up["hi"]) == (19, 20, pytest.approx(1.0), pytest.approx(1.0), pytest.approx(1.0))
+    assert (down["rho"], down["lo"], down["hi"]) == (pytest.approx(-1.0), pytest.approx(-1.0), pytest.approx(-1.0))
+    assert up["p"] < 0.01
+    text = compare.compare(rows)
+    assert "| recall | 19 of 20 | +1.00 | [+1.00, +1.00] |" in text and "| recall_auc | 19 of 20 | -1.00 | [-1.00, -1.00] |" in text
+    assert "Table 7 cells not scored here: gla 3:1." in text
+    # a noisy order: the interval holds rho, is not a point, and the same inputs give the same interval
+    noisy = [dict(r) for r in rows]
+    for i, r in enumerate(noisy):
+        r["recall"] = str(float(r["recall"]) + (0.05 if i % 3 == 0 else -0.05))
+    a, b = compare.table7_rho(compare.cells(noisy), "recall"), compare.table7_rho(compare.cells(noisy), "recall")
+    assert a["lo"] < a["rho"] < a["hi"] and a["lo"] < a["hi"] and (a["lo"], a["hi"]) == (b["lo"], b["hi"])
+    assert -1.0 <= a["lo"] and a["hi"] <= 1.0 and a["rho"] < 0.99
+
+
+# -- compare.py: the three findings --------------------------------------------------------------
+
+RECALL = {"hgrn": [0.10, 0.20, 0.30, 0.40, 0.50], "gla": [0.0] * 5, "hgrn2": [0.50, 0.52, 0.55, 0.58, 0.60],
+          "deltanet": [0.20, 0.40, 0.60, 0.80, 0.95]}
+AUC = {"hgrn": [0.30, 0.25, 0.20, 0.15, 0.10], "gla": [0.0] * 5, "hgrn2": [0.90, 0.80, 0.70, 0.60, 0.50],
+       "deltanet": [0.30, 0.25, 0.20, 0.15, 0.10]}
+LOSS = {"hgrn": [1.50, 1.505, 1.51, 1.505, 1.50], "gla": [2.0, 1.9, 1.8, 1.7, 1.6], "hgrn2": [1.40] * 5,
+        "deltanet": [1.45, 1.46, 1.45, 1.46, 1.45]}
+
+
+def findings_rows(recall=RECALL):
+    rows = []
+    for seed, d in ((0, -0.005), (1, 0.005)):
+        for m, vals in recall.items():
+            for i, q in enumerate(compare.RATIOS):
+                rec = vals[i] + d if vals[i] > 0 else 0.0
+                rows.append(_row(m, q, seed, round(rec, 4), auc=round(AUC[m][i] + d if AUC[m][i] else 0.0, 4),
+                                 val_loss=round(LOSS[m][i] + 2 * d, 4)))
+        rows.append(_row("transformer", "full", seed, 0.99, auc=0.99, val_loss=1.3))
+    return rows
+
+
+def test_the_three_findings_on_a_table_whose_answers_are_known():
+    cs = compare.cells(findings_rows())
+    lines, res = compare.findings_table(cs)
+    # (i) 3 of 4 mixers flat: their val-loss range (<= 0.01) is inside 2x the seed spread (0.02); gla's 0.4 is not
+    f = res["lm_flat"]
+    assert f["verdict"] == "yes" and sorted(f["flat"]) == ["deltanet", "hgrn", "hgrn2"] and len(f["judged"]) == 4
+    assert f["per_mixer"]["gla"]["range"] == pytest.approx(0.4) and f["between_mixers"] == pytest.approx(1.8 - 1.4)
+    # (ii) recall rises for hgrn, hgrn2, deltanet (gla never leaves its baseline); recall_auc falls everywhere
+    r = res["rises_recall"]
+    assert r["verdict"] == "yes" and sorted(r["rising"]) == ["deltanet", "hgrn", "hgrn2"]
+    assert r["per_mixer"]["deltanet"]["rho"] == pytest.approx(1.0) and r["per_mixer"]["hgrn2"]["gap"] == pytest.approx(0.10)
+    assert res["rises_recall_auc"]["verdict"] == "no" and res["rises_recall_auc"]["rising"] == []
+    # (iii) by recall the best pure (hgrn2 .50) is not the best 3:1 (deltanet .95 vs hgrn2's .60) nor on average
+    b = res["best_recall_3:1"]
+    assert (b["verdict"], b["pure"], b["hybrid"]) == ("yes", "hgrn2", "deltanet") and b["margin"] == pytest.approx(0.35)
+    assert res["best_recall_average"]["verdict"] == "yes" and res["best_recall_average"]["margin"] == pytest.approx(0.6875 - 0.5625)
+    # by recall_auc hgrn2 is best pure and best hybrid: the finding does not hold
+    assert res["best_recall_auc_3:1"]["verdict"] == "no" and res["best_recall_auc_average"]["hybrid"] == "hgrn2"
+    text = "\n".join(lines)
+    assert "| (i) LM quality flat across ratios | yes | flat (val loss range over ratios within 2x its seed spread) for 3 of 4" in text
+    assert "| (ii) recall rises with the attention share | yes | 3 of 4 mixers rise" in text
+    assert "| (ii) recall_auc rises with the attention share | no | 0 of 4" in text
+    # every recall printed has its no-recall baseline beside it; gla is marked
+    assert "best pure: hgrn2 pure 0.500 (raw 0.670, no-recall 0.340)" in text
+    assert "gla pure 0.000 (raw 0.300, no-recall 0.340) **no recall**" in text
+    full = compare.compare(findings_rows())
+    assert "| gla | pure | 2 | 0.300 | 0.340 | 0.000 | 0.000 |" in full and full.count("| no recall |") == 5
+
+
+def test_a_gap_inside_the_seed_spread_is_undecided_not_yes():
+    close = dict(RECALL, deltanet=[0.20, 0.40, 0.60, 0.80, 0.61])  # deltanet 3:1 .61 vs hgrn2 3:1 .60
+    rows = findings_rows(close)
+    for r in rows:  # widen the seed spread of the 3:1 cells to 0.02
+        if r["ratio"] == "3:1" and r["mixer"] in ("deltanet", "hgrn2"):
+            r["recall"] = str(float(r["recall"]) + (0.005 if r["seed"] == "1" else -0.005))
+    b = compare.best_pure_vs_hybrid(compare.cells(rows), "recall", "3:1")
+    assert (b["pure"], b["hybrid"], b["verdict"]) == ("hgrn2", "deltanet", "undecided") and b["margin"] == pytest.approx(0.01)
+    # one seed of val loss: no seed spread, so flatness cannot be judged
+    one = [r for r in findings_rows() if r["seed"] == "0"]
+    assert compare.lm_flat(compare.cells(one))["verdict"] == "undecided"
+
+
+# -- compare.py: cost and bad input ----------------------------------------------------------------
+
+def test_cost_per_candidate_and_seed_against_the_target():
+    rows = []
+    for m in ("gla", "hgrn"):
+        for q in compare.RATIOS:
+            big = m == "hgrn" and q == "3:1"
+            rows.append(_row(m, q, 0, 0.5, mqar_s=70 if big else 10, train_wall_s=20, gpu_s=90 if big else 30))
+            rows.append(_row(m, q, 1, 0.5, mqar_s=10, gpu_s=10))  # recall only (calibration's seed 1)
+    c = compare.cost(rows)
+    assert c["column"] == "gpu_s" and c["n"] == 10 and c["mean"] == pytest.approx(36.0) and c["max"] == 90 and not c["meets"]
+    assert c["per_seed"]["0"]["total"] == 360 and c["per_seed"]["0"]["max_of"] == "hgrn 3:1"
+    assert c["per_seed"]["1"]["n"] == 0 and c["per_seed"]["1"]["recall_only_n"] == 10
+    text = "\n".join(compare.cost_lines(c))
+    assert "Mean 36.0, max 90.0 over 10 candidate runs: misses the target of <= 30 GPU-s" in text
+    for r in rows:  # collect.py --concurrency 2
+        r.update(concurrency="2", gpu_s_est=str(float(r["gpu_s"]) / 2))
+    c2 = compare.cost(rows)
+    assert c2["column"] == "gpu_s_est" and c2["mean"] == pytest.approx(18.0) and c2["meets"]
+    assert "wall seconds / 2" in "\n".join(compare.cost_lines(c2))
+
+
+def test_compare_names_missing_columns_and_files_in_one_line(tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    rows = findings_rows()
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "recall_baseline"], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    assert compare.main(["--table", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "lacks column(s) recall_baseline (collect.py writes them)" in err and "\n" not in err
+    assert compare.main(["--table", str(tmp_path / "none.csv")]) == 2
+    assert "none.csv: no such file" in capsys.readouterr().err
+
+
+# -- tabular_bench.py: one seed of a collect.py table ---------------------------------------------
+
+def test_tabular_bench_takes_one_seed_of_a_two_seed_table(grid, tmp_path):
+    bench = _script("tabular_bench")
+    out = tmp_path / "grid.csv"
+    assert collect.main(["--storage", grid[0], "--study", "grid", "--seed-study", "grid_s1", "--out", str(out)]) == 0
+    with pytest.raises(SystemExit, match="holds seeds 0, 1; pick one with --seed"):
+        bench.seed_rows(str(out), None)
+    rows = bench.seed_rows(str(out), "1")
+    assert len(rows) == 31 and {r["seed"] for r in rows} == {"1"}
+    with pytest.raises(SystemExit, match=r"has no rows of seed 2 \(seeds: 0, 1\)"):
+        bench.seed_rows(str(out), "2")
