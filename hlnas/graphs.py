@@ -36,7 +36,7 @@ def make_optimizer(model: nn.Module, lr: float, *, betas=(0.9, 0.98), weight_dec
                    graph: bool) -> torch.optim.AdamW:
     """AdamW as every hlnas training uses it: no weight decay on norms, biases and 1-d gates/decays (the usual
     LLM recipe; mixers mark decay-rate parameters such as A_log, dt_bias with ``_no_weight_decay``, as fla does);
-    on CUDA fused, and with a tensor learning rate and ``capturable=True`` when the step will be captured."""
+    on CUDA fused, on CPU foreach, and with a tensor learning rate and ``capturable=True`` when the step will be captured."""
     dev = next(model.parameters()).device
 
     def decays(p) -> bool:
@@ -48,7 +48,9 @@ def make_optimizer(model: nn.Module, lr: float, *, betas=(0.9, 0.98), weight_dec
     cuda = dev.type == "cuda"
     if cuda and graph:
         return torch.optim.AdamW(groups, lr=torch.tensor(lr, device=dev), betas=betas, fused=True, capturable=True)
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=cuda)
+    # foreach on CPU too (torch picks it only for CUDA tensors): the same update as one multi-tensor op per step
+    # instead of ~10 small ops per parameter; a tenth of a small recall model's CPU step was the per-tensor loop
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=cuda, foreach=None if cuda else True)
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:

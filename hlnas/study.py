@@ -63,7 +63,9 @@ def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: S
     recall_only = space.recall_source() == "mqar_acc"  # a fresh-model recall does not need the LM trained
     if todo:
         emit("calibration_started", {"n": len(todo), "total": len(plan), "reused": len(plan) - len(todo)})
-    queue, pending = list(todo), {}
+    # pure models first: where the protocol separates they train to the step budget, the longest runs, so the last
+    # runs before the search (which waits for the verdict) are short ones and the workers finish close together
+    queue, pending = sorted(todo, key=lambda r: r.role != "pure"), {}
     number_of = {r.key: -(i + 1) for i, r in enumerate(plan)}  # negative: never a trial's number
 
     def save(status: str = "running", result: dict | None = None) -> None:
