@@ -220,8 +220,8 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     runs = []
     pause = _PAUSE.get()  # (state_dir, steps) under paused_at: rates trained up to steps and kept, in the same order
     for i, lr in enumerate(cfg.lrs or (cfg.lr,)):
-        kept = None if pause is None else os.path.join(pause[0], f"mqar_rate{i}.pt")
-        runs.append(_one_rate(layout, rcfg, mcfg, cfg, float(lr), seed, device, val, kept, pause and pause[1]))
+        kw = {} if pause is None else {"state": os.path.join(pause[0], f"mqar_rate{i}.pt"), "stop_at": pause[1]}
+        runs.append(_one_rate(layout, rcfg, mcfg, cfg, float(lr), seed, device, val, **kw))
         if cfg.target is not None and runs[-1]["val_acc"] >= cfg.target:
             break  # later rates could only tie
     # a paused run measures up to its budget: its graded measure is over the steps it had
