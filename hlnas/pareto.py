@@ -67,10 +67,13 @@ class TrialRecord:
 
     @property
     def status(self) -> str:
-        """ok | failed | infeasible | pending; the study loop's ``status`` attr wins over optuna's state."""
+        """ok | failed | infeasible | stopped | pending; the study loop's ``status`` attr wins over optuna's state
+        (``stopped``: the rung scheduler stopped it early, its values partial)."""
         status = self.attrs.get("status")
         if status in ("failed", "infeasible"):
             return status
+        if self.state == "pruned":
+            return "stopped"
         if self.state == "fail":
             return "failed"
         if self.state != "complete":

@@ -32,10 +32,11 @@ import optuna
 from optuna.trial import TrialState
 
 from hlnas.layout import Layout
+from hlnas.rungs import RUNG_ATTR, RungScheduler
 from hlnas.space import CONSTRAINTS, SearchSpace
 from hlnas.trial import TrialResult, TrialSpec, layout_metrics
 
-__all__ = ["search_loop", "trial_spec", "objective_values", "constraint_values", "tell_result", "recover",
+__all__ = ["search_loop", "trial_spec", "objective_values", "constraint_values", "tell_result", "recover", "rung_kept",
            "stop_record", "requeue", "StopSignals", "front_rows", "countable", "REPEATS_BEFORE_FALLBACK",
            "MAX_REPEATS", "MAX_REQUEUES"]  # fmt: skip
 
@@ -102,6 +103,10 @@ def tell_result(study: optuna.Study, metrics_names: Sequence[str], trial, result
     for k, v in result.metrics.items():
         trial.set_user_attr(k, v)
     trial.set_user_attr("wall_s", round(result.wall_s, 2))
+    if "mqar" in result.metrics and "hlnas_checks" not in trial.user_attrs:  # the recall run's checks (hlnas.rungs.checks)
+        from hlnas.rungs import checks
+
+        trial.set_user_attr("hlnas_checks", checks(result.metrics))
     values = objective_values(metrics_names, result.metrics) if result.ok else None
     if values is None:
         if result.ok:
@@ -158,11 +163,20 @@ def _ask(study: optuna.Study, dists: dict, requeued: list) -> optuna.trial.Trial
     return study.ask(dists)
 
 
+def rung_kept(t) -> bool:
+    """A RUNNING trial the rung scheduler keeps across a stop (it reached a rung: paused there, or promoted and
+    training to the next); the search loop continues it instead of failing and re-queueing it."""
+    return (t.user_attrs.get(RUNG_ATTR) or {}).get("at", -1) >= 0
+
+
 def recover(study: optuna.Study) -> int:
-    """Fail trials a dead driver left RUNNING and re-queue their parameters (within :data:`MAX_REQUEUES`)."""
+    """Fail trials a dead driver left RUNNING and re-queue their parameters (within :data:`MAX_REQUEUES`); rung
+    trials that reached a rung are kept (:func:`rung_kept`)."""
     storage = study._storage
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if rung_kept(t):
+            continue
         kind, error = stop_record(study, t.params, "the search process stopped while this trial ran")
         storage.set_trial_user_attr(t._trial_id, "error", error)
         storage.set_trial_user_attr(t._trial_id, "error_kind", kind)
@@ -303,11 +317,71 @@ def _settle_waiting(study, waiting, done_by_layout, emit, finished: str | None =
 _COUNT = object()  # search_loop(unique=...) default: count the space's layouts when it is small
 
 
+def _repeat_stopped(study, trial, prev, emit) -> None:
+    """A proposal of a layout stopped at a rung: told PRUNED again, as a repeat (not trained)."""
+    for k in ("status", "stopped_at_steps"):
+        if k in prev.user_attrs:
+            trial.set_user_attr(k, prev.user_attrs[k])
+    trial.set_user_attr("reused_from", prev.number)
+    study.tell(trial, state=TrialState.PRUNED)
+    emit("reused", {"number": trial.number, "layout": prev.user_attrs.get("layout"), "from": prev.number, "stopped": True})
+
+
+def _rung_scheduler(study: optuna.Study, space: SearchSpace, metrics_names, out_root, rung_root) -> RungScheduler:
+    """The study's rung scheduler, its bookkeeping read back from the trials. The folder of paused recall models
+    is chosen once per study and stored (``hlnas_rung_root``), so a resume finds them and a new study never
+    continues another's."""
+    import uuid
+
+    root = study.user_attrs.get("hlnas_rung_root")
+    if root is None:
+        base = rung_root or (os.path.join(out_root, "rungs") if out_root else "hlnas-rungs")
+        root = os.path.abspath(os.path.join(base, f"{study.study_name}-{uuid.uuid4().hex[:8]}"))
+        study.set_user_attr("hlnas_rung_root", root)
+    sched = RungScheduler(space.rungs, space.score.mqar.steps, metrics_names,
+                          [d.name.lower() for d in study.directions], root)
+    # FAIL trials left the rungs; RUNNING (paused or training to a rung), PRUNED (stopped) and COMPLETE stay
+    sched.load([t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL])
+    return sched
+
+
+def _rung_result(study, sched: RungScheduler, trial, layout: str, result: TrialResult, emit) -> bool:
+    """Book a rung trial's result. True: the trial stays open (paused at its rung, or to run that rung again after
+    its worker died); False: the search loop tells it as usual (complete at the top rung, or failed)."""
+    from hlnas.rungs import checks
+
+    number = result.number
+    rec = sched.records[number]
+    if result.error_kind == "worker_died" and rec["at"] >= 0:  # it reached a rung before: train that rung again
+        tries = rec.get("retries", 0) + 1
+        if tries <= MAX_REQUEUES:
+            rec["retries"] = tries
+            trial.set_user_attr(RUNG_ATTR, rec)
+            emit("requeued", {"n": 1, "layout": layout, "why": "its worker died", "rung": rec["next"]})
+            return True
+    values = sched.rung_values(result.metrics) if result.ok else None
+    if values is None:  # failed (or a result without the rung's values): the trial leaves the rungs
+        sched.forget(number)
+        if result.ok:
+            result.metrics.setdefault("error", f"rung values missing or not finite: {sched.metrics}")
+        return False
+    rec = sched.reached(number, values)
+    trial.set_user_attr(RUNG_ATTR, rec)
+    trial.set_user_attr("hlnas_checks", checks(result.metrics))
+    if rec["state"] == "complete":
+        return False
+    for k, v in result.metrics.items():  # the partial results, beside the rung record
+        trial.set_user_attr(k, v)
+    emit("rung", {"number": number, "layout": layout, "rung": rec["at"], "steps": rec["ladder"][rec["at"]],
+                  "metrics": result.metrics})
+    return True
+
+
 def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: int, seed: int = 0,
                 objectives: Sequence[str] | None = None, out_root: str | None = None,
                 on_event: Callable[[str, dict], None] | None = None, time_limit: float | None = None,
                 retry_failed: bool = False, enqueue_grid: bool = False, interruptible: bool = False,
-                unique=_COUNT, stop: Callable[[], bool] | None = None) -> None:
+                unique=_COUNT, stop: Callable[[], bool] | None = None, rung_root: str | None = None) -> None:
     """Ask, dedupe, submit and tell on ``study`` (its sampler already set) until ``n_trials`` distinct layouts of
     ``space`` are trained and COMPLETE; see the module docstring for the rules. Does not shut ``executor`` down.
 
@@ -320,7 +394,14 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     Re-queued trials (a resume's, a lost worker's) are asked before anything else and always run before the target
     is judged met, raising it when they would pass it (event ``target_raised`` with ``requeued``).
     ``on_event(kind, data)``: trained (the distinct layouts stored before the loop starts), started, finished,
-    reused, infeasible, front, requeued, retry, target_raised, time_limit."""
+    reused, infeasible, front, requeued, retry, target_raised, time_limit, and with rungs: rung (a trial paused at
+    a rung), promoted, stopped.
+
+    A space with ``rungs`` is searched by the rung scheduler (:mod:`hlnas.rungs`): new trials train their recall
+    model to the first rung and pause, a free worker takes a promotion before a new trial, and the target counts
+    layouts decided (COMPLETE at the top rung, or stopped at a lower one). ``rung_root``: where the paused recall
+    models are kept (default ``OUT_ROOT/rungs`` or ``hlnas-rungs/``, in a folder of the study's own, stored as study
+    attr ``hlnas_rung_root``)."""
     emit = on_event or (lambda kind, data: None)
     metrics_names = list(objectives) if objectives is not None else [o.metric for o in space.objectives]
     unique = countable(space) if unique is _COUNT else unique
@@ -352,14 +433,64 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
         emit("target_raised", {"from": n_trials, "to": len(done_by_layout) + len(to_train), "requeued": len(to_train)})
         n_trials = len(done_by_layout) + len(to_train)
         study.set_user_attr("hlnas_trials", n_trials)
-    emit("trained", {"n": len(done_by_layout), "of": n_trials})  # already stored: resumed, or calibration's own
+    sched, open_trials, stopped_by_layout = None, {}, {}  # the rung scheduler; its undecided trials; stopped layouts
+    if space.rungs is not None:
+        sched = _rung_scheduler(study, space, metrics_names, out_root, rung_root)
+        for t in study.get_trials(deepcopy=False):
+            if t.number in sched.records and t.state == TrialState.RUNNING:
+                open_trials[t.number] = (optuna.trial.Trial(study, t._trial_id), t.user_attrs.get("layout"))
+            elif t.state == TrialState.PRUNED and "layout" in t.user_attrs and "reused_from" not in t.user_attrs:
+                stopped_by_layout.setdefault(t.user_attrs["layout"], t)
+    emit("trained", {"n": len(done_by_layout) + len(stopped_by_layout), "of": n_trials})  # already stored
     dup_streak = 0
     rng = random.Random(seed)
     last_front: tuple = ()
     dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()}
 
-    def exhausted() -> bool:  # every distinct layout is trained, failed/infeasible, or training
-        return unique is not None and len(done_by_layout) + len(dead) + len(pending) >= unique
+    def open_layouts() -> set:  # layouts training, or paused at a rung
+        return {lay for _, lay in pending.values()} | {lay for _, lay in open_trials.values()}
+
+    def exhausted() -> bool:  # every distinct layout is trained, failed/infeasible, stopped, or training
+        return unique is not None and len(done_by_layout) + len(dead) + len(stopped_by_layout) + len(open_layouts()) >= unique
+
+    def decided() -> int:  # what the target counts: COMPLETE layouts, and with rungs those stopped at a rung
+        return len(done_by_layout) + len(stopped_by_layout)
+
+    def can_start_new() -> bool:
+        return requeued_left() or (decided() + len(open_layouts()) < n_trials and not exhausted() and not stop())
+
+    def store_rung(number: int, rec: dict) -> None:
+        trial = open_trials[number][0]
+        trial.set_user_attr(RUNG_ATTR, rec)
+
+    def submit_rung(number: int) -> None:
+        trial, layout = open_trials[number]
+        spec = trial_spec(space, trial.number, trial.params, out_root)
+        spec = dataclasses.replace(spec, rung_steps=sched.steps(number), state_dir=sched.state_dir(layout))
+        pending[number] = (trial, layout)
+        emit("started", {"number": number, "layout": layout, "rung": sched.records[number]["next"],
+                         "steps": sched.steps(number) or space.score.mqar.steps})
+        with stops.submitting():
+            ex.submit(spec)
+
+    def stop_paused() -> None:  # nothing can be promoted any more: the paused trials are stopped, with partial results
+        nonlocal waiting
+        for number in sched.paused():
+            trial, layout = open_trials.pop(number)
+            rec = sched.stop(number)
+            trial.set_user_attr(RUNG_ATTR, rec)
+            trial.set_user_attr("status", "stopped")
+            trial.set_user_attr("stopped_at_steps", rec["ladder"][rec["at"]])
+            study.tell(trial, state=TrialState.PRUNED)
+            stopped_by_layout[layout] = study._storage.get_trial(trial._trial_id)
+            emit("stopped", {"number": number, "layout": layout, "rung": rec["at"], "steps": rec["ladder"][rec["at"]]})
+        keep = []
+        for trial, layout in waiting:  # duplicates of a stopped layout: stopped too
+            if layout in stopped_by_layout:
+                _repeat_stopped(study, trial, stopped_by_layout[layout], emit)
+            else:
+                keep.append((trial, layout))
+        waiting = keep
 
     def out_of_time() -> bool:
         return time_limit is not None and time.monotonic() - t_start >= time_limit
@@ -374,23 +505,40 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     try:
         while True:
             stops.check()
-            trained = len(done_by_layout)
-            if out_of_time() and not pending:
+            trained = decided()
+            if out_of_time() and not pending:  # paused rung trials stay paused: a resume continues them
                 emit("time_limit", {"seconds": time_limit, "trained": trained})
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit)
                 break
-            if dup_streak >= MAX_REPEATS or (not requeued_left() and (trained >= n_trials or (exhausted() and not pending)
-                                                                      or (stop() and not pending))):
+            if sched is not None and not pending and open_trials and not can_start_new() \
+                    and sched.next_promotion(drain=True) is None and not sched.running():
+                stop_paused()  # draining, and nothing left to promote: the rest stop where they are
+                trained = decided()
+            if dup_streak >= MAX_REPEATS or (not requeued_left() and not open_trials
+                                             and (trained >= n_trials or (exhausted() and not pending)
+                                                  or (stop() and not pending))):
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit)
                 break
+            # rung scheduler: runs to resume, then promotions, before any new trial (asynchronous successive halving)
+            while sched is not None and len(pending) < ex.capacity and not out_of_time():
+                stops.check()
+                number = next((n for n in sched.running() if n not in pending and n in open_trials), None)
+                if number is None:
+                    number = sched.next_promotion(drain=not can_start_new())
+                    if number is None:
+                        break
+                    store_rung(number, sched.promote(number))
+                    emit("promoted", {"number": number, "layout": open_trials[number][1], "to": sched.records[number]["next"]})
+                submit_rung(number)
             # fill free workers
             while (len(pending) < ex.capacity and dup_streak < MAX_REPEATS and not out_of_time()
-                   and (requeued_left() or (trained + len(pending) < n_trials and not exhausted() and not stop()))):
+                   and (can_start_new() if sched is not None else
+                        (requeued_left() or (trained + len(pending) < n_trials and not exhausted() and not stop())))):
                 stops.check()
                 if dup_streak and dup_streak % REPEATS_BEFORE_FALLBACK == 0 and unique is not None:
                     # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
                     # queue an untried candidate so the search keeps covering the space
-                    seen = set(done_by_layout) | set(dead) | {lay for _, lay in pending.values()}
+                    seen = set(done_by_layout) | set(dead) | set(stopped_by_layout) | open_layouts()
                     fresh = [p for p in space.grid() if str(space.layout(p)) not in seen]
                     if fresh:
                         study.enqueue_trial(fresh[rng.randrange(len(fresh))])
@@ -410,7 +558,11 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     _repeat_failure(study, trial, dead[spec.layout], emit)
                     dup_streak += 1
                     continue
-                if spec.layout in {lay for _, lay in pending.values()}:
+                if spec.layout in stopped_by_layout:  # stopped at a rung: not trained again
+                    _repeat_stopped(study, trial, stopped_by_layout[spec.layout], emit)
+                    dup_streak += 1
+                    continue
+                if spec.layout in open_layouts():
                     waiting.append((trial, spec.layout))
                     dup_streak += 1
                     continue
@@ -424,6 +576,11 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     dead[spec.layout] = study._storage.get_trial(trial._trial_id)
                     emit("infeasible", {"number": trial.number, "layout": spec.layout, "error": bad})
                     continue
+                if sched is not None:  # a new trial starts at the first rung
+                    open_trials[trial.number] = (trial, spec.layout)
+                    store_rung(trial.number, sched.start(trial.number))
+                    submit_rung(trial.number)
+                    continue
                 pending[trial.number] = (trial, spec.layout)
                 emit("started", {"number": trial.number, "layout": spec.layout})  # before: inline submit() runs the trial
                 with stops.submitting():  # a signal now: this trial is pending, so it is re-queued
@@ -432,6 +589,10 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                 if result.status == "interrupted":  # Ctrl-C/SIGTERM caught by the trainer (inline): stop the search
                     raise KeyboardInterrupt
                 trial, layout = pending.pop(result.number)
+                if sched is not None and result.number in open_trials:
+                    if _rung_result(study, sched, trial, layout, result, emit):
+                        continue  # paused at a rung (or its worker died after a rung: run again from there)
+                    del open_trials[result.number]
                 if result.error_kind == "worker_died":  # the layout may be fine: re-queued, within the bound
                     kind, error = stop_record(study, trial.params, result.error or "its worker died", "worker_died")
                     result = dataclasses.replace(result, error_kind=kind, error=error,
@@ -454,6 +615,9 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     emit("front", {"rows": front_rows(study)})
                 waiting = _settle_waiting(study, waiting, done_by_layout, emit, finished=layout)
     except KeyboardInterrupt:
+        for number in list(pending):  # trials promoted past a rung stay RUNNING: a resume trains them from there
+            if sched is not None and number in open_trials and sched.records[number]["at"] >= 0:
+                del pending[number]
         for trial, _ in list(pending.values()) + waiting:  # leave nothing RUNNING; resume re-queues these
             kind, error = stop_record(study, trial.params, "the search was interrupted while this trial ran")
             trial.set_user_attr("error_kind", kind)

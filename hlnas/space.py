@@ -37,6 +37,7 @@ from hlnas.settings import (CONSTRAINTS, DEFAULT_OBJECTIVES, METRICS, RAW_RECALL
 
 if TYPE_CHECKING:  # the config modules pull in torch; the validator imports them when it first runs
     from hlnas.calibrate import CalibrationConfig
+    from hlnas.rungs import RungConfig
     from hlnas.data.sources import DataConfig
     from hlnas.score.objectives import ScoreConfig
     from hlnas.train import TrainConfig
@@ -45,7 +46,7 @@ __all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CON
            "space_from_dict", "builtin_spaces", "RAW_RECALL_METRICS", "RECALL_SOURCES"]
 
 TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "layers", "hetero", "scale",
-            "objectives", "constraints", "sampler", "calibration")
+            "objectives", "constraints", "sampler", "calibration", "rungs")
 SCALE_KEYS = ("preset", "model", "train", "data", "score", "kv_context")
 GRID_LIMIT = 100_000  # combinations grid() will enumerate; beyond this use a sampler
 EXPLICIT = "explicit"
@@ -77,6 +78,7 @@ class SearchSpace:
     constraints: dict[str, float] = field(default_factory=dict)
     sampler: str = "nsga2"
     calibration: CalibrationConfig
+    rungs: RungConfig | None = None  # multi-fidelity search (hlnas.rungs); off by default
 
     # -- the dimensions a sampler sees ----------------------------------------------------------
     @property
@@ -169,6 +171,8 @@ class SearchSpace:
                  "kv_context": self.kv_context}
         d.update(layers=self.n_layers, scale=scale, objectives=[o.to_dict() for o in self.objectives],
                  constraints=dict(self.constraints), sampler=self.sampler, calibration=self.calibration.to_dict())
+        if self.rungs is not None:  # only when set: the fingerprints of spaces without rungs stay as they were
+            d["rungs"] = self.rungs.to_dict()
         return json.loads(json.dumps(d, default=list))  # plain JSON types all the way down
 
     def fingerprint(self) -> str:
@@ -209,6 +213,10 @@ class SearchSpace:
                 raise SpaceError(f"unknown SearchSpace field '{key}'.{did_you_mean(key, names)} Allowed: {', '.join(sorted(names))}")
             if key == "model" and isinstance(value, ModelConfig):
                 raw["scale"]["model"] = model_overrides(value, changes.get("preset", self.preset), skip=("n_layers",))
+            elif key == "rungs":
+                raw.pop("rungs", None)
+                if value is not None:
+                    raw["rungs"] = value.to_dict() if dataclasses.is_dataclass(value) else value
             elif key in SCALE_KEYS or key == "calibration":
                 value = value.to_dict() if dataclasses.is_dataclass(value) else value  # a config object or its fields
                 (raw["scale"] if key in SCALE_KEYS else raw)[key] = value
@@ -326,7 +334,8 @@ def space_from_dict(raw: dict, where: str = "<dict>") -> SearchSpace:
         preset=scale.get("preset", "proxy-tiny"), model=configs["model"].replace(n_layers=n_layers), train=configs["train"],
         data=configs["data"], score=configs["score"], objectives=v.objectives(raw.get("objectives"), configs["score"].objectives),
         kv_context=kv_context, constraints=v.constraints(raw.get("constraints") or {}),
-        sampler=v.choice("sampler", raw.get("sampler", "nsga2"), SAMPLERS), calibration=v.calibration(raw.get("calibration")))
+        sampler=v.choice("sampler", raw.get("sampler", "nsga2"), SAMPLERS), calibration=v.calibration(raw.get("calibration")),
+        rungs=v.rungs(raw.get("rungs"), configs["score"]))
     if space.sampler == "grid" and space.size() > GRID_LIMIT:
         v.fail(f"sampler='grid' over {space.size():,} combinations (more than {GRID_LIMIT:,}); use nsga2, tpe, gp or random")
     return space
@@ -343,6 +352,15 @@ def _ratio_allowed(n_layers: int) -> str:
 
 class _Validator(SettingsChecker):
     """Checks one raw space; every failure names ``where`` (the file), the key and the value."""
+
+    def rungs(self, value, score):
+        """The space's :class:`hlnas.rungs.RungConfig` (absent: no rung scheduler)."""
+        from hlnas.rungs import rung_config
+
+        try:
+            return rung_config(value, score)
+        except (ConfigError, TypeError) as e:
+            self.fail(str(e))
 
     def scale(self, scale: dict):
         name = self.choice("scale.preset", scale.get("preset", "proxy-tiny"), tuple(PRESETS))

@@ -509,6 +509,12 @@ def study_summary(study: optuna.Study) -> dict:
     trials = study.get_trials(deepcopy=False)
     counts = {s.name.lower(): sum(t.state == s for t in trials)
               for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)}
+    rungs = [t for t in trials if "hlnas_rung" in t.user_attrs]
+    if rungs:  # the rung scheduler's: stopped early (PRUNED, partial results) and paused at a rung (RUNNING)
+        counts["stopped"] = sum(t.state == TrialState.PRUNED and "reused_from" not in t.user_attrs for t in trials)
+        counts["paused"] = sum(t.state == TrialState.RUNNING and t.user_attrs["hlnas_rung"].get("state") == "paused"
+                               for t in rungs)
+        counts["running"] -= counts["paused"]
     front = front_rows(study)
     return {"study": study.study_name, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
             "calibration": study.user_attrs.get("hlnas_calibration"), "front": front}

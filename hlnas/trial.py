@@ -37,6 +37,11 @@ class TrialSpec:
     # score the fresh-model recall objective only (no LM training): calibration's extra seeds, whose
     # recall does not depend on the trained candidate
     recall_only: bool = False
+    # the rung scheduler (hlnas.rungs): the recall model's state is kept in state_dir and continued from it; with
+    # rung_steps, only the recall model trains, up to that many steps, and the result is partial (metrics
+    # ``rung_steps``); without, the whole trial runs, its recall model continuing from state_dir
+    rung_steps: int | None = None
+    state_dir: str | None = None
 
     @property
     def layout(self) -> str:
@@ -96,7 +101,16 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         from hlnas.run import run
 
         metrics.update(layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement))
-        result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only)
+        if spec.state_dir is not None:
+            from hlnas.score.recall_proxy import paused_at
+
+            os.makedirs(spec.state_dir, exist_ok=True)
+            with paused_at(spec.state_dir, spec.rung_steps):
+                result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only or spec.rung_steps is not None)
+            if spec.rung_steps is not None:
+                metrics["rung_steps"] = spec.rung_steps
+        else:
+            result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only)
         metrics.update(result.metrics)
         if result.status != "ok":
             metrics.update(status=result.status, error_kind=result.error_kind, error=result.error, finished_at=time.time())

@@ -23,6 +23,8 @@ validation from train seed ``2**31 - 1 - s``, test from the test stream: never t
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import math
 import os
@@ -43,11 +45,27 @@ if TYPE_CHECKING:
     from hlnas.score.objectives import MqarConfig
 
 __all__ = ["recall_model_config", "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target",
-           "RECALL_MODEL_KEYS"]
+           "paused_at", "RECALL_MODEL_KEYS"]
 
 #: ModelConfig fields score.mqar.model may set (the vocabulary is the MQAR one; no parameter-count solve)
 RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
 _BLOCK_STEPS = 64  # training batches generated at once
+# (state_dir, steps): train each rate up to ``steps`` only, keeping its model and optimizer in ``state_dir`` so a
+# later run continues it exactly (the rung scheduler, hlnas.rungs); a ContextVar so concurrent runs stay apart
+_PAUSE: contextvars.ContextVar = contextvars.ContextVar("hlnas_recall_pause", default=None)
+
+
+@contextlib.contextmanager
+def paused_at(state_dir: str, steps: int | None):
+    """Within this block :func:`train_mqar` continues each rate from its state in ``state_dir`` (if any) and trains
+    it up to ``steps`` (None: the full ``score.mqar.steps``), saving its state there when it pauses. The learning
+    rate schedule is the full budget's, and the batches continue where they stopped, so a run paused and continued
+    gives the curve of one straight run."""
+    token = _PAUSE.set((str(state_dir), steps))
+    try:
+        yield
+    finally:
+        _PAUSE.reset(token)
 
 
 def check_recall_model_keys(overrides: dict) -> None:
@@ -95,16 +113,40 @@ def steps_to_target(curve, target: float | None) -> int | None:
     return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
-def _batches(mcfg: MQARConfig, batch: int, seed: int):
-    block = 0
+def _batches(mcfg: MQARConfig, batch: int, seed: int, start: int = 0):
+    block, skip = divmod(start, _BLOCK_STEPS)
     while True:
         x, y = make_mqar(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
-        for i in range(_BLOCK_STEPS):
+        for i in range(skip, _BLOCK_STEPS):
             yield x[i * batch : (i + 1) * batch], y[i * batch : (i + 1) * batch]
-        block += 1
+        block, skip = block + 1, 0
 
 
-def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConfig, lr: float, seed: int, device, val) -> dict:
+def _save_state(path: str, model, opt, state: dict) -> None:
+    tmp = path + ".tmp"
+    torch.save({**state, "model": model.state_dict(), "opt": opt.state_dict()}, tmp)
+    os.replace(tmp, path)  # atomic: a run killed while saving leaves the previous state
+
+
+def _load_state(path: str, model, opt) -> dict:
+    """Copy a saved state into ``model`` and ``opt`` in place (a captured CUDA graph keeps its tensors)."""
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            v.copy_(saved["model"][k])
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for i, p in enumerate(params):
+        for k, v in saved["opt"]["state"].get(i, {}).items():
+            cur = opt.state[p].get(k)
+            if isinstance(cur, torch.Tensor) and isinstance(v, torch.Tensor):
+                cur.copy_(v)
+            else:
+                opt.state[p][k] = v.to(p.device) if isinstance(v, torch.Tensor) and k != "step" else v
+    return saved
+
+
+def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConfig, lr: float, seed: int, device, val,
+              state: str | None = None, stop_at: int | None = None) -> dict:
     from hlnas.graphs import WARMUP_STEPS, make_optimizer, make_step, set_lr
     from hlnas.train import cosine_lr
 
@@ -121,12 +163,18 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConf
     set_lr(opt, lr_at(0))
     step_fn, mode = make_step(model, opt, mqar_loss, first, graph=use_graph, autocast=autocast)
     if mode == "graph":  # capture trained its warm-up steps on the first batch: they count as steps
-        done = WARMUP_STEPS
+        done, drawn = WARMUP_STEPS, 1
     else:
-        done, batches = 0, itertools.chain([first], batches)
-    curve, t0, error = [], time.perf_counter(), None
-    while done < cfg.steps:
+        done, drawn, batches = 0, 0, itertools.chain([first], batches)
+    curve, t0, error, finished = [], time.perf_counter(), None, False
+    if state is not None and os.path.exists(state):  # continue a paused run: its weights, optimizer, batches
+        saved = _load_state(state, model, opt)
+        done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
+        batches = _batches(mcfg, cfg.batch, seed, start=drawn)
+    limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
+    while done < limit and not finished:
         x, y = next(batches)
+        drawn += 1
         set_lr(opt, lr_at(done))
         loss = step_fn(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
         done += 1
@@ -145,7 +193,11 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConf
                 break
             if cfg.budget_s is not None and time.perf_counter() - t0 > cfg.budget_s:
                 break
-    return {"lr": lr, "val_acc": curve[-1][1] if curve else 0.0, "steps": done, "curve": curve, "mode": mode,
+    # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
+    finished = finished or error is not None or done >= cfg.steps or (done < limit)
+    if state is not None:
+        _save_state(state, model, opt, {"done": done, "drawn": drawn, "curve": curve, "error": error, "finished": finished})
+    return {"finished": finished, "lr": lr, "val_acc": curve[-1][1] if curve else 0.0, "steps": done, "curve": curve, "mode": mode,
             "final_loss": curve[-1][2] if curve else None, "wall_s": round(time.perf_counter() - t0, 2),
             "error": error, "model": model}
 
@@ -165,13 +217,17 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     _, val_base = strongest(mqar_baselines(*val, vocab))
     t0 = time.perf_counter()
     runs = []
-    for lr in cfg.lrs or (cfg.lr,):
-        runs.append(_one_rate(layout, rcfg, mcfg, cfg, float(lr), seed, device, val))
+    pause = _PAUSE.get()  # (state_dir, steps) under paused_at: rates trained up to steps and kept, in the same order
+    for i, lr in enumerate(cfg.lrs or (cfg.lr,)):
+        kw = {} if pause is None else {"state": os.path.join(pause[0], f"mqar_rate{i}.pt"), "stop_at": pause[1]}
+        runs.append(_one_rate(layout, rcfg, mcfg, cfg, float(lr), seed, device, val, **kw))
         if cfg.target is not None and runs[-1]["val_acc"] >= cfg.target:
             break  # later rates could only tie
+    # a paused run measures up to its budget: its graded measure is over the steps it had
+    budget = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
     for r in runs:
         r["steps_to_target"] = steps_to_target(r["curve"], cfg.target)
-        r["auc"] = learning_auc(r["curve"], cfg.steps, val_base, r["steps_to_target"] is not None)
+        r["auc"] = learning_auc(r["curve"], budget, val_base, r["steps_to_target"] is not None)
     ok = [r for r in runs if r["error"] is None] or runs
     best = max(ok, key=lambda r: (r["val_acc"], -r["steps"]))
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
@@ -194,4 +250,7 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     }
     if best["error"] is not None:
         out["mqar_error"] = best["error"]
+    if pause is not None:  # where this run stopped, and whether a longer budget would train more
+        out["mqar_budget"] = budget
+        out["mqar_finished"] = all(r["finished"] for r in runs)
     return out
