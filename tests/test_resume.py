@@ -47,12 +47,19 @@ def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, 
     """Send ``sig`` once the storage shows >= min_complete COMPLETE trials and one RUNNING; ``group``: to the
     search's whole process group (as Slurm at a time limit, ``timeout`` or a terminal's Ctrl-C do)."""
     deadline = time.monotonic() + 120
+    seen: dict[int, float] = {}  # trial number -> when first seen RUNNING with its layout chosen
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"search ended before it could be stopped:\n{proc.communicate()[1][-3000:]}"
         ts = _trials(url, name)
-        # a trial with its layout chosen: one just asked (no params yet) is not training anything
+        now = time.monotonic()
+        # a trial with its layout chosen: one just asked (no params yet) is not training anything, and one that is
+        # told a stored result at once (a re-proposed layout) is RUNNING for a moment only: a trial counts as
+        # training once it has been RUNNING for 0.2 s (the tiny trials here train for about a second)
         running = [t for t in ts if t.state == TrialState.RUNNING and t.params]
-        if sum(t.state == TrialState.COMPLETE for t in ts) >= min_complete and running:
+        for t in running:
+            seen.setdefault(t.number, now)
+        training = [t for t in running if now - seen[t.number] >= 0.2]
+        if sum(t.state == TrialState.COMPLETE for t in ts) >= min_complete and training:
             if group:
                 os.killpg(proc.pid, sig)
             else:
