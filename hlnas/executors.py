@@ -153,8 +153,9 @@ class ProcessExecutor:
                     held.pop(results[-1].number, None)
             except (EOFError, OSError):
                 dead = True
-            if not results and not dead:
-                dead = not proc.is_alive()  # woken by the sentinel: the process ended without answering
+            if not results and not dead:  # woken by the sentinel: the process is ending without answering (its pipes
+                proc.join(timeout=5)      # close before it can be reaped, so is_alive() may still say yes for a moment)
+                dead = not proc.is_alive()
             poisoned = any(r.error_kind == "cuda_error" for r in results)
             out += results
             if dead or poisoned:  # every trial still held dies with the process
