@@ -208,33 +208,31 @@ def _serve(conn, env: dict, threads: int, runs: int = 1) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    if runs == 1:
+    send = threading.Lock()  # results of runs in threads go back one at a time
+
+    def handle(spec: TrialSpec) -> None:
+        result = run_trial(spec) if runs == 1 else run_on_own_stream(spec)
+        with send:
+            conn.send(result)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(runs, thread_name_prefix="hlnas-run") if runs > 1 else None
+    try:
         while True:
             try:
                 spec = conn.recv()
             except (EOFError, OSError):  # the driver is gone
                 return
             if spec is None:
-                return
-            conn.send(run_trial(spec))
-    from concurrent.futures import ThreadPoolExecutor
-
-    send = threading.Lock()
-
-    def one(spec: TrialSpec) -> None:
-        result = run_on_own_stream(spec)
-        with send:
-            conn.send(result)
-
-    with ThreadPoolExecutor(runs, thread_name_prefix="hlnas-run") as pool:
-        while True:
-            try:
-                spec = conn.recv()
-            except (EOFError, OSError):
-                return
-            if spec is None:
-                return  # the pool finishes what it holds (the driver sends None only to idle workers)
-            pool.submit(one, spec)
+                return  # a pool finishes what it holds (the driver sends None only to idle workers)
+            if pool is None:
+                handle(spec)
+            else:
+                pool.submit(handle, spec)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def run_on_own_stream(spec: TrialSpec) -> TrialResult:

@@ -8,21 +8,20 @@ the memory that was asked for. The caller (a search trial) always gets a :class:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
 import re
-import itertools
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from collections.abc import Iterable
 from torch import Tensor, nn
 
 from hlnas.config import ModelConfig
@@ -187,11 +186,6 @@ def _graphed(cfg: TrainConfig, device: torch.device) -> bool:
 def _autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
     use = cfg.autocast == "bf16" or (cfg.autocast == "auto" and device.type == "cuda")
     return torch.bfloat16 if use else None
-
-
-def _autocast(cfg: TrainConfig, device: torch.device):
-    dtype = _autocast_dtype(cfg, device)
-    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

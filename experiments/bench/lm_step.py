@@ -15,12 +15,9 @@ ratio, step_mode) and a markdown table with the command, date and autotune mode.
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as dt
-import os
-from pathlib import Path
+import sys
 
-PEAK_BF16 = 989e12  # H200 SXM dense bf16, NVIDIA datasheet
+from experiments.bench.results import PEAK_BF16, write_results
 
 
 def main(argv=None) -> int:
@@ -63,22 +60,13 @@ def main(argv=None) -> int:
             base = tps if not graph else base
             rows.append(row)
             print(row, flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"lm_step_{args.device_name}_{dt.date.today().isoformat()}"
-    with open(f"{stem}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    lines = [f"# LM step, eager vs CUDA graph, {args.device_name}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-             f"Command: `python -m experiments.bench.lm_step {' '.join(argv or [])}`; "
-             f"HLNAS_TRITON_AUTOTUNE={os.environ.get('HLNAS_TRITON_AUTOTUNE', 'full')}; B={args.batch}, T={args.seq_len}, "
-             f"d={args.d_model}, {args.layers} layers. Baseline: the eager step of the same layout in the same run.", "",
-             "| layout | mode | steady tok/s | MFU | graph / eager | step ran as |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['layout']} | {r['mode']} | {r['steady_tokens_per_s']:,} | {100 * r['mfu']:.2f}% | {r['ratio']} | "
-              f"{r['step_mode']} |" for r in rows]
-    Path(f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {stem}.csv and .md")
+    write_results(args.out, "lm_step", args.device_name, "LM step, eager vs CUDA graph",
+                  f"python -m experiments.bench.lm_step {' '.join(sys.argv[1:] if argv is None else argv)}",
+                  f"B={args.batch}, T={args.seq_len}, d={args.d_model}, {args.layers} layers. Baseline: the eager step of "
+                  "the same layout in the same run.",
+                  ["layout", "mode", "steady tok/s", "MFU", "graph / eager", "step ran as"],
+                  lambda r: (r["layout"], r["mode"], f"{r['steady_tokens_per_s']:,}", f"{100 * r['mfu']:.2f}%", r["ratio"],
+                             r["step_mode"]), rows)
     return 0
 
 

@@ -19,13 +19,10 @@ over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as dt
-import os
+import sys
 import time
-from pathlib import Path
 
-PEAK_BF16 = 989e12  # H200 SXM dense bf16, NVIDIA datasheet
+from experiments.bench.results import PEAK_BF16, write_results
 
 
 def recall_spec(number: int, layout: str, args, steps: int):
@@ -115,23 +112,14 @@ def main(argv=None) -> int:
                     row["ratio"] = round(sps / base, 3)
                 rows.append(row)
                 print(row, flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"proxy_throughput_{args.device_name}_{dt.date.today().isoformat()}"
-    with open(f"{stem}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    lines = [f"# Recall-proxy throughput, {args.device_name}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-             f"Command: `python -m experiments.bench.proxy_throughput {' '.join(argv or [])}`; "
-             f"HLNAS_TRITON_AUTOTUNE={os.environ.get('HLNAS_TRITON_AUTOTUNE', 'full')}. Baseline: the same N runs as N "
-             "worker processes, measured in the same call. ratio = streams / processes at the same N.", "",
-             "| layout | runs | mode | steps/s (batch-{b} steps, all runs) | tokens/s | MFU | ratio | wall s |".format(b=args.batch),
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['layout']} | {r['n_runs']} | {r['mode']} | {r['steps_per_s']} | {r['tokens_per_s']:,} | "
-              f"{100 * r['mfu']:.2f}% | {r['ratio']} | {r['wall_s']} |" for r in rows]
-    Path(f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {stem}.csv and .md")
+    write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
+                  f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
+                  "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams / "
+                  "processes at the same N.",
+                  ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
+                   "wall s"],
+                  lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",
+                             f"{100 * r['mfu']:.2f}%", r["ratio"], r["wall_s"]), rows)
     return 0
 
 
