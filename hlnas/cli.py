@@ -299,12 +299,16 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
         "(recall_auc) rises along calibration.graded_ratios, each required where the space's calibration section asks "
         "(pure_below_min_mixers, graded_min_mixers). The runs are "
         "stored in the study, so a following 'hlnas search' with the same space and study reuses them (seed-0 runs "
-        "become its trials). Exit code 0 when valid, 1 when not.")
+        "become its trials). Exit code 0 when valid, 1 when not, 3 when --timeout stopped it first (run it again to "
+        "continue: runs paused by the timeout continue where they stopped).")
     p.add_argument("space", nargs="?", default="tiny", help="search space YAML or a shipped name (default tiny)")
     p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///hlnas.db), postgresql://..., journal:///FILE.log")
     p.add_argument("--study", help="study name (default: the space's name)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override the space's scale")
     _add_worker_options(p, "control runs")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="start no run after this long, and pause those running at their next validation check (their "
+                        "recall models are kept, and the same command continues them)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--no-progress", action="store_true", help="accepted as by hlnas search (calibrate prints a line per run, no bar)")
     p.set_defaults(func=cmd_calibrate)
@@ -324,20 +328,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         verdict, message = calibrate_study(space, storage=storage, study_name=name, workers=args.workers,
                                            executor=args.executor, cpus_per_trial=args.cpus_per_trial,
-                                           runs_per_worker=args.runs_per_worker,
+                                           runs_per_worker=args.runs_per_worker, time_limit=args.timeout,
                                            on_event=ui.event if ui else None)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished control runs are stored. Continue with: hlnas calibrate {args.space} "
               f"--storage {storage} --study {name}", file=sys.stderr)
         return 130
+    again = f"hlnas calibrate {args.space} --storage {storage} --study {name}"
     if args.json:
         print(json.dumps({"study": name, "storage": storage, "verdict": verdict}, indent=1, default=str))
+    elif verdict is None:
+        print(f"\nstopped by --timeout before every control run finished; continue with: {again}", file=sys.stderr)
     else:  # the table itself was printed by the "calibration" event
         if message:
             print(f"\n{message}", file=sys.stderr)
         else:
             print(f"\nthe protocol is valid; search it with:\n  hlnas search --space {args.space} --storage {storage} --study {name}")
-    return 0 if message is None else 1
+    return 3 if verdict is None else 0 if message is None else 1
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:

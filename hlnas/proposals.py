@@ -36,7 +36,7 @@ from hlnas.rungs import RUNG_ATTR, RungScheduler
 from hlnas.space import CONSTRAINTS, SearchSpace
 from hlnas.trial import TrialResult, TrialSpec, layout_metrics
 
-__all__ = ["search_loop", "trial_spec", "objective_values", "constraint_values", "tell_result", "recover", "rung_kept",
+__all__ = ["search_loop", "paused_root", "trial_spec", "objective_values", "constraint_values", "tell_result", "recover", "rung_kept",
            "stop_record", "requeue", "StopSignals", "front_rows", "countable", "REPEATS_BEFORE_FALLBACK",
            "MAX_REPEATS", "MAX_REQUEUES"]  # fmt: skip
 
@@ -327,17 +327,24 @@ def _repeat_stopped(study, trial, prev, emit) -> None:
     emit("reused", {"number": trial.number, "layout": prev.user_attrs.get("layout"), "from": prev.number, "stopped": True})
 
 
-def _rung_scheduler(study: optuna.Study, space: SearchSpace, metrics_names, out_root, rung_root) -> RungScheduler:
-    """The study's rung scheduler, its bookkeeping read back from the trials. The folder of paused recall models
-    is chosen once per study and stored (``hlnas_rung_root``), so a resume finds them and a new study never
-    continues another's."""
+def paused_root(study: optuna.Study, *, out_root: str | None = None, given: str | None = None,
+                create: bool = True) -> str | None:
+    """The study's folder of paused recall models (rung trials, calibration runs paused by a time limit): chosen
+    once per study and stored (``hlnas_rung_root``), so a resume finds them and a new study never continues
+    another's. Default ``OUT_ROOT/rungs`` or ``hlnas-rungs/``. None when not stored yet and not ``create``."""
     import uuid
 
     root = study.user_attrs.get("hlnas_rung_root")
-    if root is None:
-        base = rung_root or (os.path.join(out_root, "rungs") if out_root else "hlnas-rungs")
+    if root is None and create:
+        base = given or (os.path.join(out_root, "rungs") if out_root else "hlnas-rungs")
         root = os.path.abspath(os.path.join(base, f"{study.study_name}-{uuid.uuid4().hex[:8]}"))
         study.set_user_attr("hlnas_rung_root", root)
+    return root
+
+
+def _rung_scheduler(study: optuna.Study, space: SearchSpace, metrics_names, out_root, rung_root) -> RungScheduler:
+    """The study's rung scheduler, its bookkeeping read back from the trials (paused models in :func:`paused_root`)."""
+    root = paused_root(study, out_root=out_root, given=rung_root)
     sched = RungScheduler(space.rungs, space.score.mqar.steps, metrics_names,
                           [d.name.lower() for d in study.directions], root)
     # FAIL trials left the rungs; RUNNING (paused or training to a rung), PRUNED (stopped) and COMPLETE stay

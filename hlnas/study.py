@@ -15,8 +15,10 @@ Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hln
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 import optuna
@@ -27,7 +29,7 @@ from hlnas.errors import ConfigError, HlnasError
 from hlnas.executors import Executor, InlineExecutor, make_executor
 from hlnas.lease import DriverLease
 from hlnas.proposals import (MAX_REQUEUES, StopSignals, layout_spec, constraint_values, front_rows, objective_values,
-                             recover, search_loop)
+                             paused_root, recover, search_loop)
 from hlnas.samplers import make_sampler
 from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
 from hlnas.storage import open_storage as _open_storage
@@ -52,10 +54,17 @@ def needs_calibration(space: SearchSpace) -> bool:
     return space.calibration.enabled and any(o.metric in RECALL_OBJECTIVES for o in space.objectives)
 
 
-def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals) -> dict:
+def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals,
+                     time_limit: float | None = None, state_root: str | None = None) -> dict | None:
     """Run the calibration runs not yet stored with the study (all of them the first time), through the
     search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
-    Returns the verdict (also stored as study attr ``hlnas_calibration``)."""
+    Returns the verdict (also stored as study attr ``hlnas_calibration``), or None when ``time_limit`` seconds
+    passed first: no run starts after that, and the runs in flight pause at their next validation check, their
+    recall models kept in the study's folder of paused runs (:func:`hlnas.proposals.paused_root`), so the next
+    call continues them from there (on the same machine; elsewhere they start again, with the same result)."""
+    import dataclasses
+    import shutil
+
     stored = dict(study.user_attrs.get("hlnas_calibration") or {})
     runs: dict = dict(stored.get("runs") or {})
     plan = calib.plan(space)
@@ -67,16 +76,26 @@ def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: S
     # runs before the search (which waits for the verdict) are short ones and the workers finish close together
     queue, pending = sorted(todo, key=lambda r: r.role != "pure"), {}
     number_of = {r.key: -(i + 1) for i, r in enumerate(plan)}  # negative: never a trial's number
+    pause_by = None if time_limit is None else time.time() + time_limit
+    # where paused runs keep their recall models: made when a time limit may pause them, else only read
+    root = paused_root(study, given=state_root, create=time_limit is not None)
+
+    def state_dir(run) -> str | None:
+        return None if root is None else os.path.join(root, "calibration", run.key.replace(":", "_"))
 
     def save(status: str = "running", result: dict | None = None) -> None:
         study.set_user_attr("hlnas_calibration", {"status": status, "runs": runs, **({"verdict": result} if result else {})})
 
+    paused = 0
     while queue or pending:
         stops.check()
-        while queue and len(pending) < ex.capacity:
+        if pause_by is not None and time.time() >= pause_by and not pending:
+            break  # out of time: the runs not started stay for the next call
+        while queue and len(pending) < ex.capacity and (pause_by is None or time.time() < pause_by):
             run = queue.pop(0)
-            spec = layout_spec(space, number_of[run.key], run.layout, seed=run.seed,
-                                recall_only=recall_only and run.params is None)
+            spec = dataclasses.replace(layout_spec(space, number_of[run.key], run.layout, seed=run.seed,
+                                                   recall_only=recall_only and run.params is None),
+                                       state_dir=state_dir(run), pause_by=pause_by)
             pending[spec.number] = run
             emit("calibration_run_started", {"key": run.key, "layout": run.layout, "seed": run.seed})
             with stops.submitting():
@@ -85,12 +104,21 @@ def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: S
             if result.status == "interrupted":
                 raise KeyboardInterrupt
             run = pending.pop(result.number)
+            if result.status == "paused":  # its recall model is kept; the next call continues it
+                paused += 1
+                emit("calibration_run_paused", {"key": run.key, "steps": result.metrics.get("mqar_steps_done")})
+                continue
             summary = calib.run_summary(run, result.status, result.metrics)
             if run.params is not None and result.status in ("ok", "failed", "infeasible"):
                 summary["trial"] = _tell_calibration_trial(study, space, run, result)
             runs[run.key] = summary
             save()
+            if state_dir(run) is not None:  # stored: its paused state (if any) is of no more use
+                shutil.rmtree(state_dir(run), ignore_errors=True)
             emit("calibration_run", summary)
+    if len(runs) < len(plan):  # stopped by the time limit
+        emit("calibration_paused", {"done": len(runs), "total": len(plan), "paused": paused})
+        return None
     result = calib.verdict(space, runs)
     save("valid" if result["valid"] else "invalid", result)
     emit("calibration", result)
@@ -278,12 +306,14 @@ def run_search(
 
 def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study_name: str, workers: int | None = None,
                     executor: str = "auto", cpus_per_trial: float = 1.0, runs_per_worker: int = 1,
-                    on_event: Callable[[str, dict], None] | None = None) -> tuple[dict | None, str | None]:
+                    on_event: Callable[[str, dict], None] | None = None,
+                    time_limit: float | None = None) -> tuple[dict | None, str | None]:
     """Run the calibration of ``space`` and nothing else (``hlnas calibrate``), in study ``study_name``: a new one,
     or an existing one continued with the runs it lacks. ``executor`` and ``workers`` are resolved by
     :func:`choose_executor`. Returns the stored verdict and, when the protocol failed its controls, the message
     of :class:`~hlnas.calibrate.CalibrationFailed` (``None`` when valid). A search of the same space and study
-    reuses the runs."""
+    reuses the runs. After ``time_limit`` seconds no run starts and those in flight pause (see
+    :func:`_run_calibration`); the verdict is then None and calling again continues."""
     if not needs_calibration(space):
         raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
     executor, workers = choose_executor(executor, workers, runs_per_worker=runs_per_worker)
@@ -292,7 +322,7 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
     try:
         study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
                            resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True,
-                           calibrate_only=True, runs_per_worker=runs_per_worker)
+                           calibrate_only=True, runs_per_worker=runs_per_worker, time_limit=time_limit)
         message = None
     except calib.CalibrationFailed as e:
         study, message = load_hlnas_study(storage, study_name), str(e)
@@ -415,6 +445,7 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
            runs_per_worker: int = 1) -> optuna.Study:
     """The search itself, on a study this driver holds (see :func:`run_search`): recovery, the executor, the
     calibration, then :func:`hlnas.proposals.search_loop`."""
+    t_start = time.monotonic()
     sampler_name = sampler or space.sampler
     study.sampler = make_sampler(sampler_name, seed, len(space.objectives))
     study.set_user_attr("hlnas_trials", n_trials)  # the target a plain --resume continues to
@@ -448,13 +479,19 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
                 verdict = stored["verdict"]
             else:
                 with StopSignals(inline) as stops:
-                    verdict = _run_calibration(study, space, ex, emit, stops)
+                    verdict = _run_calibration(study, space, ex, emit, stops, time_limit=time_limit)
+                if verdict is None:  # out of time before every control run finished: a resume continues it
+                    return study
             if not verdict["valid"]:
                 raise calib.CalibrationFailed(calibration_failed_message(space, verdict, storage, study_name))
         if calibrate_only:
             return study
+        left = None if time_limit is None else time_limit - (time.monotonic() - t_start)  # calibration's time counts
+        if left is not None and left <= 0:
+            emit("time_limit", {"seconds": time_limit, "trained": 0})
+            return study
         search_loop(study, space, ex, n_trials=n_trials, seed=seed, out_root=out_root, on_event=emit,
-                    time_limit=time_limit, retry_failed=retry_failed, enqueue_grid=sampler_name == "grid",
+                    time_limit=left, retry_failed=retry_failed, enqueue_grid=sampler_name == "grid",
                     interruptible=inline)
     finally:
         ex.shutdown()

@@ -42,6 +42,9 @@ class TrialSpec:
     # ``rung_steps``); without, the whole trial runs, its recall model continuing from state_dir
     rung_steps: int | None = None
     state_dir: str | None = None
+    # a time.time() after which the recall model pauses at its next check, its state kept in state_dir; the
+    # result is then ``paused`` (nothing measured yet) and the same spec run again continues it
+    pause_by: float | None = None
 
     @property
     def layout(self) -> str:
@@ -52,7 +55,7 @@ class TrialSpec:
 @dataclass(frozen=True)
 class TrialResult:
     number: int
-    status: str  # ok | failed | infeasible
+    status: str  # ok | failed | infeasible | paused (spec.pause_by passed before its recall model finished)
     metrics: dict = field(default_factory=dict)  # everything measured; goes to the trial's user attrs
     error_kind: str | None = None
     error: str | None = None
@@ -105,10 +108,13 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             from hlnas.score.recall_proxy import paused_at
 
             os.makedirs(spec.state_dir, exist_ok=True)
-            with paused_at(spec.state_dir, spec.rung_steps):
+            with paused_at(spec.state_dir, spec.rung_steps, spec.pause_by):
                 result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only or spec.rung_steps is not None)
             if spec.rung_steps is not None:
                 metrics["rung_steps"] = spec.rung_steps
+            elif result.status == "ok" and result.metrics.get("mqar_finished") is False:
+                metrics.update(result.metrics, status="paused", finished_at=time.time())
+                return TrialResult(spec.number, "paused", metrics, wall_s=time.perf_counter() - t0)
         else:
             result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only)
         metrics.update(result.metrics)

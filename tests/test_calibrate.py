@@ -329,3 +329,49 @@ def test_calibrate_study_returns_the_verdict_and_the_failure_and_refuses_a_space
     assert verdict["valid"] is False and "failed its controls" in message and verdict["failures"][0] in message
     with pytest.raises(HlnasError, match="nothing to calibrate"):
         calibrate_study(space_from_dict(raw_space(calibration={"enabled": False})), storage=url, study_name="d")
+
+
+def test_a_calibration_out_of_time_pauses_its_runs_and_the_next_call_continues_them(monkeypatch, tmp_path, capsys):
+    """--timeout: no run starts after it, a run in flight pauses (its recall model kept in the study's folder of
+    paused runs), the command exits 3; the same command again continues the paused run and stores the verdict."""
+    import os
+    import time
+
+    import yaml
+
+    run, calls = fake_trial({})
+    continued = []
+
+    def slow(spec):  # a run takes 0.3 s; past its pause_by it pauses, keeping a state file
+        assert spec.state_dir is not None  # every run can be continued where it stopped
+        if os.path.exists(os.path.join(spec.state_dir, "state")):
+            continued.append(spec.number)
+        time.sleep(0.3)
+        if spec.pause_by is not None and time.time() >= spec.pause_by:
+            os.makedirs(spec.state_dir, exist_ok=True)
+            open(os.path.join(spec.state_dir, "state"), "w").close()
+            return TrialResult(spec.number, "paused", {"status": "paused", "mqar_steps_done": 7})
+        return run(spec)
+
+    monkeypatch.setattr(executors, "run_trial", slow)
+    monkeypatch.chdir(tmp_path)  # the default folder of paused runs is ./hlnas-rungs
+    space_file = tmp_path / "cal.yaml"
+    space_file.write_text(yaml.safe_dump(raw_space()))
+    url = f"sqlite:///{tmp_path}/c.db"
+    cmd = ["calibrate", str(space_file), "--storage", url, "--workers", "1"]
+    assert main(cmd + ["--timeout", "0.45"]) == 3
+    out = capsys.readouterr()
+    assert "paused    at step 7" in out.err and "continue with: hlnas calibrate" in out.err
+    study = optuna.load_study(study_name="cal", storage=url)
+    cal = study.user_attrs["hlnas_calibration"]
+    assert cal["status"] == "running" and len(cal["runs"]) == 1  # the second run paused, none started after it
+    stored_numbers = [c[0] for c in calls]  # the fake's calls: only the stored run reached it
+    root = study.user_attrs["hlnas_rung_root"]
+    assert len(os.listdir(os.path.join(root, "calibration"))) == 1
+    assert not study.get_trials(states=(TrialState.RUNNING,))  # nothing left RUNNING for a resume to re-queue
+
+    assert main(cmd) == 0  # continued without a limit: the paused run first, then the rest
+    assert len(continued) == 1 and continued[0] not in stored_numbers
+    cal = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]
+    assert cal["status"] == "valid" and len(cal["runs"]) == 10
+    assert os.listdir(os.path.join(root, "calibration")) == []  # a stored run's paused state is removed

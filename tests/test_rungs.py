@@ -253,3 +253,27 @@ def test_a_paused_recall_model_continues_as_one_straight_run(tmp_path):
     assert [r["curve"] for r in last["mqar"]["runs"]] == [r["curve"] for r in straight["mqar"]["runs"]]
     assert (last["mqar_acc"], last["mqar_auc"], last["mqar_lr"]) == (straight["mqar_acc"], straight["mqar_auc"], straight["mqar_lr"])
     assert second["mqar"]["runs"][0]["curve"] == straight["mqar"]["runs"][0]["curve"][:2]
+
+
+def test_a_recall_model_paused_by_the_clock_continues_as_one_straight_run(tmp_path):
+    """paused_at(..., until): a rate pauses at its first check past the moment and the next rates wait; continued
+    without a clock, the curves, scores and summed wall time are those of one run."""
+    import time
+
+    from hlnas.layout import Layout
+    from hlnas.score.recall_proxy import paused_at, train_mqar
+
+    sp = load_space("tiny")
+    cfg = dataclasses.replace(sp.score.mqar, steps=30, eval_every=10, lrs=(1e-3, 3e-3), batch=8, val=32, test=32,
+                              target=0.99, model={"d_model": 16, "n_heads": 1, "n_layers": 2})
+    lay = Layout.parse("HA")
+    straight = train_mqar(lay, sp.model, cfg, seed=0)
+    with paused_at(str(tmp_path), None, until=time.time()):
+        first = train_mqar(lay, sp.model, cfg, seed=0)
+    assert not first["mqar_finished"] and [len(r["curve"]) for r in first["mqar"]["runs"]] == [1]  # rate 2 waits
+    with paused_at(str(tmp_path), None):
+        last = train_mqar(lay, sp.model, cfg, seed=0)
+    assert last["mqar_finished"] and last["mqar_steps_done"] == straight["mqar_steps_done"]
+    assert [r["curve"] for r in last["mqar"]["runs"]] == [r["curve"] for r in straight["mqar"]["runs"]]
+    assert (last["mqar_acc"], last["mqar_auc"]) == (straight["mqar_acc"], straight["mqar_auc"])
+    assert last["mqar"]["runs"][0]["wall_s"] >= first["mqar"]["runs"][0]["wall_s"]  # the paused part counts

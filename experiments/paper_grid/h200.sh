@@ -126,12 +126,15 @@ PY
       left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
       [ $left -gt 30 ] && search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) || say "no time left for placement" ;;
     placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
-    calibrate_by:*)  # the recall protocol's controls; a stop by the hard limit loses only the runs in flight
+    calibrate_by:*)  # the recall protocol's controls: no run starts after T, and those in flight pause at their next
+                     # check (kept on this machine: a back-to-back call continues them); the hard stop 60 s later
+                     # loses only a run that had not reached a check by then
       left=$(( ${step#calibrate_by:} - ($(date +%s) - t0) ))
       export HLNAS_RECALL_PROGRESS=1  # a line per validation check: a run killed by the hard stop still tells
       # CAL_SPACE defaults to the grid's space and study, so the grid reuses the calibration's seed-0 runs
       timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-$SPACE} --study ${CAL_STUDY:-$GRID_STUDY} \
         --storage $DB --executor processes --workers ${WORKERS:-5} --runs-per-worker ${RUNS_PER_WORKER:-1} --no-progress \
+        --timeout $left \
         >>"$OUT/logs/calibrate.log" 2>&1
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)

@@ -50,18 +50,20 @@ __all__ = ["recall_model_config", "check_recall_model_keys", "train_mqar", "lear
 #: ModelConfig fields score.mqar.model may set (the vocabulary is the MQAR one; no parameter-count solve)
 RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
 _BLOCK_STEPS = 64  # training batches generated at once
-# (state_dir, steps): train each rate up to ``steps`` only, keeping its model and optimizer in ``state_dir`` so a
-# later run continues it exactly (the rung scheduler, hlnas.rungs); a ContextVar so concurrent runs stay apart
+# (state_dir, steps, until): train each rate up to ``steps`` only (or until the wall clock passes ``until``),
+# keeping its model and optimizer in ``state_dir`` so a later run continues it exactly (the rung scheduler,
+# hlnas.rungs; a calibration split over machine leases); a ContextVar so concurrent runs stay apart
 _PAUSE: contextvars.ContextVar = contextvars.ContextVar("hlnas_recall_pause", default=None)
 
 
 @contextlib.contextmanager
-def paused_at(state_dir: str, steps: int | None):
+def paused_at(state_dir: str, steps: int | None, until: float | None = None):
     """Within this block :func:`train_mqar` continues each rate from its state in ``state_dir`` (if any) and trains
-    it up to ``steps`` (None: the full ``score.mqar.steps``), saving its state there when it pauses. The learning
-    rate schedule is the full budget's, and the batches continue where they stopped, so a run paused and continued
-    gives the curve of one straight run."""
-    token = _PAUSE.set((str(state_dir), steps))
+    it up to ``steps`` (None: the full ``score.mqar.steps``), saving its state there when it pauses. With ``until``
+    (a ``time.time()``), a rate also pauses at its first validation check past that moment, and the rates after it
+    do not start. The learning rate schedule is the full budget's, and the batches continue where they stopped, so
+    a run paused and continued gives the curve of one straight run."""
+    token = _PAUSE.set((str(state_dir), steps, until))
     try:
         yield
     finally:
@@ -146,7 +148,7 @@ def _load_state(path: str, model, opt) -> dict:
 
 
 def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConfig, lr: float, seed: int, device, val,
-              state: str | None = None, stop_at: int | None = None) -> dict:
+              state: str | None = None, stop_at: int | None = None, until: float | None = None) -> dict:
     from hlnas.graphs import WARMUP_STEPS, make_optimizer, make_step, set_lr
     from hlnas.train import cosine_lr
 
@@ -166,10 +168,11 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConf
         done, drawn = WARMUP_STEPS, 1
     else:
         done, drawn, batches = 0, 0, itertools.chain([first], batches)
-    curve, t0, error, finished = [], time.perf_counter(), None, False
+    curve, t0, error, finished, out_of_time, before_s = [], time.perf_counter(), None, False, False, 0.0
     if state is not None and os.path.exists(state):  # continue a paused run: its weights, optimizer, batches
         saved = _load_state(state, model, opt)
         done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
+        before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
         batches = _batches(mcfg, cfg.batch, seed, start=drawn)
     limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
     while done < limit and not finished:
@@ -193,12 +196,17 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConf
                 break
             if cfg.budget_s is not None and time.perf_counter() - t0 > cfg.budget_s:
                 break
+            if until is not None and time.time() >= until and done < limit:
+                out_of_time = True  # paused by the clock: a later run continues from the saved state
+                break
     # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
-    finished = finished or error is not None or done >= cfg.steps or (done < limit)
+    finished = finished or error is not None or done >= cfg.steps or (done < limit and not out_of_time)
+    wall_s = before_s + time.perf_counter() - t0
     if state is not None:
-        _save_state(state, model, opt, {"done": done, "drawn": drawn, "curve": curve, "error": error, "finished": finished})
+        _save_state(state, model, opt, {"done": done, "drawn": drawn, "curve": curve, "error": error, "finished": finished,
+                                        "wall_s": wall_s})
     return {"finished": finished, "lr": lr, "val_acc": curve[-1][1] if curve else 0.0, "steps": done, "curve": curve, "mode": mode,
-            "final_loss": curve[-1][2] if curve else None, "wall_s": round(time.perf_counter() - t0, 2),
+            "final_loss": curve[-1][2] if curve else None, "wall_s": round(wall_s, 2), "resumed_s": before_s,
             "error": error, "model": model}
 
 
@@ -217,12 +225,15 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     _, val_base = strongest(mqar_baselines(*val, vocab))
     t0 = time.perf_counter()
     runs = []
-    pause = _PAUSE.get()  # (state_dir, steps) under paused_at: rates trained up to steps and kept, in the same order
+    pause = _PAUSE.get()  # (state_dir, steps, until) under paused_at: rates trained up to steps and kept, in order
     for i, lr in enumerate(cfg.lrs or (cfg.lr,)):
-        kw = {} if pause is None else {"state": os.path.join(pause[0], f"mqar_rate{i}.pt"), "stop_at": pause[1]}
+        kw = {} if pause is None else {"state": os.path.join(pause[0], f"mqar_rate{i}.pt"), "stop_at": pause[1],
+                                       "until": pause[2]}
         runs.append(_one_rate(layout, rcfg, mcfg, cfg, float(lr), seed, device, val, **kw))
         if cfg.target is not None and runs[-1]["val_acc"] >= cfg.target:
             break  # later rates could only tie
+        if pause is not None and pause[2] is not None and not runs[-1]["finished"]:
+            break  # paused by the clock: the next rates start when this one is continued
     # a paused run measures up to its budget: its graded measure is over the steps it had
     budget = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
     for r in runs:
@@ -236,7 +247,7 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     name, b = strongest(base)
     out = {
         "mqar_acc": acc, "mqar_baselines": base, "mqar_baseline": b, "mqar_baseline_name": name,
-        "mqar_lr": best["lr"], "mqar_steps_done": sum(r["steps"] for r in runs), "mqar_s": round(time.perf_counter() - t0, 2),
+        "mqar_lr": best["lr"], "mqar_steps_done": sum(r["steps"] for r in runs), "mqar_s": round(time.perf_counter() - t0 + sum(r["resumed_s"] for r in runs), 2),
         "mqar_final_loss": best["final_loss"],
         # the graded measure: the kept rate's area under its corrected validation curve (learning_auc)
         "mqar_auc": best["auc"], "mqar_steps_to_target": best["steps_to_target"], "mqar_val_baseline": round(val_base, 4),
