@@ -8,7 +8,8 @@
 #   --skip-calibration; refused unless $GRID_STUDY's calibration is valid),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams, 1/4/12 recall runs),
 #   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph)
-# RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker)
+# RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
+# auto: chosen by a bench_proxy step earlier in the call (BENCH_PROXY_ARGS: its options, e.g. fewer runs and steps)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
 # A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
@@ -86,6 +87,7 @@ train_all() {
 }
 search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard stop (SIGTERM: running trials re-queued),
             # then extra hlnas search arguments (the same on every call of a study: a resume checks its space)
+  pick_workers
   local resume=() workers=${WORKERS:-$((NG * 4))}  # trials sharing the GPUs (one process each)
   python3 -c "import optuna,sys; optuna.load_study(study_name='$2', storage='$DB')" 2>/dev/null && resume=(--resume)
   [ -n "${RETRY_FAILED:-}" ] && [ ${#resume[@]} -gt 0 ] && resume+=(--retry-failed)  # after fixing what failed
@@ -93,6 +95,21 @@ search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard
     --executor processes --workers $workers --runs-per-worker ${RUNS_PER_WORKER:-1} --timeout "$3" --no-progress \
     "${@:5}" >>"$OUT/logs/search_$2.log" 2>&1
   say "search $2 rc=$? ($workers workers)"; grep -c " done " "$OUT/logs/search_$2.log"; grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
+}
+
+# RUNS_PER_WORKER=auto: after a bench_proxy step in the same call, N runs on N streams of one worker when the
+# bench's largest N measured streams at least 1.3x as many steps/s as N processes, else one run per process
+pick_workers() {
+  [ "${RUNS_PER_WORKER:-1}" = auto ] || return 0
+  read -r W R < <(python3 - "$OUT/logs" <<'PY'
+import csv, glob, sys
+rows = [r for f in glob.glob(sys.argv[1] + "/proxy_throughput_*.csv") for r in csv.DictReader(open(f))]
+n = max((int(r["n_runs"]) for r in rows), default=0)
+ratios = [float(r["ratio"]) for r in rows if int(r["n_runs"]) == n and r["mode"] == "streams" and r["ratio"]]
+print(*((1, n) if ratios and min(ratios) >= 1.3 else (3, 1)))
+PY
+)
+  WORKERS=${W:-3} RUNS_PER_WORKER=${R:-1}; say "bench_proxy says: $WORKERS workers x $RUNS_PER_WORKER runs each"
 }
 
 # A search's hard stop: 60 s after its last start, but never past CALL_LIMIT (the device call's limit) less the
@@ -130,6 +147,7 @@ PY
                      # check (kept on this machine: a back-to-back call continues them); the hard stop 60 s later
                      # loses only a run that had not reached a check by then
       left=$(( ${step#calibrate_by:} - ($(date +%s) - t0) ))
+      pick_workers
       export HLNAS_RECALL_PROGRESS=1  # a line per validation check: a run killed by the hard stop still tells
       # CAL_SPACE defaults to the grid's space and study, so the grid reuses the calibration's seed-0 runs
       timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-$SPACE} --study ${CAL_STUDY:-$GRID_STUDY} \
@@ -139,7 +157,7 @@ PY
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)
       [[ $step == bench_proxy:* ]] && t=${step#bench_proxy:} || t=420
-      timeout $t python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" >"$OUT/logs/bench_proxy.log" 2>&1
+      timeout $t python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" ${BENCH_PROXY_ARGS:-} >"$OUT/logs/bench_proxy.log" 2>&1
       say "bench_proxy rc=$?"; cat "$OUT"/logs/proxy_throughput_*.md 2>/dev/null ;;
     bench_lm*)  # issue #22 point 1: the LM half's eager vs CUDA-graph step at the proxy shape
       [[ $step == bench_lm:* ]] && t=${step#bench_lm:} || t=300
