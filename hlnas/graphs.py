@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 
 import torch
@@ -24,6 +25,7 @@ __all__ = ["make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
 log = logging.getLogger("hlnas.graphs")
 _WARNED: set[str] = set()
 WARMUP_STEPS = 3  # eager steps on a side stream before capture (Triton autotune and allocations happen there)
+_CAPTURE_LOCK = threading.Lock()  # graph captures of one process, one at a time (make_step)
 
 
 def _warn_once(reason: str) -> None:
@@ -131,17 +133,22 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
 
     saved = snapshot(model, opt) if rewind_warmup else None
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_STEPS):
-                body()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        # thread_local: runs sharing a worker process (each on its own stream) go on launching while this one
-        # captures; the default ("global") mode would fail their allocations and syncs
-        with torch.cuda.graph(g, capture_error_mode="thread_local"):
-            static_loss = body()
+        # one capture at a time in a process: torch.cuda.graph syncs the device and empties the allocator's cache on
+        # entry, which must not happen inside another run's capture (on the H200, 12 runs capturing at once in one
+        # worker failed with "operation not permitted when stream is capturing"); the other runs go on replaying
+        with _CAPTURE_LOCK:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_STEPS):
+                    body()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            # a capture stream of its own (torch's default one is shared by every capture of the process), and
+            # thread_local: runs sharing a worker process, each on its own stream, go on launching while this one
+            # captures; the default ("global") mode would fail their allocations and syncs
+            with torch.cuda.graph(g, stream=torch.cuda.Stream(), capture_error_mode="thread_local"):
+                static_loss = body()
     except Exception as e:  # a kernel that syncs, allocates on the host or is not capturable
         _warn_once(f"capture failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
         opt.zero_grad(set_to_none=True)
