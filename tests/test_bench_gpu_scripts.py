@@ -10,7 +10,7 @@ import csv
 import pytest
 import torch
 
-from experiments.bench import paper_scale
+from experiments.bench import decode_memory, paper_scale
 from hlnas.budget import layout_cost, resolve_config
 from hlnas.config import preset
 from hlnas.layout import build_layout
@@ -85,3 +85,57 @@ def test_paper_scale_autotune_compare_runs_both_modes_side_by_side(tmp_path, mon
     assert [(r["row"], r["autotune"], r["status"]) for r in rows] == [("transformer", "quick", "ok"),
                                                                       ("transformer", "full", "ok")]
     assert float(rows[1]["tok_s_full_vs_quick"]) > 0 and "Baseline: the quick rows" in md
+
+
+# -- decode_memory -------------------------------------------------------------------------------------------------
+DECODE = ["--mixers", "gla,gated_deltanet", "--ratios", "pure,3:1", "--preset", "proxy-tiny", "--layers", "6",
+          "--lengths", "24,40", "--chunk", "16", "--decode", "2", "--device-name", "cpu"]
+
+
+def test_decode_memory_equals_the_cost_model_on_cpu(tmp_path):
+    assert decode_memory.main([*DECODE, "--out", str(tmp_path)]) == 0
+    rows, md = _rows(tmp_path, "decode_memory")
+    assert [(r["layout"], r["context"]) for r in rows][:2] == [("AAAAAA", "24"), ("AAAAAA", "40")]
+    assert len(rows) == 10 and all(r["equal"] == "True" for r in rows)
+    for r in rows:  # the bytes held: the cache tensors, summed, and their storages, against the cost model
+        assert int(r["cache_tensors"]) == int(r["storage"]) == int(r["predicted"]) > 0
+        assert int(r["seen_tokens"]) == int(r["context"])
+    pure = [r for r in rows if r["ratio"] == "pure"]
+    assert all(r["predicted_kv"] == "0" and r["predicted_state"] == pure[0]["predicted_state"] for r in pure[:2])
+    assert "10 of 10 rows equal" in md and "Baseline: the Transformer's bytes" in md
+
+
+def test_decode_memory_reports_a_mismatch(tmp_path, monkeypatch):
+    from hlnas import budget
+
+    real = budget.layout_cost
+
+    def off_by_one(*a, **k):
+        c = real(*a, **k)
+        return budget.LayoutCost(**{**c.__dict__, "state_bytes": c.state_bytes + 1})
+
+    monkeypatch.setattr(budget, "layout_cost", off_by_one)
+    args = ["--mixers", "gla", "--ratios", "3:1", *DECODE[4:]]
+    assert decode_memory.main([*args, "--out", str(tmp_path)]) == 1
+    rows, _ = _rows(tmp_path, "decode_memory")
+    assert [r["equal"] for r in rows] == ["False"] * 4
+
+
+def test_held_bytes_counts_a_views_whole_storage():
+    from hlnas.model import Cache
+
+    cache = Cache(2)
+    big = torch.zeros(10, 4)
+    cache.layers[0]["k"] = big[-2:]  # a view: the cache keeps all of `big` alive
+    cache.layers[1]["state"] = torch.zeros(3, dtype=torch.float64)
+    cache.layers[1]["pos"] = 7
+    assert decode_memory.held_bytes(cache) == (2 * 4 * 4 + 3 * 8, 10 * 4 * 4 + 3 * 8)
+
+
+# -- on a GPU ------------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_decode_memory_on_the_gpu_allocator(tmp_path):
+    """What the CUDA caching allocator holds after a decode, less before, is the cost model's byte count."""
+    args = ["--mixers", "gla,gated_deltanet,mamba2", "--ratios", "pure,3:1", "--preset", "proxy-tiny", "--layers", "6",
+            "--lengths", "64,200", "--chunk", "64", "--decode", "3", "--device-name", "gpu", "--out", str(tmp_path)]
+    assert decode_memory.main(args) == 0
