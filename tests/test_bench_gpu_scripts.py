@@ -10,7 +10,7 @@ import csv
 import pytest
 import torch
 
-from experiments.bench import decode_memory, paper_scale
+from experiments.bench import decode_memory, paper_scale, trial_overhead
 from hlnas.budget import layout_cost, resolve_config
 from hlnas.config import preset
 from hlnas.layout import build_layout
@@ -130,6 +130,39 @@ def test_held_bytes_counts_a_views_whole_storage():
     cache.layers[1]["state"] = torch.zeros(3, dtype=torch.float64)
     cache.layers[1]["pos"] = 7
     assert decode_memory.held_bytes(cache) == (2 * 4 * 4 + 3 * 8, 10 * 4 * 4 + 3 * 8)
+
+
+# -- trial_overhead ------------------------------------------------------------------------------------------------
+def test_trial_overhead_cpu_smoke(tmp_path):
+    args = ["--space", "tiny", "--layouts", "transformer", "--kinds", "lm,recall", "--modes", "warm",
+            "--device-name", "cpu", "--out", str(tmp_path)]
+    assert trial_overhead.main(args) == 0
+    rows, md = _rows(tmp_path, "trial_overhead")
+    assert [(r["kind"], r["mode"], r["status"], r["step_mode"]) for r in rows] == [
+        ("lm", "warm", "ok", "eager"), ("recall", "warm", "ok", "eager")]
+    for r in rows:
+        assert 0 <= float(r["to_make_step_s"]) <= float(r["first_step_s"])
+        assert float(r["first_opt_step_s"]) <= float(r["first_step_s"])
+    assert "Baseline: the warm row" in md
+
+
+def test_trial_overhead_cold_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    args = ["--space", "tiny", "--layouts", "hgrn:3:1", "--kinds", "lm", "--modes", "cold",
+            "--device-name", "cpu", "--out", str(tmp_path)]
+    assert trial_overhead.main(args) == 0
+    (row,), _ = _rows(tmp_path, "trial_overhead")
+    assert row["status"] == "ok" and float(row["process_s"]) > float(row["first_step_s"]) > 0
+
+
+def test_trial_overhead_probe_leaves_hlnas_as_it_was():
+    import hlnas.graphs
+    import hlnas.train
+
+    before = hlnas.graphs.make_step, hlnas.train.make_step
+    with trial_overhead.first_step_probe({}):
+        assert hlnas.graphs.make_step is not before[0]
+    assert (hlnas.graphs.make_step, hlnas.train.make_step) == before
 
 
 # -- on a GPU ------------------------------------------------------------------------------------------------------
