@@ -277,8 +277,7 @@ def _write(args, rows, command, name="paper_scale"):
     note = (f"B={args.batch}, T={args.seq_len}, preset {args.preset}, {args.mode} steps, {args.steps} timed after "
             f"{args.warmup} warm-up. MFU: 3 x hlnas.budget's forward FLOPs per token at context T (causal attention at "
             f"2 FLOPs per multiply-add) x tok/s over 989 TFLOP/s. Baseline: the `plain` row (and `matmul`) of the same "
-            f"run. {environment()}. "
-            + _summary(rows))
+            f"run. {environment()}. {getattr(args, 'setup', '')}" + _summary(rows))
     return write_results(args.out, name, args.device_name, "Paper-scale training speed", command, note, COLUMNS,
                          _cells, rows, quiet=True)
 
@@ -358,6 +357,15 @@ def main(argv=None) -> int:
     for name in ("hlnas.kernels", "hlnas.graphs"):
         logging.getLogger(name).addHandler(notes)
     command = "python -m experiments.bench.paper_scale " + " ".join(argv)
+    args.setup = ""
+    if dev.type == "cuda":  # fla's import (17 s on the H200) is paid here, not in the first fla row's first step
+        from hlnas.kernels import backends
+
+        t = time.perf_counter()
+        ok, why = backends.fla_status()
+        gated = backends.fla_gated_backward_ok()[1] if ok else ""
+        args.setup = (f"fla: {why} (import {time.perf_counter() - t:.0f} s); GatedDeltaNet's gated backward: "
+                      f"{gated}. ")
     rows, profile = [], [] if args.profile else None
     stem = None
     for spec in args.only.split(","):
