@@ -21,8 +21,9 @@ Modes (``--modes``; the ratio column divides by the warm row of the same kind an
 * ``cold``: a new Python process per layout and kind, on the Triton cache on disk (on the H200, h200.sh restores the
   carried cache first); ``process_s`` counts from the spawn (interpreter, torch and fla imports) to the first step.
   A cold *machine* is the same measure taken by the first step of a fresh machine's first call (page cache and GPU
-  driver cold too): run ``h200.sh bench_overhead`` first in that call; the cold rows run before the warm ones, so
-  the first row is that figure;
+  driver cold too): run ``h200.sh bench_overhead`` first in that call with the default order (cold, then warm), so
+  the first row is that figure. With a Triton cache that lacks the space's shapes, give ``--modes warm,cold``: the
+  warm trials compile onto the disk cache first;
 * ``cold_empty_cache``: as ``cold`` with an empty TRITON_CACHE_DIR: every kernel compiles (what the carried cache saves).
 
 Writes ``OUT/trial_overhead_<device>_<date>.csv`` and ``.md``.
@@ -174,7 +175,7 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], help="SECTION.KEY=VALUE over the space's scale (hlnas --set)")
     p.add_argument("--layouts", default="transformer,gla:3:1,gated_deltanet:3:1")
     p.add_argument("--kinds", default="lm,recall")
-    p.add_argument("--modes", default="warm,cold")
+    p.add_argument("--modes", default="cold,warm", help="run in this order: cold, cold_empty_cache, warm")
     p.add_argument("--child-timeout", type=float, default=240)
     p.add_argument("--device-name", default="h200")
     p.add_argument("--out", default="experiments/bench")
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
     def add(row):
         rows.append(row)
         print(json.dumps(row), flush=True)
-        # the warm rows come last: each row's ratio is filled in when they arrive (every write has the latest)
+        # a row's ratio is filled in once its warm row exists (every write has the latest)
         warm = {(r["kind"], r["layout"]): r.get("first_step_s") for r in rows if r["mode"] == "warm"}
         for r in rows:
             w = warm.get((r["kind"], r["layout"]))
@@ -210,13 +211,14 @@ def main(argv=None) -> int:
                                  r.get("first_opt_step_s", ""), r.get("first_step_s", ""), r.get("process_s", ""),
                                  r.get("vs_warm", ""), r.get("step_mode", ""), r["status"]), rows, quiet=True)
 
-    # cold processes first: on a fresh machine's first call the first of them meets a cold page cache and driver
-    for mode in ("cold", "cold_empty_cache"):
-        if mode in modes:
+    # in the order given. cold first (the default): on a fresh machine's first call the first cold process meets a
+    # cold page cache and driver; warm first: its untimed trials compile onto the disk cache the cold processes read
+    for mode in modes:
+        if mode != "warm":
             for kind in kinds:
                 for lay in layouts:
                     add({"kind": kind, "layout": lay, "mode": mode, **cold(args, lay, kind, mode == "cold_empty_cache")})
-    if "warm" in modes:
+            continue
         space = load(args)
         for kind in kinds:  # the worker's earlier trials: every layout once, untimed
             for lay in layouts:
