@@ -7,7 +7,13 @@
 #   grid_s1_by:T (the grid's second seed: the same space with --set train.seed=1 in study ${GRID_STUDY}_s1,
 #   --skip-calibration; refused unless $GRID_STUDY's calibration is valid),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams, 1/4/12 recall runs),
-#   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph)
+#   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph),
+#   bench_paper[:T] (experiments/bench/paper_scale.py: paper-340m vs plain PyTorch, every 3:1 hybrid, Mamba-2, with
+#   the per-op profile; BENCH_ONLY=rows, BENCH_MODE=graph), bench_autotune[:T] (the same rows, default gla:3:1, under
+#   quick and full autotune on empty Triton caches), bench_decode[:T] (experiments/bench/decode_memory.py: decode
+#   bytes vs the cost model; DECODE_MIXERS), bench_overhead[:T] (experiments/bench/trial_overhead.py: trial start to
+#   first step, cold process then warm worker; OVERHEAD_MODES=cold,cold_empty_cache,warm). Each bench step's T is
+#   capped to leave the closing archive 30 s of CALL_LIMIT.
 # RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
 # auto: chosen by a bench_proxy step earlier in the call (BENCH_PROXY_ARGS: its options, e.g. fewer runs and steps)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
@@ -61,7 +67,7 @@ check_ops() {  # every op in its own process (a CUDA fault in one must not poiso
     CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m experiments.gpu_check --ops $op \
       --out "$OUT/logs/check_${op/@/_}.md" >"$OUT/logs/check_${op/@/_}.log" 2>&1 & PIDS+=($!); i=$((i + 1))
   done
-  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -rP -m gpu tests/kernels tests/test_model_gpu.py \
+  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -rP -m gpu tests/kernels tests/test_model_gpu.py tests/test_bench_gpu_scripts.py \
     -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 & PIDS+=($!)
 }
 check_done() {
@@ -116,6 +122,8 @@ PY
 # time the closing archive needs. A call killed by its limit brings back no database and no logs archive.
 CALL_LIMIT=${CALL_LIMIT:-600}
 hard_stop() { local cap=$(( CALL_LIMIT - 20 - ($(date +%s) - t0) )); echo $(( $1 + 60 < cap ? $1 + 60 : cap )); }
+# a benchmark's timeout: $1 seconds, but never past CALL_LIMIT less 30 s for the closing archive
+cap() { local c=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) )); echo $(( $1 < c ? $1 : c )); }
 
 for step in "$@"; do
   case $step in
@@ -163,6 +171,27 @@ PY
       [[ $step == bench_lm:* ]] && t=${step#bench_lm:} || t=300
       timeout $t python3 -m experiments.bench.lm_step --out "$OUT/logs" >"$OUT/logs/bench_lm.log" 2>&1
       say "bench_lm rc=$?"; cat "$OUT"/logs/lm_step_*.md 2>/dev/null ;;
+    bench_paper*)  # issue #22 points 2-3: paper-340m training speed against plain PyTorch, with the per-op profile
+      [[ $step == bench_paper:* ]] && t=${step#bench_paper:} || t=540
+      timeout $(cap $t) python3 -m experiments.bench.paper_scale --out "$OUT/logs" --profile ${BENCH_ONLY:+--only $BENCH_ONLY} \
+        ${BENCH_MODE:+--mode $BENCH_MODE} >"$OUT/logs/bench_paper.log" 2>&1
+      say "bench_paper rc=$?"; cat "$OUT"/logs/paper_scale_h200_*.md 2>/dev/null ;;
+    bench_autotune*)  # issue #22 point 2: quick vs full Triton autotune, compile seconds and speed side by side
+      [[ $step == bench_autotune:* ]] && t=${step#bench_autotune:} || t=540
+      t=$(cap $t)
+      timeout $t python3 -m experiments.bench.paper_scale --out "$OUT/logs" --autotune-compare \
+        --only ${BENCH_ONLY:-gla:3:1} --child-timeout $(( t / 2 - 10 )) >"$OUT/logs/bench_autotune.log" 2>&1
+      say "bench_autotune rc=$?"; cat "$OUT"/logs/paper_scale_autotune_*.md 2>/dev/null ;;
+    bench_decode*)  # issue #22 point 5: KV + state bytes held after decoding 4k and 32k tokens vs the cost model
+      [[ $step == bench_decode:* ]] && t=${step#bench_decode:} || t=300
+      timeout $(cap $t) python3 -m experiments.bench.decode_memory --out "$OUT/logs" ${DECODE_MIXERS:+--mixers $DECODE_MIXERS} \
+        >"$OUT/logs/bench_decode.log" 2>&1
+      say "bench_decode rc=$? (1: a row differs from the cost model)"; cat "$OUT"/logs/decode_memory_*.md 2>/dev/null ;;
+    bench_overhead*)  # issue #22 point 4: trial start to first training step, cold processes first, then a warm worker
+      [[ $step == bench_overhead:* ]] && t=${step#bench_overhead:} || t=420
+      timeout $(cap $t) python3 -m experiments.bench.trial_overhead --out "$OUT/logs" --space $SPACE --child-timeout 120 \
+        ${OVERHEAD_MODES:+--modes $OVERHEAD_MODES} >"$OUT/logs/bench_overhead.log" 2>&1
+      say "bench_overhead rc=$?"; cat "$OUT"/logs/trial_overhead_*.md 2>/dev/null ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -1,0 +1,399 @@
+"""Training speed at paper scale (issue #22 points 2 and 3): hlnas's paper-340m models against a plain-PyTorch
+Transformer of the same size, one run.
+
+    python -m experiments.bench.paper_scale                                  # H200: every row below, B=8, T=4096
+    python -m experiments.bench.paper_scale --only plain,transformer --profile
+    python -m experiments.bench.paper_scale --only gla:3:1 --autotune-compare  # quick vs full Triton autotune
+    python -m experiments.bench.paper_scale --preset proxy-tiny --layers 6 --batch 2 --seq-len 32 --steps 2 \\
+        --warmup 1 --only matmul,plain,transformer,gla:3:1 --profile --device-name cpu --out /tmp/b   # CPU smoke
+
+Rows (``--only`` picks some, in this syntax): ``matmul`` (a bf16 8192^3 matmul: the best this device does in this run),
+``plain`` (a plain-PyTorch Transformer: fused QKV, SDPA, RoPE, fused gate-up SwiGLU, ``nn.RMSNorm``; the width, depth,
+heads, vocabulary and MLP width of hlnas's Transformer, so the same parameter count), ``transformer``, each paper
+mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory is a row, not a crash). Every model
+trains through the same step as ``hlnas.train`` (``hlnas.graphs.make_optimizer`` / ``make_step``: fused AdamW,
+clipping, bf16 autocast, ``lm_loss``) on random tokens of the batch's shape: the rows differ in the model alone.
+
+Per row: the first step's seconds (Triton compile and autotune included: the compile cost), steady tokens/s over
+``--steps`` steps after ``--warmup``, MFU = 3 x forward FLOPs per token x tokens/s over the H200's dense bf16 peak
+(989 TFLOP/s, datasheet; ``mfu_of_matmul``: over this run's matmul row), with the forward FLOPs of the cost model
+(``hlnas.budget``) at context T, whose attention term 2 T d per layer is causal attention's mean span T/2 at 2 FLOPs
+per multiply-add (as lm_step.py; the 2026-12-01 probe took the cost model at T/2, half that term), peak memory, and
+tokens/s and peak memory as ratios to the ``plain`` row. Fallbacks hlnas's kernels logged during a row go to its
+``notes``. ``--profile`` writes ``paper_scale_profile_<device>_<date>.md`` beside the
+table: each row's top kernels by device time over 2 steps (CPU ops on a CPU). ``--autotune-compare`` runs the rows
+twice in child processes, ``HLNAS_TRITON_AUTOTUNE=quick`` and ``full``, each on an empty Triton cache, and writes
+one table (``paper_scale_autotune_*``): compile seconds and tokens/s side by side. The CSV and markdown are rewritten
+after every row, so a call stopped by its time limit keeps the rows it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from experiments.bench.results import PEAK_BF16, environment, write_results
+
+PAPER_ROWS = "matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,deltanet:3:1,gated_deltanet:3:1,mamba2:pure"
+PROFILE_STEPS = 2
+
+
+# -- the plain-PyTorch baseline ----------------------------------------------------------------------------------
+def plain_transformer(cfg):
+    """A Transformer as one writes it in plain PyTorch, shaped as hlnas's (``cfg`` resolved for the Transformer)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    d, h, kv, f = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.mlp_width
+    hd = d // h
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1, self.n2 = nn.RMSNorm(d, eps=cfg.norm_eps), nn.RMSNorm(d, eps=cfg.norm_eps)
+            self.qkv = nn.Linear(d, d + 2 * kv * hd, bias=False)
+            self.o = nn.Linear(d, d, bias=False)
+            self.gate_up = nn.Linear(d, 2 * f, bias=False)
+            self.down = nn.Linear(f, d, bias=False)
+
+        def forward(self, x, cos, sin):
+            B, T, _ = x.shape
+            q, k, v = self.qkv(self.n1(x)).split([d, kv * hd, kv * hd], dim=-1)
+            q, k, v = q.view(B, T, h, hd), k.view(B, T, kv, hd), v.view(B, T, kv, hd)
+            q, k = rope(q, cos, sin), rope(k, cos, sin)
+            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                               enable_gqa=kv != h)
+            x = x + self.o(a.transpose(1, 2).reshape(B, T, d))
+            g, u = self.gate_up(self.n2(x)).chunk(2, dim=-1)
+            return x + self.down(F.silu(g) * u)
+
+    def rope(x, cos, sin):  # half-split rotary, as hlnas.nn.rotary
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(cfg.vocab_size, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(cfg.n_layers))
+            self.norm = nn.RMSNorm(d, eps=cfg.norm_eps)
+            self.head = nn.Linear(d, cfg.vocab_size, bias=False)
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, std=cfg.init_std)
+
+        def forward(self, ids, cache=None):
+            T = ids.shape[1]
+            inv = 1.0 / cfg.rope_theta ** (torch.arange(0, hd // 2, device=ids.device, dtype=torch.float32) / (hd // 2))
+            ang = torch.arange(T, device=ids.device, dtype=torch.float32)[:, None] * inv
+            cos, sin = ang.cos()[None, :, None], ang.sin()[None, :, None]
+            x = self.embed(ids)
+            for b in self.blocks:
+                x = b(x, cos, sin)
+            return self.head(self.norm(x))
+
+    return LM()
+
+
+# -- one row -------------------------------------------------------------------------------------------------------
+class _Notes(logging.Handler):
+    """hlnas's kernel and graph fallbacks logged while a row runs (each is logged once per process)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage()[:300])
+
+
+def _sync(dev):
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_row(dev, n: int) -> dict:
+    import torch
+
+    dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    a, b = torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt)
+    for _ in range(3):
+        a @ b
+    _sync(dev)
+    t, k = time.perf_counter(), 20
+    for _ in range(k):
+        a @ b
+    _sync(dev)
+    flops = 2 * n**3 * k / (time.perf_counter() - t)
+    return {"tflops": round(flops / 1e12, 3), "mfu": round(flops / PEAK_BF16, 4)}
+
+
+def model_row(spec: str, args, dev, profile: list | None) -> dict:
+    """Build the row's model on the device, train ``--steps`` timed steps through hlnas's step; OOM is a row."""
+    import torch
+
+    from hlnas.budget import layout_cost, resolve_config
+    from hlnas.config import preset
+    from hlnas.graphs import make_optimizer, make_step
+    from hlnas.layout import build_layout
+    from hlnas.model import build_model
+    from hlnas.train import lm_loss
+
+    cfg = preset(args.preset)
+    mixer, _, ratio = spec.partition(":")
+    layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
+    # at context T the cost model's attention term, 2 T d per token (the paper's Table 4: one FLOP per multiply-add),
+    # is the hardware count of causal attention: QK^T and AV over the mean span T/2 at 2 FLOPs per multiply-add
+    cost = layout_cost(layout, cfg, context=args.seq_len)
+    row = {"params_m": "", "fwd_gflops_per_token": round(cost.flops_per_token / 1e9, 4), "mode": args.mode, "first_step_s": "", "step_ms": "", "tok_s": "", "mfu": "", "peak_gib": "",
+           "status": "ok"}
+    model = opt = step = None
+    try:
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        torch.manual_seed(0)
+        with torch.device(dev):
+            model = plain_transformer(resolve_config(layout, cfg)) if mixer == "plain" else build_model(layout, cfg)
+        row["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+        ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq_len + 1), device=dev)
+        x, y = ids[:, :-1], ids[:, 1:].contiguous()
+        graph = args.mode == "graph"
+        t0 = time.perf_counter()
+        opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
+        step, mode = make_step(model, opt, lm_loss, (x, y), graph=graph, clip=1.0,
+                               autocast=torch.bfloat16 if dev.type == "cuda" else None, rewind_warmup=True)
+        loss = step(x, y)
+        _sync(dev)
+        row["first_step_s"] = round(time.perf_counter() - t0, 2)
+        t = time.perf_counter()
+        for _ in range(args.warmup):
+            step(x, y)
+        _sync(dev)
+        steps = args.steps
+        if args.warmup and (time.perf_counter() - t) / args.warmup > args.slow_step_s:
+            steps = 2  # a PyTorch-path row (Mamba-2's scan) must not spend the call's time on its steps
+            row["status"] = f"ok, slow: {steps} timed steps"
+        t = time.perf_counter()
+        for _ in range(steps):
+            loss = step(x, y)
+        _sync(dev)
+        dt = (time.perf_counter() - t) / steps
+        if not math.isfinite(loss.item()):
+            row["status"] = f"non-finite loss {loss.item()}"
+        tok = args.batch * args.seq_len / dt
+        # mode: "eager" where a graph was asked for but capture failed (its reason is in the row's notes)
+        row.update(step_ms=round(dt * 1e3, 1), tok_s=round(tok), mfu=round(3 * cost.flops_per_token * tok / PEAK_BF16, 4),
+                   mode=mode)
+        if dev.type == "cuda":
+            row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+        if profile is not None:
+            profile.append((spec, profile_steps(step, x, y, dev)))
+    except torch.cuda.OutOfMemoryError as e:
+        row["status"] = "oom: " + str(e).splitlines()[0][:160]
+        del e
+    except Exception as e:  # a kernel that fails to compile or run is a row too (a CUDA fault also fails the rows after it)
+        row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        del e
+    finally:
+        del model, opt, step
+        gc.collect()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def profile_steps(step, x, y, dev) -> list[dict]:
+    """Top 15 kernels by self device time over PROFILE_STEPS steps (a CPU run: CPU ops by self CPU time)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(PROFILE_STEPS):
+            step(x, y)
+        _sync(dev)
+    events = prof.key_averages()
+    if dev.type == "cuda":
+        # the kernels themselves (aten ops carry their kernels' time too); every event if none is marked CUDA
+        kern = [e for e in events if e.device_type == DeviceType.CUDA] or list(events)
+        us = lambda e: e.self_device_time_total  # noqa: E731
+    else:
+        kern = list(events)
+        us = lambda e: e.self_cpu_time_total  # noqa: E731
+    total = sum(us(e) for e in kern) or 1
+    top = sorted(kern, key=us, reverse=True)[:15]
+    return [{"op": e.key[:90], "calls": e.count // PROFILE_STEPS, "ms_per_step": round(us(e) / 1e3 / PROFILE_STEPS, 2),
+             "share": round(us(e) / total, 3)} for e in top]
+
+
+# -- the tables ----------------------------------------------------------------------------------------------------
+def _ratios(rows: list[dict]) -> None:
+    base = next((r for r in rows if r["row"] == "plain" and r.get("tok_s")), None)
+    mm = next((r for r in rows if r["row"] == "matmul" and r.get("tflops")), None)
+    for r in rows:
+        if r.get("tok_s") and base:
+            r["tok_s_vs_plain"] = round(r["tok_s"] / base["tok_s"], 3)
+            if r.get("peak_gib") and base.get("peak_gib"):
+                r["peak_vs_plain"] = round(r["peak_gib"] / base["peak_gib"], 3)
+        if r.get("mfu") and mm and r["row"] != "matmul":
+            r["mfu_of_matmul"] = round(r["mfu"] * PEAK_BF16 / (mm["tflops"] * 1e12), 4)
+
+
+def _summary(rows: list[dict]) -> str:
+    by = {r["row"]: r for r in rows}
+    out = []
+    gla, gdn = by.get("gla:3:1", {}), by.get("gated_deltanet:3:1", {})
+    if gla.get("step_ms") and gdn.get("step_ms"):
+        out.append(f"GatedDeltaNet 3:1 runs at {gla['step_ms'] / gdn['step_ms']:.2f}x GLA 3:1's speed "
+                   "(GLA step time / GatedDeltaNet step time; the issue asks >= 0.8).")
+    t = by.get("transformer", {})
+    if t.get("tok_s_vs_plain"):
+        out.append(f"hlnas's Transformer: {t['tok_s_vs_plain']:.2f}x the plain one's tokens/s at "
+                   f"{t.get('peak_vs_plain', 'n/a')}x its peak memory (the issue asks >= 1.0x with no more memory).")
+    return " ".join(out)
+
+
+COLUMNS = ["row", "params M", "first step s", "step ms", "tok/s", "MFU", "MFU of matmul", "peak GiB", "tok/s vs plain",
+           "peak vs plain", "status", "notes"]
+
+
+def _cells(r):
+    pct = lambda v: f"{100 * v:.1f}%" if v != "" and v is not None else ""  # noqa: E731
+    tok = f"{r['tok_s']:,}" if r.get("tok_s") else (f"{r['tflops']} TFLOP/s" if r.get("tflops") else "")
+    return (r["row"], r.get("params_m", ""), r.get("first_step_s", ""), r.get("step_ms", ""), tok, pct(r.get("mfu", "")),
+            pct(r.get("mfu_of_matmul", "")), r.get("peak_gib", ""), r.get("tok_s_vs_plain", ""),
+            r.get("peak_vs_plain", ""), r.get("status", ""), r.get("notes", ""))
+
+
+def _write(args, rows, command, name="paper_scale"):
+    _ratios(rows)
+    note = (f"B={args.batch}, T={args.seq_len}, preset {args.preset}, {args.mode} steps, {args.steps} timed after "
+            f"{args.warmup} warm-up. MFU: 3 x hlnas.budget's forward FLOPs per token at context T (causal attention at "
+            f"2 FLOPs per multiply-add) x tok/s over 989 TFLOP/s. Baseline: the `plain` row (and `matmul`) of the same "
+            f"run. {environment()}. {getattr(args, 'setup', '')}" + _summary(rows))
+    return write_results(args.out, name, args.device_name, "Paper-scale training speed", command, note, COLUMNS,
+                         _cells, rows, quiet=True)
+
+
+def write_profile(stem, profile: list) -> None:
+    lines = [f"# Per-op profile beside {stem.name}.md ({PROFILE_STEPS} steps per row, self time)", ""]
+    for spec, top in profile:
+        lines += [f"## {spec}", "", "| op | calls/step | ms/step | share |", "|---|---|---|---|"]
+        lines += [f"| `{t['op']}` | {t['calls']} | {t['ms_per_step']} | {100 * t['share']:.1f}% |" for t in top] + [""]
+    path = stem.parent / stem.name.replace("paper_scale_", "paper_scale_profile_", 1)
+    path.with_suffix(".md").write_text("\n".join(lines))
+
+
+def autotune_compare(args, argv) -> int:
+    """The selected rows under quick and full autotune, each in a child process on an empty Triton cache."""
+    rows = []
+    child = [a for a in argv if a != "--autotune-compare"]
+    deadline = time.monotonic() + args.child_timeout * 2
+    for mode in ("quick", "full"):
+        with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "HLNAS_TRITON_AUTOTUNE": mode, "TRITON_CACHE_DIR": cache}
+            left = max(10, min(args.child_timeout, deadline - time.monotonic()))
+            try:
+                subprocess.run([sys.executable, "-m", "experiments.bench.paper_scale", *child, "--out", out, "--json"],
+                               env=env, timeout=left, check=False)
+                got = [json.loads(line) for f in sorted(os.listdir(out)) if f.endswith(".jsonl")
+                       for line in open(os.path.join(out, f))]
+            except subprocess.TimeoutExpired:
+                got = []
+            done = {r["row"] for r in got}
+            got += [{"row": s, "status": f"not finished within {left:.0f} s (compile)"} for s in args.only.split(",")
+                    if s not in done]
+            rows += [{**r, "autotune": mode} for r in got]
+    for r in rows:
+        q = next((o for o in rows if o["row"] == r["row"] and o["autotune"] == "quick"), {})
+        if r["autotune"] == "full" and r.get("tok_s") and q.get("tok_s"):
+            r["tok_s_full_vs_quick"] = round(r["tok_s"] / q["tok_s"], 3)
+    note = (f"B={args.batch}, T={args.seq_len}, preset {args.preset}; each mode in its own process on an empty Triton "
+            f"cache, so `first step s` is the compile cost. Baseline: the quick rows of the same run. {environment()}.")
+    write_results(args.out, "paper_scale_autotune", args.device_name, "Triton autotune: quick vs full",
+                  "python -m experiments.bench.paper_scale " + " ".join(argv), note,
+                  ["row", "autotune", "first step s", "step ms", "tok/s", "MFU", "full / quick tok/s", "status"],
+                  lambda r: (r["row"], r["autotune"], r.get("first_step_s", ""), r.get("step_ms", ""), r.get("tok_s", ""),
+                             r.get("mfu", ""), r.get("tok_s_full_vs_quick", ""), r.get("status", "")), rows)
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=PAPER_ROWS, help=f"rows, comma-separated (default: {PAPER_ROWS})")
+    p.add_argument("--preset", default="paper-340m")
+    p.add_argument("--layers", type=int, default=24)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--slow-step-s", type=float, default=8.0,
+                   help="a row whose warm-up steps take longer than this each times only 2 steps")
+    p.add_argument("--mode", choices=("eager", "graph"), default="eager",
+                   help="the training step: eager, or captured as one CUDA graph as hlnas.train does by default")
+    p.add_argument("--matmul-n", type=int, default=0, help="matmul row size (default: 8192 on CUDA, 256 on CPU)")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--autotune-compare", action="store_true")
+    p.add_argument("--child-timeout", type=float, default=270, help="seconds per autotune mode (--autotune-compare)")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # rows also as JSON lines (the children's)
+    p.add_argument("--device-name", default="h200")
+    p.add_argument("--out", default="experiments/bench")
+    args = p.parse_args(argv)
+    if args.autotune_compare:
+        return autotune_compare(args, argv)
+
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    notes = _Notes()
+    for name in ("hlnas.kernels", "hlnas.graphs"):
+        logging.getLogger(name).addHandler(notes)
+    command = "python -m experiments.bench.paper_scale " + " ".join(argv)
+    args.setup = ""
+    if dev.type == "cuda":  # fla's import (17 s on the H200) is paid here, not in the first fla row's first step
+        from hlnas.kernels import backends
+
+        t = time.perf_counter()
+        ok, why = backends.fla_status()
+        gated = backends.fla_gated_backward_ok()[1] if ok else ""
+        args.setup = (f"fla: {why} (import {time.perf_counter() - t:.0f} s); GatedDeltaNet's gated backward: "
+                      f"{gated}. ")
+    rows, profile = [], [] if args.profile else None
+    stem = None
+    for spec in args.only.split(","):
+        t = time.perf_counter()
+        seen = len(notes.lines)
+        if spec == "matmul":
+            row = {"row": spec, **matmul_row(dev, args.matmul_n or (8192 if dev.type == "cuda" else 256)), "status": "ok"}
+        else:
+            row = {"row": spec, **model_row(spec, args, dev, profile)}
+        row["notes"] = "; ".join(notes.lines[seen:])
+        row["wall_s"] = round(time.perf_counter() - t, 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        stem = _write(args, rows, command)
+        if args.json:
+            with open(f"{stem}.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+        if profile:
+            write_profile(stem, profile)
+    print(f"wrote {stem}.csv and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
