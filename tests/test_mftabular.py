@@ -118,3 +118,23 @@ def test_a_stored_study_replays_its_curves_at_the_seconds_they_took(tmp_path):
     rungs = run_multi_fidelity(b, "random", rungs={"min_steps": 200, "eta": 3}, seed=0, workers=1, scale="table")
     assert rungs.stopped > 0 and rungs.complete + rungs.stopped == 10 and rungs.gpu_s < full.gpu_s
 
+
+def test_bench_samplers_study_writes_the_table_and_figure(tmp_path, capsys):
+    from hlnas.cli import main
+
+    url = stored_study(tmp_path)
+    out = tmp_path / "bench"
+    rc = main(["bench-samplers", "--study", "cpu", "--storage", url, "--missing", "infeasible", "--seeds", "3",
+               "--workers", "2", "--out", str(out)])
+    assert rc == 0
+    md = (out / "hv_vs_gpu_s.md").read_text()
+    for method in ("full random", "full nsga2", "rungs + random", "rungs + nsga2"):
+        assert f"| {method} |" in md
+    assert "Mean ± std over 3 seeds" in md and "rungs at min_steps 200, eta 3" in md  # 1200 / 3^2 -> the next check
+    assert f"hlnas bench-samplers --study cpu --storage {url}" in md
+    assert (out / "hv_vs_gpu_s.svg").read_text().startswith("<svg") and "rungs + nsga2" in (out / "hv_vs_gpu_s.csv").read_text()
+    assert "| full nsga2 |" in capsys.readouterr().out
+    assert main(["bench-samplers", "--study", "cpu", "--storage", url, "--samplers", "nsgaii"]) == 2
+    assert "did you mean: nsga2" in capsys.readouterr().err.lower()
+    assert main(["bench-samplers", "--paper", "--workers", "8"]) == 2  # replay-only flags are refused elsewhere
+    assert "--workers apply to --study" in capsys.readouterr().err
