@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hlnas.errors import ConfigError
+from hlnas.metrics import corrected
 
 __all__ = ["RungConfig", "RungScheduler", "rung_config", "ladder", "nondominated_ranks", "crowding", "rank_peers",
            "checks", "kept_run", "RUNG_ATTR", "RUNG_OBJECTIVES"]
@@ -178,8 +179,6 @@ def checks(metrics: dict) -> list[dict]:
     """The per-check intermediate results of a trial's recall run (its kept rate), in the stored format of user attr
     ``hlnas_checks``: step, raw validation accuracy, ``recall`` (corrected for the validation baseline),
     ``recall_auc`` (the graded measure over the steps up to that check) and the training loss."""
-    from hlnas.score.baselines import corrected
-
     run, base = kept_run(metrics), metrics.get("mqar_val_baseline")
     if run is None or base is None:
         return []
