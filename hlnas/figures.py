@@ -8,7 +8,11 @@
   x = pure, 24:1, 12:1, 6:1, 3:1 (then any other ratios by attention share), Transformer dashed;
 * ``hlnas_ruler``: RULER groups (or tasks) of chosen candidates, grouped bars; the front by default;
 * ``hlnas_hypervolume``: hypervolume after each completed trial;
-* ``hlnas_layouts``: rows = candidates, columns = layers, colour = mixer, attention in red.
+* ``hlnas_layouts``: rows = candidates, columns = layers, colour = mixer, attention in red;
+* ``hlnas_calibration`` / ``hlnas_calibration_table``: the recall protocol's controls and verdict;
+* ``hlnas_recall_curves``: corrected recall at every check of each trial's fresh recall model (user attr
+  ``hlnas_checks``), one line per trial coloured by mixer, the front thick, trials the rung scheduler stopped
+  dotted, paused or running ones dashed, the rungs' step budgets as vertical lines.
 
 For a paper-grid study (``hlnas_paper_grid``) the paper's numbers are overlaid with open markers and
 dotted lines, named ``paper (arXiv 2507.06457, Table N)`` (see :mod:`hlnas.paper` for what each table is).
@@ -29,17 +33,19 @@ from hlnas.pareto import (
     ParetoInfo, StudyData, TrialRecord, front, hypervolume_history, pareto_info,
 )  # fmt: skip
 from hlnas.paper import attention_share, mixer_and_ratio
+from hlnas.rungs import checks as rung_checks
 
 __all__ = [
     "FIGURE_IDS", "MIXER_COLORS", "TradeoffInfo", "RatioInfo", "RulerInfo", "HypervolumeInfo", "LayoutInfo",
     "CalibrationInfo", "calibration_info", "plot_calibration", "plot_calibration_table", "recall_baseline",
     "tradeoff_info", "ratio_info", "ruler_info", "hypervolume_info", "layout_info", "plot_tradeoff", "plot_ratio",
     "plot_ruler", "plot_hypervolume", "plot_layouts", "build_figures", "format_metric", "metric_titles",
+    "CurveLine", "CurvesInfo", "curves_info", "plot_curves", "CURVE_METRICS",
 ]  # fmt: skip
 
 FIGURE_IDS = ("hlnas_recall_vs_kv", "hlnas_loss_vs_kv", "hlnas_recall_vs_ratio", "hlnas_lm_vs_ratio",
               "hlnas_ruler", "hlnas_hypervolume", "hlnas_layouts", "hlnas_calibration",
-              "hlnas_calibration_table")  # fmt: skip
+              "hlnas_calibration_table", "hlnas_recall_curves")  # fmt: skip
 MIXER_COLORS = {
     "attention": "#d62728", "transformer": "#444444", "hgrn": "#1f77b4", "hgrn2": "#17becf", "retnet": "#9467bd",
     "gla": "#2ca02c", "deltanet": "#ff7f0e", "gated_deltanet": "#8c564b", "mamba2": "#e377c2", "average": "#7f7f7f",
@@ -509,6 +515,83 @@ def plot_calibration_table(info: CalibrationInfo):
     return fig
 
 
+# -- recall curves (the intermediate results per check) -------------------------------------
+
+
+#: the per-check values a curve can draw (keys of each ``hlnas_checks`` entry)
+CURVE_METRICS = {"recall": "recall above the no-recall baseline (validation, corrected)",
+                 "recall_auc": "graded recall (area under the corrected curve so far)"}
+
+
+class CurveLine(NamedTuple):
+    number: int
+    layout: str
+    mixer: str | None  # the trial's linear mixer, "transformer", or None for mixed layouts
+    status: str  # ok | stopped | failed | infeasible | pending (paused at a rung or running)
+    on_front: bool  # on the recall-vs-KV front of the complete trials
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+class CurvesInfo(NamedTuple):
+    metric: str
+    lines: tuple[CurveLine, ...]  # by trial number
+    rungs: tuple[int, ...]  # the rung scheduler's step budgets below the top (none without rungs)
+
+
+def curves_info(data: StudyData, metric: str = "recall") -> CurvesInfo:
+    """A line per trial with recall checks: user attr ``hlnas_checks``, else :func:`hlnas.rungs.checks` of its stored
+    recall run (the calibration's trials store no checks); a reused result is its source trial's line, drawn once."""
+    if metric not in CURVE_METRICS:
+        raise ValueError(f"metric {metric!r} is not allowed; allowed: {', '.join(CURVE_METRICS)}")
+    front = {r.number for r in pareto_info(data.records, None, "kv_cache_bytes", "recall").front}
+    lines, rungs = [], set()
+    for r in data.records:
+        ladder = (r.attrs.get("hlnas_rung") or {}).get("ladder") or []
+        rungs.update(ladder[:-1])
+        checks = r.attrs.get("hlnas_checks")
+        if checks is None:  # stored without them (the calibration's trials): from its recall run, as the loop does
+            checks = rung_checks(r.attrs) or None
+        if r.attrs.get("reused_from") is not None or not isinstance(checks, list):
+            continue
+        pts = [(int(c["step"]), float(c[metric])) for c in checks if isinstance(c.get(metric), (int, float))]
+        if pts:
+            steps, values = zip(*pts)
+            lines.append(CurveLine(r.number, r.layout, mixer_and_ratio(r)[0], r.status, r.number in front, steps, values))
+    return CurvesInfo(metric, tuple(lines), tuple(sorted(rungs)))
+
+
+def plot_curves(info: CurvesInfo):
+    import plotly.graph_objects as go
+
+    title = "Recall during training, per trial (every check of its fresh recall model)"
+    if not info.lines:
+        return _empty(title, "no trial has stored its recall checks yet")
+    dash = {"stopped": "dot", "pending": "dash"}
+    fig = go.Figure()
+    for ln in info.lines:
+        color = "#bbbbbb" if ln.status in ("failed", "infeasible") else MIXER_COLORS.get(ln.mixer or "", "#7f7f7f")
+        name = f"#{ln.number} {ln.layout}" + ("" if ln.status == "ok" else f" ({ln.status})")
+        fig.add_trace(go.Scatter(
+            x=ln.steps, y=ln.values, mode="lines+markers", name=name, legendgroup=ln.mixer or "mixed",
+            legendgrouptitle_text=ln.mixer or "mixed", opacity=1.0 if ln.on_front else 0.55,
+            line=dict(color=color, width=3.5 if ln.on_front else 1.5, dash=dash.get(ln.status, "solid")),
+            marker=dict(size=5 if ln.on_front else 3),
+            hovertemplate=f"<b>{ln.layout}</b> trial #{ln.number} ({ln.status}{', on the front' if ln.on_front else ''})"
+                          "<br>step %{x}: %{y:.3f}<extra></extra>"))
+    for s in info.rungs:
+        fig.add_vline(x=s, line=dict(color="#999999", dash="dot", width=1), annotation_text=f"rung {s}",
+                      annotation_position="top", annotation_font=dict(size=9, color="#777777"))
+    stopped = sum(ln.status == "stopped" for ln in info.lines)
+    sub = (f"{len(info.lines)} trials; thick: on the recall-vs-KV front"
+           + (f"; dotted: stopped at a rung ({stopped})" if stopped else "") + "; dashed: paused or running; 0 = no recall")
+    fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>"), template="plotly_white",
+                      xaxis=dict(title="recall-model training steps", rangemode="tozero"),
+                      yaxis=dict(title=CURVE_METRICS[info.metric], range=[-0.02, 1.05]),
+                      legend=dict(groupclick="toggleitem", font=dict(size=9)), margin=dict(l=60, r=20, t=70, b=40))
+    return fig
+
+
 # -- everything ----------------------------------------------------------------------------
 
 
@@ -524,4 +607,5 @@ def build_figures(data: StudyData) -> dict[str, object]:
         "hlnas_layouts": plot_layouts(layout_info(data)),
         "hlnas_calibration": plot_calibration(calibration_info(data)),
         "hlnas_calibration_table": plot_calibration_table(calibration_info(data)),
+        "hlnas_recall_curves": plot_curves(curves_info(data)),
     }

@@ -7,16 +7,26 @@ this table, so they cannot disagree. Adding a metric is one :func:`register` cal
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["bytes_text", "Metric", "METRICS", "register", "get", "directions", "objective_metrics", "raw_recall_metrics",
+__all__ = ["bytes_text", "corrected", "Metric", "METRICS", "register", "get", "directions", "objective_metrics", "raw_recall_metrics",
            "RECALL_SOURCES"]
 
 #: where a trial's "recall" comes from, in order of preference: (score objective, its raw accuracy key); the
 #: objective also reports ``<key prefix>_baseline`` (the strongest no-recall baseline) and ``..._baselines``
 RECALL_SOURCES = (("ruler", "ruler_avg"), ("mqar_mixed", "mqar_mixed_acc"), ("mqar", "mqar_acc"))
+
+
+def corrected(acc: float, baseline: float) -> float:
+    """Baseline-corrected recall, ``max(0, (acc - b) / (1 - b))``: 0 at or below the baseline, 1 when perfect."""
+    if not math.isfinite(acc):
+        return float("nan")
+    if baseline >= 1.0:
+        return 0.0
+    return max(0.0, (acc - baseline) / (1.0 - baseline))
 
 
 @dataclass(frozen=True, kw_only=True)

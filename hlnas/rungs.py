@@ -51,9 +51,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hlnas.errors import ConfigError
+from hlnas.metrics import corrected
 
 __all__ = ["RungConfig", "RungScheduler", "rung_config", "ladder", "nondominated_ranks", "crowding", "rank_peers",
-           "checks", "RUNG_ATTR", "RUNG_OBJECTIVES"]
+           "checks", "kept_run", "RUNG_ATTR", "RUNG_OBJECTIVES"]
 
 RUNG_ATTR = "hlnas_rung"
 #: study metrics measured at every rung (the fresh recall model's); cost metrics are added when the space has them
@@ -164,18 +165,24 @@ def rank_peers(peers: dict[int, Sequence[float]]) -> list[int]:
 # -- intermediate results -------------------------------------------------------------------------------------
 
 
+def kept_run(metrics: dict) -> dict | None:
+    """The recall run whose curve a trial reports: the one at its kept rate (``mqar_lr``), else its first; each run
+    holds ``curve`` ([[step, val_acc, loss], ...]), ``steps`` trained and ``wall_s``. None without a recall run."""
+    detail = metrics.get("mqar") if isinstance(metrics.get("mqar"), dict) else None
+    if not detail:
+        return None
+    runs = [r for r in detail.get("runs") or [] if r.get("lr") == metrics.get("mqar_lr")] or detail.get("runs") or []
+    return runs[0] if runs else None
+
+
 def checks(metrics: dict) -> list[dict]:
     """The per-check intermediate results of a trial's recall run (its kept rate), in the stored format of user attr
     ``hlnas_checks``: step, raw validation accuracy, ``recall`` (corrected for the validation baseline),
     ``recall_auc`` (the graded measure over the steps up to that check) and the training loss."""
-    from hlnas.score.baselines import corrected
-
-    detail = metrics.get("mqar") if isinstance(metrics.get("mqar"), dict) else None
-    base = metrics.get("mqar_val_baseline")
-    if not detail or base is None:
+    run, base = kept_run(metrics), metrics.get("mqar_val_baseline")
+    if run is None or base is None:
         return []
-    runs = [r for r in detail.get("runs") or [] if r.get("lr") == metrics.get("mqar_lr")] or detail.get("runs") or []
-    curve = runs[0].get("curve") or [] if runs else []
+    curve = run.get("curve") or []
     out, area, prev = [], 0.0, (0, 0.0)
     for c in curve:
         step, acc = int(c[0]), float(c[1])

@@ -547,8 +547,10 @@ def study_summary(study: optuna.Study) -> dict:
     counts = {s.name.lower(): sum(t.state == s for t in trials)
               for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)}
     rungs = [t for t in trials if "hlnas_rung" in t.user_attrs]
-    if rungs:  # the rung scheduler's: stopped early (PRUNED, partial results) and paused at a rung (RUNNING)
-        counts["stopped"] = sum(t.state == TrialState.PRUNED and "reused_from" not in t.user_attrs for t in trials)
+    stopped = sum(t.state == TrialState.PRUNED and "reused_from" not in t.user_attrs for t in trials)
+    if rungs or stopped:  # stopped early (PRUNED, partial results) by the rung scheduler or by Tune (hlnas.tune)
+        counts["stopped"] = stopped
+    if rungs:  # the rung scheduler's trials paused at a rung (RUNNING)
         counts["paused"] = sum(t.state == TrialState.RUNNING and t.user_attrs["hlnas_rung"].get("state") == "paused"
                                for t in rungs)
         counts["running"] -= counts["paused"]

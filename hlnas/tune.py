@@ -5,9 +5,16 @@
   intermediate results as ``hlnas_checks`` (``recall``, ``recall_auc``, ``val_acc``, ``loss`` and the cost metrics)
   after each, so Tune's schedulers (ASHA on ``recall``) can stop it; the last report, after the LM half, holds every
   objective of the space.
-  A trial ASHA stops ends with ``None`` for the LM's objectives: OptunaSearch stores it as FAIL, never COMPLETE.
 * :func:`optuna_search` converts a space into an ``OptunaSearch`` over its categorical dimensions, with ``storage=``
-  and ``study_name=`` so the trials land in the study ``hlnas status`` and the dashboard read.
+  and ``study_name=`` so the trials land in the study ``hlnas status`` and the dashboard read. Its searcher stores
+  what the trainable reported as the trial's user attrs (the checks as ``hlnas_checks``, as hlnas's loop does, but
+  with the trainable's ``recall``: the test-set score at that check) and
+  records a trial Tune stopped early (a scheduler such as ASHA, or a stopper: no error, no final report) as PRUNED
+  with ``status: stopped`` and its partial results, as the rung scheduler records its stopped trials, never FAIL
+  (Ray's OptunaSearch tells the ``None`` of the unmeasured LM objectives, which optuna fails) nor COMPLETE (a space
+  whose objectives are all measured at a check would have its partial values told as final); an infeasible layout
+  is FAIL with ``status: infeasible``, a trainable that raised FAIL with ``status: failed`` (Ray's would tell it the
+  values it has and, failing, leave it RUNNING).
 
 What stays with hlnas's loop (:func:`hlnas.proposals.search_loop`), not duplicated here: the dedupe of equal layouts
 (Tune may train a layout twice), the calibration (run ``hlnas calibrate`` first), the constraints (an infeasible
@@ -35,7 +42,6 @@ def optuna_search(space: SearchSpace, *, storage=None, study_name: str | None = 
     """An ``OptunaSearch`` over ``space``'s dimensions, optimizing its objectives (metric names as the study's), with
     the space's sampler; ``storage`` (an optuna storage or URL) and ``study_name`` make it an hlnas-readable study."""
     import optuna
-    from ray.tune.search.optuna import OptunaSearch
 
     from hlnas.samplers import make_sampler
 
@@ -51,9 +57,72 @@ def optuna_search(space: SearchSpace, *, storage=None, study_name: str | None = 
     dims = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()}
     metric = [o.metric for o in space.objectives]
     mode = ["max" if o.direction == "maximize" else "min" for o in space.objectives]
-    search = OptunaSearch(space=dims, metric=metric, mode=mode, sampler=make_sampler(space.sampler if space.sampler != "grid" else "random", seed, len(metric)),
-                          storage=storage, study_name=study_name, seed=None)
+    search = _searcher_class()(space=dims, metric=metric, mode=mode, storage=storage, study_name=study_name, seed=None,
+                               sampler=make_sampler(space.sampler if space.sampler != "grid" else "random", seed, len(metric)))
     return search
+
+
+#: the checks' keys the trainable reports (hlnas.rungs.checks), gathered per trial into user attr hlnas_checks
+_CHECK_KEYS = ("val_acc", "recall", "recall_auc", "loss")
+
+
+def _searcher_class():
+    """``OptunaSearch`` recording Tune's early stops as PRUNED (defined when called: ray is optional)."""
+    import math
+
+    import optuna
+    from ray.tune.result import AUTO_RESULT_KEYS
+    from ray.tune.search.optuna import OptunaSearch
+
+    class HlnasOptunaSearch(OptunaSearch):
+        def on_trial_result(self, trial_id: str, result: dict) -> None:
+            if trial_id not in self._completed_trials:
+                self._note(trial_id, result)
+            super().on_trial_result(trial_id, result)
+
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+            if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+                return super().on_trial_complete(trial_id, result, error)
+            trial = self._ot_trials[trial_id]
+            self._note(trial_id, result or {})  # Tune passes the result it stops a trial at here only
+            for k, v in (result or {}).items():  # what the trainable reported, not Tune's bookkeeping
+                if k not in AUTO_RESULT_KEYS and k not in ("done", "trial_id", "experiment_tag", "complete", "infeasible"):
+                    trial.set_user_attr(k, v)
+            trial.set_user_attr("hlnas_checks", self._checks(trial_id))
+            metrics = self.metric if isinstance(self.metric, list) else [self.metric]
+            values = [(result or {}).get(m) for m in metrics]
+            fail, pruned = optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED
+            if error:  # the trainable raised (Ray's own would tell the values it has, leaving it RUNNING)
+                status, state, values = "failed", fail, None
+            elif not result:  # removed before it reported (e.g. the experiment ended while it waited)
+                status, state, values = "stopped", pruned, None
+            elif result.get("infeasible"):
+                status, state, values = "infeasible", fail, None
+            elif result.get("complete") != 1:  # stopped by Tune before its last report: partial results, no values
+                status, state, values = "stopped", pruned, None
+                trial.set_user_attr("stopped_at_steps", result.get("steps"))
+            elif all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+                status, state = "ok", optuna.trial.TrialState.COMPLETE
+            else:
+                status, state, values = "failed", fail, None
+                trial.set_user_attr("error", f"objective metrics missing or not finite: {metrics}")
+            trial.set_user_attr("status", status)
+            self._ot_study.tell(trial, values, state=state)
+            self._completed_trials.add(trial_id)
+
+        def _checks(self, trial_id: str) -> list:
+            if not hasattr(self, "_hlnas_checks"):
+                self._hlnas_checks = {}
+            return self._hlnas_checks.setdefault(trial_id, [])
+
+        def _note(self, trial_id: str, result: dict) -> None:
+            """A report of one check (not the final nor an infeasible one): appended once to the trial's checks."""
+            got = self._checks(trial_id)
+            if "steps" in result and not result.get("complete") and not result.get("infeasible") \
+                    and (not got or got[-1]["step"] != result["steps"]):
+                got.append({"step": result["steps"], **{k: result.get(k) for k in _CHECK_KEYS}})
+
+    return HlnasOptunaSearch
 
 
 def trainable(config: dict) -> None:

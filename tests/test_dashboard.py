@@ -24,7 +24,8 @@ from hlnas.dashboard import (
     PortInUseError, StorageError, UnknownStudyError, attach_figures, load_study, open_storage, start_server,
 )  # fmt: skip
 from hlnas.figures import (
-    FIGURE_IDS, build_figures, layout_info, metric_titles, plot_layouts, plot_ratio, plot_tradeoff, ratio_info, ruler_info, tradeoff_info,
+    FIGURE_IDS, build_figures, curves_info, layout_info, metric_titles, plot_curves, plot_layouts, plot_ratio, plot_tradeoff,
+    ratio_info, ruler_info, tradeoff_info,
 )  # fmt: skip
 from hlnas.layout import build_layout
 from hlnas.pareto import pareto_info, study_data
@@ -115,6 +116,38 @@ def test_recall_axis_names_its_measure():
     data = study_data(study)
     assert metric_titles(data)["recall"] == "recall (MQAR acc)"
     assert plot_tradeoff(tradeoff_info(data)).layout.yaxis.title.text.startswith("recall (MQAR acc)")
+
+
+def test_recall_curves_draw_each_trials_checks_with_its_status_and_the_rungs():
+    def checks(values):  # the hlnas_checks format (hlnas.rungs.checks)
+        return [{"step": 100 * (i + 1), "val_acc": 0.25 + 0.75 * v, "recall": v, "recall_auc": v / 2, "loss": 1.0}
+                for i, v in enumerate(values)]
+
+    study = make_study(mixers=(), transformer=False, failed=False, infeasible=False)
+    ladder = {"ladder": [300, 900, 1200], "at": 2, "next": 2, "state": "complete", "values": {}}
+    for i, (mixer, ratio) in enumerate((("gla", "pure"), ("gla", "3:1"), ("transformer", None))):
+        add_trial(study, trial_attrs(mixer, ratio, hlnas_checks=checks([0.0, 0.1 * i, 0.3 * i, 0.4 * i]), hlnas_rung=ladder))
+    add_trial(study, trial_attrs("gla", "6:1", status="stopped", recall=None, hlnas_checks=checks([0.0, 0.05, 0.1]),
+                                 hlnas_rung={**ladder, "state": "stopped", "at": 0}), state=optuna.trial.TrialState.PRUNED)
+    add_trial(study, trial_attrs("gla", "3:1", reused_from=1, hlnas_checks=checks([0.0, 0.1, 0.3, 0.4])))
+    add_trial(study, trial_attrs("gla", "12:1", hlnas_checks=None))  # no checks and no recall run: no line
+    run = {"lr": 1e-3, "curve": [[100, 0.25, 2.0], [200, 1.0, 0.5]]}  # a calibration trial: its run, no checks
+    add_trial(study, trial_attrs("gla", "24:1", hlnas_checks=None, mqar={"runs": [run]}, mqar_lr=1e-3, mqar_val_baseline=0.25))
+    info = curves_info(study_data(study))
+    assert [ln.number for ln in info.lines] == [0, 1, 2, 3, 6]  # the reused result is its source's line, drawn once
+    assert info.lines[-1].steps == (100, 200) and info.lines[-1].values == (0.0, 1.0)
+    assert info.rungs == (300, 900)  # the top (1200) is the budget, not a rung
+    by = {ln.number: ln for ln in info.lines}
+    assert by[3].status == "stopped" and by[3].steps == (100, 200, 300) and by[3].values == (0.0, 0.05, 0.1)
+    assert by[1].on_front and not by[3].on_front and by[1].mixer == "gla"  # gla 3:1
+    assert curves_info(study_data(study), "recall_auc").lines[1].values == tuple(v / 2 for v in by[1].values)
+    fig = plot_curves(info)
+    assert len(fig.data) == 5 and {s.x0 for s in fig.layout.shapes} == {300, 900}
+    dashes = {tr.name: tr.line.dash for tr in fig.data}
+    assert dashes[f"#3 {by[3].layout} (stopped)"] == "dot" and dashes[f"#1 {by[1].layout}"] == "solid"
+    assert max(tr.line.width for tr in fig.data) == fig.data[1].line.width  # the front is drawn thick
+    with pytest.raises(ValueError, match="allowed: recall, recall_auc"):
+        curves_info(study_data(study), "val_loss")
 
 
 def test_build_figures_always_returns_every_id_even_for_an_empty_study():

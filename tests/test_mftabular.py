@@ -58,3 +58,83 @@ def test_the_rung_scheduler_spends_fewer_gpu_seconds_for_the_same_front():
     assert rungs.gpu_s < full.gpu_s
     assert full.points[-1][1] == pytest.approx(1.0)
     assert hv_at(rungs, rungs.gpu_s) == pytest.approx(rungs.points[-1][1]) and hv_at(rungs, 0) == 0.0
+
+
+# -- replaying a stored study (hlnas bench-samplers --study) -----------------------------------------------------
+
+
+def timed_run(spec):
+    """A stand-in for run_trial that stores what a real trial stores: the recall run's curve (raw validation
+    accuracy per check, stopped at the 0.98 target), its steps and seconds, mqar_s, and the trial's wall_s."""
+    from hlnas.trial import TrialResult
+
+    lay, top = spec.layout, spec.recipe.score.mqar.steps
+    n = lay.count("A")
+    if lay == "NNNNNN":
+        return TrialResult(spec.number, "failed", {"status": "failed", "error_kind": "nan", "error": "nan"}, "nan", "nan", 1.0)
+    take_off = None if n == 0 else 900 - 200 * n
+    curve = []
+    for s in range(100, top + 1, 100):
+        acc = 0.25 if take_off is None or s < take_off else 0.99
+        curve.append([s, acc, 1.0])
+        if acc >= 0.98:
+            break
+    steps, sps = curve[-1][0], 0.01 * (1 + n)
+    m = {**layout_metrics(lay, spec.recipe.model, spec.kv_context, spec.placement), "status": "ok",
+         "recall": 0.0 if take_off is None else 0.95, "mqar_lr": 1e-3, "mqar_val_baseline": 0.25, "mqar_s": steps * sps,
+         "mqar": {"runs": [{"lr": 1e-3, "curve": curve, "steps": steps, "wall_s": steps * sps, "finished": True}]},
+         "val_loss": 3.0 - 0.1 * n}
+    return TrialResult(spec.number, "ok", m, wall_s=steps * sps + 2.0)
+
+
+def stored_study(tmp_path):
+    from hlnas.executors import InlineExecutor
+    from hlnas.study import run_search
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    run_search(load_space("tiny"), storage=url, study_name="cpu", n_trials=11, executor=InlineExecutor(timed_run),
+               skip_calibration=True, out_root=str(tmp_path / "out"))
+    return url
+
+
+def test_a_stored_study_replays_its_curves_at_the_seconds_they_took(tmp_path):
+    from hlnas.study import load_hlnas_study
+
+    url = stored_study(tmp_path)
+    study = load_hlnas_study(url, "cpu")
+    with pytest.raises(ConfigError, match=r"1 of its space's 11 candidates .*NNNNNN.*--missing infeasible"):
+        CurveBenchmark.from_study(study)  # the failed layout has no curve
+    b = CurveBenchmark.from_study(study, missing="infeasible")
+    assert len(b.rows) == 10 and "NNNNNN" not in b.rows
+    hyb, pure = b.rows["HHHHHA"], b.rows["HHHHHH"]
+    # stopped at its target at step 700: held there to the budget, the trial's stored recall at the top
+    assert hyb["steps_run"] == 700 and hyb["curve"][-2:] == [[700, 0.9867], [1200, 0.95]]
+    assert curve_value(hyb["curve"], 600) == 0.0 and curve_value(hyb["curve"], 900) == 0.9867
+    assert pure["steps_run"] == 1200 and curve_value(pure["curve"], 1200) == 0.0
+    assert hyb["s_per_step"] * 700 == pytest.approx(0.02 * 700) and hyb["lm_s"] == pytest.approx(2.0)
+    whole = sum(r["steps_run"] * r["s_per_step"] + r["lm_s"] for r in b.rows.values())
+    full = run_multi_fidelity(b, "random", seed=0, workers=1, scale="table")
+    assert full.gpu_s == pytest.approx(whole) and full.complete == 10  # one worker: the stored seconds, summed
+    rungs = run_multi_fidelity(b, "random", rungs={"min_steps": 200, "eta": 3}, seed=0, workers=1, scale="table")
+    assert rungs.stopped > 0 and rungs.complete + rungs.stopped == 10 and rungs.gpu_s < full.gpu_s
+
+
+def test_bench_samplers_study_writes_the_table_and_figure(tmp_path, capsys):
+    from hlnas.cli import main
+
+    url = stored_study(tmp_path)
+    out = tmp_path / "bench"
+    rc = main(["bench-samplers", "--study", "cpu", "--storage", url, "--missing", "infeasible", "--seeds", "3",
+               "--workers", "2", "--out", str(out)])
+    assert rc == 0
+    md = (out / "hv_vs_gpu_s.md").read_text()
+    for method in ("full random", "full nsga2", "rungs + random", "rungs + nsga2"):
+        assert f"| {method} |" in md
+    assert "Mean ± std over 3 seeds" in md and "rungs at min_steps 200, eta 3" in md  # 1200 / 3^2 -> the next check
+    assert f"hlnas bench-samplers --study cpu --storage {url}" in md
+    assert (out / "hv_vs_gpu_s.svg").read_text().startswith("<svg") and "rungs + nsga2" in (out / "hv_vs_gpu_s.csv").read_text()
+    assert "| full nsga2 |" in capsys.readouterr().out
+    assert main(["bench-samplers", "--study", "cpu", "--storage", url, "--samplers", "nsgaii"]) == 2
+    assert "did you mean: nsga2" in capsys.readouterr().err.lower()
+    assert main(["bench-samplers", "--paper", "--workers", "8"]) == 2  # replay-only flags are refused elsewhere
+    assert "--workers apply to --study" in capsys.readouterr().err

@@ -43,6 +43,10 @@ def trial_attrs(mixer: str, ratio: str | None = "pure", n_layers: int = 24, *, s
         "val_loss": round(3.2 - q - 0.2 * share + rng.uniform(-0.01, 0.01), 4), "recall": recall, "mqar_acc": recall,
         "tokens_per_s": 5000.0, "train_wall_s": 12.0, "status": "ok", "error_kind": None, "error": None,
     }  # fmt: skip
+    # the recall checks of its fresh recall model (hlnas.rungs.checks' format): learning up to its recall by step 300
+    attrs["hlnas_checks"] = [{"step": s, "val_acc": round(0.25 + 0.75 * recall * min(1.0, s / 300), 4),
+                              "recall": round(recall * min(1.0, s / 300), 4), "recall_auc": round(recall * min(1.0, s / 300) / 2, 4),
+                              "loss": 1.0} for s in (100, 200, 300, 400)]
     if ruler:
         groups = {g: round(min(1.0, recall * (0.6 + 0.1 * i)), 3) for i, g in enumerate(_GROUPS)}
         attrs["ruler"] = {"tasks": {"niah_single_1": groups["Singlevalue"], "vt": groups["VT"]}, "groups": groups, "average": recall}

@@ -22,12 +22,13 @@ probability ``min(1, |answers| / |candidates|)``. QA gets 0: a guessed span has 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
+
+from hlnas.metrics import corrected  # defined without torch (hlnas.rungs.checks and the figures use it); re-exported
 
 __all__ = ["mqar_baselines", "ruler_sample_baseline", "strongest", "corrected", "recall_metrics", "MQAR_STRATEGIES"]
 
@@ -41,15 +42,6 @@ def strongest(baselines: Mapping[str, float]) -> tuple[str, float]:
         return "none", 0.0
     name = max(baselines, key=lambda k: baselines[k])
     return name, float(baselines[name])
-
-
-def corrected(acc: float, baseline: float) -> float:
-    """Baseline-corrected recall, ``max(0, (acc - b) / (1 - b))``: 0 at or below the baseline, 1 when perfect."""
-    if not math.isfinite(acc):
-        return float("nan")
-    if baseline >= 1.0:
-        return 0.0
-    return max(0.0, (acc - baseline) / (1.0 - baseline))
 
 
 def recall_metrics(scores: dict, sources=None) -> dict:
