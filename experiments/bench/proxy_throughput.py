@@ -93,6 +93,17 @@ def main(argv=None) -> int:
     from hlnas.score.recall_proxy import recall_model_config
 
     rows = []
+
+    def write(quiet: bool) -> None:  # after every row: a call cut off by its limit keeps the rows it measured
+        write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
+                      f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
+                      "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams / "
+                      "processes at the same N.",
+                      ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
+                       "wall s"],
+                      lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",
+                                 f"{100 * r['mfu']:.2f}%", r["ratio"], r["wall_s"]), rows, quiet=quiet)
+
     for spec in args.layouts.split(","):
         mixer, _, ratio = spec.partition(":")
         layout = (str(build_layout(mixer, ratio or None, args.layers)) if mixer.isalpha() and mixer.islower() else spec)
@@ -112,14 +123,8 @@ def main(argv=None) -> int:
                     row["ratio"] = round(sps / base, 3)
                 rows.append(row)
                 print(row, flush=True)
-    write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
-                  f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
-                  "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams / "
-                  "processes at the same N.",
-                  ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
-                   "wall s"],
-                  lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",
-                             f"{100 * r['mfu']:.2f}%", r["ratio"], r["wall_s"]), rows)
+                write(quiet=True)
+    write(quiet=False)
     return 0
 
 
