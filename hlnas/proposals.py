@@ -23,6 +23,7 @@ import dataclasses
 import math
 import os
 import random
+import shutil
 import signal
 import threading
 import time
@@ -52,7 +53,7 @@ COUNTABLE = 512
 # failures where the layout itself may be fine: the driver stopped (interrupted) or the worker died
 _REQUEUED_KINDS = ("interrupted", "worker_died")
 # failures worth another attempt: the process stopped under the trial, or a concurrent duplicate failed
-_RETRY = ("interrupted", "worker_died", "duplicate_failed", None)
+_RETRY = ("interrupted", "worker_died", "duplicate_failed", "paused", None)
 
 
 def layout_spec(space: SearchSpace, number: int, layout: str, *, placement: str | None = None, seed: int | None = None,
@@ -116,6 +117,17 @@ def tell_result(study: optuna.Study, metrics_names: Sequence[str], trial, result
         study.tell(trial, state=TrialState.FAIL)
     else:
         study.tell(trial, values)
+
+
+def _tell_paused(study: optuna.Study, trial, result: TrialResult) -> None:
+    """A trial paused by the search's time limit: FAIL (kind ``paused``, not a failure of its layout and not counted
+    against :data:`MAX_REQUEUES`), its parameters re-queued so that a resume trains it on from its kept state."""
+    steps = result.metrics.get("mqar_steps_done")
+    trial.set_user_attr("status", "paused")
+    trial.set_user_attr("error_kind", "paused")
+    trial.set_user_attr("error", f"out of time at recall step {steps}; its recall model is kept and a resume continues it")
+    study.tell(trial, state=TrialState.FAIL)
+    requeue(study, trial.params, trial.number)
 
 
 def stop_record(study: optuna.Study, params: dict, what: str, kind: str = "interrupted") -> tuple[str, str]:
@@ -388,7 +400,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                 objectives: Sequence[str] | None = None, out_root: str | None = None,
                 on_event: Callable[[str, dict], None] | None = None, time_limit: float | None = None,
                 retry_failed: bool = False, enqueue_grid: bool = False, interruptible: bool = False,
-                unique=_COUNT, stop: Callable[[], bool] | None = None, rung_root: str | None = None) -> None:
+                unique=_COUNT, stop: Callable[[], bool] | None = None, rung_root: str | None = None,
+                clock_start: float | None = None) -> None:
     """Ask, dedupe, submit and tell on ``study`` (its sampler already set) until ``n_trials`` distinct layouts of
     ``space`` are trained and COMPLETE; see the module docstring for the rules. Does not shut ``executor`` down.
 
@@ -408,7 +421,11 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     model to the first rung and pause, a free worker takes a promotion before a new trial, and the target counts
     layouts decided (COMPLETE at the top rung, or stopped at a lower one). ``rung_root``: where the paused recall
     models are kept (default ``OUT_ROOT/rungs`` or ``hlnas-rungs/``, in a folder of the study's own, stored as study
-    attr ``hlnas_rung_root``)."""
+    attr ``hlnas_rung_root``). ``clock_start``: the ``time.monotonic()`` the time limit counts from (default: now).
+
+    With ``time_limit``, trials in flight when it passes pause at their next recall check instead of finishing:
+    told FAIL as ``paused`` (no failure of the layout), re-queued, their recall models kept in the study's folder of
+    paused runs (:func:`paused_root`); a resume trains them on from there."""
     emit = on_event or (lambda kind, data: None)
     metrics_names = list(objectives) if objectives is not None else [o.metric for o in space.objectives]
     unique = countable(space) if unique is _COUNT else unique
@@ -417,7 +434,14 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     if enqueue_grid and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
         for params in space.grid():
             study.enqueue_trial(params)
-    t_start = time.monotonic()
+    t_start = time.monotonic() if clock_start is None else clock_start  # the time limit's clock
+    # with a time limit, trials in flight pause at their next recall check past it, keeping their recall model in
+    # the study's folder of paused runs; a resume re-runs them from there (and a resume without a limit too)
+    pause_by = None if time_limit is None else time.time() + time_limit - (time.monotonic() - t_start)
+    paused_dir = None
+    if space.rungs is None:  # the rung scheduler keeps its own paused models
+        root = paused_root(study, out_root=out_root, given=rung_root, create=time_limit is not None)
+        paused_dir = None if root is None else (lambda layout: os.path.join(root, "trials", layout))
     pending: dict[int, tuple[optuna.trial.Trial, str]] = {}  # trial number -> (trial, layout) being trained
     waiting: list[tuple[optuna.trial.Trial, str]] = []  # duplicates of a layout still training
     done_by_layout = _completed_by_layout(study)
@@ -588,6 +612,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     store_rung(trial.number, sched.start(trial.number))
                     submit_rung(trial.number)
                     continue
+                if paused_dir is not None:
+                    spec = dataclasses.replace(spec, state_dir=paused_dir(spec.layout), pause_by=pause_by)
                 pending[trial.number] = (trial, spec.layout)
                 emit("started", {"number": trial.number, "layout": spec.layout})  # before: inline submit() runs the trial
                 with stops.submitting():  # a signal now: this trial is pending, so it is re-queued
@@ -600,12 +626,19 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     if _rung_result(study, sched, trial, layout, result, emit):
                         continue  # paused at a rung (or its worker died after a rung: run again from there)
                     del open_trials[result.number]
+                if result.status == "paused":  # out of time: told FAIL and re-queued; a resume continues its model
+                    _tell_paused(study, trial, result)
+                    requeued = requeued_waiting(study)
+                    emit("paused", {"number": result.number, "layout": layout, "steps": result.metrics.get("mqar_steps_done")})
+                    continue
                 if result.error_kind == "worker_died":  # the layout may be fine: re-queued, within the bound
                     kind, error = stop_record(study, trial.params, result.error or "its worker died", "worker_died")
                     result = dataclasses.replace(result, error_kind=kind, error=error,
                                                  metrics={**result.metrics, "error_kind": kind, "error": error})
                 tell_result(study, metrics_names, trial, result)
                 frozen = study._storage.get_trial(trial._trial_id)
+                if paused_dir is not None:  # told: a state it paused with earlier is of no more use
+                    shutil.rmtree(paused_dir(layout), ignore_errors=True)
                 if frozen.state == TrialState.COMPLETE:
                     done_by_layout[layout] = frozen
                 elif frozen.user_attrs.get("error_kind") == "worker_died":

@@ -486,12 +486,11 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
                 raise calib.CalibrationFailed(calibration_failed_message(space, verdict, storage, study_name))
         if calibrate_only:
             return study
-        left = None if time_limit is None else time_limit - (time.monotonic() - t_start)  # calibration's time counts
-        if left is not None and left <= 0:
+        if time_limit is not None and time.monotonic() - t_start >= time_limit:  # the calibration's time counts
             emit("time_limit", {"seconds": time_limit, "trained": 0})
             return study
         search_loop(study, space, ex, n_trials=n_trials, seed=seed, out_root=out_root, on_event=emit,
-                    time_limit=left, retry_failed=retry_failed, enqueue_grid=sampler_name == "grid",
+                    time_limit=time_limit, clock_start=t_start, retry_failed=retry_failed, enqueue_grid=sampler_name == "grid",
                     interruptible=inline)
     finally:
         ex.shutdown()
