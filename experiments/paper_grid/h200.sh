@@ -37,11 +37,15 @@ if [ ! -d "$TRITON_CACHE_DIR" ] && ls .triton_cache/triton_cache.tgz.* >/dev/nul
   say "restored triton cache $(du -sh "$TRITON_CACHE_DIR" | cut -f1)"
 fi
 mkdir -p "$TRITON_CACHE_DIR"
-if [ ! -f /tmp/site/.hlnas ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/gpu/*.whl \
-    && touch /tmp/site/.hlnas || exit 1
-  say "installed $(ls .whl/gpu | wc -l) wheels"
-fi
+# every carried wheel folder, once per machine: .whl/gpu (fla, optuna), and for GatedDeltaNet's fla backward (fla
+# #640) .whl/a (z3-solver, apache-tvm-ffi, torch-c-dlpack-ext) in one call and .whl/b (tilelang) in the next,
+# back to back: together they pass one call's 64 MiB carry (experiments/device/README.md)
+for d in .whl/*/; do
+  w=$(basename "$d"); [ -f /tmp/site/.hlnas_$w ] && continue
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$d"*.whl \
+    && touch /tmp/site/.hlnas_$w || exit 1
+  say "installed $(ls "$d" | wc -l) wheels of .whl/$w"
+done
 [ -f $STATE/h200.db ] || { [ -f .gpu_state/h200.db ] && cp .gpu_state/h200.db $STATE/ && chmod u+w $STATE/h200.db && say "restored study database"; }
 export PYTHONPATH=/tmp/site:$PWD
 [ -f $STATE/torch_ops ] && export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops)
