@@ -121,7 +121,7 @@ class SearchProgress:
                 self.write(f"  control {data['key']:<28} {data['status']:<9} {data['layout']}  {data.get('error_kind')}: "
                            f"{(data.get('error') or '').strip().splitlines()[0] if data.get('error') else ''}")
         elif kind == "calibration_run_paused":
-            self.write(f"  control {data['key']:<28} paused    at step {data.get('steps')} (out of time; continued next call)")
+            self.write(f"  control {data['key']:<28} paused    at step {data.get('steps')} (out of time; the next run of the study continues it)")
         elif kind == "calibration_paused":
             self.write(f"calibration: out of time with {data['done']} of {data['total']} runs stored, {data['paused']} "
                        "paused; run the same command again to continue")

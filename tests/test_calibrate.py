@@ -342,11 +342,15 @@ def test_a_calibration_out_of_time_pauses_its_runs_and_the_next_call_continues_t
     run, calls = fake_trial({})
     continued = []
 
-    def slow(spec):  # a run takes 0.3 s; past its pause_by it pauses, keeping a state file
+    started = []
+
+    def slow(spec):  # the second run trains past its pause_by and pauses there, keeping a state file
         assert spec.state_dir is not None  # every run can be continued where it stopped
+        started.append(spec.number)
         if os.path.exists(os.path.join(spec.state_dir, "state")):
             continued.append(spec.number)
-        time.sleep(0.3)
+        if len(started) == 2 and spec.pause_by is not None:
+            time.sleep(max(0.0, spec.pause_by - time.time()) + 0.05)
         if spec.pause_by is not None and time.time() >= spec.pause_by:
             os.makedirs(spec.state_dir, exist_ok=True)
             open(os.path.join(spec.state_dir, "state"), "w").close()
@@ -359,9 +363,9 @@ def test_a_calibration_out_of_time_pauses_its_runs_and_the_next_call_continues_t
     space_file.write_text(yaml.safe_dump(raw_space()))
     url = f"sqlite:///{tmp_path}/c.db"
     cmd = ["calibrate", str(space_file), "--storage", url, "--workers", "1"]
-    assert main(cmd + ["--timeout", "0.45"]) == 3
+    assert main(cmd + ["--timeout", "3"]) == 3
     out = capsys.readouterr()
-    assert "paused    at step 7" in out.err and "continue with: hlnas calibrate" in out.err
+    assert "paused    at step 7" in out.err and "continue with: hlnas calibrate" in out.err, out.err
     study = optuna.load_study(study_name="cal", storage=url)
     cal = study.user_attrs["hlnas_calibration"]
     assert cal["status"] == "running" and len(cal["runs"]) == 1  # the second run paused, none started after it

@@ -40,19 +40,21 @@ def run_all(ex: ProcessExecutor, specs: list[TrialSpec]) -> dict:
     return out
 
 
+def alone_and_shared(specs: list[TrialSpec], runs_per_worker: int) -> tuple[dict, dict]:
+    """The results of ``specs`` run one at a time in one worker, and ``runs_per_worker`` at a time in one worker."""
+    out = []
+    for ex in (ProcessExecutor(1), ProcessExecutor(1, runs_per_worker=runs_per_worker)):
+        try:
+            assert ex.capacity == ex.runs_per_worker  # one worker: its runs at once
+            out.append(run_all(ex, specs))
+        finally:
+            ex.shutdown()
+    return out[0], out[1]
+
+
 def test_runs_sharing_a_worker_get_the_results_they_get_alone():
     specs = [recall_spec(0, "AGAG", seed=0), recall_spec(1, "AGAG", seed=1), recall_spec(2, "GGAA", seed=0)]
-    alone = ProcessExecutor(1)
-    try:
-        solo = run_all(alone, specs)
-    finally:
-        alone.shutdown()
-    shared = ProcessExecutor(1, runs_per_worker=2)
-    try:
-        assert shared.capacity == 2
-        together = run_all(shared, specs)
-    finally:
-        shared.shutdown()
+    solo, together = alone_and_shared(specs, runs_per_worker=2)
     for n in solo:
         assert together[n].ok and solo[n].ok, together[n].error
         a, b = solo[n].metrics, together[n].metrics
@@ -98,17 +100,7 @@ def test_runs_sharing_a_gpu_worker_each_capture_their_graph_and_match_their_run_
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    specs = [recall_spec(n, "AAAA", seed=n, steps=60) for n in range(4)]
-    alone = ProcessExecutor(1)
-    try:
-        solo = run_all(alone, specs)
-    finally:
-        alone.shutdown()
-    shared = ProcessExecutor(1, runs_per_worker=4)
-    try:
-        together = run_all(shared, specs)
-    finally:
-        shared.shutdown()
+    solo, together = alone_and_shared([recall_spec(n, "AAAA", seed=n, steps=60) for n in range(4)], runs_per_worker=4)
     for n in solo:
         assert together[n].ok, together[n].error
         assert together[n].metrics["mqar"]["mode"] == "graph" == solo[n].metrics["mqar"]["mode"]
