@@ -147,14 +147,23 @@ def front_table(rows: list[dict], calibration: dict | None) -> str:
                                                                if base is not None else "") + ":",
              f"  {'#':>4}  {'layout':<26} {'ratio':<11} {'recall':>7} {'raw':>7} {'no-rec.':>7} {'KV cache':>12} "
              f"{'val_loss':>9} {'params':>12}"]
+    # the graded measure, where the study optimises it (recall_auc): the front is non-dominated in it, not in recall
+    auc = any(r.get("recall_auc") is not None for r in rows)
+    if auc:
+        lines[0] = lines[0][:-1] + "; recall_auc, the study's objective, the baseline-corrected area under its validation curve:"
+        lines[1] += f" {'recall_auc':>10}"
     for r in rows:
         kv = bytes_text(r["kv_cache_bytes"] or 0)
         lines.append(f"  {r['number']:>4}  {r['layout']:<26} {r['ratio']:<11} {format_value(r['recall']):>7} "
                      f"{format_value(r.get('recall_raw')):>7} {format_value(r.get('recall_baseline')):>7} {kv:>12} "
-                     f"{format_value(r['val_loss']):>9} {r['params'] or 0:>12,}")
+                     f"{format_value(r['val_loss']):>9} {r['params'] or 0:>12,}"
+                     + (f" {format_value(r.get('recall_auc')):>10}" if auc else ""))
     status = (calibration or {}).get("status")
     if status in ("skipped", "disabled", None):
         lines.append(f"  (calibration {status or 'not run'}: these recall numbers were not validated by the protocol's controls)")
+    elif status in ("running", "invalid"):
+        lines.append(f"  (calibration {status}: these recall numbers are not validated by the protocol's controls"
+                     + (" yet)" if status == "running" else ")"))
     return "\n".join(lines)
 
 
@@ -168,6 +177,8 @@ def status_text(summary: dict) -> str:
         from hlnas.calibrate import format_table
 
         lines.append("calibration:\n" + format_table(cal["verdict"]))
+    elif cal.get("status") == "running":  # a calibration split over several runs of the study
+        lines.append(f"calibration: running, {len(cal.get('runs') or {})} runs stored (the next run of the study continues it)")
     elif cal:
         lines.append(f"calibration: {cal.get('status')}")
     lines.append(front_table(summary["front"], summary["calibration"]))

@@ -264,6 +264,7 @@ def front_rows(study: optuna.Study) -> list[dict]:
         rows.append({"number": t.number, "layout": a.get("layout"), "ratio": a.get("ratio"),
                      **{o["name"]: v for o, v in zip(objs, t.values)},
                      "recall": a.get("recall"), "recall_raw": a.get("recall_raw"), "recall_baseline": a.get("recall_baseline"),
+                     **({"recall_auc": a["recall_auc"]} if "recall_auc" in {o["metric"] for o in objs} else {}),
                      "recall_baseline_name": a.get("recall_baseline_name"),
                      "kv_cache_bytes": a.get("kv_cache_bytes"), "val_loss": a.get("val_loss"),
                      "params": a.get("params")})

@@ -52,13 +52,29 @@ def test_front_table_lines_up_every_column_and_names_the_baseline():
 @pytest.mark.parametrize("calibration, note", [
     (None, "(calibration not run: "), ({}, "(calibration not run: "), ({"status": "skipped"}, "(calibration skipped: "),
     ({"status": "disabled"}, "(calibration disabled: "), ({"status": "valid"}, None), ({"status": "not needed"}, None),
+    ({"status": "running"}, "(calibration running: "), ({"status": "invalid"}, "(calibration invalid: "),
 ])
 def test_front_table_says_when_the_recall_numbers_were_not_validated(calibration, note):
     last = front_table([row(0, "GGGA", 1024)], calibration).split("\n")[-1]
     if note is None:
         assert "calibration" not in last
     else:
-        assert last.startswith("  " + note) and last.endswith("were not validated by the protocol's controls)")
+        assert last.startswith("  " + note) and "validated by the protocol's controls" in last
+
+
+def test_front_table_shows_the_graded_measure_where_the_study_optimises_it():
+    lines = front_table([row(0, "GGGA", 1024, recall_auc=0.8631), row(1, "GGGG", 0, recall_auc=None)],
+                        {"status": "valid"}).split("\n")
+    assert lines[1].endswith("; recall_auc, the study's objective, the baseline-corrected area under its validation curve:")
+    assert lines[2].endswith("recall_auc")
+    assert lines[3].endswith("     0.863") and lines[4].endswith("         -") and len({len(l) for l in lines[2:]}) == 1
+    assert "recall_auc" not in front_table([row(0, "GGGA", 1024)], {"status": "valid"})
+
+
+def test_status_text_says_how_far_a_running_calibration_got():
+    summary = {"study": "st", "trials": {"complete": 6}, "objectives": [],
+               "calibration": {"status": "running", "runs": {f"k{i}": {} for i in range(6)}}, "front": []}
+    assert "calibration: running, 6 runs stored (the next run of the study continues it)" in status_text(summary)
 
 
 def test_front_table_without_rows_and_without_a_baseline():
