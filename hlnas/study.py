@@ -265,8 +265,9 @@ def run_search(
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
-    and do not count. After ``time_limit`` seconds no new trial starts; those running finish and are
-    stored, and a later ``resume`` continues (a run split over several machine leases). Layouts that failed
+    and do not count. After ``time_limit`` seconds (counted from the start, the calibration included) no new trial
+    or calibration run starts, and those running pause at their next recall check, their recall models kept; a
+    later ``resume`` continues them (a run split over several machine leases). Layouts that failed
     (NaN, a crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is
     queued once more (infeasible ones, which broke a constraint, stay out).
 
