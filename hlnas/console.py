@@ -212,7 +212,7 @@ def layout_card(layout, preset: str, cost) -> str:
 
 
 def bench_run_line(run, elapsed_s: float) -> str:
-    """One finished run of ``hlnas bench-samplers`` (a :class:`hlnas.tabular.RunResult`)."""
+    """One finished run of ``hlnas bench-samplers`` (a :class:`hlnas.tabular.SamplerRun`)."""
     return (f"  {run.sampler:<10} seed {run.seed}: {len(run.hv)} evaluated ({run.asked} asked), "
             f"100% after {run.evals_to(1.0) or 'never'}  [{elapsed_s:.1f}s]")
 

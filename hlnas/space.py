@@ -32,7 +32,7 @@ from hlnas.config import PRESETS, ModelConfig
 from hlnas.errors import ConfigError, LayoutError, did_you_mean
 from hlnas.layout import PLACEMENTS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
 from hlnas.samplers import SAMPLERS
-from hlnas.settings import (CONSTRAINTS, DEFAULT_OBJECTIVES, METRICS, RAW_RECALL_METRICS, RECALL_SOURCES,
+from hlnas.settings import (CONSTRAINTS, DEFAULT_OBJECTIVES, OBJECTIVE_DIRECTIONS, RAW_RECALL_METRICS, RECALL_SOURCES,
                             Objective, SettingsChecker, SpaceError)
 
 if TYPE_CHECKING:  # the config modules pull in torch; the validator imports them when it first runs
@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the config modules pull in torch; the validator imports the
     from hlnas.score.objectives import ScoreConfig
     from hlnas.train import TrainConfig
 
-__all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CONSTRAINTS", "load_space",
+__all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "OBJECTIVE_DIRECTIONS", "CONSTRAINTS", "load_space",
            "space_from_dict", "builtin_spaces", "RAW_RECALL_METRICS", "RECALL_SOURCES"]
 
 TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "layers", "hetero", "scale",

@@ -32,17 +32,17 @@ from hlnas.proposals import (MAX_REQUEUES, StopSignals, layout_spec, constraint_
                              paused_root, recover, search_loop)
 from hlnas.samplers import make_sampler
 from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
-from hlnas.storage import open_storage as _open_storage
+from hlnas.storage import open_storage
 from hlnas.space import SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, layout_metrics
 import hlnas.calibrate as calib
 
-__all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_storage", "run_search", "calibrate_study",
+__all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_or_create_storage", "run_search", "calibrate_study",
            "load_hlnas_study", "study_summary", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
-def open_storage(url: str):
+def open_or_create_storage(url: str):
     """The search's storage: like :func:`hlnas.storage.open_storage`, but a new SQLite/journal file may be created."""
-    return _open_storage(url, create=True)
+    return open_storage(url, create=True)
 
 
 #: the study objectives that measure recall (the corrected final score and the graded learning AUC)
@@ -288,7 +288,7 @@ def run_search(
         raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
     if calibrate and space is not None:
         _check_calibrate(space)
-    store = open_storage(storage)
+    store = open_or_create_storage(storage)
     existed = study_name in study_names(store)
     study, space = _create_or_load(space, store, study_name, resume, skip_calibration)
     if calibrate:
@@ -318,7 +318,7 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
         raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
     executor, workers = choose_executor(executor, workers, runs_per_worker=runs_per_worker)
     _check_runs_per_worker(runs_per_worker, executor)  # before the storage is opened: a bad option writes nothing
-    exists = study_name in study_names(open_storage(storage))
+    exists = study_name in study_names(open_or_create_storage(storage))
     try:
         study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
                            resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True,
@@ -366,7 +366,7 @@ def resumable(storage: str, name: str) -> bool | None:
     space (a study interrupted before that is replaced by the next new search). False when the storage or the study
     does not exist, None when the storage cannot be read (unknown)."""
     try:
-        store = _open_storage(storage)
+        store = open_storage(storage)
     except StorageError:
         if storage.split("://", 1)[0].split("+", 1)[0].lower() in ("sqlite", "journal"):
             return False  # no such file: nothing was written

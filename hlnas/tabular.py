@@ -58,13 +58,14 @@ from hlnas.catalog import canonical
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
 from hlnas.executors import InlineExecutor
 from hlnas.layout import PLACEMENTS, TRANSFORMER, Layout, build_layout
-from hlnas.pareto import METRIC_DIRECTIONS, dominates, hypervolume
+from hlnas import metrics as metric_table
+from hlnas.pareto import dominates, hypervolume
 from hlnas.proposals import search_loop
 from hlnas.samplers import SAMPLERS, make_sampler
-from hlnas.space import EXPLICIT, METRICS, SearchSpace, space_from_dict
+from hlnas.space import EXPLICIT, SearchSpace, space_from_dict
 from hlnas.trial import TrialResult, TrialSpec
 
-__all__ = ["TabularBenchmark", "RunResult", "LookupExecutor", "run_sampler", "sampler_label", "DEFAULT_SAMPLERS", "MISSING",
+__all__ = ["TabularBenchmark", "SamplerRun", "LookupExecutor", "run_sampler", "sampler_label", "DEFAULT_SAMPLERS", "MISSING",
            "SCALES"]  # fmt: skip
 
 DEFAULT_SAMPLERS = SAMPLERS
@@ -75,15 +76,6 @@ REFERENCE = 1.1  # in scaled objectives: 10% beyond the table's worst value
 _DIRECTION_WORDS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
 
 
-def _direction(metric: str) -> str | None:
-    if metric in METRIC_DIRECTIONS:
-        return METRIC_DIRECTIONS[metric]
-    if metric in METRICS:
-        return METRICS[metric]
-    if metric.startswith(("ruler", "mqar", "kv_cache_bytes")):
-        return "minimize" if metric.startswith("kv_") else "maximize"
-    return None
-
 
 def _parse_objective(spec: str) -> tuple[str, str]:
     """``"recall"`` or ``"val_loss:min"`` -> (column, direction)."""
@@ -92,7 +84,7 @@ def _parse_objective(spec: str) -> tuple[str, str]:
         if word.lower() not in _DIRECTION_WORDS:
             raise ConfigError(f"objective {spec!r}: direction '{word}' is not allowed; allowed: max, min, maximize, minimize")
         return name, _DIRECTION_WORDS[word.lower()]
-    d = _direction(name)
+    d = metric_table.direction_of(name)
     if d is None:
         raise ConfigError(f"objective '{name}' has no known direction; write it as '{name}:max' or '{name}:min'")
     return name, d
@@ -502,7 +494,7 @@ def _make_sampler(spec, seed: int, n_objectives: int) -> tuple[optuna.samplers.B
 
 
 @dataclass(frozen=True)
-class RunResult:
+class SamplerRun:
     """One sampler run. ``hv[i]`` is the hypervolume (fraction of the table's maximum) after ``i + 1`` evaluations."""
 
     sampler: str
@@ -551,7 +543,7 @@ class LookupExecutor(InlineExecutor):
 
 
 def run_sampler(bench: TabularBenchmark, sampler="nsga2", n_evals: int | None = None, seed: int = 0,
-                *, label: str | None = None) -> RunResult:
+                *, label: str | None = None) -> SamplerRun:
     """Run the search loop on an in-memory optuna study over ``bench``'s space, with a :class:`LookupExecutor`, for
     ``n_evals`` distinct evaluations (default: every candidate) and return the hypervolume after each; see the module
     docstring for the rules."""
@@ -590,7 +582,7 @@ def run_sampler(bench: TabularBenchmark, sampler="nsga2", n_evals: int | None = 
         search_loop(study, bench.space, LookupExecutor(bench), n_trials=n_evals, seed=seed, objectives=bench.objectives,
                     on_event=record, enqueue_grid=grid, unique=bench.n_candidates, stop=lambda: len(evaluated) >= n_evals)
     asked = sum(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
-    return RunResult(sampler=label or sampler_label(sampler), seed=seed, hv=tuple(hv), layouts=tuple(evaluated), asked=asked,
+    return SamplerRun(sampler=label or sampler_label(sampler), seed=seed, hv=tuple(hv), layouts=tuple(evaluated), asked=asked,
                      repeats=counts["repeats"], infeasible=counts["infeasible"], exhausted=len(tried) >= bench.n_candidates)
 
 

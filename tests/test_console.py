@@ -218,12 +218,12 @@ def test_search_loop_reports_what_was_trained_before_it_started(tmp_path):
 
 
 def test_bench_lines():
-    from hlnas.tabular import RunResult
+    from hlnas.tabular import SamplerRun
 
-    run = RunResult(sampler="random", seed=1, hv=(0.5, 1.0), layouts=("GGGA", "GAGA"), asked=3, repeats=1, infeasible=0,
+    run = SamplerRun(sampler="random", seed=1, hv=(0.5, 1.0), layouts=("GGGA", "GAGA"), asked=3, repeats=1, infeasible=0,
                     exhausted=True)
     assert bench_run_line(run, 1.234) == "  random     seed 1: 2 evaluated (3 asked), 100% after 2  [1.2s]"
-    never = RunResult(sampler="grid", seed=0, hv=(0.5,), layouts=("GGGA",), asked=1, repeats=0, infeasible=0, exhausted=False)
+    never = SamplerRun(sampler="grid", seed=0, hv=(0.5,), layouts=("GGGA",), asked=1, repeats=0, infeasible=0, exhausted=False)
     assert bench_run_line(never, 0.0).endswith("100% after never  [0.0s]")
 
     class Comparison:

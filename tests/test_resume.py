@@ -150,7 +150,7 @@ def test_an_interrupt_names_a_study_to_resume_only_when_it_is_stored(where, tmp_
     url = f"sqlite:///{tmp_path}/c.db"
     argv = ["search", "--space", str(space_file), "--storage", url, "--study", "c", "--trials", "1", "--workers", "1",
             "--no-progress"]
-    target = {"storage_opened": (hlnas.study, "open_storage"), "creating": (optuna, "create_study"),
+    target = {"storage_opened": (hlnas.study, "open_or_create_storage"), "creating": (optuna, "create_study"),
               "executor_starting": (hlnas.study, "_executor"), "searching": (hlnas.study, "search_loop")}[where]
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own Ctrl-C, whatever runs the tests
     try:

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 import hlnas.train
 from hlnas.errors import HlnasError
 from hlnas.space import space_from_dict
-from hlnas.study import StorageError, front_rows, load_hlnas_study, open_storage, run_search
+from hlnas.study import StorageError, front_rows, load_hlnas_study, open_or_create_storage, run_search
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -170,7 +170,7 @@ def test_a_sqlite_write_waits_out_another_connections_lock(tmp_path, monkeypatch
 def test_wrong_storage_url_is_a_clear_storage_error(url, needle, tmp_path):
     url = url.replace("{tmp}", str(tmp_path))
     with pytest.raises(StorageError) as e:
-        open_storage(url)
+        open_or_create_storage(url)
     assert needle in str(e.value) and isinstance(e.value, HlnasError)
     with pytest.raises(StorageError):
         run_search(tiny_space(), storage=url, study_name="x", n_trials=1)

@@ -167,7 +167,7 @@ def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, 
 
 
 def mixed_test_instances(trained_on, cfg: ScoreConfig, eos_id: int):
-    """``(MQARConfig, inputs, labels)`` per test length of the ``mqar_mixed`` objective: held-out instances of
+    """``(MqarTask, inputs, labels)`` per test length of the ``mqar_mixed`` objective: held-out instances of
     the trained format at each of ``cfg.mqar_mixed.scales`` x the training length, in document form, each right
     after a document separator as in training: ``cfg.mqar.test`` of them, ``cfg.mqar.test_seed``'s whatever the
     training seed."""
@@ -196,7 +196,7 @@ def mixed_baselines(trained_on, cfg: ScoreConfig, eos_id: int) -> dict:
 
 
 def mqar_mixed_objective(model: HybridLM, trained_on, cfg: ScoreConfig, eos_id: int, *, seed: int = 0, device=None) -> dict:
-    """Score a candidate trained with MQAR instances mixed in (``trained_on``: their MQARConfig) on
+    """Score a candidate trained with MQAR instances mixed in (``trained_on``: their MqarTask) on
     :func:`mixed_test_instances`, beside the no-recall baselines of the same instances."""
     from hlnas.score.baselines import mqar_baselines, strongest
     from hlnas.score.mqar import mqar_accuracy
@@ -222,7 +222,7 @@ class ScoreContext:
     autocast: torch.dtype | None
     seed: int
     val_batches: list | None
-    mixed_mqar: object | None  # the MQARConfig of the instances mixed into training
+    mixed_mqar: object | None  # the MqarTask of the instances mixed into training
 
 
 def _val_loss(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
@@ -353,7 +353,7 @@ def score(
     mixed_mqar=None,
 ) -> dict:
     """Run the configured objectives on a trained ``model``. ``progress(name)`` is told each objective.
-    ``mixed_mqar``: the MQARConfig of the instances mixed into training (``mqar_mixed`` needs it)."""
+    ``mixed_mqar``: the MqarTask of the instances mixed into training (``mqar_mixed`` needs it)."""
     device = device or next(model.parameters()).device
     ctx = ScoreContext(tokenizer, device, torch.bfloat16 if torch.device(device).type == "cuda" else None, seed,
                        val_batches, mixed_mqar)

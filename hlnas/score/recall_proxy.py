@@ -39,7 +39,7 @@ from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
-from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
+from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
 
 if TYPE_CHECKING:
     from hlnas.score.objectives import MqarConfig
@@ -115,7 +115,7 @@ def steps_to_target(curve, target: float | None) -> int | None:
     return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
-def _batches(mcfg: MQARConfig, batch: int, seed: int, start: int = 0):
+def _batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0):
     block, skip = divmod(start, _BLOCK_STEPS)
     while True:
         x, y = make_mqar(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
@@ -147,7 +147,7 @@ def _load_state(path: str, model, opt) -> dict:
     return saved
 
 
-def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConfig, lr: float, seed: int, device, val,
+def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig, lr: float, seed: int, device, val,
               state: str | None = None, stop_at: int | None = None, until: float | None = None) -> dict:
     from hlnas.graphs import WARMUP_STEPS, make_optimizer, make_step, set_lr
     from hlnas.train import cosine_lr
@@ -218,7 +218,7 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     same test instances), ``mqar_baseline`` (the strongest), and ``mqar`` (settings, per-rate curves)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     vocab = cfg.vocab
-    mcfg = MQARConfig(vocab_size=vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    mcfg = MqarTask(vocab_size=vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
     rcfg = recall_model_config(model_cfg, dict(cfg.model), vocab)
     xt, yt = make_mqar(mcfg, cfg.test, cfg.test_seed, split="test")
     val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
