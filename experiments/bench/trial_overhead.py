@@ -8,7 +8,7 @@ and in a cold process on the Triton cache on disk.
 A trial is what a search worker runs: ``hlnas.trial.run_trial`` on the space's spec of a layout
 (``hlnas.proposals.layout_spec``). ``--kinds``: ``lm`` is a whole trial, whose first step is its LM's (``hlnas.train``);
 ``recall`` is a recall-only run (calibration's extra seeds), whose first step is its fresh MQAR model's. The benchmark
-wraps ``hlnas.graphs.make_step`` (and the trainer's name for it) so the first call of the step it returns waits for
+wraps ``hlnas.training.step.make_step`` (and the trainer's name for it) so the first call of the step it returns waits for
 the device, records the time and stops the trial there (nothing after the first step runs). Per row: seconds from
 ``run_trial`` to ``make_step`` (model build, optimizer, data), inside ``make_step`` (graph warm-up and capture), and to
 the end of the first step (``first_step_s``, what the issue asks < 5 s of a warm worker), plus the first optimizer step
@@ -64,10 +64,10 @@ def first_step_probe(marks: dict):
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    import hlnas.graphs
+    import hlnas.training.step
     import hlnas.train
 
-    orig = hlnas.graphs.make_step
+    orig = hlnas.training.step.make_step
 
     def make_step(*a, **k):
         marks.setdefault("make_step_in", time.perf_counter())
@@ -90,11 +90,11 @@ def first_step_probe(marks: dict):
             marks["first_opt_step"] = time.perf_counter()
 
     handle = register_optimizer_step_post_hook(on_opt_step)
-    hlnas.graphs.make_step = hlnas.train.make_step = make_step
+    hlnas.training.step.make_step = hlnas.train.make_step = make_step
     try:
         yield
     finally:
-        hlnas.graphs.make_step = hlnas.train.make_step = orig
+        hlnas.training.step.make_step = hlnas.train.make_step = orig
         handle.remove()
 
 

@@ -7,7 +7,7 @@ import torch
 
 from hlnas.config import ModelConfig, preset
 from hlnas.errors import ConfigError
-from hlnas.graphs import make_optimizer, make_step
+from hlnas.training.step import make_optimizer, make_step
 from hlnas.layout import Layout
 from hlnas.score.objectives import MqarConfig, ScoreConfig
 from hlnas.score.recall_proxy import recall_model_config, train_mqar
