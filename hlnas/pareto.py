@@ -281,10 +281,9 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
                 hv += (ref[0] - x) * (best_y - y)
                 best_y = y
         return hv
-    import numpy as np
-    from optuna._hypervolume import compute_hypervolume  # private but stable since optuna 3; exact WFG
+    from hlnas.search.optuna_adapter import hypervolume as wfg  # exact WFG
 
-    return float(compute_hypervolume(np.asarray(pts), np.asarray(ref)))
+    return wfg(pts, ref)
 
 
 def hypervolume_history(

@@ -32,6 +32,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hlnas.layout import Layout
+from hlnas.search import optuna_adapter
 from hlnas.rungs import RUNG_ATTR, RungScheduler
 from hlnas.space import CONSTRAINTS, SearchSpace
 from hlnas.trial import TrialResult, TrialSpec, layout_metrics
@@ -151,12 +152,9 @@ def _ask(study: optuna.Study, dists: dict, requeued: list) -> optuna.trial.Trial
     """``study.ask(dists)``, but a re-queued trial of ``requeued`` is taken before any other WAITING one (optuna
     pops the oldest, which may be a grid or fallback candidate enqueued before the crash)."""
     for t in requeued:
-        try:
-            if not study._storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
-                continue  # taken by another process
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue
-        trial = optuna.trial.Trial(study, t._trial_id)
+        trial = optuna_adapter.claim_waiting(study, t)
+        if trial is None:
+            continue  # taken by another process, or finished
         for name, dist in dists.items():  # its fixed params, as ask(fixed_distributions) would suggest them
             trial.suggest_categorical(name, dist.choices)
         return trial
@@ -172,15 +170,12 @@ def rung_kept(t) -> bool:
 def recover(study: optuna.Study) -> int:
     """Fail trials a dead driver left RUNNING and re-queue their parameters (within :data:`MAX_REQUEUES`); rung
     trials that reached a rung are kept (:func:`rung_kept`)."""
-    storage = study._storage
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if rung_kept(t):
             continue
         kind, error = stop_record(study, t.params, "the search process stopped while this trial ran")
-        storage.set_trial_user_attr(t._trial_id, "error", error)
-        storage.set_trial_user_attr(t._trial_id, "error_kind", kind)
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        optuna_adapter.fail_stored(study, t, {"error": error, "error_kind": kind})
         if kind != "requeue_limit":
             requeue(study, t.params, t.number)
         n += 1
@@ -445,7 +440,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
         sched = _rung_scheduler(study, space, metrics_names, out_root, rung_root)
         for t in study.get_trials(deepcopy=False):
             if t.number in sched.records and t.state == TrialState.RUNNING:
-                open_trials[t.number] = (optuna.trial.Trial(study, t._trial_id), t.user_attrs.get("layout"))
+                open_trials[t.number] = (optuna_adapter.trial_of(study, t), t.user_attrs.get("layout"))
             elif t.state == TrialState.PRUNED and "layout" in t.user_attrs and "reused_from" not in t.user_attrs:
                 stopped_by_layout.setdefault(t.user_attrs["layout"], t)
     emit("trained", {"n": len(done_by_layout) + len(stopped_by_layout), "of": n_trials})  # already stored
@@ -489,7 +484,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
             trial.set_user_attr("status", "stopped")
             trial.set_user_attr("stopped_at_steps", rec["ladder"][rec["at"]])
             study.tell(trial, state=TrialState.PRUNED)
-            stopped_by_layout[layout] = study._storage.get_trial(trial._trial_id)
+            stopped_by_layout[layout] = optuna_adapter.frozen_of(study, trial)
             emit("stopped", {"number": number, "layout": layout, "rung": rec["at"], "steps": rec["ladder"][rec["at"]]})
         keep = []
         for trial, layout in waiting:  # duplicates of a stopped layout: stopped too
@@ -580,7 +575,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     trial.set_user_attr("error_kind", "constraint")
                     trial.set_user_attr("error", f"violates {bad}; not trained")
                     study.tell(trial, state=TrialState.FAIL)
-                    dead[spec.layout] = study._storage.get_trial(trial._trial_id)
+                    dead[spec.layout] = optuna_adapter.frozen_of(study, trial)
                     emit("infeasible", {"number": trial.number, "layout": spec.layout, "error": bad})
                     continue
                 if sched is not None:  # a new trial starts at the first rung
@@ -605,7 +600,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                     result = dataclasses.replace(result, error_kind=kind, error=error,
                                                  metrics={**result.metrics, "error_kind": kind, "error": error})
                 tell_result(study, metrics_names, trial, result)
-                frozen = study._storage.get_trial(trial._trial_id)
+                frozen = optuna_adapter.frozen_of(study, trial)
                 if frozen.state == TrialState.COMPLETE:
                     done_by_layout[layout] = frozen
                 elif frozen.user_attrs.get("error_kind") == "worker_died":

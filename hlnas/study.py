@@ -31,6 +31,7 @@ from hlnas.lease import DriverLease
 from hlnas.proposals import (MAX_REQUEUES, StopSignals, layout_spec, constraint_values, front_rows, objective_values,
                              paused_root, recover, search_loop)
 from hlnas.samplers import make_sampler
+from hlnas.search import optuna_adapter
 from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
 from hlnas.storage import open_storage
 from hlnas.space import SearchSpace, space_from_dict
@@ -458,7 +459,7 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
                        runs_per_worker=runs_per_worker)
     except BaseException:
         if fresh and not study.get_trials(deepcopy=False):  # created just now for nothing: leave no empty study
-            optuna.delete_study(study_name=study_name, storage=study._storage)
+            optuna.delete_study(study_name=study_name, storage=optuna_adapter.storage_of(study))
         raise
     inline = isinstance(ex, InlineExecutor)  # its submit() runs the trial here: a signal must raise at once
     try:
