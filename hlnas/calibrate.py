@@ -23,8 +23,8 @@ A recall number that fails these says nothing about recall: ``hlnas search`` ref
 invalid protocol (:class:`CalibrationFailed` names the failed control, by how much, and which settings to
 change). The verdict is stored with the study; seed-0 runs of layouts in the space become its trials.
 
-This module plans and judges; running the plan is the study loop's (``hlnas.study``), through the same
-executor as the trials. A run is a :class:`~hlnas.trial.TrialSpec` with a negative number.
+This module plans and judges; running the plan is the study loop's (``hlnas.search.study``), through the same
+executor as the trials. A run is a :class:`~hlnas.search.trial.TrialSpec` with a negative number.
 """
 
 from __future__ import annotations

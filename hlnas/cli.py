@@ -221,7 +221,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     from hlnas.console import SearchProgress, front_table
     from hlnas.space import load_space
-    from hlnas.study import DEFAULT_STORAGE, choose_executor, front_rows, resumable, run_search, trial_target
+    from hlnas.search.study import DEFAULT_STORAGE, choose_executor, front_rows, resumable, run_search, trial_target
 
     storage = args.storage or DEFAULT_STORAGE
     space = None
@@ -273,7 +273,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
-    """Where runs happen: the options search and calibrate share (resolved by hlnas.study.choose_executor)."""
+    """Where runs happen: the options search and calibrate share (resolved by hlnas.search.study.choose_executor)."""
     p.add_argument("--workers", type=int, default=None,
                    help=f"{what} at once (worker processes or Ray actors); default: 2 worker processes on a CPU-only "
                         "machine with 2+ cores (the small default candidates use one core each), else 1")
@@ -317,7 +317,7 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from hlnas.console import SearchProgress
     from hlnas.space import load_space
-    from hlnas.study import DEFAULT_STORAGE, calibrate_study
+    from hlnas.search.study import DEFAULT_STORAGE, calibrate_study
 
     space = load_space(args.space)
     if args.set:
@@ -358,7 +358,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from hlnas.console import status_text
-    from hlnas.study import DEFAULT_STORAGE, load_hlnas_study, study_summary
+    from hlnas.search.study import DEFAULT_STORAGE, load_hlnas_study, study_summary
 
     summary = study_summary(load_hlnas_study(args.storage or DEFAULT_STORAGE, args.study))
     print(json.dumps(summary, indent=1, default=str) if args.json else status_text(summary))
@@ -380,7 +380,7 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from hlnas.dashboard import serve
-    from hlnas.study import DEFAULT_STORAGE
+    from hlnas.search.study import DEFAULT_STORAGE
 
     serve(args.storage or DEFAULT_STORAGE, host=args.host, port=args.port, refresh_s=args.refresh, study_name=args.study)
     return 0
@@ -399,7 +399,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from hlnas.report import write_report
-    from hlnas.study import DEFAULT_STORAGE
+    from hlnas.search.study import DEFAULT_STORAGE
 
     paths = write_report(args.storage or DEFAULT_STORAGE, args.study, args.out, png=not args.no_png)
     for p in paths:
@@ -508,7 +508,7 @@ def _bench_replay(args: argparse.Namespace) -> int:
     from hlnas.errors import did_you_mean
     from hlnas.mftabular import CurveBenchmark, compare_mf, default_rungs, write_mf_outputs
     from hlnas.samplers import SAMPLERS
-    from hlnas.study import DEFAULT_STORAGE, load_hlnas_study
+    from hlnas.search.study import DEFAULT_STORAGE, load_hlnas_study
 
     if args.table or args.space or args.objectives != "recall,kv_cache_bytes" or args.png:
         raise HlnasError("--space, --objectives and --png apply to --table/--paper; a --study replay is recall vs "

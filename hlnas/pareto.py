@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import optuna
 
 import hlnas.metrics as metric_table
-from hlnas.storage import ALLOWED_SCHEMES, StorageError, UnknownStudyError, load_study, open_storage  # noqa: F401  (re-exported)
+from hlnas.search.storage import ALLOWED_SCHEMES, StorageError, UnknownStudyError, load_study, open_storage  # noqa: F401  (re-exported)
 
 
 __all__ = [

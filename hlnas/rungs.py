@@ -1,6 +1,6 @@
 """Multi-fidelity multi-objective search: asynchronous successive halving over the recall model's training steps,
 with promotion among rung peers by non-dominated sorting (MOASHA, Schmucker et al. 2021), inside hlnas's one
-search loop (:func:`hlnas.proposals.search_loop`).
+search loop (:func:`hlnas.search.loop.search_loop`).
 
 A space turns it on with a ``rungs:`` section (off by default)::
 
@@ -40,7 +40,7 @@ its checks as user attr ``hlnas_checks``: ``[{"step", "val_acc", "recall", "reca
 (:func:`checks`; ``recall`` is the validation accuracy corrected for its no-recall baseline, ``recall_auc`` the
 graded measure over the steps up to that check), which the dashboard can draw.
 
-Calibration runs are never scheduled (:mod:`hlnas.study` submits them whole).
+Calibration runs are never scheduled (:mod:`hlnas.search.study` submits them whole).
 """
 
 from __future__ import annotations

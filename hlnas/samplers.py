@@ -1,5 +1,5 @@
 """The samplers a study can be driven by, by name: one table read by the space validator, the CLI, the search
-(:mod:`hlnas.study`) and the sampler benchmark (:mod:`hlnas.tabular`), so they cannot disagree on a setting.
+(:mod:`hlnas.search.study`) and the sampler benchmark (:mod:`hlnas.tabular`), so they cannot disagree on a setting.
 
 It sits below :mod:`hlnas.space` in the import order (the space validates its ``sampler`` key against it), so
 it imports nothing of hlnas but its errors, and optuna only when a sampler is built (``hlnas --help`` stays fast).

@@ -3,13 +3,13 @@
 A :class:`TabularBenchmark` maps every candidate of a :class:`~hlnas.space.SearchSpace` (a layout) to its
 objective values, read from a results table: a CSV with one row per candidate (:meth:`TabularBenchmark.from_csv`,
 e.g. the CSV of a grid run), or the paper's published RULER recall (:meth:`TabularBenchmark.from_paper`).
-:func:`run_sampler` runs the search's own loop (:func:`hlnas.proposals.search_loop`) on an in-memory optuna study
+:func:`run_sampler` runs the search's own loop (:func:`hlnas.search.loop.search_loop`) on an in-memory optuna study
 with a :class:`LookupExecutor`, which answers each trial from the table instead of training it, and records the
 hypervolume after each distinct evaluation. :func:`hlnas.comparison.compare` does that for several samplers and seeds, and
 :func:`hlnas.comparison.write_outputs` / ``hlnas bench-samplers`` print the table and plot hypervolume against
 evaluations.
 
-Rules (those of the search loop in :mod:`hlnas.proposals`, one worker):
+Rules (those of the search loop in :mod:`hlnas.search.loop`, one worker):
 
 * **The space is the set of table rows.** Every row must be a candidate of the space and, by default
   (``missing="error"``), every candidate of the space must have a row; a :class:`~hlnas.errors.ConfigError`
@@ -20,9 +20,9 @@ Rules (those of the search loop in :mod:`hlnas.proposals`, one worker):
   and adds no volume.
 * **An evaluation is a distinct layout.** Parameters that give an already evaluated layout (a repeat proposal,
   or e.g. any ratio with mixer ``transformer``) are told the stored values, as the search does, and are not
-  counted. After every :data:`~hlnas.proposals.REPEATS_BEFORE_FALLBACK` (10) repeats in a row an untried
+  counted. After every :data:`~hlnas.search.loop.REPEATS_BEFORE_FALLBACK` (10) repeats in a row an untried
   candidate, picked at random, is enqueued, so every sampler ends; a run stops after ``n_evals`` evaluations, when
-  the space is exhausted, or after :data:`~hlnas.proposals.MAX_REPEATS` repeats in a row.
+  the space is exhausted, or after :data:`~hlnas.search.loop.MAX_REPEATS` repeats in a row.
 * **Samplers** are built by name exactly as ``hlnas search`` builds them (``nsga2``, ``tpe``, ``gp``,
   ``random``, ``grid``: every candidate enqueued in :meth:`SearchSpace.grid` order, so its curve does not
   depend on the seed). Any ``optuna.samplers.BaseSampler`` instance, sampler class, or factory
@@ -56,14 +56,14 @@ from optuna.trial import TrialState
 
 from hlnas.catalog import canonical
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
-from hlnas.executors import InlineExecutor
+from hlnas.search.executors import InlineExecutor
 from hlnas.layout import PLACEMENTS, TRANSFORMER, Layout, build_layout
 from hlnas import metrics as metric_table
 from hlnas.pareto import dominates, hypervolume
-from hlnas.proposals import search_loop
+from hlnas.search.loop import search_loop
 from hlnas.samplers import SAMPLERS, make_sampler
 from hlnas.space import EXPLICIT, SearchSpace, space_from_dict
-from hlnas.trial import TrialResult, TrialSpec
+from hlnas.search.trial import TrialResult, TrialSpec
 
 __all__ = ["TabularBenchmark", "SamplerRun", "LookupExecutor", "run_sampler", "sampler_label", "DEFAULT_SAMPLERS", "MISSING",
            "SCALES"]  # fmt: skip
@@ -241,11 +241,11 @@ class TabularBenchmark:
         DeltaNet, GatedDeltaNet) x 5 ratios with the paper placement, plus the Transformer (Table 5's 0.423; Table 7
         has no Transformer column). 21 candidates; the space is exactly these (HGRN and RetNet, which the paper
         omits for insignificant recall, are not in it). KV-cache bytes are hlnas's own cost model
-        (:func:`hlnas.trial.layout_metrics`) for ``preset_name`` at ``kv_context`` tokens, batch 1, bf16."""
+        (:func:`hlnas.search.trial.layout_metrics`) for ``preset_name`` at ``kv_context`` tokens, batch 1, bf16."""
         from hlnas import paper
         from hlnas.catalog import PAPER_MIXERS
         from hlnas.layout import PAPER_RATIOS
-        from hlnas.trial import layout_metrics
+        from hlnas.search.trial import layout_metrics
 
         table7 = paper.recall_by_ratio()
         mixers = [m for m in PAPER_MIXERS if m in table7]
@@ -351,8 +351,8 @@ def _violating(space: SearchSpace, table: Mapping[str, Any], params: Mapping[str
     """The rows whose candidate breaks one of the space's constraints, by the cost the search itself checks."""
     if not space.constraints:
         return frozenset()
-    from hlnas.proposals import constraint_values, trial_spec
-    from hlnas.trial import layout_metrics
+    from hlnas.search.loop import constraint_values, trial_spec
+    from hlnas.search.trial import layout_metrics
 
     out = set()
     for lay in table:
@@ -515,7 +515,7 @@ class SamplerRun:
 
 
 class LookupExecutor(InlineExecutor):
-    """An :class:`~hlnas.executors.Executor` that trains nothing: ``submit(spec)`` answers at once from ``bench``'s
+    """An :class:`~hlnas.search.executors.Executor` that trains nothing: ``submit(spec)`` answers at once from ``bench``'s
     table. A row with finite objective values is ``ok`` (its objective columns as the metrics), a row without is
     ``failed`` (a training that gave no score), a candidate without a row is ``infeasible``."""
 

@@ -16,7 +16,7 @@
   is FAIL with ``status: infeasible``, a trainable that raised FAIL with ``status: failed`` (Ray's would tell it the
   values it has and, failing, leave it RUNNING).
 
-What stays with hlnas's loop (:func:`hlnas.proposals.search_loop`), not duplicated here: the dedupe of equal layouts
+What stays with hlnas's loop (:func:`hlnas.search.loop.search_loop`), not duplicated here: the dedupe of equal layouts
 (Tune may train a layout twice), the calibration (run ``hlnas calibrate`` first), the constraints (an infeasible
 layout reports ``infeasible: 1`` and trains nothing, but Tune's searcher does not learn it as a constraint), re-queues
 after a crash, and the multi-objective rung promotion (ASHA ranks one metric).
@@ -131,9 +131,9 @@ def trainable(config: dict) -> None:
 
     from ray import tune
 
-    from hlnas.proposals import constraint_values, trial_spec
+    from hlnas.search.loop import constraint_values, trial_spec
     from hlnas.rungs import checks
-    from hlnas.trial import layout_metrics, run_trial
+    from hlnas.search.trial import layout_metrics, run_trial
 
     space = space_from_dict(config["hlnas_space"], where="tune config")
     params = {k: config[k] for k in space.params() if k in config}

@@ -22,7 +22,7 @@ import yaml
 from optuna.trial import TrialState
 
 from hlnas.cli import main
-from hlnas.study import run_search
+from hlnas.search.study import run_search
 from tests.test_study import one_thread, tiny_raw, tiny_space  # noqa: F401  (one_thread: autouse fixture)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

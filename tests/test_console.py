@@ -207,7 +207,7 @@ def test_search_progress_counts_the_layouts_trained_before_the_loop(capsys):
 
 
 def test_search_loop_reports_what_was_trained_before_it_started(tmp_path):
-    from hlnas.study import run_search
+    from hlnas.search.study import run_search
     from tests.test_study import tiny_space
 
     url, events = f"sqlite:///{tmp_path}/s.db", []

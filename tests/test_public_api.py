@@ -29,8 +29,7 @@ def test_import_hlnas_and_help_do_not_import_torch():
 
 # Each module may import only from modules at its level or to its left in this order.
 ORDER = ["errors", "outputs", "overrides", "registry", "metrics", "catalog", "layout", "config", "nn", "kernels", "mixers", "budget",
-         "model", "data", "training", "train", "score", "recipe", "run", "calibrate", "samplers", "settings", "rungs", "space", "trial", "executors",
-         "storage", "lease", "proposals", "study", "tune", "paper", "pareto", "figures", "report", "tabular", "mftabular", "comparison", "dashboard", "console", "cli"]
+         "model", "data", "training", "train", "score", "recipe", "run", "calibrate", "samplers", "settings", "rungs", "space", "search", "tune", "paper", "pareto", "figures", "report", "tabular", "mftabular", "comparison", "dashboard", "console", "cli"]
 
 
 def _level(module: str) -> int:

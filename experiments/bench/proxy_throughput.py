@@ -1,5 +1,5 @@
 """How many recall-proxy training steps one GPU does per second: N recall models as N worker processes (which
-time-slice the GPU) against N runs in one worker process, each on a CUDA stream of its own (hlnas.executors,
+time-slice the GPU) against N runs in one worker process, each on a CUDA stream of its own (hlnas.search.executors,
 ``runs_per_worker``; issue #21). Same runs, same executor code, same call: the ratio is the new worker's
 aggregate steps/s over the separate processes' at the same N.
 
@@ -32,7 +32,7 @@ def recall_spec(number: int, layout: str, args, steps: int):
     from hlnas.recipe import RunConfig
     from hlnas.score.objectives import MqarConfig, ScoreConfig
     from hlnas.train import TrainConfig
-    from hlnas.trial import TrialSpec
+    from hlnas.search.trial import TrialSpec
 
     hp = {"attention": {"input_conv": 4}, "gla": {"use_short_conv": True}, "hgrn": {"use_short_conv": True},
           "hgrn2": {"use_short_conv": True}}
@@ -60,7 +60,7 @@ def run_round(ex, specs) -> float:
 
 
 def measure(layout: str, n: int, mode: str, args) -> float:
-    from hlnas.executors import ProcessExecutor
+    from hlnas.search.executors import ProcessExecutor
 
     ex = ProcessExecutor(n, runs_per_worker=1) if mode == "processes" else ProcessExecutor(1, runs_per_worker=n)
     try:

@@ -5,8 +5,8 @@ and in a cold process on the Triton cache on disk.
     python -m experiments.bench.trial_overhead --modes warm,cold,cold_empty_cache --layouts gla:3:1
     python -m experiments.bench.trial_overhead --space tiny --layouts transformer,hgrn:3:1 --device-name cpu --out /tmp/o
 
-A trial is what a search worker runs: ``hlnas.trial.run_trial`` on the space's spec of a layout
-(``hlnas.proposals.layout_spec``). ``--kinds``: ``lm`` is a whole trial, whose first step is its LM's (``hlnas.train``);
+A trial is what a search worker runs: ``hlnas.search.trial.run_trial`` on the space's spec of a layout
+(``hlnas.search.loop.layout_spec``). ``--kinds``: ``lm`` is a whole trial, whose first step is its LM's (``hlnas.train``);
 ``recall`` is a recall-only run (calibration's extra seeds), whose first step is its fresh MQAR model's. The benchmark
 wraps ``hlnas.training.step.make_step`` (and the trainer's name for it) so the first call of the step it returns waits for
 the device, records the time and stops the trial there (nothing after the first step runs). Per row: seconds from
@@ -100,7 +100,7 @@ def first_step_probe(marks: dict):
 
 def spec_for(space, layout_spec: str, kind: str, number: int, seed: int):
     from hlnas.layout import build_layout
-    from hlnas.proposals import layout_spec as spec_of
+    from hlnas.search.loop import layout_spec as spec_of
 
     mixer, _, ratio = layout_spec.partition(":")
     layout = build_layout(mixer, ratio or None, space.n_layers)
@@ -109,7 +109,7 @@ def spec_for(space, layout_spec: str, kind: str, number: int, seed: int):
 
 def one_trial(spec) -> dict:
     """Run ``spec`` until its first training step; the times in seconds from the trial's start."""
-    from hlnas.trial import run_trial
+    from hlnas.search.trial import run_trial
 
     marks: dict = {}
     t0 = time.perf_counter()
@@ -141,7 +141,7 @@ def load(args):
 def child(args) -> int:
     """One cold trial in this fresh process; prints its row as JSON (``process_s`` from the parent's spawn)."""
     t_imports = time.time()
-    import torch  # noqa: F401  (what a worker process imports before its first trial: hlnas.executors._serve)
+    import torch  # noqa: F401  (what a worker process imports before its first trial: hlnas.search.executors._serve)
 
     # fla is imported by the trial's first fla call (17 s on the H200), as in a worker: inside first_step_s
     space = load(args)

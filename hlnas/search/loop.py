@@ -1,4 +1,4 @@
-"""The search loop: the proposal policy shared by ``hlnas search`` (:func:`hlnas.study.run_search`) and the
+"""The search loop: the proposal policy shared by ``hlnas search`` (:func:`hlnas.search.study.run_search`) and the
 sampler benchmark (``hlnas bench-samplers``, :func:`hlnas.tabular.run_sampler`), so the benchmark measures the
 search's own rules.
 
@@ -7,7 +7,7 @@ search's own rules.
 * a layout already trained is told that trial's values (``reused_from``), one that failed or broke a constraint
   is told FAIL again, one still training waits for it; none of these is trained again nor counts;
 * a layout that breaks a constraint is told FAIL (``infeasible``, ``error_kind: constraint``) without training;
-* anything else is submitted to an executor (:class:`hlnas.executors.Executor`) and told its result.
+* anything else is submitted to an executor (:class:`hlnas.search.executors.Executor`) and told its result.
 
 After :data:`REPEATS_BEFORE_FALLBACK` repeats in a row an untried candidate, picked at random, is enqueued (GP and
 TPE on small categorical spaces keep proposing known layouts); after :data:`MAX_REPEATS` in a row the loop gives
@@ -35,7 +35,7 @@ from hlnas.layout import Layout
 from hlnas.search import optuna_adapter
 from hlnas.rungs import RUNG_ATTR, RungScheduler
 from hlnas.space import CONSTRAINTS, SearchSpace
-from hlnas.trial import TrialResult, TrialSpec, layout_metrics
+from hlnas.search.trial import TrialResult, TrialSpec, layout_metrics
 
 __all__ = ["search_loop", "paused_root", "trial_spec", "objective_values", "constraint_values", "tell_result", "recover", "rung_kept",
            "stop_record", "requeue", "StopSignals", "front_rows", "countable", "REPEATS_BEFORE_FALLBACK",

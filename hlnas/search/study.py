@@ -1,11 +1,11 @@
 """The search: an Optuna study on the driver (created or resumed, held by one driver, calibrated), asked and told
-by the loop in :mod:`hlnas.proposals` (shared with the sampler benchmark), trials run by an executor.
+by the loop in :mod:`hlnas.search.loop` (shared with the sampler benchmark), trials run by an executor.
 
 Everything needed to continue is stored with the study (the space, objectives, hlnas version), so
 ``run_search(None, storage=..., study_name=..., resume=True)`` needs nothing else. After a crash or ``kill -9`` of the driver,
 completed trials are kept; trials left RUNNING are marked FAIL and their parameters re-queued; the
 study then runs until it holds the requested number of COMPLETE trials. One driver per study at a time
-(:mod:`hlnas.lease`: a heartbeat in study attr ``hlnas_driver``; a second live driver is refused).
+(:mod:`hlnas.search.lease`: a heartbeat in study attr ``hlnas_driver``; a second live driver is refused).
 
 Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``,
 ``hlnas_space_hash``, ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``,
@@ -26,23 +26,23 @@ from optuna.trial import TrialState
 
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
-from hlnas.executors import Executor, InlineExecutor, make_executor
-from hlnas.lease import DriverLease
-from hlnas.proposals import (MAX_REQUEUES, StopSignals, layout_spec, constraint_values, front_rows, objective_values,
+from hlnas.search.executors import Executor, InlineExecutor, make_executor
+from hlnas.search.lease import DriverLease
+from hlnas.search.loop import (MAX_REQUEUES, StopSignals, layout_spec, constraint_values, front_rows, objective_values,
                              paused_root, recover, search_loop)
 from hlnas.samplers import make_sampler
 from hlnas.search import optuna_adapter
-from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
-from hlnas.storage import open_storage
+from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
+from hlnas.search.storage import open_storage
 from hlnas.space import SearchSpace, space_from_dict
-from hlnas.trial import TrialResult, layout_metrics
+from hlnas.search.trial import TrialResult, layout_metrics
 import hlnas.calibrate as calib
 
 __all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_or_create_storage", "run_search", "calibrate_study",
            "load_hlnas_study", "study_summary", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
 def open_or_create_storage(url: str):
-    """The search's storage: like :func:`hlnas.storage.open_storage`, but a new SQLite/journal file may be created."""
+    """The search's storage: like :func:`hlnas.search.storage.open_storage`, but a new SQLite/journal file may be created."""
     return open_storage(url, create=True)
 
 
@@ -61,7 +61,7 @@ def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: S
     search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
     Returns the verdict (also stored as study attr ``hlnas_calibration``), or None when ``time_limit`` seconds
     passed first: no run starts after that, and the runs in flight pause at their next validation check, their
-    recall models kept in the study's folder of paused runs (:func:`hlnas.proposals.paused_root`), so the next
+    recall models kept in the study's folder of paused runs (:func:`hlnas.search.loop.paused_root`), so the next
     call continues them from there (on the same machine; elsewhere they start again, with the same result)."""
     import dataclasses
     import shutil
@@ -280,7 +280,7 @@ def run_search(
 
     ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
     options size it; ``runs_per_worker`` trials at once in each worker process of ``processes``, each on a CUDA
-    stream of its own), or is an :class:`~hlnas.executors.Executor` object used as given (and shut down at the
+    stream of its own), or is an :class:`~hlnas.search.executors.Executor` object used as given (and shut down at the
     end), e.g. :class:`hlnas.tabular.LookupExecutor` to look results up instead of training."""
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
                      gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address)
@@ -388,7 +388,7 @@ def trial_target(space: SearchSpace | None, storage: str, name: str, resume: boo
 def validate_options(*, n_trials: int, workers: int, executor: str | Executor, cpus_per_trial: float = 1.0,
                      gpus_per_trial: float | None = None, time_limit: float | None = None, address: str | None = None) -> None:
     """Every search option, checked before anything is written to the storage (one-line errors)."""
-    from hlnas.executors import EXECUTORS
+    from hlnas.search.executors import EXECUTORS
 
     def whole(x) -> bool:
         return isinstance(x, int) and not isinstance(x, bool)
@@ -445,7 +445,7 @@ def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str,
            retry_failed: bool, skip_calibration: bool, calibrate: bool, calibrate_only: bool, fresh: bool,
            runs_per_worker: int = 1) -> optuna.Study:
     """The search itself, on a study this driver holds (see :func:`run_search`): recovery, the executor, the
-    calibration, then :func:`hlnas.proposals.search_loop`."""
+    calibration, then :func:`hlnas.search.loop.search_loop`."""
     t_start = time.monotonic()
     sampler_name = sampler or space.sampler
     study.sampler = make_sampler(sampler_name, seed, len(space.objectives))
@@ -514,7 +514,7 @@ def _check_runs_per_worker(runs_per_worker, executor) -> None:
 
 
 def _executor(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial, runs_per_worker: int = 1):
-    """The executor named by the search options (an :class:`~hlnas.executors.Executor` object is used as given)."""
+    """The executor named by the search options (an :class:`~hlnas.search.executors.Executor` object is used as given)."""
     if not isinstance(executor, str):
         return executor
     kwargs = {}
