@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlnas.errors import ConfigError, did_you_mean
-from hlnas.samplers import SAMPLERS
+from hlnas.search.samplers import SAMPLERS
 from hlnas.tabular import DEFAULT_SAMPLERS, SamplerRun, TabularBenchmark, run_sampler, sampler_label
 
 __all__ = ["Comparison", "compare", "load_sampler", "write_outputs"]

@@ -212,7 +212,7 @@ def run_multi_fidelity(bench: CurveBenchmark, sampler: str = "nsga2", *, rungs: 
     layouts are decided (default: all)."""
     import warnings
 
-    from hlnas.samplers import make_sampler
+    from hlnas.search.samplers import make_sampler
 
     space = bench.space.with_overrides(rungs=dict(rungs) if rungs else None)
     table = bench.final(scale)

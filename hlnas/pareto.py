@@ -29,6 +29,7 @@ import optuna
 
 import hlnas.metrics as metric_table
 from hlnas.search.storage import ALLOWED_SCHEMES, StorageError, UnknownStudyError, load_study, open_storage  # noqa: F401  (re-exported)
+from hlnas.overrides import is_number
 
 
 __all__ = [
@@ -88,7 +89,7 @@ class TrialRecord:
             value = self.values[self.objective_names.index(name)]
         else:
             value = self.attrs.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             return None
         return float(value)
 

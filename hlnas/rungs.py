@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from hlnas.errors import ConfigError
 from hlnas.metrics import corrected
+from hlnas.overrides import is_int, is_number
 
 __all__ = ["RungConfig", "RungScheduler", "rung_config", "ladder", "nondominated_ranks", "crowding", "rank_peers",
            "checks", "kept_run", "RUNG_ATTR", "RUNG_OBJECTIVES"]
@@ -72,7 +73,7 @@ class RungConfig:
     def __post_init__(self) -> None:
         for name, low in (("min_steps", 1), ("eta", 2)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            if not is_int(v) or v < low:
                 raise ConfigError(f"rungs.{name}={v!r} is not allowed; allowed: an integer >= {low}")
 
     def to_dict(self) -> dict:
@@ -229,7 +230,7 @@ class RungScheduler:
         out = []
         for i in self.rung_metrics:
             v = metrics.get(self.metrics[i])
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            if not is_number(v) or not math.isfinite(float(v)):
                 return None
             out.append(-float(v) if self.directions[i] == "maximize" else float(v))
         return out

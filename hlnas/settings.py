@@ -11,9 +11,14 @@ from dataclasses import dataclass
 
 import hlnas.metrics as metric_table
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.overrides import is_number
 
-__all__ = ["Objective", "DEFAULT_OBJECTIVES", "OBJECTIVE_DIRECTIONS", "DIRECTIONS", "CONSTRAINTS", "RECALL_SOURCES",
+__all__ = ["SAMPLERS", "Objective", "DEFAULT_OBJECTIVES", "OBJECTIVE_DIRECTIONS", "DIRECTIONS", "CONSTRAINTS", "RECALL_SOURCES",
            "RAW_RECALL_METRICS", "SpaceError", "Checker", "SettingsChecker"]
+
+
+#: the samplers a study may name (``sampler:``); :mod:`hlnas.search.samplers` builds each and checks it has them all
+SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 
 
 class SpaceError(HlnasError, ValueError):
@@ -132,6 +137,6 @@ class SettingsChecker(Checker):
     def constraints(self, value) -> dict[str, float]:
         self.keys("constraints.", value, tuple(CONSTRAINTS))
         for k, x in value.items():
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf:
+            if not is_number(x) or not 0 < x < math.inf:
                 self.bad(f"constraints.{k}", x, f"a positive number (upper bound on {CONSTRAINTS[k]})")
         return {k: float(x) for k, x in value.items()}

@@ -44,7 +44,6 @@ from __future__ import annotations
 import csv
 import math
 import os
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,16 +53,17 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from hlnas.catalog import canonical
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
 from hlnas.search.executors import InlineExecutor
-from hlnas.layout import PLACEMENTS, TRANSFORMER, Layout, build_layout
+from hlnas import tabular_rows as table_rows
+from hlnas.layout import TRANSFORMER, Layout
 from hlnas import metrics as metric_table
 from hlnas.pareto import dominates, hypervolume
 from hlnas.search.loop import search_loop
-from hlnas.samplers import SAMPLERS, make_sampler
-from hlnas.space import EXPLICIT, SearchSpace, space_from_dict
+from hlnas.search.samplers import SAMPLERS, make_sampler
+from hlnas.space import SearchSpace, space_from_dict
 from hlnas.search.trial import TrialResult, TrialSpec
+from hlnas.overrides import is_number
 
 __all__ = ["TabularBenchmark", "SamplerRun", "LookupExecutor", "run_sampler", "sampler_label", "DEFAULT_SAMPLERS", "MISSING",
            "SCALES"]  # fmt: skip
@@ -130,7 +130,7 @@ class TabularBenchmark:
                               f"{', '.join(outside[:5])}{' ...' if len(outside) > 5 else ''}")
         absent = [lay for lay in params if lay not in self.table]
         if absent and self.missing == "error":
-            shown = ", ".join(_describe(Layout.parse(lay)) for lay in absent[:8])
+            shown = ", ".join(table_rows.describe(Layout.parse(lay)) for lay in absent[:8])
             raise ConfigError(f"benchmark '{self.name}': {len(absent)} of the {len(params)} candidates of space "
                               f"'{self.space.name}' have no row: {shown}{' ...' if len(absent) > 8 else ''}. The benchmark's "
                               "space must be the set of table rows: give a space holding only the rows' candidates, or "
@@ -140,10 +140,10 @@ class TabularBenchmark:
                 if col not in row:
                     raise ConfigError(f"benchmark '{self.name}': row {lay} has no column '{col}'")
                 v = row[col]
-                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                if v is not None and (not is_number(v)):
                     raise ConfigError(f"benchmark '{self.name}': row {lay}, column '{col}': {v!r} is not a number")
         object.__setattr__(self, "_params", params)
-        object.__setattr__(self, "_violating", _violating(self.space, self.table, params))
+        object.__setattr__(self, "_violating", table_rows.violating(self.space, self.table, params))
         # the scale, the front and the maximum hypervolume are those of the rows a search can reach: a row that breaks
         # one of the space's constraints, or is marked failed/infeasible, is never an evaluation that adds volume
         pts = [self._signed(lay) for lay in self.table if lay not in self._violating]
@@ -191,7 +191,7 @@ class TabularBenchmark:
         first_row: dict[str, int] = {}
         for i, raw in enumerate(rows, start=2):  # row 1 is the CSV header
             try:
-                layout = _row_layout(raw, n_layers)
+                layout = table_rows.row_layout(raw, n_layers)
             except HlnasError as e:
                 raise ConfigError(f"{where}, row {i}: {e}") from None
             key = str(layout)
@@ -201,13 +201,13 @@ class TabularBenchmark:
             row["layout"] = key
             for src, col in zip((s for s, _ in specs), cols):
                 try:
-                    row[src] = _number(raw.get(col))
+                    row[src] = table_rows.number(raw.get(col))
                 except ValueError:
                     raise ConfigError(f"{where}, row {i}, column '{col}': {raw.get(col)!r} is not a number") from None
             table[key] = row
             first_row[key] = i
         if space is None:
-            space = _infer_space([Layout.parse(k) for k in table], name or "table")
+            space = table_rows.infer_space([Layout.parse(k) for k in table], name or "table")
         return cls(name=name or space.name, space=space, table=table, objectives=tuple(s for s, _ in specs),
                    directions=tuple(d for _, d in specs), missing=missing, source=source)
 
@@ -300,7 +300,7 @@ class TabularBenchmark:
     def values(self, layout: str) -> tuple[float, ...] | None:
         """The objective values of a row (None: no row, a failed row, or a row marked failed/infeasible)."""
         row = self.table.get(layout)
-        if row is None or _marked(row) is not None:
+        if row is None or table_rows.marked(row) is not None:
             return None
         vals = tuple(row[c] for c in self.objectives)
         if any(v is None or not math.isfinite(v) for v in vals):
@@ -339,128 +339,6 @@ class TabularBenchmark:
         extra = (f", {failed} failed row(s)" if failed else "") + (f", {no_row} candidate(s) without a row (infeasible)" if no_row else "")
         return (f"{self.name}: {len(self.table)} rows over space '{self.space.name}' ({self.n_candidates} candidates{extra}); "
                 f"objectives: {obj}; front: {len(self.front())} rows")
-
-
-def _marked(row: Mapping[str, Any]) -> str | None:
-    """"failed" or "infeasible" when the row's ``status`` column says so (a results CSV's), else None."""
-    status = str(row.get("status") or "").strip().lower()
-    return "infeasible" if status == "infeasible" else "failed" if status in ("failed", "fail") else None
-
-
-def _violating(space: SearchSpace, table: Mapping[str, Any], params: Mapping[str, dict]) -> frozenset:
-    """The rows whose candidate breaks one of the space's constraints, by the cost the search itself checks."""
-    if not space.constraints:
-        return frozenset()
-    from hlnas.search.loop import constraint_values, trial_spec
-    from hlnas.search.trial import layout_metrics
-
-    out = set()
-    for lay in table:
-        spec = trial_spec(space, 0, params[lay])
-        cost = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
-        if any(v > 0 for v in constraint_values(space, cost).values()):
-            out.add(lay)
-    return frozenset(out)
-
-
-def _describe(layout: Layout) -> str:
-    if not layout.linear_mixers:
-        return f"transformer ({layout})"
-    return f"{'+'.join(layout.linear_mixers)} {layout.ratio} attention {list(layout.attention_layers)} ({layout})"
-
-
-def _number(v) -> float | None:
-    if v is None or (isinstance(v, str) and not v.strip()):
-        return None
-    if isinstance(v, bool):
-        raise ValueError(v)
-    x = float(v)
-    return x if math.isfinite(x) else None
-
-
-def _indices(v) -> list[int] | None:
-    if v is None or (isinstance(v, str) and not v.strip()):
-        return None
-    if isinstance(v, (list, tuple)):
-        return [int(x) for x in v]
-    return [int(x) for x in re.findall(r"-?\d+", str(v))]
-
-
-def _row_layout(row: Mapping[str, Any], n_layers: int | None) -> Layout:
-    text = row.get("layout")
-    if isinstance(text, str) and text.strip():
-        layout = Layout.parse(text)
-        mixer = row.get("mixer")
-        if isinstance(mixer, str) and mixer.strip():
-            m = canonical(mixer.strip())
-            have = list(layout.linear_mixers) or [TRANSFORMER]
-            if m not in have:
-                raise ConfigError(f"column mixer={mixer!r} disagrees with layout {layout} (mixers {', '.join(have)})")
-        return layout
-    mixer = row.get("mixer")
-    if not isinstance(mixer, str) or not mixer.strip():
-        raise ConfigError("no layout and no mixer")
-    mixer, n = canonical(mixer.strip()), n_layers or 24
-    if mixer == TRANSFORMER:
-        return build_layout(TRANSFORMER, None, n)
-    ratio = str(row.get("ratio") or "").strip() or "pure"
-    attn = _indices(row.get("attention_layers"))
-    placement = str(row.get("placement") or "").strip()
-    if attn is not None:
-        return build_layout(mixer, None, n, attn) if attn else build_layout(mixer, "pure", n)
-    if placement.startswith(EXPLICIT + ":"):
-        return build_layout(mixer, None, n, _indices(placement.split(":", 1)[1]) or [])
-    if ratio == "pure":
-        return build_layout(mixer, "pure", n)
-    return build_layout(mixer, ratio, n, placement or "paper")
-
-
-def _infer_space(layouts: list[Layout], name: str) -> SearchSpace:
-    """The smallest product space (mixers x ratios x placements, + Transformer) holding these layouts."""
-    n = {lay.n_layers for lay in layouts}
-    if len(n) != 1:
-        raise ConfigError(f"table '{name}': rows have different depths {sorted(n)}; give the space they came from")
-    n_layers = n.pop()
-    mixers, ratios, placements, sets, transformer = {}, {}, {}, {}, False
-    for lay in layouts:
-        if not lay.linear_mixers:
-            transformer = True
-            continue
-        if len(lay.linear_mixers) > 1:
-            raise ConfigError(f"table '{name}': row {lay} mixes {', '.join(lay.linear_mixers)}; cannot infer a space "
-                              "from heterogeneous rows, give the space they came from (space=..., --space)")
-        m, ratio = lay.linear_mixers[0], lay.ratio
-        mixers.setdefault(m)
-        if ratio == "pure":
-            ratios.setdefault("pure")
-            continue
-        for p in PLACEMENTS:
-            try:
-                if build_layout(m, ratio, n_layers, p) == lay:
-                    ratios.setdefault(ratio)
-                    placements.setdefault(p)
-                    break
-            except HlnasError:  # e.g. a/n ratios: no strategy builds them
-                pass
-        else:
-            sets.setdefault(tuple(lay.attention_layers))
-    from hlnas.catalog import linear_mixer_names
-    from hlnas.layout import parse_ratio
-
-    order = linear_mixer_names()
-    raw = {"name": name, "mixers": sorted(mixers, key=order.index), "layers": n_layers, "transformer": transformer,
-           "ratios": sorted(ratios, key=lambda r: 0 if r == "pure" else 1 / parse_ratio(r)),
-           "placements": [p for p in PLACEMENTS if p in placements] + ([EXPLICIT] if sets else []) or ["paper"],
-           "attention_sets": [list(s) for s in sets]}
-    if not mixers:  # only the Transformer
-        for k in ("ratios", "placements", "attention_sets"):
-            del raw[k]
-    elif sets and all(r == "pure" for r in ratios):  # explicit sets are reached through a hybrid ratio only
-        raise ConfigError(f"table '{name}': rows use only explicit attention sets; give the space they came from")
-    return space_from_dict(raw, where=f"space inferred from table '{name}'")
-
-
-# -- running a sampler ---------------------------------------------------------------------------
 
 
 def sampler_label(spec) -> str:
@@ -531,7 +409,7 @@ class LookupExecutor(InlineExecutor):
             return TrialResult(spec.number, "infeasible", {"status": "infeasible", "error_kind": "no_row", "error": msg},
                                "no_row", msg)
         metrics = {c: row[c] for c in b.objectives}
-        if _marked(row) == "infeasible":  # as a trial whose training could not run (e.g. OOM): not an evaluation
+        if table_rows.marked(row) == "infeasible":  # as a trial whose training could not run (e.g. OOM): not an evaluation
             msg = f"row {spec.layout} is marked infeasible in table '{b.name}'"
             return TrialResult(spec.number, "infeasible", {"status": "infeasible", "error_kind": "marked", "error": msg},
                                "marked", msg)

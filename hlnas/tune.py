@@ -29,6 +29,7 @@ import tempfile
 
 from hlnas.errors import ConfigError
 from hlnas.space import SearchSpace, space_from_dict
+from hlnas.overrides import is_number
 
 __all__ = ["trainable", "optuna_search", "tune_config"]
 
@@ -43,7 +44,7 @@ def optuna_search(space: SearchSpace, *, storage=None, study_name: str | None = 
     the space's sampler; ``storage`` (an optuna storage or URL) and ``study_name`` make it an hlnas-readable study."""
     import optuna
 
-    from hlnas.samplers import make_sampler
+    from hlnas.search.samplers import make_sampler
 
     if isinstance(storage, str):
         storage = optuna.storages.get_storage(storage)
@@ -131,7 +132,7 @@ def trainable(config: dict) -> None:
 
     from ray import tune
 
-    from hlnas.search.loop import constraint_values, trial_spec
+    from hlnas.search.records import constraint_values, trial_spec
     from hlnas.rungs import checks
     from hlnas.search.trial import layout_metrics, run_trial
 
@@ -165,4 +166,4 @@ def trainable(config: dict) -> None:
 
 
 def _numbers(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {k: v for k, v in metrics.items() if is_number(v)}

@@ -14,11 +14,13 @@ from optuna.trial import TrialState
 
 from hlnas.errors import ConfigError
 from hlnas.search.executors import ProcessExecutor, make_executor
-from hlnas.search.loop import trial_spec as _spec
+from hlnas.search.records import trial_spec as _spec
 from hlnas.search.study import load_hlnas_study, run_search
 from tests.test_resume import _cli, _stop_while_training, _trials, stoppable_space
 from tests.helpers import kill_first_worker_at_next_start
-from tests.test_study import one_thread, tiny_space, trained  # noqa: F401  (one_thread: autouse fixture)
+from tests.test_study import tiny_space, trained
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

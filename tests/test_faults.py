@@ -165,7 +165,7 @@ def test_bad_options_fail_before_the_study_is_created(tmp_path, kw, message):
 def test_a_trial_stopped_before_its_layout_was_chosen_is_failed_not_requeued(tmp_path):
     """A driver killed between ask and the sampler's choice leaves a RUNNING trial without params (seen once in CI);
     the next driver fails it and queues nothing for it, while an orphan with a layout is queued again."""
-    from hlnas.search.loop import recover
+    from hlnas.search.records import recover
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/s.db", study_name="s")
     study.ask()  # no params: the process died before suggest

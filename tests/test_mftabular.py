@@ -34,7 +34,7 @@ def test_a_curve_table_needs_every_candidate_to_the_budget():
 
 
 def test_the_simulated_clock_charges_only_the_steps_a_paused_run_adds():
-    from hlnas.search.loop import trial_spec
+    from hlnas.search.records import trial_spec
     import dataclasses
 
     b = bench()

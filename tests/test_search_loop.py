@@ -7,9 +7,10 @@ import argparse
 
 import pytest
 
-from hlnas import samplers, space as space_mod
+from hlnas import space as space_mod
+from hlnas.search import samplers
 from hlnas.cli import build_parser
-from hlnas.search.loop import MAX_REPEATS, REPEATS_BEFORE_FALLBACK
+from hlnas.search.records import MAX_REPEATS, REPEATS_BEFORE_FALLBACK
 from hlnas.search.study import run_search
 from hlnas.tabular import LookupExecutor, TabularBenchmark, run_sampler
 from hlnas.search.trial import layout_metrics

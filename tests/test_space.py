@@ -194,7 +194,7 @@ def test_the_space_holds_frozen_configs_and_stores_them_whole():
 def test_trial_specs_carry_the_spaces_config_objects_across_processes():
     import pickle
 
-    from hlnas.search.loop import layout_spec
+    from hlnas.search.records import layout_spec
 
     s = load_space("tiny")
     spec = layout_spec(s, 3, str(s.candidates()[1]), seed=7)

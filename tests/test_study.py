@@ -24,13 +24,7 @@ from hlnas.search.study import StorageError, front_rows, load_hlnas_study, open_
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from 2 threads, and OpenMP spin-waits make them 10x slower on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_raw(**top) -> dict:
@@ -405,7 +399,7 @@ def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_pa
 
 def test_stored_specs_carry_the_space_depth(tmp_path):
     """A 4-layer space's trial specs said n_layers 24 (the preset's) before the specs came from one builder."""
-    from hlnas.search.loop import layout_spec, trial_spec
+    from hlnas.search.records import layout_spec, trial_spec
 
     space = tiny_space()
     spec = trial_spec(space, 0, space.grid()[0])

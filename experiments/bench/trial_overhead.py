@@ -100,7 +100,7 @@ def first_step_probe(marks: dict):
 
 def spec_for(space, layout_spec: str, kind: str, number: int, seed: int):
     from hlnas.layout import build_layout
-    from hlnas.search.loop import layout_spec as spec_of
+    from hlnas.search.records import layout_spec as spec_of
 
     mixer, _, ratio = layout_spec.partition(":")
     layout = build_layout(mixer, ratio or None, space.n_layers)

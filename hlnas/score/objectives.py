@@ -19,7 +19,6 @@ Every objective reports into one flat-ish dict so a study can pick any entry as 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -38,7 +38,7 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
-from hlnas.overrides import at_least_one, config_to_dict, tuples_of
+from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
@@ -108,11 +108,11 @@ class MqarConfig:
         tuples_of(self, "lrs")
         at_least_one(self, "score.mqar", "steps", "batch", "test", "eval_every", "val")
         for lr in (self.lr, *self.lrs):
-            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+            if not is_number(lr) or not (lr > 0 and math.isfinite(lr)):
                 raise ConfigError(f"score.mqar.lr and score.mqar.lrs must be positive numbers, got {lr!r}")
         if self.target is not None and not 0 < self.target <= 1:
             raise ConfigError(f"score.mqar.target must be an accuracy in (0, 1] or null, got {self.target!r}")
-        if isinstance(self.weight_decay, bool) or not isinstance(self.weight_decay, (int, float)) or not self.weight_decay >= 0:
+        if not is_number(self.weight_decay) or not self.weight_decay >= 0:
             raise ConfigError(f"score.mqar.weight_decay must be a number >= 0, got {self.weight_decay!r}")
         if not 0 < self.beta2 < 1 or not 0 <= self.warmup_frac < 1:
             raise ConfigError(f"score.mqar.beta2 must be in (0, 1) and score.mqar.warmup_frac in [0, 1), got "

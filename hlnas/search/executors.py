@@ -22,6 +22,7 @@ from typing import Protocol
 
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.search.trial import TrialResult, TrialSpec, run_trial
+from hlnas.overrides import is_int
 
 __all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "RayExecutor", "make_executor", "run_on_own_stream", "EXECUTORS"]
 
@@ -90,7 +91,7 @@ class ProcessExecutor:
                  runs_per_worker: int = 1):
         if workers < 1:
             raise ConfigError(f"workers must be >= 1, got {workers}")
-        if isinstance(runs_per_worker, bool) or not isinstance(runs_per_worker, int) or runs_per_worker < 1:
+        if not is_int(runs_per_worker) or runs_per_worker < 1:
             raise ConfigError(f"runs_per_worker must be an integer >= 1, got {runs_per_worker!r}")
         self.runs_per_worker = runs_per_worker
         self.capacity = workers * runs_per_worker
