@@ -17,14 +17,7 @@ from hlnas.layout import build_layout
 from hlnas.model import build_model
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny shapes run faster on one thread: two threads wait on each other when a shared 2-core CPU is busy (the
-    decode smoke took 8 s on two threads and 3.5 s on one under load 3)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _rows(folder, name):

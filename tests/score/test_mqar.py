@@ -19,13 +19,7 @@ _CHUNK_ROWS = 1024  # mqar_documents draws instances in blocks of this many rows
 CFG = MqarTask(vocab_size=256, seq_len=128, num_kv_pairs=8)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny matmuls: a second OpenMP thread only adds spin-wait contention on a loaded 2-core machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_layout_keys_values_queries_and_labels():
