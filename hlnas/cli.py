@@ -200,7 +200,8 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: train again the layouts whose trials failed (after fixing the cause)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="start no new trial after this long; running trials finish and are stored (continue with --resume)")
+                   help="start no new trial after this long; running trials pause at their next recall check, keeping "
+                        "their recall models, and --resume continues them")
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
     p.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs Ray reserves per trial (default 1 if CUDA is visible, else 0)")
     p.add_argument("--sampler", choices=SAMPLERS, help="default: the space's (nsga2 unless it says otherwise)")

@@ -91,6 +91,9 @@ class SearchProgress:
             self.write(f"  retrying {data['layout']} (trial {data['number']} failed: {data['error_kind']})")
         elif kind == "time_limit":
             self.write(f"  time limit of {data['seconds']:.0f}s reached with {data['trained']} trained; resume to continue")
+        elif kind == "paused":
+            self.write(f"  #{data['number']:<4} {data['layout']:<28} paused at recall step {data.get('steps')} (time limit; "
+                       "--resume continues it)")
         elif kind == "requeued":
             if data.get("why"):
                 self.write(f"  re-queued {data['layout']}: {data['why']}")

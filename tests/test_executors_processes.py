@@ -18,7 +18,8 @@ from hlnas.search.records import trial_spec as _spec
 from hlnas.search.study import load_hlnas_study, run_search
 from tests.test_resume import _cli, _stop_while_training, _trials, stoppable_space
 from tests.helpers import kill_first_worker_at_next_start
-from tests.test_study import tiny_space, trained
+from hlnas.space import space_from_dict
+from tests.test_study import tiny_raw, tiny_space, trained
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -97,18 +98,31 @@ def test_a_killed_worker_process_fails_its_trial_and_the_study_goes_on(tmp_path)
     assert {t.user_attrs["worker_pid"] for t in done if t.number > victim.number} - {seen["pid"]}
 
 
-def test_time_limit_lets_running_trials_finish_and_resume_continues(tmp_path):
+def test_time_limit_pauses_running_trials_and_resume_continues_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default folder of paused recall models is ./hlnas-rungs
     url, events = f"sqlite:///{tmp_path}/t.db", []
-    space = tiny_space()
+    raw = tiny_raw()
+    raw["scale"]["score"]["mqar"].update(steps=40, eval_every=10)  # checks before the end, where a run can pause
+    space = space_from_dict(raw)
     run_search(space, storage=url, study_name="t", n_trials=4, time_limit=0.5,
                on_event=lambda k, d: events.append((k, d)))
     study = load_hlnas_study(url, "t")
-    # the first trial started within the limit, ran past it, finished and is stored; no other started
-    n = len(trained(study))
-    assert 1 <= n < 4 and not study.get_trials(states=(TrialState.RUNNING,))
-    assert ("time_limit", {"seconds": 0.5, "trained": n}) in events
+    # the trials started within the limit ran past it and paused at their first recall check: told FAIL as
+    # "paused", re-queued, their recall models kept; none is left RUNNING and no other started
+    paused = [t for t in study.trials if t.user_attrs.get("error_kind") == "paused"]
+    assert paused and not trained(study) and not study.get_trials(states=(TrialState.RUNNING,))
+    assert all(t.state == TrialState.FAIL and "a resume continues it" in t.user_attrs["error"] for t in paused)
+    assert ("time_limit", {"seconds": 0.5, "trained": 0}) in events
+    assert [k for k, _ in events].count("paused") == len(paused)
+    root = study.user_attrs["hlnas_rung_root"]
+    assert sorted(os.listdir(os.path.join(root, "trials"))) == sorted(t.user_attrs["layout"] for t in paused)
     run_search(None, storage=url, study_name="t", n_trials=4, resume=True)
-    assert len({t.user_attrs["layout"] for t in trained(load_hlnas_study(url, "t"))}) == 4
+    done = trained(load_hlnas_study(url, "t"))
+    assert len({t.user_attrs["layout"] for t in done}) == 4
+    for t in paused:  # each paused layout went on from its kept recall model, which is removed once told
+        (again,) = [d for d in done if d.user_attrs["layout"] == t.user_attrs["layout"]]
+        assert again.user_attrs["mqar"]["runs"][0]["resumed_s"] > 0
+    assert os.listdir(os.path.join(root, "trials")) == []
 
 
 def test_sigterm_stops_a_search_like_ctrl_c(tmp_path):

@@ -1,10 +1,12 @@
 """How many recall-proxy training steps one GPU does per second: N recall models as N worker processes (which
 time-slice the GPU) against N runs in one worker process, each on a CUDA stream of its own (hlnas.search.executors,
-``runs_per_worker``; issue #21). Same runs, same executor code, same call: the ratio is the new worker's
-aggregate steps/s over the separate processes' at the same N.
+``runs_per_worker``; issue #21), and against N worker processes under NVIDIA's Multi-Process Service (mode
+``mps``: one shared GPU context, kernels of different processes at once; a row says why where the daemon cannot
+start). Same runs, same executor code, same call: the ratio is each mode's aggregate steps/s over the separate
+processes' at the same N.
 
     python -m experiments.bench.proxy_throughput                              # H200: 1, 4, 12 runs; control and GLA 3:1
-    python -m experiments.bench.proxy_throughput --runs 1,2 --layers 4 --d-model 32 --steps 20 --device-name cpu   # smoke
+    python -m experiments.bench.proxy_throughput --runs 1,2 --layers 4 --d-model 32 --steps 20 --modes processes,streams --device-name cpu   # smoke
 
 Each run is a fresh-model MQAR run of the paper-depth protocol (search_spaces/paper_grid_h200.yaml's recall model:
 24 layers, d=128, 2 heads, zero-initialised residual outputs, the attention-input conv, L=128, K=32, batch 64),
@@ -19,6 +21,9 @@ over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import subprocess
 import sys
 import time
 
@@ -59,15 +64,41 @@ def run_round(ex, specs) -> float:
     return time.perf_counter() - t0
 
 
+MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/hlnas-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/hlnas-mps/log"}
+
+
+@contextlib.contextmanager
+def mps_daemon():
+    """NVIDIA's Multi-Process Service for the block: CUDA processes started inside it (the workers) share one GPU
+    context, so their kernels run at the same time instead of time-slicing. Raises when it cannot start."""
+    for d in MPS_DIRS.values():
+        os.makedirs(d, exist_ok=True)
+    env = {**os.environ, **MPS_DIRS}
+    started = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, capture_output=True, text=True)
+    if started.returncode != 0:
+        raise RuntimeError(f"nvidia-cuda-mps-control -d: {started.stderr.strip() or started.returncode}")
+    before = {k: os.environ.get(k) for k in MPS_DIRS}
+    os.environ.update(MPS_DIRS)  # the worker processes inherit it and connect to the daemon
+    try:
+        yield
+    finally:
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=env, text=True, capture_output=True)
+        for k, v in before.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
 def measure(layout: str, n: int, mode: str, args) -> float:
+    """Wall seconds of one timed round of ``n`` runs in ``mode``: processes (n workers, one run each), streams (one
+    worker, n runs on n CUDA streams) or mps (n workers under the MPS daemon)."""
     from hlnas.search.executors import ProcessExecutor
 
-    ex = ProcessExecutor(n, runs_per_worker=1) if mode == "processes" else ProcessExecutor(1, runs_per_worker=n)
-    try:
-        run_round(ex, [recall_spec(i, layout, args, args.warmup_steps) for i in range(n)])  # imports, compiles
-        return run_round(ex, [recall_spec(i, layout, args, args.steps) for i in range(n)])
-    finally:
-        ex.shutdown()
+    with mps_daemon() if mode == "mps" else contextlib.nullcontext():
+        ex = ProcessExecutor(1, runs_per_worker=n) if mode == "streams" else ProcessExecutor(n, runs_per_worker=1)
+        try:
+            run_round(ex, [recall_spec(i, layout, args, args.warmup_steps) for i in range(n)])  # imports, compiles
+            return run_round(ex, [recall_spec(i, layout, args, args.steps) for i in range(n)])
+        finally:
+            ex.shutdown()
 
 
 def main(argv=None) -> int:
@@ -82,7 +113,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=600, help="timed steps per run")
     p.add_argument("--warmup-steps", type=int, default=20)
-    p.add_argument("--modes", default="processes,streams")
+    p.add_argument("--modes", default="processes,streams,mps",
+                   help="processes: N workers; streams: N runs on N CUDA streams of one worker; mps: N workers under "
+                        "NVIDIA's Multi-Process Service (their kernels overlap instead of time-slicing)")
     p.add_argument("--device-name", default="h200", help="names the output files")
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
@@ -97,12 +130,12 @@ def main(argv=None) -> int:
     def write(quiet: bool) -> None:  # after every row: a call cut off by its limit keeps the rows it measured
         write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
                       f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
-                      "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams / "
-                      "processes at the same N.",
+                      "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams (or "
+                      "mps) / processes at the same N.",
                       ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
-                       "wall s"],
+                       "wall s", "note"],
                       lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",
-                                 f"{100 * r['mfu']:.2f}%", r["ratio"], r["wall_s"]), rows, quiet=quiet)
+                                 f"{100 * r['mfu']:.2f}%", r["ratio"], r["wall_s"], r.get("error", "")), rows, quiet=quiet)
 
     for spec in args.layouts.split(","):
         mixer, _, ratio = spec.partition(":")
@@ -112,7 +145,14 @@ def main(argv=None) -> int:
         for n in (int(x) for x in args.runs.split(",")):
             base = None
             for mode in args.modes.split(","):
-                wall = measure(layout, n, mode, args)
+                try:
+                    wall = measure(layout, n, mode, args)
+                except (RuntimeError, SystemExit, OSError) as e:  # a mode that cannot run here is a row saying why
+                    rows.append({"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": "", "tokens_per_s": 0,
+                                 "mfu": 0.0, "ratio": "", "wall_s": "", "error": str(e)[:200]})
+                    print(rows[-1], flush=True)
+                    write(quiet=True)
+                    continue
                 sps = n * args.steps / wall
                 row = {"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": round(sps, 2),
                        "tokens_per_s": round(sps * args.batch * args.seq_len), "mfu": round(sps * flops_step / PEAK_BF16, 5),

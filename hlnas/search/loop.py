@@ -19,7 +19,9 @@ trials under way are failed and re-queued (within :data:`MAX_REQUEUES`), so a re
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
 
@@ -30,9 +32,9 @@ from hlnas.rungs import RUNG_ATTR
 from hlnas.search import optuna_adapter
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.records import (MAX_REPEATS, REPEATS_BEFORE_FALLBACK, RETRY_KINDS, ask_trial, completed_by_layout,
-                                  constraint_values, countable, failed_by_layout, front_rows, repeat_failure, repeat_stopped,
-                                  requeue, requeued_waiting, reuse, rung_result, rung_scheduler, settle_waiting, stop_record,
-                                  recover, tell_result, trial_spec)
+                                  constraint_values, countable, failed_by_layout, front_rows, paused_root, repeat_failure,
+                                  repeat_stopped, requeue, requeued_waiting, reuse, rung_result, rung_scheduler, settle_waiting,
+                                  stop_record, recover, tell_paused, tell_result, trial_spec)
 from hlnas.search.trial import layout_metrics
 from hlnas.space import SearchSpace
 
@@ -45,7 +47,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                 objectives: Sequence[str] | None = None, out_root: str | None = None,
                 on_event: Callable[[str, dict], None] | None = None, time_limit: float | None = None,
                 retry_failed: bool = False, enqueue_grid: bool = False, interruptible: bool = False,
-                unique=_COUNT, stop: Callable[[], bool] | None = None, rung_root: str | None = None) -> None:
+                unique=_COUNT, stop: Callable[[], bool] | None = None, rung_root: str | None = None,
+                clock_start: float | None = None) -> None:
     """Ask, dedupe, submit and tell on ``study`` (its sampler already set) until ``n_trials`` distinct layouts of
     ``space`` are trained and COMPLETE; see the module docstring for the rules. Does not shut ``executor`` down.
 
@@ -65,12 +68,16 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     model to the first rung and pause, a free worker takes a promotion before a new trial, and the target counts
     layouts decided (COMPLETE at the top rung, or stopped at a lower one). ``rung_root``: where the paused recall
     models are kept (default ``OUT_ROOT/rungs`` or ``hlnas-rungs/``, in a folder of the study's own, stored as study
-    attr ``hlnas_rung_root``)."""
+    attr ``hlnas_rung_root``). ``clock_start``: the ``time.monotonic()`` the time limit counts from (default: now).
+
+    With ``time_limit``, trials in flight when it passes pause at their next recall check instead of finishing:
+    told FAIL as ``paused`` (no failure of the layout), re-queued, their recall models kept in the study's folder of
+    paused runs (:func:`~hlnas.search.records.paused_root`); a resume trains them on from there."""
     search = _Search(study, space, executor, n_trials=n_trials, seed=seed, out_root=out_root, time_limit=time_limit,
                      metrics_names=list(objectives) if objectives is not None else [o.metric for o in space.objectives],
                      emit=on_event or (lambda kind, data: None), unique=countable(space) if unique is _COUNT else unique,
                      stop=stop or (lambda: False), rung_root=rung_root, interruptible=interruptible)
-    search.prepare(retry_failed=retry_failed, enqueue_grid=enqueue_grid)
+    search.prepare(retry_failed=retry_failed, enqueue_grid=enqueue_grid, clock_start=clock_start)
     search.run()
 
 
@@ -97,13 +104,21 @@ class _Search:
         self.n_trials = to
         self.study.set_user_attr("hlnas_trials", to)
 
-    def prepare(self, *, retry_failed: bool, enqueue_grid: bool) -> None:
+    def prepare(self, *, retry_failed: bool, enqueue_grid: bool, clock_start: float | None = None) -> None:
         """Read the study: what is trained, failed, re-queued (raising the target to run it), paused at a rung."""
         study, space, emit = self.study, self.space, self.emit
         if enqueue_grid and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
             for params in space.grid():
                 study.enqueue_trial(params)
-        self.t_start = time.monotonic()
+        self.t_start = time.monotonic() if clock_start is None else clock_start  # the time limit's clock
+        # with a time limit, trials in flight pause at their next recall check past it, keeping their recall model in
+        # the study's folder of paused runs; a resume re-runs them from there (and a resume without a limit too)
+        self.pause_by = (None if self.time_limit is None
+                         else time.time() + self.time_limit - (time.monotonic() - self.t_start))
+        self.paused_dir = None
+        if space.rungs is None:  # the rung scheduler keeps its own paused models
+            root = paused_root(study, out_root=self.out_root, given=self.rung_root, create=self.time_limit is not None)
+            self.paused_dir = None if root is None else (lambda layout: os.path.join(root, "trials", layout))
         self.done_by_layout = completed_by_layout(study)
         self.dead = failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
         if retry_failed:
@@ -295,6 +310,8 @@ class _Search:
             self.store_rung(trial.number, self.sched.start(trial.number))
             self.submit_rung(trial.number)
         else:  # a signal while submitting: this trial is pending, so it is re-queued
+            if self.paused_dir is not None:
+                spec = dataclasses.replace(spec, state_dir=self.paused_dir(spec.layout), pause_by=self.pause_by)
             self.dispatch.submit(spec, (trial, spec.layout),
                                  lambda: self.emit("started", {"number": trial.number, "layout": spec.layout}))
 
@@ -306,12 +323,19 @@ class _Search:
                 if rung_result(study, self.sched, trial, layout, result, emit):
                     continue  # paused at a rung (or its worker died after a rung: run again from there)
                 del self.open_trials[result.number]
+            if result.status == "paused":  # out of time: told FAIL and re-queued; a resume continues its model
+                tell_paused(study, trial, result)
+                self.requeued = requeued_waiting(study)
+                emit("paused", {"number": result.number, "layout": layout, "steps": result.metrics.get("mqar_steps_done")})
+                continue
             if result.error_kind == "worker_died":  # the layout may be fine: re-queued, within the bound
                 kind, error = stop_record(study, trial.params, result.error or "its worker died", "worker_died")
                 result = dataclasses.replace(result, error_kind=kind, error=error,
                                              metrics={**result.metrics, "error_kind": kind, "error": error})
             tell_result(study, self.metrics_names, trial, result)
             frozen = optuna_adapter.frozen_of(study, trial)
+            if self.paused_dir is not None:  # told: a state it paused with earlier is of no more use
+                shutil.rmtree(self.paused_dir(layout), ignore_errors=True)
             if frozen.state == TrialState.COMPLETE:
                 self.done_by_layout[layout] = frozen
             elif frozen.user_attrs.get("error_kind") == "worker_died":

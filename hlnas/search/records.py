@@ -22,7 +22,7 @@ from hlnas.search.trial import TrialResult, TrialSpec
 from hlnas.space import CONSTRAINTS, SearchSpace
 
 __all__ = ["layout_spec", "trial_spec", "countable", "objective_values", "constraint_values", "tell_result", "stop_record",
-           "requeue", "requeued_waiting", "rung_kept", "recover", "front_rows", "paused_root", "REPEATS_BEFORE_FALLBACK",
+           "requeue", "requeued_waiting", "tell_paused", "rung_kept", "recover", "front_rows", "paused_root", "REPEATS_BEFORE_FALLBACK",
            "MAX_REPEATS", "MAX_REQUEUES", "COUNTABLE", "RETRY_KINDS", "ask_trial", "failed_by_layout", "completed_by_layout",
            "reuse", "repeat_failure", "repeat_stopped", "settle_waiting", "rung_scheduler", "rung_result"]  # fmt: skip
 
@@ -38,7 +38,7 @@ COUNTABLE = 512
 # failures where the layout itself may be fine: the driver stopped (interrupted) or the worker died
 _REQUEUED_KINDS = ("interrupted", "worker_died")
 # failures worth another attempt: the process stopped under the trial, or a concurrent duplicate failed
-RETRY_KINDS = ("interrupted", "worker_died", "duplicate_failed", None)
+RETRY_KINDS = ("interrupted", "worker_died", "duplicate_failed", "paused", None)
 
 
 def layout_spec(space: SearchSpace, number: int, layout: str, *, placement: str | None = None, seed: int | None = None,
@@ -102,6 +102,17 @@ def tell_result(study: optuna.Study, metrics_names: Sequence[str], trial, result
         study.tell(trial, state=TrialState.FAIL)
     else:
         study.tell(trial, values)
+
+
+def tell_paused(study: optuna.Study, trial, result: TrialResult) -> None:
+    """A trial paused by the search's time limit: FAIL (kind ``paused``, not a failure of its layout and not counted
+    against :data:`MAX_REQUEUES`), its parameters re-queued so that a resume trains it on from its kept state."""
+    steps = result.metrics.get("mqar_steps_done")
+    trial.set_user_attr("status", "paused")
+    trial.set_user_attr("error_kind", "paused")
+    trial.set_user_attr("error", f"out of time at recall step {steps}; its recall model is kept and a resume continues it")
+    study.tell(trial, state=TrialState.FAIL)
+    requeue(study, trial.params, trial.number)
 
 
 def stop_record(study: optuna.Study, params: dict, what: str, kind: str = "interrupted") -> tuple[str, str]:

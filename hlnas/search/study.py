@@ -383,13 +383,12 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
             return study
         if o.calibrate_only:
             return study
-        left = None if o.time_limit is None else o.time_limit - (time.monotonic() - t_start)  # calibration's time counts
-        if left is not None and left <= 0:
+        if o.time_limit is not None and time.monotonic() - t_start >= o.time_limit:  # the calibration's time counts
             emit("time_limit", {"seconds": o.time_limit, "trained": 0})
             return study
         search_loop(study, space, ex, n_trials=o.n_trials, seed=o.seed, out_root=o.out_root, on_event=emit,
-                    time_limit=left, retry_failed=o.retry_failed, enqueue_grid=sampler_name == "grid",
-                    interruptible=inline)
+                    time_limit=o.time_limit, clock_start=t_start, retry_failed=o.retry_failed,
+                    enqueue_grid=sampler_name == "grid", interruptible=inline)
     finally:
         ex.shutdown()
     return study

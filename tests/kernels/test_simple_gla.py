@@ -104,3 +104,42 @@ def test_fla_matches_torch(T, decay, h0):
     assert ht_s.dtype == torch.float32
     assert_close("o short", o_s_ref, o_s, 1e-2)
     assert_close("ht short", ht_s_ref, ht_s, 1e-2)
+
+
+def test_large_inputs_recompute_in_backward_with_the_same_values_and_gradients(monkeypatch):
+    """Above RECOMPUTE_ABOVE_BYTES of chunk-start states the PyTorch path keeps only its inputs for backward
+    (Mamba-2 at paper-340m ran out of memory keeping every layer's temporaries): same outputs and gradients,
+    and far fewer bytes saved for backward."""
+    import torch
+
+    from hlnas.kernels import simple_gla as sg
+
+    torch.manual_seed(0)
+    B, T, H, K, V = 2, 256, 2, 16, 16
+    leaves = [torch.randn(B, T, H, K, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    leaves.append(torch.randn(B, T, H, V, dtype=torch.float64, requires_grad=True))
+    g = (-torch.rand(B, T, H, dtype=torch.float64)).requires_grad_()
+
+    def run():
+        saved = []
+
+        def pack(t):
+            saved.append(t.numel() * t.element_size())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            o, S = sg.simple_gla(*leaves, g, scale=1.0, output_final_state=True, backend="torch")
+        (o.square().sum() + S.sum()).backward()
+        grads = [t.grad.clone() for t in (*leaves, g)]
+        for t in (*leaves, g):
+            t.grad = None
+        return o.detach(), S.detach(), grads, sum(saved)
+
+    o1, S1, g1, kept = run()
+    monkeypatch.setattr(sg, "RECOMPUTE_ABOVE_BYTES", 0)
+    o2, S2, g2, recomputed = run()
+    assert torch.equal(o1, o2) and torch.equal(S1, S2)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    inputs = sum(t.numel() * t.element_size() for t in (*leaves, g))
+    assert recomputed <= inputs < kept / 3  # only the inputs stay; the temporaries were several times their size
