@@ -41,7 +41,7 @@ def _spec(i: int, case: dict, args):
     from hlnas.recipe import RunConfig
     from hlnas.score.objectives import MqarConfig, ScoreConfig
     from hlnas.train import TrainConfig
-    from hlnas.trial import TrialSpec
+    from hlnas.search.trial import TrialSpec
 
     model = preset(args.preset).replace(d_model=case.get("d_model", args.d_model), n_heads=case.get("n_heads", args.heads),
                                         target_params=None, mlp_hidden=None,
@@ -82,9 +82,9 @@ def main(argv=None) -> int:
     p.add_argument("--budget-s", type=float, default=None, help="seconds per case (each stops at its next check)")
     p.add_argument("--jobs", type=int, default=1, help="cases at once (worker processes sharing the GPUs)")
     p.add_argument("--runs-per-worker", type=int, default=1,
-                   help="cases at once in each worker process, each on its own CUDA stream (hlnas.executors)")
+                   help="cases at once in each worker process, each on its own CUDA stream (hlnas.search.executors)")
     p.add_argument("--runs-per-worker", type=int, default=1,
-                   help="cases at once in each worker process, each on its own CUDA stream (hlnas.executors)")
+                   help="cases at once in each worker process, each on its own CUDA stream (hlnas.search.executors)")
     p.add_argument("--deadline", type=float, default=None, help="seconds after which no case starts; running ones are "
                    "stopped at deadline + --grace and reported as unfinished")
     p.add_argument("--grace", type=float, default=60.0)
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
                  for lr in args.lrs.split(",")]
     for c in cases:
         c["layout"] = _layout(c["layout"], args.layers)
-    from hlnas.executors import make_executor
+    from hlnas.search.executors import make_executor
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,8 @@ A recall number that fails these says nothing about recall: ``hlnas search`` ref
 invalid protocol (:class:`CalibrationFailed` names the failed control, by how much, and which settings to
 change). The verdict is stored with the study; seed-0 runs of layouts in the space become its trials.
 
-This module plans and judges; running the plan is the study loop's (``hlnas.study``), through the same
-executor as the trials. A run is a :class:`~hlnas.trial.TrialSpec` with a negative number.
+This module plans and judges; running the plan is the study loop's (``hlnas.search.study``), through the same
+executor as the trials. A run is a :class:`~hlnas.search.trial.TrialSpec` with a negative number.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
+from hlnas.overrides import is_int, is_number
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table", "table_cells",
            "summary", "TABLE_COLUMNS", "graded_value", "mixer_lines",
@@ -59,16 +60,16 @@ class CalibrationConfig:
             object.__setattr__(self, "graded_ratios", tuple(self.graded_ratios))
         for name in ("graded_min_mixers", "pure_below_min_mixers"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if not is_int(v) or v < 0:
                 raise ConfigError(f"calibration.{name}={v!r} is not allowed; allowed: an integer >= 0 (0: reported only)")
         if not isinstance(self.enabled, bool):
             raise ConfigError(f"calibration.enabled must be true or false, got {self.enabled!r}")
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or not 2 <= self.seeds <= 10:
+        if not is_int(self.seeds) or not 2 <= self.seeds <= 10:
             raise ConfigError(f"calibration.seeds={self.seeds!r} is not allowed; allowed: an integer from 2 to 10 "
                               "(a seed spread needs two seeds)")
         for name in ("control_min", "spread_floor"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            if not is_number(v) or not 0 <= v <= 1:
                 raise ConfigError(f"calibration.{name}={v!r} is not allowed; allowed: a fraction in [0, 1]")
         try:
             r = parse_ratio(self.hybrid_ratio) if isinstance(self.hybrid_ratio, str) else None

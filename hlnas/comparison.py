@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlnas.errors import ConfigError, did_you_mean
-from hlnas.samplers import SAMPLERS
-from hlnas.tabular import DEFAULT_SAMPLERS, RunResult, TabularBenchmark, run_sampler, sampler_label
+from hlnas.search.samplers import SAMPLERS
+from hlnas.tabular import DEFAULT_SAMPLERS, SamplerRun, TabularBenchmark, run_sampler, sampler_label
 
 __all__ = ["Comparison", "compare", "load_sampler", "write_outputs"]
 
@@ -34,7 +34,7 @@ class Comparison:
     bench: TabularBenchmark
     n_evals: int
     seeds: tuple[int, ...]
-    runs: Mapping[str, tuple[RunResult, ...]]
+    runs: Mapping[str, tuple[SamplerRun, ...]]
     fractions: tuple[float, ...] = (0.95, 1.0)
 
     def rescored(self, bench: TabularBenchmark) -> "Comparison":
@@ -135,7 +135,7 @@ class Comparison:
 
 def compare(bench: TabularBenchmark, samplers: Sequence | Mapping = DEFAULT_SAMPLERS, n_evals: int | None = None,
             seeds: int | Sequence[int] = 5, *, fractions: Sequence[float] = (0.95, 1.0),
-            on_run: Callable[[RunResult], None] | None = None) -> Comparison:
+            on_run: Callable[[SamplerRun], None] | None = None) -> Comparison:
     """Run every sampler for every seed. ``samplers``: names, sampler instances/classes/factories, or a mapping
     label -> one of those. ``seeds``: a count (0..K-1) or the seeds. A sampler *instance* is reused for every seed
     (its own state carries over); pass a class or factory to seed each run."""

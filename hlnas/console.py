@@ -35,7 +35,7 @@ def recall_text(m: dict) -> str:
 
 class SearchProgress:
     """Progress bar over trained trials plus a line per finished trial and the front when it changes; pass
-    :meth:`event` as ``on_event`` of :func:`hlnas.study.run_search`. Calibration runs print a line each."""
+    :meth:`event` as ``on_event`` of :func:`hlnas.search.study.run_search`. Calibration runs print a line each."""
 
     def __init__(self, total: int, progress: bool):
         self.bar = None
@@ -137,7 +137,7 @@ class SearchProgress:
 
 
 def front_table(rows: list[dict], calibration: dict | None) -> str:
-    """The Pareto front (rows of :func:`hlnas.study.front_rows`) as a table, with a note when the study's
+    """The Pareto front (rows of :func:`hlnas.search.study.front_rows`) as a table, with a note when the study's
     ``calibration`` (its ``hlnas_calibration`` attr) did not validate the recall numbers."""
     if not rows:
         return "no completed trials yet"
@@ -169,7 +169,7 @@ def front_table(rows: list[dict], calibration: dict | None) -> str:
 
 def status_text(summary: dict) -> str:
     """``hlnas status``: trial counts, objectives, the calibration and the front of
-    :func:`hlnas.study.study_summary`'s record."""
+    :func:`hlnas.search.study.study_summary`'s record."""
     lines = [f"study '{summary['study']}': " + ", ".join(f"{v} {k}" for k, v in summary["trials"].items() if v),
              "objectives: " + ", ".join(f"{o['direction']} {o['metric']}" for o in summary["objectives"])]
     cal = summary["calibration"] or {}
@@ -226,7 +226,7 @@ def layout_card(layout, preset: str, cost) -> str:
 
 
 def bench_run_line(run, elapsed_s: float) -> str:
-    """One finished run of ``hlnas bench-samplers`` (a :class:`hlnas.tabular.RunResult`)."""
+    """One finished run of ``hlnas bench-samplers`` (a :class:`hlnas.tabular.SamplerRun`)."""
     return (f"  {run.sampler:<10} seed {run.seed}: {len(run.hv)} evaluated ({run.asked} asked), "
             f"100% after {run.evals_to(1.0) or 'never'}  [{elapsed_s:.1f}s]")
 

@@ -30,10 +30,12 @@ from hlnas import paper
 from hlnas.catalog import mixer_for_code
 from hlnas.layout import PAPER_RATIOS
 from hlnas.pareto import (
-    ParetoInfo, StudyData, TrialRecord, front, hypervolume_history, pareto_info,
+    ParetoInfo, StudyData, front, hypervolume_history, pareto_info,
 )  # fmt: skip
 from hlnas.paper import attention_share, mixer_and_ratio
-from hlnas.rungs import checks as rung_checks
+from hlnas.figure_style import MIXER_COLORS, empty, format_metric, hover, metric_titles
+from hlnas.calibration_figures import (CURVE_METRICS, CalibrationInfo, CurveLine, CurvesInfo, calibration_info, curves_info,
+                                       plot_calibration, plot_calibration_table, plot_curves)
 
 __all__ = [
     "FIGURE_IDS", "MIXER_COLORS", "TradeoffInfo", "RatioInfo", "RulerInfo", "HypervolumeInfo", "LayoutInfo",
@@ -46,62 +48,6 @@ __all__ = [
 FIGURE_IDS = ("hlnas_recall_vs_kv", "hlnas_loss_vs_kv", "hlnas_recall_vs_ratio", "hlnas_lm_vs_ratio",
               "hlnas_ruler", "hlnas_hypervolume", "hlnas_layouts", "hlnas_calibration",
               "hlnas_calibration_table", "hlnas_recall_curves")  # fmt: skip
-MIXER_COLORS = {
-    "attention": "#d62728", "transformer": "#444444", "hgrn": "#1f77b4", "hgrn2": "#17becf", "retnet": "#9467bd",
-    "gla": "#2ca02c", "deltanet": "#ff7f0e", "gated_deltanet": "#8c564b", "mamba2": "#e377c2", "average": "#7f7f7f",
-}  # fmt: skip
-_HOVER_METRICS = ("recall", "recall_raw", "recall_baseline", "kv_cache_bytes", "val_loss", "mqar_acc", "lm_acc", "params", "state_bytes",
-                  "flops_per_token", "tokens_per_s", "train_wall_s")  # fmt: skip
-_TITLES = {name: m.title for name, m in metric_table.METRICS.items()}  # hlnas.metrics: one table of titles
-_SOURCE_TITLES = {"mqar_acc": "MQAR acc", "mqar_mixed_acc": "mixed-in MQAR acc", "ruler_avg": "RULER avg"}
-
-
-def metric_titles(data: StudyData) -> dict[str, str]:
-    """Axis names; ``recall`` says which measure it is (the study loop falls back to MQAR without RULER)."""
-    ok = [r for r in data.records if r.status == "ok" and r.metric("recall") is not None]
-    sources = {r.attrs.get("recall_source") for r in ok} - {None}
-    if len(sources) == 1:
-        name = _SOURCE_TITLES.get(next(iter(sources)), next(iter(sources)))
-        return {**_TITLES, "recall": f"recall above the no-recall baseline ({name}, corrected)",
-                "recall_raw": f"recall ({name}, raw)"}
-    if any(isinstance(r.attrs.get("ruler"), dict) for r in ok):
-        recall = "recall (RULER avg)"
-    elif ok and all(r.metric("recall") == r.metric("mqar_acc") for r in ok):
-        recall = "recall (MQAR acc)"
-    else:
-        recall = "recall"
-    return {**_TITLES, "recall": recall}
-
-
-def format_metric(name: str, value) -> str:
-    if value is None:
-        return "n/a"
-    unit = metric_table.METRICS[name].unit if name in metric_table.METRICS else ("bytes" if name.endswith("_bytes") else "")
-    if unit == "bytes":
-        return metric_table.bytes_text(value)
-    if unit == "count":
-        return f"{value / 1e6:.2f}M"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _hover(rec: TrialRecord) -> str:
-    mixer, ratio = mixer_and_ratio(rec)
-    lines = [f"<b>{rec.layout or '?'}</b>", f"trial #{rec.number} · {mixer or 'mixed'} {ratio or ''} · {rec.status}"]
-    if rec.attrs.get("reused_from") is not None:
-        lines.append(f"reused result of trial #{rec.attrs['reused_from']}")
-    lines += [f"{m}: {format_metric(m, rec.metric(m))}" for m in _HOVER_METRICS if rec.metric(m) is not None]
-    return "<br>".join(lines)
-
-
-def _empty(title: str, message: str):
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-    fig.update_layout(title=title, template="plotly_white", xaxis_visible=False, yaxis_visible=False)
-    return fig
-
-
 # -- trade-offs ----------------------------------------------------------------------------
 
 
@@ -153,12 +99,12 @@ def plot_tradeoff(info: TradeoffInfo):
     (xm, ym), (xd, yd) = p.metrics, p.directions
     title = f"{info.titles.get(ym, ym)} vs {info.titles.get(xm, xm)}"
     if not p.front:
-        return _empty(title, f"no completed trial has both {xm} and {ym} yet")
+        return empty(title, f"no completed trial has both {xm} and {ym} yet")
     fig = go.Figure()
 
     def trace(recs, name, **kw):
         xs, ys = zip(*(p.point(r) for r in recs))
-        fig.add_trace(go.Scatter(x=xs, y=ys, name=name, text=[r.layout for r in recs], hovertext=[_hover(r) for r in recs],
+        fig.add_trace(go.Scatter(x=xs, y=ys, name=name, text=[r.layout for r in recs], hovertext=[hover(r) for r in recs],
                                  hovertemplate="%{hovertext}<extra></extra>", **kw))
 
     if p.dominated:
@@ -260,7 +206,7 @@ def plot_ratio(info: RatioInfo):
 
     title = f"{info.titles.get(info.metric, info.metric)} vs attention ratio"
     if not info.lines and info.transformer is None:
-        return _empty(title, f"no completed single-mixer trial has {info.metric} yet")
+        return empty(title, f"no completed single-mixer trial has {info.metric} yet")
     fig = go.Figure()
     for m, ys in info.lines.items():
         fig.add_trace(go.Scatter(x=list(info.ratios), y=list(ys), name=m, mode="lines+markers", connectgaps=True,
@@ -335,7 +281,7 @@ def plot_ruler(info: RulerInfo):
 
     title = f"RULER by {info.level[:-1]}"
     if not info.bars:
-        return _empty(title, "no chosen trial has RULER results (objective 'ruler' not run?)")
+        return empty(title, "no chosen trial has RULER results (objective 'ruler' not run?)")
     fig = go.Figure()
     for label, ys in info.bars:
         fig.add_trace(go.Bar(name=label, x=list(info.columns), y=list(ys), hovertemplate=f"{label}<br>%{{x}}: %{{y:.3f}}<extra></extra>"))
@@ -371,7 +317,7 @@ def plot_hypervolume(info: HypervolumeInfo):
 
     title = "Hypervolume over completed trials"
     if not info.history:
-        return _empty(title, "no completed trial yet")
+        return empty(title, "no completed trial yet")
     xs, ys = zip(*info.history)
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", line=dict(shape="hv", color="#2ca02c"),
                                hovertemplate="%{x} completed: %{y:.4f}<extra></extra>"))
@@ -413,7 +359,7 @@ def plot_layouts(info: LayoutInfo):
 
     title = "Layouts of the front (rows) by layer"
     if not info.rows:
-        return _empty(title, "no candidate layouts yet")
+        return empty(title, "no candidate layouts yet")
     depth = max(len(s) for _, s in info.rows)
     index = {c: i for i, c in enumerate(info.codes)}
     z, text, hover = [], [], []
@@ -434,161 +380,6 @@ def plot_layouts(info: LayoutInfo):
     fig.update_layout(title=dict(text=f"{title}<br><sup>{legend}</sup>"), template="plotly_white",
                       xaxis=dict(title="layer", dtick=1 if depth <= 32 else None), yaxis=dict(autorange="reversed", type="category"),
                       margin=dict(l=110, r=20, t=70, b=40))  # fmt: skip
-    return fig
-
-
-# -- calibration ---------------------------------------------------------------------------
-
-
-class CalibrationInfo(NamedTuple):
-    status: str  # valid | invalid | running | skipped | not needed | absent
-    rows: tuple[dict, ...]  # calibrate.verdict rows
-    control_min: float | None
-    failures: tuple[str, ...]
-
-
-def calibration_info(data: StudyData) -> CalibrationInfo:
-    cal = data.user_attrs.get("hlnas_calibration") or {}
-    verdict = cal.get("verdict") or {}
-    return CalibrationInfo(cal.get("status", "absent"), tuple(verdict.get("rows") or ()),
-                           (verdict.get("config") or {}).get("control_min"), tuple(verdict.get("failures") or ()))
-
-
-def _calibration_subtitle(info: CalibrationInfo) -> str:
-    return "valid" if info.status == "valid" else f"{info.status.upper()}: " + "; ".join(info.failures)[:300]
-
-
-def plot_calibration(info: CalibrationInfo):
-    """The protocol's controls: raw recall per mixer, pure and hybrid side by side, the all-attention control
-    and the no-recall baseline as lines, seed spread as error bars."""
-    import plotly.graph_objects as go
-
-    title = "recall protocol calibration"
-    if not info.rows:
-        return _empty(title, f"calibration: {info.status}" + (" (search run with --skip-calibration)" if info.status == "skipped" else ""))
-    fig = go.Figure()
-    # pure, then the graded ladder's ratios, then the hybrid: attention share rising left to right in each group
-    ladder = sorted({r["ratio"] for r in info.rows if r["role"] == "ladder" and r.get("ratio")},
-                    key=lambda q: -int(q.split(":")[0]))
-    groups = [("pure", "pure", "#7f7f7f")] + [(f"ladder:{q}", q, c) for q, c in zip(ladder, ("#ff9896", "#f4a582", "#e377c2"))]
-    groups.append(("hybrid", "hybrid", "#d62728"))
-    for group, name, color in groups:
-        role, _, ratio = group.partition(":")
-        rows = [r for r in info.rows if r["role"] == role and r.get("mean") is not None and (not ratio or r.get("ratio") == ratio)]
-        if rows:
-            fig.add_trace(go.Bar(x=[r["mixer"] for r in rows], y=[r["mean"] for r in rows], name=name, marker_color=color,
-                                 error_y=dict(type="data", array=[r["spread"] / 2 for r in rows], visible=True),
-                                 text=[r["layout"] for r in rows], hovertemplate="%{text}: %{y:.3f}<extra>" + name + "</extra>"))
-    control = next((r for r in info.rows if r["role"] == "control" and r.get("mean") is not None), None)
-    if control is not None:
-        fig.add_hline(y=control["mean"], line=dict(color="#444444", dash="dash"),
-                      annotation_text=f"all-attention control {control['mean']:.3f}", annotation_position="top right")
-    if info.control_min is not None:
-        fig.add_hline(y=info.control_min, line=dict(color="#2ca02c", dash="dot"),
-                      annotation_text=f"control must reach {info.control_min}", annotation_position="bottom right")
-    bases = [r["baseline"] for r in info.rows if r.get("baseline") is not None]
-    if bases:
-        fig.add_hrect(y0=0, y1=max(bases), fillcolor="#999999", opacity=0.18, line_width=0, layer="below",
-                      annotation_text=f"no recall (baseline {max(bases):.3f})", annotation_position="top left")
-    sub = _calibration_subtitle(info)
-    fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>"), template="plotly_white", barmode="group",
-                      yaxis=dict(title="raw recall at the training length", range=[0, 1.05]), xaxis=dict(title="mixer"),
-                      legend=dict(orientation="h", y=-0.2), margin=dict(l=60, r=20, t=70, b=40))
-    return fig
-
-
-def plot_calibration_table(info: CalibrationInfo):
-    """The verdict table itself (what ``hlnas calibrate`` prints), for the dashboard."""
-    import plotly.graph_objects as go
-
-    title = "recall protocol calibration: the controls"
-    if not info.rows:
-        return _empty(title, f"calibration: {info.status}")
-    from hlnas.calibrate import TABLE_COLUMNS as cols, table_cells
-
-    rows = table_cells({"rows": info.rows})
-    colors = [["#fde0e0" if row[-1] != "pass" else "white" for row in rows]] * len(cols)
-    fig = go.Figure(go.Table(header=dict(values=list(cols), fill_color="#f3f3f3", align="left"),
-                             cells=dict(values=[list(c) for c in zip(*rows)], fill_color=colors, align="left")))
-    sub = _calibration_subtitle(info)
-    fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>"), margin=dict(l=20, r=20, t=70, b=20))
-    return fig
-
-
-# -- recall curves (the intermediate results per check) -------------------------------------
-
-
-#: the per-check values a curve can draw (keys of each ``hlnas_checks`` entry)
-CURVE_METRICS = {"recall": "recall above the no-recall baseline (validation, corrected)",
-                 "recall_auc": "graded recall (area under the corrected curve so far)"}
-
-
-class CurveLine(NamedTuple):
-    number: int
-    layout: str
-    mixer: str | None  # the trial's linear mixer, "transformer", or None for mixed layouts
-    status: str  # ok | stopped | failed | infeasible | pending (paused at a rung or running)
-    on_front: bool  # on the recall-vs-KV front of the complete trials
-    steps: tuple[int, ...]
-    values: tuple[float, ...]
-
-
-class CurvesInfo(NamedTuple):
-    metric: str
-    lines: tuple[CurveLine, ...]  # by trial number
-    rungs: tuple[int, ...]  # the rung scheduler's step budgets below the top (none without rungs)
-
-
-def curves_info(data: StudyData, metric: str = "recall") -> CurvesInfo:
-    """A line per trial with recall checks: user attr ``hlnas_checks``, else :func:`hlnas.rungs.checks` of its stored
-    recall run (the calibration's trials store no checks); a reused result is its source trial's line, drawn once."""
-    if metric not in CURVE_METRICS:
-        raise ValueError(f"metric {metric!r} is not allowed; allowed: {', '.join(CURVE_METRICS)}")
-    front = {r.number for r in pareto_info(data.records, None, "kv_cache_bytes", "recall").front}
-    lines, rungs = [], set()
-    for r in data.records:
-        ladder = (r.attrs.get("hlnas_rung") or {}).get("ladder") or []
-        rungs.update(ladder[:-1])
-        checks = r.attrs.get("hlnas_checks")
-        if checks is None:  # stored without them (the calibration's trials): from its recall run, as the loop does
-            checks = rung_checks(r.attrs) or None
-        if r.attrs.get("reused_from") is not None or not isinstance(checks, list):
-            continue
-        pts = [(int(c["step"]), float(c[metric])) for c in checks if isinstance(c.get(metric), (int, float))]
-        if pts:
-            steps, values = zip(*pts)
-            lines.append(CurveLine(r.number, r.layout, mixer_and_ratio(r)[0], r.status, r.number in front, steps, values))
-    return CurvesInfo(metric, tuple(lines), tuple(sorted(rungs)))
-
-
-def plot_curves(info: CurvesInfo):
-    import plotly.graph_objects as go
-
-    title = "Recall during training, per trial (every check of its fresh recall model)"
-    if not info.lines:
-        return _empty(title, "no trial has stored its recall checks yet")
-    dash = {"stopped": "dot", "pending": "dash"}
-    fig = go.Figure()
-    for ln in info.lines:
-        color = "#bbbbbb" if ln.status in ("failed", "infeasible") else MIXER_COLORS.get(ln.mixer or "", "#7f7f7f")
-        name = f"#{ln.number} {ln.layout}" + ("" if ln.status == "ok" else f" ({ln.status})")
-        fig.add_trace(go.Scatter(
-            x=ln.steps, y=ln.values, mode="lines+markers", name=name, legendgroup=ln.mixer or "mixed",
-            legendgrouptitle_text=ln.mixer or "mixed", opacity=1.0 if ln.on_front else 0.55,
-            line=dict(color=color, width=3.5 if ln.on_front else 1.5, dash=dash.get(ln.status, "solid")),
-            marker=dict(size=5 if ln.on_front else 3),
-            hovertemplate=f"<b>{ln.layout}</b> trial #{ln.number} ({ln.status}{', on the front' if ln.on_front else ''})"
-                          "<br>step %{x}: %{y:.3f}<extra></extra>"))
-    for s in info.rungs:
-        fig.add_vline(x=s, line=dict(color="#999999", dash="dot", width=1), annotation_text=f"rung {s}",
-                      annotation_position="top", annotation_font=dict(size=9, color="#777777"))
-    stopped = sum(ln.status == "stopped" for ln in info.lines)
-    sub = (f"{len(info.lines)} trials; thick: on the recall-vs-KV front"
-           + (f"; dotted: stopped at a rung ({stopped})" if stopped else "") + "; dashed: paused or running; 0 = no recall")
-    fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>"), template="plotly_white",
-                      xaxis=dict(title="recall-model training steps", rangemode="tozero"),
-                      yaxis=dict(title=CURVE_METRICS[info.metric], range=[-0.02, 1.05]),
-                      legend=dict(groupclick="toggleitem", font=dict(size=9)), margin=dict(l=60, r=20, t=70, b=40))
     return fig
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["bytes_text", "corrected", "Metric", "METRICS", "register", "get", "directions", "objective_metrics", "raw_recall_metrics",
+__all__ = ["bytes_text", "corrected", "Metric", "METRICS", "register", "get", "directions", "direction_of", "objective_metrics", "raw_recall_metrics",
            "RECALL_SOURCES"]
 
 #: where a trial's "recall" comes from, in order of preference: (score objective, its raw accuracy key); the
@@ -62,6 +62,16 @@ def get(name: str) -> Metric:
 
 def directions() -> dict[str, str]:
     return {m.name: m.direction for m in METRICS.values()}
+
+
+def direction_of(name: str) -> str | None:
+    """A column's direction: a registered metric's own, else by the family its name belongs to (per-length RULER
+    and MQAR columns maximize, ``kv_cache_bytes_*`` minimize); None for a column of no known family."""
+    if name in METRICS:
+        return METRICS[name].direction
+    if name.startswith(("ruler", "mqar", "kv_cache_bytes")):
+        return "minimize" if name.startswith("kv_") else "maximize"
+    return None
 
 
 def objective_metrics() -> tuple[str, ...]:

@@ -4,7 +4,7 @@ GPU-seconds and N asynchronous workers, to compare full-fidelity search against 
 A :class:`CurveBenchmark` holds, per candidate layout of a space, its recall curve (``[[step, corrected recall],
 ...]`` at every check, up to the space's ``score.mqar.steps``), its KV-cache bytes, the GPU-seconds one recall
 training step costs, and the fixed GPU-seconds of the rest of a whole trial (the LM half, paid at the top rung only).
-:func:`run_multi_fidelity` runs :func:`hlnas.proposals.search_loop` (the search's own sampler settings, dedupe and
+:func:`run_multi_fidelity` runs :func:`hlnas.search.loop.search_loop` (the search's own sampler settings, dedupe and
 rung scheduler) on an in-memory study with a :class:`SimulatedExecutor`: ``submit`` schedules the trial on the
 earliest free of N simulated workers for the steps it trains beyond its last pause, ``wait`` advances the clock to
 the next finish. The hypervolume of the COMPLETE trials (recall vs KV bytes, scaled as in :mod:`hlnas.tabular`,
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 import optuna
 
 from hlnas.errors import ConfigError, did_you_mean
-from hlnas.proposals import search_loop
+from hlnas.search.loop import search_loop
 from hlnas.space import SearchSpace, space_from_dict
 from hlnas.tabular import TabularBenchmark
-from hlnas.trial import TrialResult, TrialSpec
+from hlnas.search.trial import TrialResult, TrialSpec
 
 __all__ = ["CurveBenchmark", "SimulatedExecutor", "MFRun", "run_multi_fidelity", "curve_value", "hv_at", "svg_plot",
            "stored_row", "default_rungs", "MFComparison", "compare_mf", "write_mf_outputs"]
@@ -212,7 +212,7 @@ def run_multi_fidelity(bench: CurveBenchmark, sampler: str = "nsga2", *, rungs: 
     layouts are decided (default: all)."""
     import warnings
 
-    from hlnas.samplers import make_sampler
+    from hlnas.search.samplers import make_sampler
 
     space = bench.space.with_overrides(rungs=dict(rungs) if rungs else None)
     table = bench.final(scale)

@@ -20,7 +20,7 @@ from hlnas.nn import RMSNorm, ShortConvolution, SwiGLU
 
 __all__ = ["HybridLM", "Cache", "build_model", "seeded_model"]
 
-# torch's default generator is one per process: runs sharing a worker process (hlnas.executors, runs_per_worker)
+# torch's default generator is one per process: runs sharing a worker process (hlnas.search.executors, runs_per_worker)
 # take it in turn, so each model's weights depend on its own seed alone, as in a process of its own
 _SEEDED_BUILD = threading.Lock()
 

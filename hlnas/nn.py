@@ -12,7 +12,13 @@ from torch import Tensor, nn
 
 from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
 
-__all__ = ["RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "swiglu_hidden"]
+__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "swiglu_hidden"]
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype recurrences and reductions run in: float64 for float64 inputs (the reference tests), else float32
+    (bf16 accumulations lose the state's small terms)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 class RMSNorm(nn.Module):

@@ -32,7 +32,8 @@ import yaml
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["yaml_load", "field_types", "parse_sets", "typed_fields", "config_from_dict", "config_to_dict", "migrate_keys"]
+__all__ = ["yaml_load", "field_types", "parse_sets", "typed_fields", "config_from_dict", "config_to_dict", "migrate_keys", "tuples_of",
+           "at_least_one", "is_int", "is_number"]
 
 
 class _Loader(yaml.SafeLoader):
@@ -113,6 +114,29 @@ def typed_fields(cls: type, data: Mapping, kind: str) -> dict:
         if isinstance(out[key], list) and (typing.get_origin(types_[key]) or types_[key]) is tuple:
             out[key] = tuple(out[key])
     return out
+
+
+def is_int(x) -> bool:
+    """A whole number as a setting means it: an ``int`` but not a ``bool`` (``True`` is an int in Python)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_number(x) -> bool:
+    """An ``int`` or ``float`` but not a ``bool``."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def tuples_of(cfg, *names: str) -> None:
+    """Freeze list fields of a frozen config (YAML gives lists) into tuples, in place."""
+    for name in names:
+        object.__setattr__(cfg, name, tuple(getattr(cfg, name)))
+
+
+def at_least_one(cfg, section: str, *names: str) -> None:
+    """Refuse a count field of ``section`` below 1, naming it and the value got."""
+    for name in names:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{section}.{name} must be >= 1, got {getattr(cfg, name)}")
 
 
 def config_from_dict(cls: type, data: Mapping, kind: str):

@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 import optuna
 
 import hlnas.metrics as metric_table
-from hlnas.storage import ALLOWED_SCHEMES, StorageError, UnknownStudyError, load_study, open_storage  # noqa: F401  (re-exported)
+from hlnas.search.storage import ALLOWED_SCHEMES, StorageError, UnknownStudyError, load_study, open_storage  # noqa: F401  (re-exported)
+from hlnas.overrides import is_number
 
 
 __all__ = [
@@ -88,7 +89,7 @@ class TrialRecord:
             value = self.values[self.objective_names.index(name)]
         else:
             value = self.attrs.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             return None
         return float(value)
 
@@ -281,10 +282,9 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
                 hv += (ref[0] - x) * (best_y - y)
                 best_y = y
         return hv
-    import numpy as np
-    from optuna._hypervolume import compute_hypervolume  # private but stable since optuna 3; exact WFG
+    from hlnas.search.optuna_adapter import hypervolume as wfg  # exact WFG
 
-    return float(compute_hypervolume(np.asarray(pts), np.asarray(ref)))
+    return wfg(pts, ref)
 
 
 def hypervolume_history(

@@ -61,10 +61,10 @@ def mqar_recall_config(train: TrainConfig, data: DataConfig):
     if not train.recall_every or train.recall_format != "mqar":
         return None
     from hlnas.data.tokenizer import load_tokenizer
-    from hlnas.score.mqar import MQARConfig, mqar_token_map
+    from hlnas.score.mqar import MqarTask, mqar_token_map
 
     tok = load_tokenizer(data.tokenizer)
-    return MQARConfig(vocab_size=train.recall_vocab, seq_len=train.recall_length or train.seq_len,
+    return MqarTask(vocab_size=train.recall_vocab, seq_len=train.recall_length or train.seq_len,
                       num_kv_pairs=train.recall_kv_pairs,
                       token_map=mqar_token_map(train.recall_vocab, tok.vocab_size, tok.eos_id))
 

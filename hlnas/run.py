@@ -4,7 +4,7 @@
 :func:`score_checkpoint`) and the experiments call, so they train and score a candidate the same way:
 the recall protocol's documents mixed in as the recipe says, validation batches from the recipe's data,
 every objective of the recipe's score section, and the study's recall with its no-recall baseline
-(:func:`hlnas.trial.recall_metrics`). Failures in training (NaN, OOM) come back in the result; other
+(:func:`hlnas.search.trial.recall_metrics`). Failures in training (NaN, OOM) come back in the result; other
 exceptions propagate to the caller (a trial turns them into data).
 """
 

@@ -1,6 +1,6 @@
 """Multi-fidelity multi-objective search: asynchronous successive halving over the recall model's training steps,
 with promotion among rung peers by non-dominated sorting (MOASHA, Schmucker et al. 2021), inside hlnas's one
-search loop (:func:`hlnas.proposals.search_loop`).
+search loop (:func:`hlnas.search.loop.search_loop`).
 
 A space turns it on with a ``rungs:`` section (off by default)::
 
@@ -40,7 +40,7 @@ its checks as user attr ``hlnas_checks``: ``[{"step", "val_acc", "recall", "reca
 (:func:`checks`; ``recall`` is the validation accuracy corrected for its no-recall baseline, ``recall_auc`` the
 graded measure over the steps up to that check), which the dashboard can draw.
 
-Calibration runs are never scheduled (:mod:`hlnas.study` submits them whole).
+Calibration runs are never scheduled (:mod:`hlnas.search.study` submits them whole).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from hlnas.errors import ConfigError
 from hlnas.metrics import corrected
+from hlnas.overrides import is_int, is_number
 
 __all__ = ["RungConfig", "RungScheduler", "rung_config", "ladder", "nondominated_ranks", "crowding", "rank_peers",
            "checks", "kept_run", "RUNG_ATTR", "RUNG_OBJECTIVES"]
@@ -72,7 +73,7 @@ class RungConfig:
     def __post_init__(self) -> None:
         for name, low in (("min_steps", 1), ("eta", 2)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            if not is_int(v) or v < low:
                 raise ConfigError(f"rungs.{name}={v!r} is not allowed; allowed: an integer >= {low}")
 
     def to_dict(self) -> dict:
@@ -229,7 +230,7 @@ class RungScheduler:
         out = []
         for i in self.rung_metrics:
             v = metrics.get(self.metrics[i])
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            if not is_number(v) or not math.isfinite(float(v)):
                 return None
             out.append(-float(v) if self.directions[i] == "maximize" else float(v))
         return out

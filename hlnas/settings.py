@@ -11,9 +11,14 @@ from dataclasses import dataclass
 
 import hlnas.metrics as metric_table
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.overrides import is_number
 
-__all__ = ["Objective", "DEFAULT_OBJECTIVES", "METRICS", "DIRECTIONS", "CONSTRAINTS", "RECALL_SOURCES",
+__all__ = ["SAMPLERS", "Objective", "DEFAULT_OBJECTIVES", "OBJECTIVE_DIRECTIONS", "DIRECTIONS", "CONSTRAINTS", "RECALL_SOURCES",
            "RAW_RECALL_METRICS", "SpaceError", "Checker", "SettingsChecker"]
+
+
+#: the samplers a study may name (``sampler:``); :mod:`hlnas.search.samplers` builds each and checks it has them all
+SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 
 
 class SpaceError(HlnasError, ValueError):
@@ -21,13 +26,13 @@ class SpaceError(HlnasError, ValueError):
 
 
 # the metric table lives in hlnas.metrics; these views are what the validator reads
-METRICS = {n: metric_table.get(n).direction for n in (*metric_table.objective_metrics(), *metric_table.raw_recall_metrics())}
+OBJECTIVE_DIRECTIONS = {n: metric_table.get(n).direction for n in (*metric_table.objective_metrics(), *metric_table.raw_recall_metrics())}
 DIRECTIONS = ("maximize", "minimize")
 CONSTRAINTS = {"max_params": "params", "max_kv_bytes": "kv_cache_bytes", "max_state_bytes": "state_bytes"}
 RECALL_SOURCES = metric_table.RECALL_SOURCES
 #: raw recall metrics: a study may not optimise them (a score below its baseline would rank as recall)
 RAW_RECALL_METRICS = metric_table.raw_recall_metrics()
-_NEEDS = {name: metric_table.get(name).needs for name in METRICS if metric_table.get(name).needs}
+_NEEDS = {name: metric_table.get(name).needs for name in OBJECTIVE_DIRECTIONS if metric_table.get(name).needs}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,7 +40,7 @@ class Objective:
     """One thing the study optimises: ``metric`` read from a trial's results, in ``direction``."""
 
     name: str
-    metric: str  # a key of METRICS
+    metric: str  # a key of OBJECTIVE_DIRECTIONS
     direction: str  # maximize | minimize
 
     def to_dict(self) -> dict:
@@ -95,19 +100,19 @@ class SettingsChecker(Checker):
             key = f"objectives[{i}]"
             o = {"metric": o} if isinstance(o, str) else o  # "- val_loss" is {metric: val_loss}
             self.keys(key + ".", o, ("name", "metric", "direction"))
-            metric = o.get("metric", o.get("name") if str(o.get("name")) in METRICS else None)
+            metric = o.get("metric", o.get("name") if str(o.get("name")) in OBJECTIVE_DIRECTIONS else None)
             if metric in RAW_RECALL_METRICS:
                 self.fail(f"{key}.metric={metric!r} is a raw recall score, which a model with no key-to-value association "
                           "can reach (copying any in-context value scores 1/K); use metric: recall, the same score "
                           "corrected for its strongest no-recall baseline")
-            metric = self.choice(f"{key}.metric", metric, tuple(m for m in METRICS if m not in RAW_RECALL_METRICS))
-            direction = self.choice(f"{key}.direction", o.get("direction", METRICS[metric]), DIRECTIONS)
+            metric = self.choice(f"{key}.metric", metric, tuple(m for m in OBJECTIVE_DIRECTIONS if m not in RAW_RECALL_METRICS))
+            direction = self.choice(f"{key}.direction", o.get("direction", OBJECTIVE_DIRECTIONS[metric]), DIRECTIONS)
             name = o.get("name", metric)
             if not isinstance(name, str) or not name:
                 self.bad(f"{key}.name", name, "a non-empty string")
             objs.append(Objective(name=name, metric=metric, direction=direction))
         if not objs:
-            self.fail(f"objectives is empty; give at least one of: {', '.join(METRICS)}")
+            self.fail(f"objectives is empty; give at least one of: {', '.join(OBJECTIVE_DIRECTIONS)}")
         self.unique("objectives", [o.name for o in objs], ".name")
         self.unique("objectives", [o.metric for o in objs], ".metric")
         scored = list(scored)
@@ -132,6 +137,6 @@ class SettingsChecker(Checker):
     def constraints(self, value) -> dict[str, float]:
         self.keys("constraints.", value, tuple(CONSTRAINTS))
         for k, x in value.items():
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf:
+            if not is_number(x) or not 0 < x < math.inf:
                 self.bad(f"constraints.{k}", x, f"a positive number (upper bound on {CONSTRAINTS[k]})")
         return {k: float(x) for k, x in value.items()}

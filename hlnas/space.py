@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 from hlnas.catalog import canonical, linear_mixer_names
 from hlnas.config import PRESETS, ModelConfig
 from hlnas.errors import ConfigError, LayoutError, did_you_mean
+from hlnas.overrides import is_int
 from hlnas.layout import PLACEMENTS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
-from hlnas.samplers import SAMPLERS
-from hlnas.settings import (CONSTRAINTS, DEFAULT_OBJECTIVES, METRICS, RAW_RECALL_METRICS, RECALL_SOURCES,
+from hlnas.settings import (SAMPLERS, CONSTRAINTS, DEFAULT_OBJECTIVES, OBJECTIVE_DIRECTIONS, RAW_RECALL_METRICS, RECALL_SOURCES,
                             Objective, SettingsChecker, SpaceError)
 
 if TYPE_CHECKING:  # the config modules pull in torch; the validator imports them when it first runs
@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the config modules pull in torch; the validator imports the
     from hlnas.score.objectives import ScoreConfig
     from hlnas.train import TrainConfig
 
-__all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "METRICS", "CONSTRAINTS", "load_space",
+__all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "OBJECTIVE_DIRECTIONS", "CONSTRAINTS", "load_space",
            "space_from_dict", "builtin_spaces", "RAW_RECALL_METRICS", "RECALL_SOURCES"]
 
 TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "layers", "hetero", "scale",
@@ -323,7 +323,7 @@ def space_from_dict(raw: dict, where: str = "<dict>") -> SearchSpace:
     elif not transformer:
         v.fail("'mixers' lists no linear mixer and 'transformer' is not true: the space is empty")
     kv_context = scale.get("kv_context", 4096)
-    if not _is_int(kv_context) or kv_context < 1:
+    if not is_int(kv_context) or kv_context < 1:
         v.fail(f"scale.kv_context={kv_context!r} must be a positive integer (tokens of context for kv_cache_bytes)")
     name = raw.get("name") or (Path(where).stem if where != "<dict>" else "space")
     if not isinstance(name, str):
@@ -339,10 +339,6 @@ def space_from_dict(raw: dict, where: str = "<dict>") -> SearchSpace:
     if space.sampler == "grid" and space.size() > GRID_LIMIT:
         v.fail(f"sampler='grid' over {space.size():,} combinations (more than {GRID_LIMIT:,}); use nsga2, tpe, gp or random")
     return space
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _ratio_allowed(n_layers: int) -> str:
@@ -392,7 +388,7 @@ class _Validator(SettingsChecker):
     def layers(self, value, model_cfg, model_section: dict) -> int:
         if value is None:
             return model_cfg.n_layers
-        if not _is_int(value) or value < 1:
+        if not is_int(value) or value < 1:
             self.fail(f"layers={value!r} must be a positive integer (default: the preset's depth, {model_cfg.n_layers})")
         if model_section.get("n_layers", value) != value:
             self.fail(f"layers={value} disagrees with scale.model.n_layers={model_section['n_layers']}; give one of them")
@@ -441,7 +437,7 @@ class _Validator(SettingsChecker):
                 s = [int(t) if t.strip().isdigit() else t for t in s.split(",")]
             idx = self.items(key, s)
             for j, x in enumerate(idx):
-                if not _is_int(x) or not 0 <= x < n_layers:
+                if not is_int(x) or not 0 <= x < n_layers:
                     self.bad(f"{key}[{j}]", x, f"a layer index in [0, {n_layers}) (layers={n_layers})")
             self.unique(key, idx)
             if not idx or len(idx) == n_layers:

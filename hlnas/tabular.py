@@ -3,13 +3,13 @@
 A :class:`TabularBenchmark` maps every candidate of a :class:`~hlnas.space.SearchSpace` (a layout) to its
 objective values, read from a results table: a CSV with one row per candidate (:meth:`TabularBenchmark.from_csv`,
 e.g. the CSV of a grid run), or the paper's published RULER recall (:meth:`TabularBenchmark.from_paper`).
-:func:`run_sampler` runs the search's own loop (:func:`hlnas.proposals.search_loop`) on an in-memory optuna study
+:func:`run_sampler` runs the search's own loop (:func:`hlnas.search.loop.search_loop`) on an in-memory optuna study
 with a :class:`LookupExecutor`, which answers each trial from the table instead of training it, and records the
 hypervolume after each distinct evaluation. :func:`hlnas.comparison.compare` does that for several samplers and seeds, and
 :func:`hlnas.comparison.write_outputs` / ``hlnas bench-samplers`` print the table and plot hypervolume against
 evaluations.
 
-Rules (those of the search loop in :mod:`hlnas.proposals`, one worker):
+Rules (those of the search loop in :mod:`hlnas.search.loop`, one worker):
 
 * **The space is the set of table rows.** Every row must be a candidate of the space and, by default
   (``missing="error"``), every candidate of the space must have a row; a :class:`~hlnas.errors.ConfigError`
@@ -20,9 +20,9 @@ Rules (those of the search loop in :mod:`hlnas.proposals`, one worker):
   and adds no volume.
 * **An evaluation is a distinct layout.** Parameters that give an already evaluated layout (a repeat proposal,
   or e.g. any ratio with mixer ``transformer``) are told the stored values, as the search does, and are not
-  counted. After every :data:`~hlnas.proposals.REPEATS_BEFORE_FALLBACK` (10) repeats in a row an untried
+  counted. After every :data:`~hlnas.search.loop.REPEATS_BEFORE_FALLBACK` (10) repeats in a row an untried
   candidate, picked at random, is enqueued, so every sampler ends; a run stops after ``n_evals`` evaluations, when
-  the space is exhausted, or after :data:`~hlnas.proposals.MAX_REPEATS` repeats in a row.
+  the space is exhausted, or after :data:`~hlnas.search.loop.MAX_REPEATS` repeats in a row.
 * **Samplers** are built by name exactly as ``hlnas search`` builds them (``nsga2``, ``tpe``, ``gp``,
   ``random``, ``grid``: every candidate enqueued in :meth:`SearchSpace.grid` order, so its curve does not
   depend on the seed). Any ``optuna.samplers.BaseSampler`` instance, sampler class, or factory
@@ -44,7 +44,6 @@ from __future__ import annotations
 import csv
 import math
 import os
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,17 +53,19 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from hlnas.catalog import canonical
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
-from hlnas.executors import InlineExecutor
-from hlnas.layout import PLACEMENTS, TRANSFORMER, Layout, build_layout
-from hlnas.pareto import METRIC_DIRECTIONS, dominates, hypervolume
-from hlnas.proposals import search_loop
-from hlnas.samplers import SAMPLERS, make_sampler
-from hlnas.space import EXPLICIT, METRICS, SearchSpace, space_from_dict
-from hlnas.trial import TrialResult, TrialSpec
+from hlnas.search.executors import InlineExecutor
+from hlnas import tabular_rows as table_rows
+from hlnas.layout import TRANSFORMER, Layout
+from hlnas import metrics as metric_table
+from hlnas.pareto import dominates, hypervolume
+from hlnas.search.loop import search_loop
+from hlnas.search.samplers import SAMPLERS, make_sampler
+from hlnas.space import SearchSpace, space_from_dict
+from hlnas.search.trial import TrialResult, TrialSpec
+from hlnas.overrides import is_number
 
-__all__ = ["TabularBenchmark", "RunResult", "LookupExecutor", "run_sampler", "sampler_label", "DEFAULT_SAMPLERS", "MISSING",
+__all__ = ["TabularBenchmark", "SamplerRun", "LookupExecutor", "run_sampler", "sampler_label", "DEFAULT_SAMPLERS", "MISSING",
            "SCALES"]  # fmt: skip
 
 DEFAULT_SAMPLERS = SAMPLERS
@@ -75,15 +76,6 @@ REFERENCE = 1.1  # in scaled objectives: 10% beyond the table's worst value
 _DIRECTION_WORDS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
 
 
-def _direction(metric: str) -> str | None:
-    if metric in METRIC_DIRECTIONS:
-        return METRIC_DIRECTIONS[metric]
-    if metric in METRICS:
-        return METRICS[metric]
-    if metric.startswith(("ruler", "mqar", "kv_cache_bytes")):
-        return "minimize" if metric.startswith("kv_") else "maximize"
-    return None
-
 
 def _parse_objective(spec: str) -> tuple[str, str]:
     """``"recall"`` or ``"val_loss:min"`` -> (column, direction)."""
@@ -92,7 +84,7 @@ def _parse_objective(spec: str) -> tuple[str, str]:
         if word.lower() not in _DIRECTION_WORDS:
             raise ConfigError(f"objective {spec!r}: direction '{word}' is not allowed; allowed: max, min, maximize, minimize")
         return name, _DIRECTION_WORDS[word.lower()]
-    d = _direction(name)
+    d = metric_table.direction_of(name)
     if d is None:
         raise ConfigError(f"objective '{name}' has no known direction; write it as '{name}:max' or '{name}:min'")
     return name, d
@@ -138,7 +130,7 @@ class TabularBenchmark:
                               f"{', '.join(outside[:5])}{' ...' if len(outside) > 5 else ''}")
         absent = [lay for lay in params if lay not in self.table]
         if absent and self.missing == "error":
-            shown = ", ".join(_describe(Layout.parse(lay)) for lay in absent[:8])
+            shown = ", ".join(table_rows.describe(Layout.parse(lay)) for lay in absent[:8])
             raise ConfigError(f"benchmark '{self.name}': {len(absent)} of the {len(params)} candidates of space "
                               f"'{self.space.name}' have no row: {shown}{' ...' if len(absent) > 8 else ''}. The benchmark's "
                               "space must be the set of table rows: give a space holding only the rows' candidates, or "
@@ -148,10 +140,10 @@ class TabularBenchmark:
                 if col not in row:
                     raise ConfigError(f"benchmark '{self.name}': row {lay} has no column '{col}'")
                 v = row[col]
-                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                if v is not None and (not is_number(v)):
                     raise ConfigError(f"benchmark '{self.name}': row {lay}, column '{col}': {v!r} is not a number")
         object.__setattr__(self, "_params", params)
-        object.__setattr__(self, "_violating", _violating(self.space, self.table, params))
+        object.__setattr__(self, "_violating", table_rows.violating(self.space, self.table, params))
         # the scale, the front and the maximum hypervolume are those of the rows a search can reach: a row that breaks
         # one of the space's constraints, or is marked failed/infeasible, is never an evaluation that adds volume
         pts = [self._signed(lay) for lay in self.table if lay not in self._violating]
@@ -199,7 +191,7 @@ class TabularBenchmark:
         first_row: dict[str, int] = {}
         for i, raw in enumerate(rows, start=2):  # row 1 is the CSV header
             try:
-                layout = _row_layout(raw, n_layers)
+                layout = table_rows.row_layout(raw, n_layers)
             except HlnasError as e:
                 raise ConfigError(f"{where}, row {i}: {e}") from None
             key = str(layout)
@@ -209,13 +201,13 @@ class TabularBenchmark:
             row["layout"] = key
             for src, col in zip((s for s, _ in specs), cols):
                 try:
-                    row[src] = _number(raw.get(col))
+                    row[src] = table_rows.number(raw.get(col))
                 except ValueError:
                     raise ConfigError(f"{where}, row {i}, column '{col}': {raw.get(col)!r} is not a number") from None
             table[key] = row
             first_row[key] = i
         if space is None:
-            space = _infer_space([Layout.parse(k) for k in table], name or "table")
+            space = table_rows.infer_space([Layout.parse(k) for k in table], name or "table")
         return cls(name=name or space.name, space=space, table=table, objectives=tuple(s for s, _ in specs),
                    directions=tuple(d for _, d in specs), missing=missing, source=source)
 
@@ -249,11 +241,11 @@ class TabularBenchmark:
         DeltaNet, GatedDeltaNet) x 5 ratios with the paper placement, plus the Transformer (Table 5's 0.423; Table 7
         has no Transformer column). 21 candidates; the space is exactly these (HGRN and RetNet, which the paper
         omits for insignificant recall, are not in it). KV-cache bytes are hlnas's own cost model
-        (:func:`hlnas.trial.layout_metrics`) for ``preset_name`` at ``kv_context`` tokens, batch 1, bf16."""
+        (:func:`hlnas.search.trial.layout_metrics`) for ``preset_name`` at ``kv_context`` tokens, batch 1, bf16."""
         from hlnas import paper
         from hlnas.catalog import PAPER_MIXERS
         from hlnas.layout import PAPER_RATIOS
-        from hlnas.trial import layout_metrics
+        from hlnas.search.trial import layout_metrics
 
         table7 = paper.recall_by_ratio()
         mixers = [m for m in PAPER_MIXERS if m in table7]
@@ -308,7 +300,7 @@ class TabularBenchmark:
     def values(self, layout: str) -> tuple[float, ...] | None:
         """The objective values of a row (None: no row, a failed row, or a row marked failed/infeasible)."""
         row = self.table.get(layout)
-        if row is None or _marked(row) is not None:
+        if row is None or table_rows.marked(row) is not None:
             return None
         vals = tuple(row[c] for c in self.objectives)
         if any(v is None or not math.isfinite(v) for v in vals):
@@ -349,128 +341,6 @@ class TabularBenchmark:
                 f"objectives: {obj}; front: {len(self.front())} rows")
 
 
-def _marked(row: Mapping[str, Any]) -> str | None:
-    """"failed" or "infeasible" when the row's ``status`` column says so (a results CSV's), else None."""
-    status = str(row.get("status") or "").strip().lower()
-    return "infeasible" if status == "infeasible" else "failed" if status in ("failed", "fail") else None
-
-
-def _violating(space: SearchSpace, table: Mapping[str, Any], params: Mapping[str, dict]) -> frozenset:
-    """The rows whose candidate breaks one of the space's constraints, by the cost the search itself checks."""
-    if not space.constraints:
-        return frozenset()
-    from hlnas.proposals import constraint_values, trial_spec
-    from hlnas.trial import layout_metrics
-
-    out = set()
-    for lay in table:
-        spec = trial_spec(space, 0, params[lay])
-        cost = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
-        if any(v > 0 for v in constraint_values(space, cost).values()):
-            out.add(lay)
-    return frozenset(out)
-
-
-def _describe(layout: Layout) -> str:
-    if not layout.linear_mixers:
-        return f"transformer ({layout})"
-    return f"{'+'.join(layout.linear_mixers)} {layout.ratio} attention {list(layout.attention_layers)} ({layout})"
-
-
-def _number(v) -> float | None:
-    if v is None or (isinstance(v, str) and not v.strip()):
-        return None
-    if isinstance(v, bool):
-        raise ValueError(v)
-    x = float(v)
-    return x if math.isfinite(x) else None
-
-
-def _indices(v) -> list[int] | None:
-    if v is None or (isinstance(v, str) and not v.strip()):
-        return None
-    if isinstance(v, (list, tuple)):
-        return [int(x) for x in v]
-    return [int(x) for x in re.findall(r"-?\d+", str(v))]
-
-
-def _row_layout(row: Mapping[str, Any], n_layers: int | None) -> Layout:
-    text = row.get("layout")
-    if isinstance(text, str) and text.strip():
-        layout = Layout.parse(text)
-        mixer = row.get("mixer")
-        if isinstance(mixer, str) and mixer.strip():
-            m = canonical(mixer.strip())
-            have = list(layout.linear_mixers) or [TRANSFORMER]
-            if m not in have:
-                raise ConfigError(f"column mixer={mixer!r} disagrees with layout {layout} (mixers {', '.join(have)})")
-        return layout
-    mixer = row.get("mixer")
-    if not isinstance(mixer, str) or not mixer.strip():
-        raise ConfigError("no layout and no mixer")
-    mixer, n = canonical(mixer.strip()), n_layers or 24
-    if mixer == TRANSFORMER:
-        return build_layout(TRANSFORMER, None, n)
-    ratio = str(row.get("ratio") or "").strip() or "pure"
-    attn = _indices(row.get("attention_layers"))
-    placement = str(row.get("placement") or "").strip()
-    if attn is not None:
-        return build_layout(mixer, None, n, attn) if attn else build_layout(mixer, "pure", n)
-    if placement.startswith(EXPLICIT + ":"):
-        return build_layout(mixer, None, n, _indices(placement.split(":", 1)[1]) or [])
-    if ratio == "pure":
-        return build_layout(mixer, "pure", n)
-    return build_layout(mixer, ratio, n, placement or "paper")
-
-
-def _infer_space(layouts: list[Layout], name: str) -> SearchSpace:
-    """The smallest product space (mixers x ratios x placements, + Transformer) holding these layouts."""
-    n = {lay.n_layers for lay in layouts}
-    if len(n) != 1:
-        raise ConfigError(f"table '{name}': rows have different depths {sorted(n)}; give the space they came from")
-    n_layers = n.pop()
-    mixers, ratios, placements, sets, transformer = {}, {}, {}, {}, False
-    for lay in layouts:
-        if not lay.linear_mixers:
-            transformer = True
-            continue
-        if len(lay.linear_mixers) > 1:
-            raise ConfigError(f"table '{name}': row {lay} mixes {', '.join(lay.linear_mixers)}; cannot infer a space "
-                              "from heterogeneous rows, give the space they came from (space=..., --space)")
-        m, ratio = lay.linear_mixers[0], lay.ratio
-        mixers.setdefault(m)
-        if ratio == "pure":
-            ratios.setdefault("pure")
-            continue
-        for p in PLACEMENTS:
-            try:
-                if build_layout(m, ratio, n_layers, p) == lay:
-                    ratios.setdefault(ratio)
-                    placements.setdefault(p)
-                    break
-            except HlnasError:  # e.g. a/n ratios: no strategy builds them
-                pass
-        else:
-            sets.setdefault(tuple(lay.attention_layers))
-    from hlnas.catalog import linear_mixer_names
-    from hlnas.layout import parse_ratio
-
-    order = linear_mixer_names()
-    raw = {"name": name, "mixers": sorted(mixers, key=order.index), "layers": n_layers, "transformer": transformer,
-           "ratios": sorted(ratios, key=lambda r: 0 if r == "pure" else 1 / parse_ratio(r)),
-           "placements": [p for p in PLACEMENTS if p in placements] + ([EXPLICIT] if sets else []) or ["paper"],
-           "attention_sets": [list(s) for s in sets]}
-    if not mixers:  # only the Transformer
-        for k in ("ratios", "placements", "attention_sets"):
-            del raw[k]
-    elif sets and all(r == "pure" for r in ratios):  # explicit sets are reached through a hybrid ratio only
-        raise ConfigError(f"table '{name}': rows use only explicit attention sets; give the space they came from")
-    return space_from_dict(raw, where=f"space inferred from table '{name}'")
-
-
-# -- running a sampler ---------------------------------------------------------------------------
-
-
 def sampler_label(spec) -> str:
     if isinstance(spec, str):
         return spec
@@ -502,7 +372,7 @@ def _make_sampler(spec, seed: int, n_objectives: int) -> tuple[optuna.samplers.B
 
 
 @dataclass(frozen=True)
-class RunResult:
+class SamplerRun:
     """One sampler run. ``hv[i]`` is the hypervolume (fraction of the table's maximum) after ``i + 1`` evaluations."""
 
     sampler: str
@@ -523,7 +393,7 @@ class RunResult:
 
 
 class LookupExecutor(InlineExecutor):
-    """An :class:`~hlnas.executors.Executor` that trains nothing: ``submit(spec)`` answers at once from ``bench``'s
+    """An :class:`~hlnas.search.executors.Executor` that trains nothing: ``submit(spec)`` answers at once from ``bench``'s
     table. A row with finite objective values is ``ok`` (its objective columns as the metrics), a row without is
     ``failed`` (a training that gave no score), a candidate without a row is ``infeasible``."""
 
@@ -539,7 +409,7 @@ class LookupExecutor(InlineExecutor):
             return TrialResult(spec.number, "infeasible", {"status": "infeasible", "error_kind": "no_row", "error": msg},
                                "no_row", msg)
         metrics = {c: row[c] for c in b.objectives}
-        if _marked(row) == "infeasible":  # as a trial whose training could not run (e.g. OOM): not an evaluation
+        if table_rows.marked(row) == "infeasible":  # as a trial whose training could not run (e.g. OOM): not an evaluation
             msg = f"row {spec.layout} is marked infeasible in table '{b.name}'"
             return TrialResult(spec.number, "infeasible", {"status": "infeasible", "error_kind": "marked", "error": msg},
                                "marked", msg)
@@ -551,7 +421,7 @@ class LookupExecutor(InlineExecutor):
 
 
 def run_sampler(bench: TabularBenchmark, sampler="nsga2", n_evals: int | None = None, seed: int = 0,
-                *, label: str | None = None) -> RunResult:
+                *, label: str | None = None) -> SamplerRun:
     """Run the search loop on an in-memory optuna study over ``bench``'s space, with a :class:`LookupExecutor`, for
     ``n_evals`` distinct evaluations (default: every candidate) and return the hypervolume after each; see the module
     docstring for the rules."""
@@ -590,7 +460,7 @@ def run_sampler(bench: TabularBenchmark, sampler="nsga2", n_evals: int | None = 
         search_loop(study, bench.space, LookupExecutor(bench), n_trials=n_evals, seed=seed, objectives=bench.objectives,
                     on_event=record, enqueue_grid=grid, unique=bench.n_candidates, stop=lambda: len(evaluated) >= n_evals)
     asked = sum(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
-    return RunResult(sampler=label or sampler_label(sampler), seed=seed, hv=tuple(hv), layouts=tuple(evaluated), asked=asked,
+    return SamplerRun(sampler=label or sampler_label(sampler), seed=seed, hv=tuple(hv), layouts=tuple(evaluated), asked=asked,
                      repeats=counts["repeats"], infeasible=counts["infeasible"], exhausted=len(tried) >= bench.n_candidates)
 
 

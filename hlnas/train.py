@@ -16,21 +16,22 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from hlnas.config import ModelConfig
 from hlnas.data.packing import TokenStream, split_targets
 from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError, HlnasError
-from hlnas.graphs import make_optimizer, make_step, set_lr
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model, seeded_model
+from hlnas.training.loop import autocast_dtype, cosine_lr, run_steps  # noqa: F401  (cosine_lr: re-exported)
+from hlnas.training.step import make_optimizer, make_step
+from hlnas.training.validation import validation_loss
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device", "cosine_lr", "lr_at"]
 
@@ -65,7 +66,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     autocast: str = "auto"  # auto (bf16 on CUDA, off on CPU) | bf16 | off
     compile: bool = False
-    # on CUDA, the whole step (forward, backward, clipping, AdamW) as one captured CUDA graph (hlnas.graphs), as the
+    # on CUDA, the whole step (forward, backward, clipping, AdamW) as one captured CUDA graph (hlnas.training.step), as the
     # recall proxy does; eager on CPU, with compile, or when capture fails (its reason logged once)
     graph: bool = True
     log_every: int = 10
@@ -145,7 +146,7 @@ class TrainResult:
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) every log_every
     device: str = "cpu"
     out_dir: str | None = None
-    step_mode: str = "eager"  # eager | graph: how the training step ran (hlnas.graphs)
+    step_mode: str = "eager"  # eager | graph: how the training step ran (hlnas.training.step)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -158,15 +159,6 @@ def resolve_device(name: str) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"train.device={name!r} but no CUDA device is available; use 'cpu' or 'auto'")
     return dev
-
-
-def cosine_lr(step: int, total: int, peak: float, warmup_frac: float, min_ratio: float) -> float:
-    """Linear warmup over ``warmup_frac`` of ``total`` steps to ``peak``, then cosine to ``peak * min_ratio``."""
-    warm = max(1, int(warmup_frac * total)) if warmup_frac > 0 else 0
-    if step < warm:
-        return peak * (step + 1) / warm
-    progress = (step - warm) / max(1, total - warm)
-    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -183,11 +175,6 @@ def _graphed(cfg: TrainConfig, device: torch.device) -> bool:
     return cfg.graph and device.type == "cuda" and not cfg.compile
 
 
-def _autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
-    use = cfg.autocast == "bf16" or (cfg.autocast == "auto" and device.type == "cuda")
-    return torch.bfloat16 if use else None
-
-
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy; targets are -100 where a document marks its tokens input-only."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
@@ -201,60 +188,7 @@ def _oom_message(e: BaseException) -> str:
 
 def evaluate_loss(model: HybridLM, batches: list[torch.Tensor], cfg: TrainConfig, device: torch.device) -> float:
     """The run's held-out loss, under its own autocast (:func:`validation_loss`)."""
-    return validation_loss(model, batches, device, _autocast_dtype(cfg, device))["loss"]
-
-
-def model_device(model: nn.Module) -> torch.device:
-    """Where the model's parameters are (CPU for a model without any)."""
-    p = next(model.parameters(), None)
-    return p.device if p is not None else torch.device("cpu")
-
-
-def autocast_context(device: torch.device, dtype: torch.dtype | None):
-    """An autocast block to ``dtype`` on ``device``, or one that turns an enclosing autocast off (None)."""
-    if dtype is None:
-        return torch.autocast(device.type, enabled=False)
-    return torch.autocast(device.type, dtype=dtype)
-
-
-@torch.no_grad()
-def validation_loss(
-    model: nn.Module,
-    batches: Iterable[Tensor],
-    device: torch.device | str | None = None,
-    autocast_dtype: torch.dtype | None = None,
-) -> dict[str, float | int]:
-    """Mean next-token cross-entropy over held-out batches.
-
-    Each batch is a LongTensor ``[B, T + 1]``: the model reads ``[:, :-1]`` and is scored on ``[:, 1:]``.
-    Batches may differ in shape; the mean is over all target tokens (token-weighted, not batch-weighted).
-    ``device`` defaults to the model's; batches are moved there (the model is not moved). The model runs in
-    eval mode and its previous mode is restored.
-
-    Returns ``{"loss": nats/token, "ppl": exp(loss), "tokens": target token count}``.
-    """
-    dev = torch.device(device) if device is not None else model_device(model)
-    was_training = model.training
-    model.eval()
-    total_nats, tokens = 0.0, 0
-    try:
-        for i, batch in enumerate(batches):
-            if not isinstance(batch, Tensor) or batch.dim() != 2 or batch.shape[1] < 2 or batch.dtype.is_floating_point:
-                shape = tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
-                raise ConfigError(f"validation batch {i} has shape {shape}; expected an integer tensor [B, T + 1] with T >= 1")
-            batch = batch.to(dev)
-            with autocast_context(dev, autocast_dtype):
-                logits = model(batch[:, :-1])
-            # float32 softmax: bf16 logits lose ~3 digits of the loss
-            nats = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
-            total_nats += nats.item()
-            tokens += batch[:, 1:].numel()
-    finally:
-        model.train(was_training)
-    if tokens == 0:
-        raise ConfigError("validation_loss got no batches; give at least one LongTensor [B, T + 1]")
-    loss = total_nats / tokens
-    return {"loss": loss, "ppl": math.exp(loss), "tokens": tokens}
+    return validation_loss(model, batches, device, autocast_dtype(cfg.autocast, device))["loss"]
 
 
 def _save(path: Path, model, opt, step: int, losses, meta: dict) -> None:
@@ -331,68 +265,17 @@ def train(
     meta = {"layout": str(layout), "model": model.cfg.to_dict(), "train": train_cfg.to_dict(), "data": data_cfg.to_dict()}
     ckpt = Path(out_dir) / CHECKPOINT if out_dir is not None else None
     opt = _optimizer(model, train_cfg, device)
-    start = 0
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        if state["meta"]["layout"] != str(layout) or TrainConfig.from_dict(state["meta"]["train"]) != train_cfg:
-            raise HlnasError(f"checkpoint {ckpt} belongs to another run (layout {state['meta']['layout']}); use a new out_dir")
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
-        start, result.losses = state["step"], [tuple(x) for x in state["losses"]]
-    if ckpt is not None:
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
-
+    start = _resume(ckpt, layout, train_cfg, model, opt, device, result)
     mix = ({"extra_docs": extra_docs, "extra_every": train_cfg.recall_every, "extra_count": train_cfg.recall_count}
            if extra_docs and train_cfg.recall_every else {})
     stream = TokenStream(data_cfg, train_cfg.seq_len, **mix)
-    t0 = time.perf_counter()
-    t_steady = None  # set when STEADY_AFTER steps of this run have finished
-    done, loss_val = start, None
+    run = _Run(model=model, opt=opt, cfg=train_cfg, device=device, result=result, start=start, ckpt=ckpt, meta=meta,
+               stop_after=stop_after)
     bar = _bar(progress, train_cfg, start)
     try:
         with _Interrupt() as interrupt:
-            batches = stream.train_batches(train_cfg.batch_size, start_step=start)
-
-            def on_device(batch):
-                tokens, targets = split_targets(batch)  # targets: -100 where a document says input only
-                return tokens[:, :-1].to(device, non_blocking=True), targets.to(device, non_blocking=True)
-
-            first = next(batches, None) if start < train_cfg.steps else None
-            step_fn, mode = None, "eager"
-            if first is not None:
-                batches = itertools.chain([first], batches)
-                step_fn, mode = make_step(torch.compile(model) if train_cfg.compile else model, opt, lm_loss,
-                                          on_device(first), graph=_graphed(train_cfg, device), clip=train_cfg.grad_clip,
-                                          autocast=_autocast_dtype(train_cfg, device), rewind_warmup=True)
-                result.step_mode = mode
-            for step in range(start, train_cfg.steps):
-                set_lr(opt, lr_at(step, train_cfg))
-                loss = step_fn(*on_device(next(batches)))
-                done = step + 1
-                # reading the loss waits for the device: every step when eager (a NaN stops the run at once), only at
-                # log points and the steady-state mark under a graph, so the CPU queues steps ahead
-                read = (mode == "eager" or done % train_cfg.log_every == 0 or done == train_cfg.steps
-                        or done - start == STEADY_AFTER)
-                if read:
-                    loss_val = loss.item()
-                    if not math.isfinite(loss_val):
-                        raise NonFiniteLoss(step, loss_val)
-                if done - start == STEADY_AFTER:
-                    t_steady = time.perf_counter()  # loss.item() above synchronised the device
-                if done % train_cfg.log_every == 0 or done == train_cfg.steps:
-                    result.losses.append((done, loss_val))
-                if bar is not None:
-                    bar.update(train_cfg.tokens_per_step)
-                    bar.set_postfix(loss=f"{loss_val:.3f}", refresh=False)
-                if ckpt is not None and train_cfg.checkpoint_every and done % train_cfg.checkpoint_every == 0:
-                    _save(ckpt, model, opt, done, result.losses, meta)
-                if interrupt.hit or (stop_after is not None and done - start >= stop_after):
-                    result.status = "interrupted"
-                    break
-            if done > start and not read:  # the last step's loss, not the last one read
-                loss_val = loss.item()
-                if not math.isfinite(loss_val):
-                    raise NonFiniteLoss(done - 1, loss_val)
+            run.interrupt, run.bar = interrupt, bar
+            run.train(stream)
     except NonFiniteLoss as e:
         result.status, result.error_kind, result.error = "failed", "nan", str(e)
     except torch.cuda.OutOfMemoryError as e:
@@ -402,26 +285,116 @@ def train(
     finally:
         if bar is not None:
             bar.close()
-    wall = time.perf_counter() - t0
-    step = done
-    result.steps, result.tokens = step, step * train_cfg.tokens_per_step
-    result.final_loss, result.wall_s = loss_val, round(wall, 3)
-    if step > start and wall > 0:
-        result.tokens_per_s = round((step - start) * train_cfg.tokens_per_step / wall, 1)
-    if t_steady is not None and step - start > STEADY_AFTER:
-        steady_wall = (t0 + wall) - t_steady
-        result.steady_tokens_per_s = round((step - start - STEADY_AFTER) * train_cfg.tokens_per_step / steady_wall, 1)
-    if result.status in ("ok", "interrupted") and ckpt is not None:
-        _save(ckpt, model, opt, step, result.losses, meta)
-    if result.status == "ok":
-        try:
-            result.val_loss = evaluate_loss(model, stream.val_batches(train_cfg.batch_size, train_cfg.val_batches), train_cfg, device)
-        except torch.cuda.OutOfMemoryError as e:
-            result.status, result.error_kind, result.error = "infeasible", "oom", _oom_message(e)
+    run.finish(stream)
     if out_dir is not None:
         (Path(out_dir) / "train_metrics.json").write_text(json.dumps(result.to_dict(), indent=1))
     result.model = model  # type: ignore[attr-defined]  # handed to scoring in the same process
     return result
+
+
+def _resume(ckpt: Path | None, layout: Layout, cfg: TrainConfig, model, opt, device, result: TrainResult) -> int:
+    """The steps already done: those of ``ckpt``'s run, loaded into ``model`` and ``opt`` (0 without one)."""
+    start = 0
+    if ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, map_location=device, weights_only=False)
+        if state["meta"]["layout"] != str(layout) or TrainConfig.from_dict(state["meta"]["train"]) != cfg:
+            raise HlnasError(f"checkpoint {ckpt} belongs to another run (layout {state['meta']['layout']}); use a new out_dir")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+        start, result.losses = state["step"], [tuple(x) for x in state["losses"]]
+    if ckpt is not None:
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+    return start
+
+
+@dataclass(kw_only=True)
+class _Run:
+    """One LM training's state as :func:`hlnas.training.loop.run_steps` drives it: what the trainer does after each
+    step (read the loss, log, checkpoint, stop on an interrupt) and how it closes the run."""
+
+    model: HybridLM
+    opt: torch.optim.Optimizer
+    cfg: TrainConfig
+    device: torch.device
+    result: TrainResult
+    start: int
+    ckpt: Path | None
+    meta: dict
+    stop_after: int | None
+    interrupt: _Interrupt | None = None
+    bar: object = None
+    done: int = 0
+    loss_val: float | None = None
+    loss: Tensor | None = None
+    read: bool = True
+    mode: str = "eager"
+    t0: float = 0.0
+    t_steady: float | None = None  # set when STEADY_AFTER steps of this run have finished
+
+    def _on_device(self, batch):
+        tokens, targets = split_targets(batch)  # targets: -100 where a document says input only
+        return tokens[:, :-1].to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+
+    def train(self, stream: TokenStream) -> None:
+        cfg, start = self.cfg, self.start
+        self.t0, self.done = time.perf_counter(), start
+        batches = stream.train_batches(cfg.batch_size, start_step=start)
+        first = next(batches, None) if start < cfg.steps else None
+        if first is None:
+            return
+        step_fn, mode = make_step(torch.compile(self.model) if cfg.compile else self.model, self.opt, lm_loss,
+                                  self._on_device(first), graph=_graphed(cfg, self.device), clip=cfg.grad_clip,
+                                  autocast=autocast_dtype(cfg.autocast, self.device), rewind_warmup=True)
+        self.result.step_mode, self.mode = mode, mode
+        self.done = run_steps(step_fn, self.opt, map(self._on_device, itertools.chain([first], batches)),
+                              lambda step: lr_at(step, cfg), start=start, stop=cfg.steps, after_step=self._after_step)
+        if self.done > start and not self.read:  # the last step's loss, not the last one read
+            self.loss_val = self.loss.item()
+            if not math.isfinite(self.loss_val):
+                raise NonFiniteLoss(self.done - 1, self.loss_val)
+
+    def _after_step(self, done: int, loss: Tensor) -> bool:
+        cfg, start, result = self.cfg, self.start, self.result
+        self.done, self.loss = done, loss
+        # reading the loss waits for the device: every step when eager (a NaN stops the run at once), only at
+        # log points and the steady-state mark under a graph, so the CPU queues steps ahead
+        self.read = (self.mode == "eager" or done % cfg.log_every == 0 or done == cfg.steps or done - start == STEADY_AFTER)
+        if self.read:
+            self.loss_val = loss.item()
+            if not math.isfinite(self.loss_val):
+                raise NonFiniteLoss(done - 1, self.loss_val)
+        if done - start == STEADY_AFTER:
+            self.t_steady = time.perf_counter()  # loss.item() above synchronised the device
+        if done % cfg.log_every == 0 or done == cfg.steps:
+            result.losses.append((done, self.loss_val))
+        if self.bar is not None:
+            self.bar.update(cfg.tokens_per_step)
+            self.bar.set_postfix(loss=f"{self.loss_val:.3f}", refresh=False)
+        if self.ckpt is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
+            _save(self.ckpt, self.model, self.opt, done, result.losses, self.meta)
+        if self.interrupt.hit or (self.stop_after is not None and done - start >= self.stop_after):
+            result.status = "interrupted"
+            return True
+        return False
+
+    def finish(self, stream: TokenStream) -> None:
+        """Throughput, the final checkpoint and the validation loss of a run that ended well."""
+        cfg, start, result, step = self.cfg, self.start, self.result, self.done
+        wall = time.perf_counter() - self.t0
+        result.steps, result.tokens = step, step * cfg.tokens_per_step
+        result.final_loss, result.wall_s = self.loss_val, round(wall, 3)
+        if step > start and wall > 0:
+            result.tokens_per_s = round((step - start) * cfg.tokens_per_step / wall, 1)
+        if self.t_steady is not None and step - start > STEADY_AFTER:
+            steady_wall = (self.t0 + wall) - self.t_steady
+            result.steady_tokens_per_s = round((step - start - STEADY_AFTER) * cfg.tokens_per_step / steady_wall, 1)
+        if result.status in ("ok", "interrupted") and self.ckpt is not None:
+            _save(self.ckpt, self.model, self.opt, step, result.losses, self.meta)
+        if result.status == "ok":
+            try:
+                result.val_loss = evaluate_loss(self.model, stream.val_batches(cfg.batch_size, cfg.val_batches), cfg, self.device)
+            except torch.cuda.OutOfMemoryError as e:
+                result.status, result.error_kind, result.error = "infeasible", "oom", _oom_message(e)
 
 
 def _bar(progress: bool, cfg: TrainConfig, start: int):

@@ -16,7 +16,7 @@
   is FAIL with ``status: infeasible``, a trainable that raised FAIL with ``status: failed`` (Ray's would tell it the
   values it has and, failing, leave it RUNNING).
 
-What stays with hlnas's loop (:func:`hlnas.proposals.search_loop`), not duplicated here: the dedupe of equal layouts
+What stays with hlnas's loop (:func:`hlnas.search.loop.search_loop`), not duplicated here: the dedupe of equal layouts
 (Tune may train a layout twice), the calibration (run ``hlnas calibrate`` first), the constraints (an infeasible
 layout reports ``infeasible: 1`` and trains nothing, but Tune's searcher does not learn it as a constraint), re-queues
 after a crash, and the multi-objective rung promotion (ASHA ranks one metric).
@@ -29,6 +29,7 @@ import tempfile
 
 from hlnas.errors import ConfigError
 from hlnas.space import SearchSpace, space_from_dict
+from hlnas.overrides import is_number
 
 __all__ = ["trainable", "optuna_search", "tune_config"]
 
@@ -43,7 +44,7 @@ def optuna_search(space: SearchSpace, *, storage=None, study_name: str | None = 
     the space's sampler; ``storage`` (an optuna storage or URL) and ``study_name`` make it an hlnas-readable study."""
     import optuna
 
-    from hlnas.samplers import make_sampler
+    from hlnas.search.samplers import make_sampler
 
     if isinstance(storage, str):
         storage = optuna.storages.get_storage(storage)
@@ -131,9 +132,9 @@ def trainable(config: dict) -> None:
 
     from ray import tune
 
-    from hlnas.proposals import constraint_values, trial_spec
+    from hlnas.search.records import constraint_values, trial_spec
     from hlnas.rungs import checks
-    from hlnas.trial import layout_metrics, run_trial
+    from hlnas.search.trial import layout_metrics, run_trial
 
     space = space_from_dict(config["hlnas_space"], where="tune config")
     params = {k: config[k] for k in space.params() if k in config}
@@ -165,4 +166,4 @@ def trainable(config: dict) -> None:
 
 
 def _numbers(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {k: v for k, v in metrics.items() if is_number(v)}

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from hlnas.cli import main
-from hlnas.study import run_search
+from hlnas.search.study import run_search
 from tests.test_study import tiny_raw, tiny_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -17,14 +17,7 @@ from hlnas.layout import build_layout
 from hlnas.model import build_model
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny shapes run faster on one thread: two threads wait on each other when a shared 2-core CPU is busy (the
-    decode smoke took 8 s on two threads and 3.5 s on one under load 3)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _rows(folder, name):
@@ -62,12 +55,12 @@ def test_paper_scale_cpu_smoke(tmp_path):
 
 
 def test_paper_scale_out_of_memory_is_a_row(tmp_path, monkeypatch):
-    import hlnas.graphs
+    import hlnas.training.step
 
     def oom(*a, **k):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
 
-    monkeypatch.setattr(hlnas.graphs, "make_step", oom)
+    monkeypatch.setattr(hlnas.training.step, "make_step", oom)
     args = ["--preset", "proxy-tiny", "--layers", "6", "--batch", "1", "--seq-len", "8", "--steps", "1",
             "--only", "mamba2:pure,transformer", "--device-name", "cpu", "--out", str(tmp_path)]
     assert paper_scale.main(args) == 0
@@ -156,13 +149,13 @@ def test_trial_overhead_cold_process(tmp_path, monkeypatch):
 
 
 def test_trial_overhead_probe_leaves_hlnas_as_it_was():
-    import hlnas.graphs
+    import hlnas.training.step
     import hlnas.train
 
-    before = hlnas.graphs.make_step, hlnas.train.make_step
+    before = hlnas.training.step.make_step, hlnas.train.make_step
     with trial_overhead.first_step_probe({}):
-        assert hlnas.graphs.make_step is not before[0]
-    assert (hlnas.graphs.make_step, hlnas.train.make_step) == before
+        assert hlnas.training.step.make_step is not before[0]
+    assert (hlnas.training.step.make_step, hlnas.train.make_step) == before
 
 
 # -- on a GPU ------------------------------------------------------------------------------------------------------

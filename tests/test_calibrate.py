@@ -7,14 +7,15 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hlnas import calibrate, executors
+from hlnas import calibrate
+from hlnas.search import executors
 from hlnas.calibrate import CalibrationFailed, plan, verdict
 from hlnas.cli import main
 from hlnas.errors import ConfigError
 from hlnas.layout import Layout
 from hlnas.space import SpaceError, space_from_dict
-from hlnas.study import run_search
-from hlnas.trial import TrialResult, layout_metrics
+from hlnas.search.study import run_search
+from hlnas.search.trial import TrialResult, layout_metrics
 
 
 def raw_space(**top) -> dict:
@@ -215,7 +216,7 @@ def fake_trial(scores: dict):
         raw = scores.get((spec.layout, spec.recipe.train.seed), min(0.99, 0.28 + 0.35 * n_attn))
         m.update(status="ok", val_loss=3.0, mqar_acc=raw, mqar_baseline=0.25, mqar_baseline_name="copy_any",
                  mqar_baselines={"copy_any": 0.25, "uniform": 0.03})
-        from hlnas.trial import recall_metrics
+        from hlnas.search.trial import recall_metrics
 
         m.update(recall_metrics(m, ["mqar_acc"]))
         return TrialResult(spec.number, "ok", m)
@@ -320,7 +321,7 @@ def test_hlnas_calibrate_exits_1_on_an_invalid_protocol(monkeypatch, tmp_path, c
 
 def test_calibrate_study_returns_the_verdict_and_the_failure_and_refuses_a_space_without_recall(monkeypatch, tmp_path):
     from hlnas.errors import HlnasError
-    from hlnas.study import calibrate_study
+    from hlnas.search.study import calibrate_study
 
     run, _ = fake_trial({("AAAAAA", 0): 0.3, ("AAAAAA", 1): 0.3})
     monkeypatch.setattr(executors, "run_trial", run)

@@ -22,8 +22,10 @@ import yaml
 from optuna.trial import TrialState
 
 from hlnas.cli import main
-from hlnas.study import run_search
-from tests.test_study import one_thread, tiny_raw, tiny_space  # noqa: F401  (one_thread: autouse fixture)
+from hlnas.search.study import run_search
+from tests.test_study import tiny_raw, tiny_space
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled"}
@@ -33,7 +35,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RAY_AUTH_
 def done_study(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('status')}/s.db"
     n = torch.get_num_threads()
-    torch.set_num_threads(1)  # module fixtures run before the autouse one_thread
+    torch.set_num_threads(1)  # module fixtures run before the one_thread fixture
     try:
         run_search(tiny_space(), storage=url, study_name="st", n_trials=4)
     finally:

@@ -223,7 +223,7 @@ def test_search_progress_counts_the_layouts_trained_before_the_loop(capsys):
 
 
 def test_search_loop_reports_what_was_trained_before_it_started(tmp_path):
-    from hlnas.study import run_search
+    from hlnas.search.study import run_search
     from tests.test_study import tiny_space
 
     url, events = f"sqlite:///{tmp_path}/s.db", []
@@ -234,12 +234,12 @@ def test_search_loop_reports_what_was_trained_before_it_started(tmp_path):
 
 
 def test_bench_lines():
-    from hlnas.tabular import RunResult
+    from hlnas.tabular import SamplerRun
 
-    run = RunResult(sampler="random", seed=1, hv=(0.5, 1.0), layouts=("GGGA", "GAGA"), asked=3, repeats=1, infeasible=0,
+    run = SamplerRun(sampler="random", seed=1, hv=(0.5, 1.0), layouts=("GGGA", "GAGA"), asked=3, repeats=1, infeasible=0,
                     exhausted=True)
     assert bench_run_line(run, 1.234) == "  random     seed 1: 2 evaluated (3 asked), 100% after 2  [1.2s]"
-    never = RunResult(sampler="grid", seed=0, hv=(0.5,), layouts=("GGGA",), asked=1, repeats=0, infeasible=0, exhausted=False)
+    never = SamplerRun(sampler="grid", seed=0, hv=(0.5,), layouts=("GGGA",), asked=1, repeats=0, infeasible=0, exhausted=False)
     assert bench_run_line(never, 0.0).endswith("100% after never  [0.0s]")
 
     class Comparison:

@@ -12,11 +12,13 @@ import pytest
 from optuna.trial import TrialState
 
 from hlnas.errors import ConfigError
-from hlnas.executors import InlineExecutor, make_executor
-from hlnas.proposals import trial_spec as _spec
-from hlnas.study import load_hlnas_study, run_search
+from hlnas.search.executors import InlineExecutor, make_executor
+from hlnas.search.records import trial_spec as _spec
+from hlnas.search.study import load_hlnas_study, run_search
 from tests.helpers import kill_first_worker_at_next_start
-from tests.test_study import one_thread, tiny_space, trained  # noqa: F401  (one_thread: autouse fixture)
+from tests.test_study import tiny_space, trained
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 ray = pytest.importorskip("ray")
 optuna.logging.set_verbosity(optuna.logging.WARNING)

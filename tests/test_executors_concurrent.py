@@ -11,12 +11,12 @@ import pytest
 from hlnas.config import preset
 from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError
-from hlnas.executors import ProcessExecutor
+from hlnas.search.executors import ProcessExecutor
 from hlnas.layout import Layout
 from hlnas.recipe import RunConfig
 from hlnas.score.objectives import MqarConfig, ScoreConfig
 from hlnas.train import TrainConfig
-from hlnas.trial import TrialSpec
+from hlnas.search.trial import TrialSpec
 
 
 def recall_spec(number: int, layout: str, seed: int, steps: int = 40) -> TrialSpec:

@@ -13,13 +13,15 @@ import pytest
 from optuna.trial import TrialState
 
 from hlnas.errors import ConfigError
-from hlnas.executors import ProcessExecutor, make_executor
-from hlnas.proposals import trial_spec as _spec
-from hlnas.study import load_hlnas_study, run_search
+from hlnas.search.executors import ProcessExecutor, make_executor
+from hlnas.search.records import trial_spec as _spec
+from hlnas.search.study import load_hlnas_study, run_search
 from tests.test_resume import _cli, _stop_while_training, _trials, stoppable_space
 from tests.helpers import kill_first_worker_at_next_start
 from hlnas.space import space_from_dict
-from tests.test_study import one_thread, tiny_raw, tiny_space, trained  # noqa: F401  (one_thread: autouse fixture)
+from tests.test_study import tiny_raw, tiny_space, trained
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -168,7 +170,7 @@ def test_a_signal_to_the_whole_process_group_requeues_running_trials_instead_of_
 def test_a_cuda_fault_replaces_the_worker_that_had_it():
     # an illegal memory access leaves a process's CUDA context unusable: the trial fails as cuda_error and
     # the executor starts a fresh worker instead of feeding it the next trial (seen on the H200)
-    from hlnas.trial import _classify
+    from hlnas.search.trial import _classify
 
     assert _classify(RuntimeError("CUDA error: an illegal memory access was encountered")) == "cuda_error"
     assert _classify(ValueError("bad")) == "other"

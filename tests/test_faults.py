@@ -18,12 +18,12 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from hlnas import executors
+from hlnas.search import executors
 from hlnas.errors import HlnasError
-from hlnas.lease import ATTR, DriverLease, StudyBusy, holder_alive
-from hlnas.storage import StorageError
-from hlnas.study import MAX_REQUEUES, load_hlnas_study, run_search
-from hlnas.trial import TrialResult, layout_metrics, run_trial
+from hlnas.search.lease import ATTR, DriverLease, StudyBusy, holder_alive
+from hlnas.search.storage import StorageError
+from hlnas.search.study import MAX_REQUEUES, load_hlnas_study, run_search
+from hlnas.search.trial import TrialResult, layout_metrics, run_trial
 from tests.test_resume import _cli, _stop_while_training, _trials
 from tests.test_study import pg_url, tiny_raw, tiny_space  # noqa: F401  (pg_url: the throw-away PostgreSQL fixture)
 
@@ -128,7 +128,7 @@ def test_a_study_missing_some_attributes_is_repaired_on_resume(tmp_path):
 
 
 def test_a_stop_signal_during_creation_lands_after_it():
-    from hlnas.study import _deferred_stop_signals
+    from hlnas.search.study import _deferred_stop_signals
 
     got = []
     old = signal.signal(signal.SIGTERM, lambda s, f: got.append("after"))
@@ -165,7 +165,7 @@ def test_bad_options_fail_before_the_study_is_created(tmp_path, kw, message):
 def test_a_trial_stopped_before_its_layout_was_chosen_is_failed_not_requeued(tmp_path):
     """A driver killed between ask and the sampler's choice leaves a RUNNING trial without params (seen once in CI);
     the next driver fails it and queues nothing for it, while an orphan with a layout is queued again."""
-    from hlnas.proposals import recover
+    from hlnas.search.records import recover
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/s.db", study_name="s")
     study.ask()  # no params: the process died before suggest

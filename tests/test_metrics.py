@@ -4,15 +4,15 @@ import pytest
 
 import hlnas.metrics as metric_table
 from hlnas.errors import ConfigError
-from hlnas.figures import _TITLES, format_metric
+from hlnas.figure_style import _TITLES, format_metric
 from hlnas.pareto import METRIC_DIRECTIONS
-from hlnas.space import METRICS, RAW_RECALL_METRICS, load_space
+from hlnas.space import OBJECTIVE_DIRECTIONS, RAW_RECALL_METRICS, load_space
 
 
 def test_every_consumer_reads_the_one_table():
     table = metric_table.directions()
     assert METRIC_DIRECTIONS == table
-    assert all(METRICS[name] == table[name] for name in METRICS)  # the space's objective view
+    assert all(OBJECTIVE_DIRECTIONS[name] == table[name] for name in OBJECTIVE_DIRECTIONS)  # the space's objective view
     assert set(RAW_RECALL_METRICS) == {"recall_raw", "ruler", "ruler_avg", "mqar_acc", "mqar_mixed_acc"}
     assert set(_TITLES) == set(table)
     # what the search records: the directions the old tables lacked are there

@@ -8,7 +8,7 @@ import pytest
 from hlnas.errors import ConfigError
 from hlnas.mftabular import CurveBenchmark, SimulatedExecutor, curve_value, hv_at, run_multi_fidelity
 from hlnas.space import load_space
-from hlnas.trial import layout_metrics
+from hlnas.search.trial import layout_metrics
 
 
 def bench():
@@ -34,7 +34,7 @@ def test_a_curve_table_needs_every_candidate_to_the_budget():
 
 
 def test_the_simulated_clock_charges_only_the_steps_a_paused_run_adds():
-    from hlnas.proposals import trial_spec
+    from hlnas.search.records import trial_spec
     import dataclasses
 
     b = bench()
@@ -66,7 +66,7 @@ def test_the_rung_scheduler_spends_fewer_gpu_seconds_for_the_same_front():
 def timed_run(spec):
     """A stand-in for run_trial that stores what a real trial stores: the recall run's curve (raw validation
     accuracy per check, stopped at the 0.98 target), its steps and seconds, mqar_s, and the trial's wall_s."""
-    from hlnas.trial import TrialResult
+    from hlnas.search.trial import TrialResult
 
     lay, top = spec.layout, spec.recipe.score.mqar.steps
     n = lay.count("A")
@@ -88,8 +88,8 @@ def timed_run(spec):
 
 
 def stored_study(tmp_path):
-    from hlnas.executors import InlineExecutor
-    from hlnas.study import run_search
+    from hlnas.search.executors import InlineExecutor
+    from hlnas.search.study import run_search
 
     url = f"sqlite:///{tmp_path}/s.db"
     run_search(load_space("tiny"), storage=url, study_name="cpu", n_trials=11, executor=InlineExecutor(timed_run),
@@ -98,7 +98,7 @@ def stored_study(tmp_path):
 
 
 def test_a_stored_study_replays_its_curves_at_the_seconds_they_took(tmp_path):
-    from hlnas.study import load_hlnas_study
+    from hlnas.search.study import load_hlnas_study
 
     url = stored_study(tmp_path)
     study = load_hlnas_study(url, "cpu")

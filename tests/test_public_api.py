@@ -29,8 +29,7 @@ def test_import_hlnas_and_help_do_not_import_torch():
 
 # Each module may import only from modules at its level or to its left in this order.
 ORDER = ["errors", "outputs", "overrides", "registry", "metrics", "catalog", "layout", "config", "nn", "kernels", "mixers", "budget",
-         "model", "data", "graphs", "train", "score", "recipe", "run", "calibrate", "samplers", "settings", "rungs", "space", "trial", "executors",
-         "storage", "lease", "proposals", "study", "tune", "paper", "pareto", "figures", "report", "tabular", "mftabular", "comparison", "dashboard", "console", "cli"]
+         "model", "data", "training", "train", "score", "recipe", "run", "calibrate", "settings", "rungs", "space", "search", "tune", "paper", "pareto", "figure_style", "calibration_figures", "figures", "report", "tabular_rows", "tabular", "mftabular", "comparison", "dashboard", "console", "cli_bench", "cli"]
 
 
 def _level(module: str) -> int:
@@ -125,3 +124,42 @@ def test_experiments_import_hlnas_as_installed_not_through_sys_path():
     root = PKG.parent / "experiments"
     bad = [str(p.relative_to(root)) for p in root.rglob("*.py") if "sys.path.insert" in p.read_text()]
     assert not bad, f"experiments that edit sys.path: {bad}"
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Each hlnas module's hlnas imports, wherever they stand (top level, a function, ``if TYPE_CHECKING``)."""
+    names = {}
+    for path in PKG.rglob("*.py"):
+        mod = ".".join(path.relative_to(PKG.parent).with_suffix("").parts)
+        names[mod.removesuffix(".__init__")] = path
+    edges = {}
+    for mod, path in names.items():
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("hlnas"):
+                for a in node.names:  # "from hlnas.search import loop" names a module
+                    sub = f"{node.module}.{a.name}"
+                    out.add(sub if sub in names else node.module)
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name.startswith("hlnas")}
+        edges[mod] = {t for t in out if t in names and t != mod and t != "hlnas"}
+    return edges
+
+
+def test_no_import_cycles():
+    edges = _module_imports()
+    state, cycles = {}, []
+
+    def visit(mod, path):
+        state[mod] = "open"
+        for t in sorted(edges[mod]):
+            if state.get(t) == "open":
+                cycles.append(" -> ".join(path[path.index(t):] + [t]))
+            elif t not in state:
+                visit(t, path + [t])
+        state[mod] = "done"
+
+    for mod in sorted(edges):
+        if mod not in state:
+            visit(mod, [mod])
+    assert not cycles, "import cycles: " + "; ".join(cycles)

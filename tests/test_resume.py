@@ -141,17 +141,17 @@ def test_an_interrupt_names_a_study_to_resume_only_when_it_is_stored(where, tmp_
     created (the signal lands once it is whole), while the executor starts (the new empty study is removed again),
     and in the search. The message names the resume command only where that command works; elsewhere the same
     command starts afresh."""
-    import hlnas.study
+    import hlnas.search.study
     from hlnas.cli import main
-    from hlnas.study import resumable
+    from hlnas.search.study import resumable
 
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump(tiny_raw()))
     url = f"sqlite:///{tmp_path}/c.db"
     argv = ["search", "--space", str(space_file), "--storage", url, "--study", "c", "--trials", "1", "--workers", "1",
             "--no-progress"]
-    target = {"storage_opened": (hlnas.study, "open_storage"), "creating": (optuna, "create_study"),
-              "executor_starting": (hlnas.study, "_executor"), "searching": (hlnas.study, "search_loop")}[where]
+    target = {"storage_opened": (hlnas.search.study, "open_or_create_storage"), "creating": (optuna, "create_study"),
+              "executor_starting": (hlnas.search.study, "_executor"), "searching": (hlnas.search.study, "search_loop")}[where]
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own Ctrl-C, whatever runs the tests
     try:
         with monkeypatch.context() as m:
@@ -174,7 +174,7 @@ def test_an_interrupt_names_a_study_to_resume_only_when_it_is_stored(where, tmp_
 
 
 def test_resumable_says_unknown_when_the_storage_cannot_be_read(tmp_path):
-    from hlnas.study import resumable
+    from hlnas.search.study import resumable
 
     assert resumable(f"sqlite:///{tmp_path}/none.db", "c") is False and not (tmp_path / "none.db").exists()
     assert resumable(f"journal:///{tmp_path}/none.log", "c") is False and not (tmp_path / "none.log").exists()
@@ -185,7 +185,7 @@ def test_resumable_says_unknown_when_the_storage_cannot_be_read(tmp_path):
 def test_requeued_trials_run_before_candidates_queued_earlier(tmp_path):
     """The grid sampler queues every candidate first; a trial re-queued after them is still the next one run, and
     the target is met with it rather than with a candidate that happened to be queued earlier."""
-    from hlnas.study import load_hlnas_study, run_search
+    from hlnas.search.study import load_hlnas_study, run_search
     from tests.test_study import tiny_space
 
     url = f"sqlite:///{tmp_path}/g.db"
@@ -211,10 +211,10 @@ CALIBRATION_LAYOUTS = {"AAAAAA", "GGGGGG", "GGAGGA", "HHHHHH", "HHAHHA"}  # test
 def _killed_skipped_study(kind: str, tmp_path, monkeypatch):
     """``hlnas search --trials 3 --skip-calibration`` on a space that calibrates by default, killed (-9) once one trial
     is done and two run: what it leaves in the storage. Trials are fake (tests.test_calibrate.fake_trial)."""
-    from hlnas import executors
+    from hlnas.search import executors
     from hlnas.space import space_from_dict
-    from hlnas.storage import load_study
-    from hlnas.study import run_search
+    from hlnas.search.storage import load_study
+    from hlnas.search.study import run_search
     from tests.test_calibrate import fake_trial, raw_space
     from tests.test_study import _url
 
@@ -247,7 +247,7 @@ def _requeued_copies(study, orphans: list[int]) -> list:
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_resume_keeps_skip_calibration_and_trains_the_requeued_trials(kind, tmp_path, monkeypatch, capsys):
     from hlnas.cli import main
-    from hlnas.study import load_hlnas_study
+    from hlnas.search.study import load_hlnas_study
 
     url, calls, orphans = _killed_skipped_study(kind, tmp_path, monkeypatch)
     assert main(["search", "--resume", "--storage", url, "--study", "a", "--workers", "1", "--no-progress"]) == 0
@@ -269,7 +269,7 @@ def test_a_resume_keeps_skip_calibration_and_trains_the_requeued_trials(kind, tm
 def test_resume_calibrate_runs_the_controls_and_still_trains_the_requeued_trials(kind, tmp_path, monkeypatch, capsys):
     """Calibration's seed-0 runs alone meet the target of 3: the re-queued trials run anyway, the target rising."""
     from hlnas.cli import main
-    from hlnas.study import load_hlnas_study
+    from hlnas.search.study import load_hlnas_study
 
     url, calls, orphans = _killed_skipped_study(kind, tmp_path, monkeypatch)
     assert main(["search", "--resume", "--storage", url, "--study", "a", "--workers", "1", "--no-progress",

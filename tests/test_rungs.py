@@ -12,11 +12,11 @@ from optuna.trial import TrialState
 
 from hlnas.errors import ConfigError
 from hlnas.space import SpaceError
-from hlnas.executors import InlineExecutor
+from hlnas.search.executors import InlineExecutor
 from hlnas.rungs import RUNG_ATTR, checks, crowding, ladder, nondominated_ranks, rank_peers, RungConfig
 from hlnas.space import load_space
-from hlnas.study import run_search, study_summary
-from hlnas.trial import TrialResult, layout_metrics
+from hlnas.search.study import run_search, study_summary
+from hlnas.search.trial import TrialResult, layout_metrics
 
 MAX_STEPS = 1200
 

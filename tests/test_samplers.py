@@ -9,10 +9,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hlnas.executors import InlineExecutor
+from hlnas.search.executors import InlineExecutor
 from hlnas.space import SAMPLERS, space_from_dict
-from hlnas.study import run_search
-from hlnas.trial import TrialResult, layout_metrics
+from hlnas.search.study import run_search
+from hlnas.search.trial import TrialResult, layout_metrics
 
 
 def fake_trial(spec):

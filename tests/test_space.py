@@ -16,7 +16,7 @@ from hlnas.data.sources import DataConfig
 from hlnas.layout import Layout, build_layout
 from hlnas.score.objectives import ScoreConfig
 from hlnas.space import (
-    METRICS, SAMPLERS, Objective, SearchSpace, SpaceError, builtin_spaces, load_space, space_from_dict,
+    OBJECTIVE_DIRECTIONS, SAMPLERS, Objective, SearchSpace, SpaceError, builtin_spaces, load_space, space_from_dict,
 )
 from hlnas.train import TrainConfig
 
@@ -40,7 +40,7 @@ def test_shipped_spaces_load_and_validate_through_the_real_configs(name):
     assert isinstance(s.model, ModelConfig) and s.model.n_layers == s.n_layers
     assert isinstance(s.train, TrainConfig) and isinstance(s.data, DataConfig)
     assert isinstance(s.score, ScoreConfig)
-    assert s.sampler in SAMPLERS and all(o.metric in METRICS for o in s.objectives)
+    assert s.sampler in SAMPLERS and all(o.metric in OBJECTIVE_DIRECTIONS for o in s.objectives)
     assert load_space(ROOT / "search_spaces" / f"{name}.yaml") == s
     assert load_space(f"{name}.yaml") == s
 
@@ -194,7 +194,7 @@ def test_the_space_holds_frozen_configs_and_stores_them_whole():
 def test_trial_specs_carry_the_spaces_config_objects_across_processes():
     import pickle
 
-    from hlnas.proposals import layout_spec
+    from hlnas.search.records import layout_spec
 
     s = load_space("tiny")
     spec = layout_spec(s, 3, str(s.candidates()[1]), seed=7)

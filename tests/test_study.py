@@ -1,4 +1,4 @@
-"""The search loop (hlnas.study) on real trials: storages, failures, dedupe, constraints, recovery.
+"""The search loop (hlnas.search.study) on real trials: storages, failures, dedupe, constraints, recovery.
 
 Every study here trains real tiny candidates (proxy-tiny, 4 layers, 1-2 k tokens, a few MQAR steps:
 about a second a trial on 2 CPU cores). Failures are injected by wrapping ``hlnas.train.train``.
@@ -19,18 +19,12 @@ from optuna.trial import TrialState
 import hlnas.train
 from hlnas.errors import HlnasError
 from hlnas.space import space_from_dict
-from hlnas.study import StorageError, front_rows, load_hlnas_study, open_storage, run_search
+from hlnas.search.study import StorageError, front_rows, load_hlnas_study, open_or_create_storage, run_search
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from 2 threads, and OpenMP spin-waits make them 10x slower on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_raw(**top) -> dict:
@@ -135,7 +129,7 @@ def test_a_sqlite_write_waits_out_another_connections_lock(tmp_path, monkeypatch
     import sqlite3
     import threading
 
-    import hlnas.storage as S
+    import hlnas.search.storage as S
 
     monkeypatch.setattr(S, "SQLITE_BUSY_TIMEOUT_S", 30.0)
     path = tmp_path / "busy.db"
@@ -170,7 +164,7 @@ def test_a_sqlite_write_waits_out_another_connections_lock(tmp_path, monkeypatch
 def test_wrong_storage_url_is_a_clear_storage_error(url, needle, tmp_path):
     url = url.replace("{tmp}", str(tmp_path))
     with pytest.raises(StorageError) as e:
-        open_storage(url)
+        open_or_create_storage(url)
     assert needle in str(e.value) and isinstance(e.value, HlnasError)
     with pytest.raises(StorageError):
         run_search(tiny_space(), storage=url, study_name="x", n_trials=1)
@@ -239,7 +233,7 @@ def test_a_layout_is_never_trained_twice(tmp_path, train_calls):
 def test_constraints_record_infeasible_layouts_without_training(tmp_path, train_calls):
     """max_kv_bytes below the Transformer's KV cache: it is recorded infeasible and never trained."""
     space = tiny_space()
-    from hlnas.trial import layout_metrics
+    from hlnas.search.trial import layout_metrics
 
     spec_kv = {str(space.layout(p)): layout_metrics(str(space.layout(p)), space.model, 256)["kv_cache_bytes"]
                for p in space.grid()}
@@ -301,8 +295,8 @@ def test_resume_with_a_changed_space_is_refused_with_the_differences(tmp_path):
 
 
 def test_retry_failed_trains_a_failed_layout_again_after_the_cause_is_fixed(tmp_path, monkeypatch):
-    import hlnas.executors as executors
-    from hlnas.trial import TrialResult, run_trial
+    import hlnas.search.executors as executors
+    from hlnas.search.trial import TrialResult, run_trial
 
     url, events = f"sqlite:///{tmp_path}/retry.db", []
     space = tiny_space()
@@ -405,7 +399,7 @@ def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_pa
 
 def test_stored_specs_carry_the_space_depth(tmp_path):
     """A 4-layer space's trial specs said n_layers 24 (the preset's) before the specs came from one builder."""
-    from hlnas.proposals import layout_spec, trial_spec
+    from hlnas.search.records import layout_spec, trial_spec
 
     space = tiny_space()
     spec = trial_spec(space, 0, space.grid()[0])
@@ -414,7 +408,7 @@ def test_stored_specs_carry_the_space_depth(tmp_path):
 
 
 def test_executor_choice(monkeypatch):
-    from hlnas.study import choose_executor
+    from hlnas.search.study import choose_executor
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert choose_executor("auto", None) == ("processes", 2)  # the default main job: both cores, no Ray start-up
@@ -426,7 +420,7 @@ def test_executor_choice(monkeypatch):
 
 
 def test_trial_target_is_the_stored_one_on_resume_else_the_default(tmp_path):
-    from hlnas.study import default_trials, trial_target
+    from hlnas.search.study import default_trials, trial_target
 
     space = tiny_space()
     url = f"sqlite:///{tmp_path}/s.db"

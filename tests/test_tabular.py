@@ -15,7 +15,7 @@ from hlnas.layout import build_layout
 from hlnas.space import load_space
 from hlnas.comparison import compare, load_sampler
 from hlnas.tabular import TabularBenchmark, run_sampler
-from hlnas.trial import layout_metrics
+from hlnas.search.trial import layout_metrics
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ def test_a_tuner_with_asha_runs_hlnas_trials_into_an_hlnas_study(tmp_path):
     from ray.tune.schedulers import ASHAScheduler
 
     from hlnas.space import load_space
-    from hlnas.study import load_hlnas_study, study_summary
+    from hlnas.search.study import load_hlnas_study, study_summary
     from hlnas.tune import optuna_search, trainable, tune_config
 
     space = load_space("tiny").with_sets(["train.tokens=1024", "train.val_batches=1", "score.mqar.steps=30",
@@ -76,7 +76,7 @@ def test_trials_tune_stops_early_are_pruned_with_their_partial_results(tmp_path)
     import optuna
 
     from hlnas.space import load_space
-    from hlnas.study import load_hlnas_study, study_summary
+    from hlnas.search.study import load_hlnas_study, study_summary
     from hlnas.tune import optuna_search
 
     space = load_space("tiny")

@@ -11,7 +11,7 @@ Rows (``--only`` picks some, in this syntax): ``matmul`` (a bf16 8192^3 matmul: 
 ``plain`` (a plain-PyTorch Transformer: fused QKV, SDPA, RoPE, fused gate-up SwiGLU, ``nn.RMSNorm``; the width, depth,
 heads, vocabulary and MLP width of hlnas's Transformer, so the same parameter count), ``transformer``, each paper
 mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory is a row, not a crash). Every model
-trains through the same step as ``hlnas.train`` (``hlnas.graphs.make_optimizer`` / ``make_step``: fused AdamW,
+trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused AdamW,
 clipping, bf16 autocast, ``lm_loss``) on random tokens of the batch's shape: the rows differ in the model alone.
 
 Per row: the first step's seconds (Triton compile and autotune included: the compile cost), steady tokens/s over
@@ -145,7 +145,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 
     from hlnas.budget import layout_cost, resolve_config
     from hlnas.config import preset
-    from hlnas.graphs import make_optimizer, make_step
+    from hlnas.training.step import make_optimizer, make_step
     from hlnas.layout import build_layout
     from hlnas.model import build_model
     from hlnas.train import lm_loss
@@ -360,7 +360,7 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     notes = _Notes()
-    for name in ("hlnas.kernels", "hlnas.graphs"):
+    for name in ("hlnas.kernels", "hlnas.training.step"):
         logging.getLogger(name).addHandler(notes)
     command = "python -m experiments.bench.paper_scale " + " ".join(argv)
     args.setup = ""

@@ -1,5 +1,5 @@
 """How many recall-proxy training steps one GPU does per second: N recall models as N worker processes (which
-time-slice the GPU) against N runs in one worker process, each on a CUDA stream of its own (hlnas.executors,
+time-slice the GPU) against N runs in one worker process, each on a CUDA stream of its own (hlnas.search.executors,
 ``runs_per_worker``; issue #21), and against N worker processes under NVIDIA's Multi-Process Service (mode
 ``mps``: one shared GPU context, kernels of different processes at once; a row says why where the daemon cannot
 start). Same runs, same executor code, same call: the ratio is each mode's aggregate steps/s over the separate
@@ -37,7 +37,7 @@ def recall_spec(number: int, layout: str, args, steps: int):
     from hlnas.recipe import RunConfig
     from hlnas.score.objectives import MqarConfig, ScoreConfig
     from hlnas.train import TrainConfig
-    from hlnas.trial import TrialSpec
+    from hlnas.search.trial import TrialSpec
 
     hp = {"attention": {"input_conv": 4}, "gla": {"use_short_conv": True}, "hgrn": {"use_short_conv": True},
           "hgrn2": {"use_short_conv": True}}
@@ -90,7 +90,7 @@ def mps_daemon():
 def measure(layout: str, n: int, mode: str, args) -> float:
     """Wall seconds of one timed round of ``n`` runs in ``mode``: processes (n workers, one run each), streams (one
     worker, n runs on n CUDA streams) or mps (n workers under the MPS daemon)."""
-    from hlnas.executors import ProcessExecutor
+    from hlnas.search.executors import ProcessExecutor
 
     with mps_daemon() if mode == "mps" else contextlib.nullcontext():
         ex = ProcessExecutor(1, runs_per_worker=n) if mode == "streams" else ProcessExecutor(n, runs_per_worker=1)

@@ -5,10 +5,10 @@ and in a cold process on the Triton cache on disk.
     python -m experiments.bench.trial_overhead --modes warm,cold,cold_empty_cache --layouts gla:3:1
     python -m experiments.bench.trial_overhead --space tiny --layouts transformer,hgrn:3:1 --device-name cpu --out /tmp/o
 
-A trial is what a search worker runs: ``hlnas.trial.run_trial`` on the space's spec of a layout
-(``hlnas.proposals.layout_spec``). ``--kinds``: ``lm`` is a whole trial, whose first step is its LM's (``hlnas.train``);
+A trial is what a search worker runs: ``hlnas.search.trial.run_trial`` on the space's spec of a layout
+(``hlnas.search.loop.layout_spec``). ``--kinds``: ``lm`` is a whole trial, whose first step is its LM's (``hlnas.train``);
 ``recall`` is a recall-only run (calibration's extra seeds), whose first step is its fresh MQAR model's. The benchmark
-wraps ``hlnas.graphs.make_step`` (and the trainer's name for it) so the first call of the step it returns waits for
+wraps ``hlnas.training.step.make_step`` (and the trainer's name for it) so the first call of the step it returns waits for
 the device, records the time and stops the trial there (nothing after the first step runs). Per row: seconds from
 ``run_trial`` to ``make_step`` (model build, optimizer, data), inside ``make_step`` (graph warm-up and capture), and to
 the end of the first step (``first_step_s``, what the issue asks < 5 s of a warm worker), plus the first optimizer step
@@ -64,10 +64,10 @@ def first_step_probe(marks: dict):
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    import hlnas.graphs
+    import hlnas.training.step
     import hlnas.train
 
-    orig = hlnas.graphs.make_step
+    orig = hlnas.training.step.make_step
 
     def make_step(*a, **k):
         marks.setdefault("make_step_in", time.perf_counter())
@@ -90,17 +90,17 @@ def first_step_probe(marks: dict):
             marks["first_opt_step"] = time.perf_counter()
 
     handle = register_optimizer_step_post_hook(on_opt_step)
-    hlnas.graphs.make_step = hlnas.train.make_step = make_step
+    hlnas.training.step.make_step = hlnas.train.make_step = make_step
     try:
         yield
     finally:
-        hlnas.graphs.make_step = hlnas.train.make_step = orig
+        hlnas.training.step.make_step = hlnas.train.make_step = orig
         handle.remove()
 
 
 def spec_for(space, layout_spec: str, kind: str, number: int, seed: int):
     from hlnas.layout import build_layout
-    from hlnas.proposals import layout_spec as spec_of
+    from hlnas.search.records import layout_spec as spec_of
 
     mixer, _, ratio = layout_spec.partition(":")
     layout = build_layout(mixer, ratio or None, space.n_layers)
@@ -109,7 +109,7 @@ def spec_for(space, layout_spec: str, kind: str, number: int, seed: int):
 
 def one_trial(spec) -> dict:
     """Run ``spec`` until its first training step; the times in seconds from the trial's start."""
-    from hlnas.trial import run_trial
+    from hlnas.search.trial import run_trial
 
     marks: dict = {}
     t0 = time.perf_counter()
@@ -141,7 +141,7 @@ def load(args):
 def child(args) -> int:
     """One cold trial in this fresh process; prints its row as JSON (``process_s`` from the parent's spawn)."""
     t_imports = time.time()
-    import torch  # noqa: F401  (what a worker process imports before its first trial: hlnas.executors._serve)
+    import torch  # noqa: F401  (what a worker process imports before its first trial: hlnas.search.executors._serve)
 
     # fla is imported by the trial's first fla call (17 s on the H200), as in a worker: inside first_step_s
     space = load(args)

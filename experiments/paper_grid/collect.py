@@ -39,7 +39,7 @@ from hlnas.budget import layout_metrics
 from hlnas.errors import HlnasError
 from hlnas.score.ruler import RULER_TASKS
 from hlnas.space import space_from_dict
-from hlnas.storage import load_study
+from hlnas.search.storage import load_study
 
 COLUMNS = ["mixer", "ratio", "layout", "seed", "source", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k",
            "state_bytes", "val_loss", "recall_raw", "recall_baseline", "recall_baseline_name", "recall", "recall_auc",

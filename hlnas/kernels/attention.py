@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hlnas.nn import compute_dtype
+
 __all__ = ["attention", "naive_attention"]
 
 
@@ -53,7 +55,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None, sca
 def naive_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None, scale: float | None = None) -> Tensor:
     """Reference: explicit scores, mask and softmax in float32 (float64 stays float64)."""
     _check(q, k, v)
-    dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dt = compute_dtype(q)
     H, Hkv = q.shape[2], k.shape[2]
     k = k.repeat_interleave(H // Hkv, dim=2).to(dt)
     v = v.repeat_interleave(H // Hkv, dim=2).to(dt)

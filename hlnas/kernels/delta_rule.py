@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hlnas.nn import compute_dtype
 from hlnas.kernels import backends, without_autocast
 
 __all__ = ["delta_rule", "naive_delta_rule", "chunk_delta_rule_torch",
@@ -50,14 +51,10 @@ def check_delta_inputs(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g
             raise ValueError(f"{op} initial_state must be [B,H,K,V]={want}; got {tuple(initial_state.shape)}")
 
 
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
 @without_autocast
 def naive_delta_recurrence(q, k, v, beta, g, scale, initial_state, output_final_state):
     """Token loop of the (gated) delta rule; g=None means no decay."""
-    out_dtype, dt = q.dtype, _compute_dtype(q)
+    out_dtype, dt = q.dtype, compute_dtype(q)
     B, T, H, K = q.shape
     scale = K**-0.5 if scale is None else scale
     q, k, v = (x.to(dt).transpose(1, 2) for x in (q, k, v))  # [B,H,T,D]
@@ -81,7 +78,7 @@ def chunked_delta_recurrence(q, k, v, beta, g, scale, initial_state, output_fina
     """Chunked (gated) delta rule in PyTorch; autograd-differentiable. g=None means no decay."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    out_dtype, dt = q.dtype, _compute_dtype(q)
+    out_dtype, dt = q.dtype, compute_dtype(q)
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K**-0.5 if scale is None else scale

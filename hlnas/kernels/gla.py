@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hlnas.nn import compute_dtype
 from hlnas.kernels import backends, without_autocast
 
 __all__ = ["gla", "naive_gla", "chunk_gla_torch"]
@@ -39,16 +40,12 @@ def _check(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor | N
             raise ValueError(f"gla initial_state must be [B,H,K,V]={want}; got {tuple(initial_state.shape)}")
 
 
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
 @without_autocast
 def naive_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float | None = None,
               initial_state: Tensor | None = None, output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
     """Token-by-token reference -> (o ``[B,T,H,V]`` in q's dtype, final state ``[B,H,K,V]`` or None)."""
     _check(q, k, v, g, initial_state)
-    out_dtype, dt = q.dtype, _compute_dtype(q)
+    out_dtype, dt = q.dtype, compute_dtype(q)
     B, T, H, K = q.shape
     scale = K**-0.5 if scale is None else scale
     q, k, v, g = (x.to(dt).transpose(1, 2) for x in (q, k, v, g))  # [B,H,T,D]
@@ -134,7 +131,7 @@ def chunk_gla_torch(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float 
     _check(q, k, v, g, initial_state)
     if chunk_size < 4 or chunk_size % 4:
         raise ValueError(f"chunk_size={chunk_size} must be a positive multiple of 4")
-    out_dtype, dt = q.dtype, _compute_dtype(q)
+    out_dtype, dt = q.dtype, compute_dtype(q)
     thr = _FAST_MAX_DECAY[dt] if max_fast_decay is None else max_fast_decay
     B, T, H, K = q.shape
     V, M = v.shape[-1], B * H

@@ -13,13 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hlnas.nn import compute_dtype
 from hlnas.kernels import backends, without_autocast
 
 __all__ = ["hgrn", "naive_hgrn", "chunk_hgrn_torch"]
-
-
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _check(x: Tensor, g: Tensor, initial_state: Tensor | None) -> None:
@@ -37,7 +34,7 @@ def naive_hgrn(
 ) -> tuple[Tensor, Tensor | None]:
     """Token-by-token reference -> (o ``[B, T, D]`` in x's dtype, final state ``[B, D]`` or None)."""
     _check(x, g, initial_state)
-    dt = _compute_dtype(x)
+    dt = compute_dtype(x)
     B, T, D = x.shape
     h = x.new_zeros(B, D, dtype=dt) if initial_state is None else initial_state.to(dt)
     xs, gs = x.to(dt), g.to(dt)
@@ -168,7 +165,7 @@ def chunk_hgrn_torch(
     no divisions, so gates of any strength (g down to -inf) are handled exactly.
     """
     _check(x, g, initial_state)
-    dt = _compute_dtype(x)
+    dt = compute_dtype(x)
     B, T, D = x.shape
     if T == 0:
         h = x.new_zeros(B, D, dtype=dt) if initial_state is None else initial_state.to(dt)

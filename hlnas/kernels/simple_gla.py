@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from hlnas.nn import compute_dtype
 from hlnas.kernels import backends, without_autocast
 
 __all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch"]
@@ -65,7 +66,7 @@ def naive_simple_gla(
 ) -> tuple[Tensor, Tensor | None]:
     """Token-by-token reference -> (o ``[B, T, H, V]`` in q's dtype, final state ``[B, H, K, V]`` or None)."""
     _check(q, k, v, g, g_gamma, initial_state)
-    dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dt = compute_dtype(q)
     B, T, H, K = q.shape
     scale = K**-0.5 if scale is None else scale
     gl = _log_decay(q, g, g_gamma, dt)
@@ -108,7 +109,7 @@ def chunk_simple_gla_torch(
     log2-decays, and the large temporaries are updated in place where autograd allows it.
     """
     _check(q, k, v, g, g_gamma, initial_state)
-    dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dt = compute_dtype(q)
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K**-0.5 if scale is None else scale

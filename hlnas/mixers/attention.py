@@ -17,6 +17,7 @@ from hlnas.errors import ConfigError
 from hlnas.kernels.attention import attention
 from hlnas.mixers.base import Mixer
 from hlnas.nn import ShortConvolution, rotary
+from hlnas.overrides import is_int
 
 
 class Attention(Mixer):
@@ -41,7 +42,7 @@ class Attention(Mixer):
                 f"attention: d_model={d_model} must divide by num_heads={hp.num_heads}, "
                 f"and num_heads by num_kv_heads={hp.num_kv_heads}"
             )
-        if isinstance(hp.input_conv, bool) or not isinstance(hp.input_conv, int) or not 0 <= hp.input_conv <= 16:
+        if not is_int(hp.input_conv) or not 0 <= hp.input_conv <= 16:
             raise ConfigError(f"attention: input_conv={hp.input_conv!r} is not allowed; allowed: 0 (off) or a conv "
                               "width from 1 to 16")
 

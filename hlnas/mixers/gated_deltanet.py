@@ -27,7 +27,7 @@ from hlnas.errors import ConfigError
 from hlnas.kernels.gated_delta_rule import gated_delta_rule
 from hlnas.mixers.base import Mixer
 from hlnas.mixers.deltanet import l2norm, state_itemsize
-from hlnas.nn import GatedRMSNorm, RMSNorm, ShortConvolution
+from hlnas.nn import compute_dtype, GatedRMSNorm, RMSNorm, ShortConvolution
 
 
 class GatedDeltaNet(Mixer):
@@ -154,7 +154,7 @@ class GatedDeltaNet(Mixer):
         if hp.allow_neg_eigval:
             beta = beta * 2
         # log-decay in float32 (float64 stays): -exp(A_log) * softplus(a + dt_bias) <= 0
-        ft = torch.float64 if x.dtype == torch.float64 else torch.float32
+        ft = compute_dtype(x)
         g = -self.A_log.to(ft).exp() * F.softplus(self.a_proj(x).to(ft) + self.dt_bias.to(ft))
         state = cache.get("state") if cache is not None else None
         o, state = gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=cache is not None)

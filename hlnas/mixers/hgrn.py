@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.hgrn import hgrn
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import GatedRMSNorm, ShortConvolution
+from hlnas.nn import compute_dtype, GatedRMSNorm, ShortConvolution
 
 
 class HGRN(Mixer):
@@ -106,7 +106,7 @@ class HGRN(Mixer):
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; cache: "state" ``[B, D]`` float32 (+ conv windows)."""
-        cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        cdt = compute_dtype(x)
         i, f = self.i_proj(x), self.f_proj(x)
         if self.hp.use_short_conv:
             i, f = self.i_conv(i, cache, key="conv_i"), self.f_conv(f, cache, key="conv_f")

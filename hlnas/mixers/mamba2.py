@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.simple_gla import simple_gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import ShortConvolution
+from hlnas.nn import compute_dtype, ShortConvolution
 
 
 class _GroupedGatedRMSNorm(nn.Module):
@@ -35,7 +35,7 @@ class _GroupedGatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:
-        cdt = torch.float64 if y.dtype == torch.float64 else torch.float32
+        cdt = compute_dtype(y)
         h = y.to(cdt) * F.silu(z.to(cdt))
         h = h.unflatten(-1, (self.groups, -1))
         h = (h * torch.rsqrt(h.square().mean(-1, keepdim=True) + self.eps)).flatten(-2)
@@ -145,7 +145,7 @@ class Mamba2(Mixer):
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; cache: "state" ``[B, H, N, P]`` float32, "conv"."""
         B, T, _ = x.shape
         H, G, N, P = self.num_heads, self.hp.n_groups, self.hp.state_size, self.hp.head_dim
-        cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        cdt = compute_dtype(x)
         z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, H], dim=-1)
         xbc = self.conv1d(xbc, cache, key="conv")
         xs, Bm, Cm = xbc.split([self.inner, G * N, G * N], dim=-1)

@@ -68,7 +68,7 @@ def recall_metrics(scores: dict, sources=None) -> dict:
 def mqar_baselines(inputs: Tensor, labels: Tensor, vocab_size: int, token_map: Sequence[int] | None = None,
                    *, document_form: bool = False) -> dict[str, float]:
     """Exact scores of the no-association strategies on MQAR instances ``inputs``/``labels`` ``[n, L]``
-    (model token ids, as scored; ``token_map`` the MQARConfig's, None for identity; labels -100 except at
+    (model token ids, as scored; ``token_map`` the MqarTask's, None for identity; labels -100 except at
     queries). ``document_form``: each query is followed by its answer (``as_documents``); adds
     ``eliminate_revealed``. Instances without queries are left out, as in :func:`~hlnas.score.mqar.mqar_accuracy`."""
     if inputs.shape != labels.shape or inputs.dim() != 2:

@@ -31,14 +31,14 @@ from torch import Tensor, nn
 from hlnas.data.packing import not_a_target
 from hlnas.errors import ConfigError
 
-__all__ = ["MQARConfig", "make_mqar", "mqar_accuracy", "mqar_loss", "mqar_documents", "mqar_token_map", "as_documents", "TEST_SEED_OFFSET"]
+__all__ = ["MqarTask", "make_mqar", "mqar_accuracy", "mqar_loss", "mqar_documents", "mqar_token_map", "as_documents", "TEST_SEED_OFFSET"]
 
 TEST_SEED_OFFSET = 2**31
 IGNORE = -100
 
 
 @dataclass(frozen=True, kw_only=True)
-class MQARConfig:
+class MqarTask:
     vocab_size: int = 8192  # MQAR symbols: 0 filler, [1, V/2) keys, [V/2, V) values
     seq_len: int  # L, even
     num_kv_pairs: int  # K, with 4K <= L
@@ -49,17 +49,17 @@ class MQARConfig:
     def __post_init__(self) -> None:
         V, L, K = self.vocab_size, self.seq_len, self.num_kv_pairs
         if L < 4 or L % 2:
-            raise ConfigError(f"MQARConfig.seq_len must be even and >= 4, got {L}")
+            raise ConfigError(f"MqarTask.seq_len must be even and >= 4, got {L}")
         if K < 1 or 4 * K > L:
-            raise ConfigError(f"MQARConfig.num_kv_pairs must satisfy 1 <= K and 4K <= seq_len={L}, got K={K}")
+            raise ConfigError(f"MqarTask.num_kv_pairs must satisfy 1 <= K and 4K <= seq_len={L}, got K={K}")
         if V < 4 or K > V // 2 - 1:
-            raise ConfigError(f"MQARConfig.vocab_size={V} holds {max(V // 2 - 1, 0)} distinct keys; num_kv_pairs={K} needs vocab_size >= {2 * K + 2}")
+            raise ConfigError(f"MqarTask.vocab_size={V} holds {max(V // 2 - 1, 0)} distinct keys; num_kv_pairs={K} needs vocab_size >= {2 * K + 2}")
         if not self.power_a > 0:
-            raise ConfigError(f"MQARConfig.power_a must be > 0, got {self.power_a}")
+            raise ConfigError(f"MqarTask.power_a must be > 0, got {self.power_a}")
         if self.token_map is not None:
             m = tuple(int(t) for t in self.token_map)
             if len(m) != V or len(set(m)) != V or min(m) < 0:
-                raise ConfigError(f"MQARConfig.token_map must hold vocab_size={V} distinct non-negative token ids, got {len(m)} ids ({len(set(m))} distinct)")
+                raise ConfigError(f"MqarTask.token_map must hold vocab_size={V} distinct non-negative token ids, got {len(m)} ids ({len(set(m))} distinct)")
             object.__setattr__(self, "token_map", m)
 
     @property
@@ -67,11 +67,11 @@ class MQARConfig:
         """Smallest model vocabulary that holds every token id this config emits."""
         return self.vocab_size if self.token_map is None else max(self.token_map) + 1
 
-    def replace(self, **changes) -> "MQARConfig":
+    def replace(self, **changes) -> "MqarTask":
         return dataclasses.replace(self, **changes)
 
 
-def make_mqar(cfg: MQARConfig, n: int, seed: int, *, split: str = "test") -> tuple[Tensor, Tensor]:
+def make_mqar(cfg: MqarTask, n: int, seed: int, *, split: str = "test") -> tuple[Tensor, Tensor]:
     """``n`` MQAR examples: ``(inputs, labels)``, both LongTensor ``[n, seq_len]``.
 
     ``seed`` in [0, 2**31); ``split="train"`` draws from stream ``seed``, ``split="test"`` from ``2**31 + seed``.
@@ -118,7 +118,7 @@ def as_documents(inputs: Tensor, labels: Tensor) -> Tensor:
     return docs
 
 
-def mqar_documents(cfg: MQARConfig, seed: int) -> Iterator[list[int]]:
+def mqar_documents(cfg: MqarTask, seed: int) -> Iterator[list[int]]:
     """Endless MQAR training instances as token-id lists in language-model form (:func:`as_documents`,
     ``cfg.token_map`` applied), for mixing into training: the recall protocol's MQAR format. Only the
     answers (the value after each query) are training targets; every other token is marked input-only
@@ -132,7 +132,7 @@ def mqar_documents(cfg: MQARConfig, seed: int) -> Iterator[list[int]]:
         yield from torch.where(answer, docs, not_a_target(docs)).tolist()
 
 
-def _chunk(cfg: MQARConfig, n: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
+def _chunk(cfg: MqarTask, n: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
     V, L, K, a = cfg.vocab_size, cfg.seq_len, cfg.num_kv_pairs, cfg.power_a
     half = V // 2
     # top-k of i.i.d. uniforms = K distinct picks in random order
@@ -182,7 +182,7 @@ def mqar_accuracy(model: nn.Module, inputs: Tensor, labels: Tensor, batch_size: 
             x, y = inputs[s : s + batch_size].to(device), labels[s : s + batch_size].to(device)
             logits = model(x)
             if logits.shape[-1] <= int(y.max()):
-                raise ConfigError(f"label token {int(y.max())} is outside the model's vocabulary of {logits.shape[-1]}; lower MQARConfig.vocab_size or map tokens")
+                raise ConfigError(f"label token {int(y.max())} is outside the model's vocabulary of {logits.shape[-1]}; lower MqarTask.vocab_size or map tokens")
             mask = y != IGNORE
             hit = (logits.argmax(-1) == y) & mask
             has = mask.sum(1) > 0

@@ -19,7 +19,6 @@ Every objective reports into one flat-ish dict so a study can pick any entry as 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,22 +30,12 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import HybridLM
-from hlnas.overrides import config_from_dict, config_to_dict, field_types
+from hlnas.overrides import at_least_one as _at_least_one, config_from_dict, config_to_dict, field_types, tuples_of as _tuples
+from hlnas.score.recall_proxy import MqarConfig, train_mqar
 
 __all__ = ["ScoreConfig", "MqarConfig", "MqarMixedConfig", "RulerConfig", "LmEvalConfig", "ScoreContext",
            "ScoreObjective", "OBJECTIVES", "OBJECTIVE_REGISTRY", "SECTIONS", "LEGACY_KEYS", "score", "mqar_objective", "mqar_mixed_objective",
            "mixed_test_instances", "mixed_baselines"]
-
-
-def _tuples(cfg, *names: str) -> None:
-    for name in names:
-        object.__setattr__(cfg, name, tuple(getattr(cfg, name)))
-
-
-def _at_least_one(cfg, section: str, *names: str) -> None:
-    for name in names:
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{section}.{name} must be >= 1, got {getattr(cfg, name)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,55 +60,6 @@ class RulerConfig:
         _at_least_one(self, "score.ruler", "samples")
         if any(L < 1 for L in self.lengths) or not self.lengths:
             raise ConfigError(f"score.ruler.lengths must be positive token counts, got {list(self.lengths)}")
-
-    def to_dict(self) -> dict:
-        return config_to_dict(self)
-
-
-@dataclass(frozen=True, kw_only=True)
-class MqarConfig:
-    """``score.mqar`` (hlnas.score.mqar), small enough for a byte vocabulary."""
-
-    # defaults sized for a CPU proxy (about a minute); the paper-scale setting is Zoology's (512, 64)
-    seq_len: int = 64
-    kv_pairs: int = 8
-    vocab: int = 256
-    steps: int = 150
-    batch: int = 32
-    lr: float = 1e-3  # 3e-3 left a 2-layer Transformer on the ln(K) plateau for 6000 steps; 1e-3 solved it (mqar_pilot_cpu.md)
-    test: int = 256
-    test_seed: int = 0  # test instances: the same for every candidate and seed (so are their baselines)
-    # the fresh recall model and its training (hlnas.score.recall_proxy)
-    model: dict = field(default_factory=dict)  # ModelConfig overrides for the recall model, e.g. {d_model: 128}
-    lrs: tuple[float, ...] = ()  # learning rates swept, best kept by validation accuracy (() = [lr])
-    target: float | None = None  # stop a rate once validation accuracy reaches this (None: train steps)
-    eval_every: int = 100  # steps between validation checks
-    val: int = 256  # validation instances (train stream, never the test ones)
-    beta2: float = 0.98
-    weight_decay: float = 0.1  # AdamW's, on weight matrices only (hlnas.graphs.make_optimizer)
-    warmup_frac: float = 0.1
-    graph: bool = True  # on CUDA: one captured CUDA graph per step (hlnas.graphs)
-    # seconds after which a rate stops (for sweeps on a lease; a protocol should stop by steps or target)
-    budget_s: float | None = None
-
-    def __post_init__(self) -> None:
-        _tuples(self, "lrs")
-        _at_least_one(self, "score.mqar", "steps", "batch", "test", "eval_every", "val")
-        for lr in (self.lr, *self.lrs):
-            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
-                raise ConfigError(f"score.mqar.lr and score.mqar.lrs must be positive numbers, got {lr!r}")
-        if self.target is not None and not 0 < self.target <= 1:
-            raise ConfigError(f"score.mqar.target must be an accuracy in (0, 1] or null, got {self.target!r}")
-        if isinstance(self.weight_decay, bool) or not isinstance(self.weight_decay, (int, float)) or not self.weight_decay >= 0:
-            raise ConfigError(f"score.mqar.weight_decay must be a number >= 0, got {self.weight_decay!r}")
-        if not 0 < self.beta2 < 1 or not 0 <= self.warmup_frac < 1:
-            raise ConfigError(f"score.mqar.beta2 must be in (0, 1) and score.mqar.warmup_frac in [0, 1), got "
-                              f"{self.beta2} and {self.warmup_frac}")
-        if not isinstance(self.model, dict):
-            raise ConfigError(f"score.mqar.model must be a mapping of ModelConfig fields, got {self.model!r}")
-        from hlnas.score.recall_proxy import check_recall_model_keys
-
-        check_recall_model_keys(self.model)
 
     def to_dict(self) -> dict:
         return config_to_dict(self)
@@ -161,13 +101,12 @@ class LmEvalConfig:
 def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, seed: int = 0, device=None) -> dict:
     """Train fresh recall models of ``layout`` on MQAR and return their test accuracy beside its no-recall
     baselines (:func:`hlnas.score.recall_proxy.train_mqar`: Zoology's protocol)."""
-    from hlnas.score.recall_proxy import train_mqar
 
     return train_mqar(layout, model_cfg, cfg.mqar, seed=seed, device=device)
 
 
 def mixed_test_instances(trained_on, cfg: ScoreConfig, eos_id: int):
-    """``(MQARConfig, inputs, labels)`` per test length of the ``mqar_mixed`` objective: held-out instances of
+    """``(MqarTask, inputs, labels)`` per test length of the ``mqar_mixed`` objective: held-out instances of
     the trained format at each of ``cfg.mqar_mixed.scales`` x the training length, in document form, each right
     after a document separator as in training: ``cfg.mqar.test`` of them, ``cfg.mqar.test_seed``'s whatever the
     training seed."""
@@ -196,7 +135,7 @@ def mixed_baselines(trained_on, cfg: ScoreConfig, eos_id: int) -> dict:
 
 
 def mqar_mixed_objective(model: HybridLM, trained_on, cfg: ScoreConfig, eos_id: int, *, seed: int = 0, device=None) -> dict:
-    """Score a candidate trained with MQAR instances mixed in (``trained_on``: their MQARConfig) on
+    """Score a candidate trained with MQAR instances mixed in (``trained_on``: their MqarTask) on
     :func:`mixed_test_instances`, beside the no-recall baselines of the same instances."""
     from hlnas.score.baselines import mqar_baselines, strongest
     from hlnas.score.mqar import mqar_accuracy
@@ -222,7 +161,7 @@ class ScoreContext:
     autocast: torch.dtype | None
     seed: int
     val_batches: list | None
-    mixed_mqar: object | None  # the MQARConfig of the instances mixed into training
+    mixed_mqar: object | None  # the MqarTask of the instances mixed into training
 
 
 def _val_loss(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
@@ -353,7 +292,7 @@ def score(
     mixed_mqar=None,
 ) -> dict:
     """Run the configured objectives on a trained ``model``. ``progress(name)`` is told each objective.
-    ``mixed_mqar``: the MQARConfig of the instances mixed into training (``mqar_mixed`` needs it)."""
+    ``mixed_mqar``: the MqarTask of the instances mixed into training (``mqar_mixed`` needs it)."""
     device = device or next(model.parameters()).device
     ctx = ScoreContext(tokenizer, device, torch.bfloat16 if torch.device(device).type == "cuda" else None, seed,
                        val_batches, mixed_mqar)

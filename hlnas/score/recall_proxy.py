@@ -30,7 +30,7 @@ import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import torch
 
@@ -38,13 +38,12 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
+from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
-from hlnas.score.mqar import MQARConfig, make_mqar, mqar_accuracy, mqar_loss
+from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
+from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
-if TYPE_CHECKING:
-    from hlnas.score.objectives import MqarConfig
-
-__all__ = ["recall_model_config", "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target",
+__all__ = ["MqarConfig", "recall_model_config", "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target",
            "paused_at", "RECALL_MODEL_KEYS"]
 
 #: ModelConfig fields score.mqar.model may set (the vocabulary is the MQAR one; no parameter-count solve)
@@ -77,6 +76,53 @@ def check_recall_model_keys(overrides: dict) -> None:
             raise ConfigError(f"score.mqar.model: key '{key}' is not allowed.{did_you_mean(key, RECALL_MODEL_KEYS)} "
                               f"Allowed: {', '.join(RECALL_MODEL_KEYS)} (the vocabulary is the MQAR symbols, and the "
                               "recall model never solves its MLP for a parameter count)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MqarConfig:
+    """``score.mqar`` (hlnas.score.mqar), small enough for a byte vocabulary."""
+
+    # defaults sized for a CPU proxy (about a minute); the paper-scale setting is Zoology's (512, 64)
+    seq_len: int = 64
+    kv_pairs: int = 8
+    vocab: int = 256
+    steps: int = 150
+    batch: int = 32
+    lr: float = 1e-3  # 3e-3 left a 2-layer Transformer on the ln(K) plateau for 6000 steps; 1e-3 solved it (mqar_pilot_cpu.md)
+    test: int = 256
+    test_seed: int = 0  # test instances: the same for every candidate and seed (so are their baselines)
+    # the fresh recall model and its training (hlnas.score.recall_proxy)
+    model: dict = field(default_factory=dict)  # ModelConfig overrides for the recall model, e.g. {d_model: 128}
+    lrs: tuple[float, ...] = ()  # learning rates swept, best kept by validation accuracy (() = [lr])
+    target: float | None = None  # stop a rate once validation accuracy reaches this (None: train steps)
+    eval_every: int = 100  # steps between validation checks
+    val: int = 256  # validation instances (train stream, never the test ones)
+    beta2: float = 0.98
+    weight_decay: float = 0.1  # AdamW's, on weight matrices only (hlnas.training.step.make_optimizer)
+    warmup_frac: float = 0.1
+    graph: bool = True  # on CUDA: one captured CUDA graph per step (hlnas.training.step)
+    # seconds after which a rate stops (for sweeps on a lease; a protocol should stop by steps or target)
+    budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        tuples_of(self, "lrs")
+        at_least_one(self, "score.mqar", "steps", "batch", "test", "eval_every", "val")
+        for lr in (self.lr, *self.lrs):
+            if not is_number(lr) or not (lr > 0 and math.isfinite(lr)):
+                raise ConfigError(f"score.mqar.lr and score.mqar.lrs must be positive numbers, got {lr!r}")
+        if self.target is not None and not 0 < self.target <= 1:
+            raise ConfigError(f"score.mqar.target must be an accuracy in (0, 1] or null, got {self.target!r}")
+        if not is_number(self.weight_decay) or not self.weight_decay >= 0:
+            raise ConfigError(f"score.mqar.weight_decay must be a number >= 0, got {self.weight_decay!r}")
+        if not 0 < self.beta2 < 1 or not 0 <= self.warmup_frac < 1:
+            raise ConfigError(f"score.mqar.beta2 must be in (0, 1) and score.mqar.warmup_frac in [0, 1), got "
+                              f"{self.beta2} and {self.warmup_frac}")
+        if not isinstance(self.model, dict):
+            raise ConfigError(f"score.mqar.model must be a mapping of ModelConfig fields, got {self.model!r}")
+        check_recall_model_keys(self.model)
+
+    def to_dict(self) -> dict:
+        return config_to_dict(self)
 
 
 def recall_model_config(model_cfg: ModelConfig, overrides: dict, vocab: int) -> ModelConfig:
@@ -115,7 +161,7 @@ def steps_to_target(curve, target: float | None) -> int | None:
     return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
-def _batches(mcfg: MQARConfig, batch: int, seed: int, start: int = 0):
+def _batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0):
     block, skip = divmod(start, _BLOCK_STEPS)
     while True:
         x, y = make_mqar(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
@@ -147,16 +193,15 @@ def _load_state(path: str, model, opt) -> dict:
     return saved
 
 
-def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConfig, lr: float, seed: int, device, val,
+def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig, lr: float, seed: int, device, val,
               state: str | None = None, stop_at: int | None = None, until: float | None = None) -> dict:
-    from hlnas.graphs import WARMUP_STEPS, make_optimizer, make_step, set_lr
-    from hlnas.train import cosine_lr
+    from hlnas.training.step import WARMUP_STEPS, make_optimizer, make_step, set_lr
 
     model = seeded_model(layout, rcfg, seed).to(device)
     model.train()
     use_graph = bool(cfg.graph) and device.type == "cuda"
     opt = make_optimizer(model, lr, betas=(0.9, cfg.beta2), weight_decay=cfg.weight_decay, graph=use_graph)
-    autocast = torch.bfloat16 if device.type == "cuda" else None
+    autocast = autocast_dtype("auto", device)
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
         return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)
 
@@ -168,39 +213,44 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MQARConfig, cfg: MqarConf
         done, drawn = WARMUP_STEPS, 1
     else:
         done, drawn, batches = 0, 0, itertools.chain([first], batches)
-    curve, t0, error, finished, out_of_time, before_s = [], time.perf_counter(), None, False, False, 0.0
+    curve, t0, error, finished, before_s = [], time.perf_counter(), None, False, 0.0
     if state is not None and os.path.exists(state):  # continue a paused run: its weights, optimizer, batches
         saved = _load_state(state, model, opt)
         done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
         before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
         batches = _batches(mcfg, cfg.batch, seed, start=drawn)
     limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
-    while done < limit and not finished:
-        x, y = next(batches)
-        drawn += 1
-        set_lr(opt, lr_at(done))
-        loss = step_fn(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
-        done += 1
-        if done % cfg.eval_every == 0 or done == cfg.steps:
-            lv = float(loss)
-            if not math.isfinite(lv):
-                error = f"non-finite MQAR loss {lv} at step {done} (lr {lr:g})"
-                break
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast is not None):
-                acc = mqar_accuracy(model, *val, batch_size=cfg.batch, device=device)
-            curve.append([done, round(acc, 4), round(lv, 4)])
-            if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
-                print(f"[recall] {layout} lr={lr:g} step={done} val={acc:.3f} loss={lv:.3f} t={time.perf_counter() - t0:.0f}s "
-                      f"mode={mode}", file=sys.stderr, flush=True)
-            if cfg.target is not None and acc >= cfg.target:
-                break
-            if cfg.budget_s is not None and time.perf_counter() - t0 > cfg.budget_s:
-                break
-            if until is not None and time.time() >= until and done < limit:
-                out_of_time = True  # paused by the clock: a later run continues from the saved state
-                break
+    stop = {"error": error, "out_of_time": False}
+
+    def after_step(done: int, loss) -> bool:  # the proxy's stop rule, read at each validation check
+        if not (done % cfg.eval_every == 0 or done == cfg.steps):
+            return False
+        lv = float(loss)
+        if not math.isfinite(lv):
+            stop["error"] = f"non-finite MQAR loss {lv} at step {done} (lr {lr:g})"
+            return True
+        with autocast_context(device, autocast):
+            acc = mqar_accuracy(model, *val, batch_size=cfg.batch, device=device)
+        curve.append([done, round(acc, 4), round(lv, 4)])
+        if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
+            print(f"[recall] {layout} lr={lr:g} step={done} val={acc:.3f} loss={lv:.3f} t={time.perf_counter() - t0:.0f}s "
+                  f"mode={mode}", file=sys.stderr, flush=True)
+        if cfg.target is not None and acc >= cfg.target:
+            return True
+        if cfg.budget_s is not None and time.perf_counter() - t0 > cfg.budget_s:
+            return True
+        if until is not None and time.time() >= until and done < limit:
+            stop["out_of_time"] = True  # paused by the clock: a later run continues from the saved state
+            return True
+        return False
+
+    on_device = ((x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in batches)
+    start = done
+    done = run_steps(step_fn, opt, on_device, lr_at, start=start, stop=start if finished else limit, after_step=after_step)
+    drawn += done - start  # one batch a step
+    error = stop["error"]
     # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
-    finished = finished or error is not None or done >= cfg.steps or (done < limit and not out_of_time)
+    finished = finished or error is not None or done >= cfg.steps or (done < limit and not stop["out_of_time"])
     wall_s = before_s + time.perf_counter() - t0
     if state is not None:
         _save_state(state, model, opt, {"done": done, "drawn": drawn, "curve": curve, "error": error, "finished": finished,
@@ -218,7 +268,7 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     same test instances), ``mqar_baseline`` (the strongest), and ``mqar`` (settings, per-rate curves)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     vocab = cfg.vocab
-    mcfg = MQARConfig(vocab_size=vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    mcfg = MqarTask(vocab_size=vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
     rcfg = recall_model_config(model_cfg, dict(cfg.model), vocab)
     xt, yt = make_mqar(mcfg, cfg.test, cfg.test_seed, split="test")
     val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
@@ -241,7 +291,7 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
         r["auc"] = learning_auc(r["curve"], budget, val_base, r["steps_to_target"] is not None)
     ok = [r for r in runs if r["error"] is None] or runs
     best = max(ok, key=lambda r: (r["val_acc"], -r["steps"]))
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    with autocast_context(device, autocast_dtype("auto", device)):
         acc = mqar_accuracy(best["model"], xt, yt, batch_size=cfg.batch, device=device) if best["error"] is None else 0.0
     base = mqar_baselines(xt, yt, vocab)
     name, b = strongest(base)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["make_inputs", *[f"{op}_inputs" for op in ("attention", "delta_rule", "gated_delta_rule", "gla", "hgrn", "simple_gla")]]
+__all__ = ["DELTA_SHAPES", "delta_shape_id", "delta_case", "make_inputs", *[f"{op}_inputs" for op in ("attention", "delta_rule", "gated_delta_rule", "gla", "hgrn", "simple_gla")]]
 
 
 def attention_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
@@ -91,3 +91,29 @@ _BY_OP = {"attention": attention_inputs, "delta_rule": delta_rule_inputs, "gated
 def make_inputs(op: str, *args, **kwargs) -> dict:
     """The inputs of ``op`` (a name of :data:`hlnas.kernels.OPS`)."""
     return _BY_OP[op](*args, **kwargs)
+
+
+# the delta-rule family's test shapes: (B, T, H, K, V, chunk_size, with initial_state)
+DELTA_SHAPES = [
+    (2, 100, 3, 16, 32, 32, False),  # T not a multiple of the chunk
+    (2, 100, 3, 16, 32, 32, True),
+    (1, 1, 2, 8, 8, 64, True),  # one decode step
+    (2, 64, 2, 16, 16, 64, False),  # exactly one chunk
+    (1, 130, 2, 32, 8, 16, True),  # many chunks, K > V
+    (1, 37, 4, 8, 16, 64, True),  # T < chunk
+]
+
+
+def delta_shape_id(s) -> str:
+    B, T, H, K, V, C, h0 = s
+    return f"B{B}-T{T}-H{H}-K{K}-V{V}-C{C}" + ("-h0" if h0 else "")
+
+
+def delta_case(make, B, T, H, K, V, h0, dtype=torch.float64, seed=0) -> dict:
+    """``make``'s inputs (a ``*_inputs`` above), with an initial state when ``h0``, all requiring grad."""
+    inp = make(B, T, H, K, V, dtype=dtype, seed=seed)
+    if h0:
+        inp["initial_state"] = 0.1 * torch.randn(B, H, K, V, dtype=dtype)
+    for t in inp.values():
+        t.requires_grad_(True)
+    return inp

@@ -9,31 +9,14 @@ import torch
 from hlnas.kernels.delta_rule import chunk_delta_rule_torch, delta_rule, naive_delta_rule
 from tests.helpers import assert_close
 from tests.helpers import forward_and_grads as _run
+from tests.kernels.inputs import DELTA_SHAPES, delta_case, delta_shape_id
 from tests.kernels.inputs import delta_rule_inputs as make_inputs
 
-# (B, T, H, K, V, chunk_size, with initial_state)
-SHAPES = [
-    (2, 100, 3, 16, 32, 32, False),  # T not a multiple of the chunk
-    (2, 100, 3, 16, 32, 32, True),
-    (1, 1, 2, 8, 8, 64, True),  # one decode step
-    (2, 64, 2, 16, 16, 64, False),  # exactly one chunk
-    (1, 130, 2, 32, 8, 16, True),  # many chunks, K > V
-    (1, 37, 4, 8, 16, 64, True),  # T < chunk
-]
-
-
-def _id(s) -> str:
-    B, T, H, K, V, C, h0 = s
-    return f"B{B}-T{T}-H{H}-K{K}-V{V}-C{C}" + ("-h0" if h0 else "")
+SHAPES, _id = DELTA_SHAPES, delta_shape_id
 
 
 def _inputs(B, T, H, K, V, h0, dtype=torch.float64, seed=0):
-    inp = make_inputs(B, T, H, K, V, dtype=dtype, seed=seed)
-    if h0:
-        inp["initial_state"] = 0.1 * torch.randn(B, H, K, V, dtype=dtype)
-    for t in inp.values():
-        t.requires_grad_(True)
-    return inp
+    return delta_case(make_inputs, B, T, H, K, V, h0, dtype=dtype, seed=seed)
 
 
 

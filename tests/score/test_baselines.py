@@ -9,13 +9,13 @@ import torch
 
 from hlnas.data.tokenizer import load_tokenizer
 from hlnas.score.baselines import corrected, mqar_baselines, ruler_sample_baseline, strongest
-from hlnas.score.mqar import IGNORE, MQARConfig, as_documents, make_mqar, mqar_accuracy, mqar_token_map
+from hlnas.score.mqar import IGNORE, MqarTask, as_documents, make_mqar, mqar_accuracy, mqar_token_map
 from hlnas.score.ruler import generate_samples, score_sample
 
 
 @pytest.mark.parametrize("K", [1, 4, 8, 32])
 def test_zoology_form_copy_any_is_one_over_k(K):
-    cfg = MQARConfig(vocab_size=256, seq_len=max(4 * K, 16), num_kv_pairs=K)
+    cfg = MqarTask(vocab_size=256, seq_len=max(4 * K, 16), num_kv_pairs=K)
     x, y = make_mqar(cfg, 64, 3, split="test")
     b = mqar_baselines(x, y, cfg.vocab_size)
     assert set(b) == {"uniform", "copy_any"}  # nothing is revealed in Zoology's form
@@ -27,7 +27,7 @@ def test_document_form_eliminating_revealed_values_is_h_k_over_k():
     """Each query followed by its answer: a guess among values not yet revealed scores H_K / K (the 0.340 of
     reference/recall-and-speed-2026-12-01.md at K=8 is this plus the longer lengths' extra pairs)."""
     K = 8
-    cfg = MQARConfig(vocab_size=64, seq_len=64, num_kv_pairs=K)
+    cfg = MqarTask(vocab_size=64, seq_len=64, num_kv_pairs=K)
     x, y = make_mqar(cfg, 128, 0, split="test")
     b = mqar_baselines(as_documents(x, y), y, cfg.vocab_size, document_form=True)
     harmonic = sum(1 / i for i in range(1, K + 1))
@@ -41,7 +41,7 @@ def test_the_h200_grid_protocol_baseline_is_0_340():
     from hlnas.score.objectives import MqarConfig, MqarMixedConfig, ScoreConfig, mixed_baselines
 
     tok = load_tokenizer("bytes")
-    trained = MQARConfig(vocab_size=64, seq_len=64, num_kv_pairs=8, token_map=mqar_token_map(64, tok.vocab_size, tok.eos_id))
+    trained = MqarTask(vocab_size=64, seq_len=64, num_kv_pairs=8, token_map=mqar_token_map(64, tok.vocab_size, tok.eos_id))
     base = mixed_baselines(trained, ScoreConfig(mqar_mixed=MqarMixedConfig(scales=(1, 2, 4)), mqar=MqarConfig(test=512)), tok.eos_id)
     assert base["mean"]["eliminate_revealed"] == pytest.approx(0.340, abs=5e-4)
     assert base["mean"]["copy_any"] == pytest.approx(0.125)
@@ -50,7 +50,7 @@ def test_the_h200_grid_protocol_baseline_is_0_340():
 def test_a_model_that_copies_a_random_context_value_scores_the_baseline():
     """The baseline is what a real no-association strategy scores under mqar_accuracy, not a formula apart."""
     K, V = 4, 32
-    cfg = MQARConfig(vocab_size=V, seq_len=32, num_kv_pairs=K)
+    cfg = MqarTask(vocab_size=V, seq_len=32, num_kv_pairs=K)
     x, y = make_mqar(cfg, 2000, 1, split="test")
 
     class CopyAny(torch.nn.Module):
@@ -69,14 +69,14 @@ def test_a_model_that_copies_a_random_context_value_scores_the_baseline():
 
 
 def test_random_fillers_before_a_query_widen_copy_any():
-    cfg = MQARConfig(vocab_size=32, seq_len=64, num_kv_pairs=4, random_non_queries=True)
+    cfg = MqarTask(vocab_size=32, seq_len=64, num_kv_pairs=4, random_non_queries=True)
     x, y = make_mqar(cfg, 64, 0, split="test")
     assert mqar_baselines(x, y, 32)["copy_any"] < 1 / 4  # filler value symbols are candidates too
 
 
 def test_token_mapped_instances_give_the_same_baselines():
     tok = load_tokenizer("bytes")
-    plain = MQARConfig(vocab_size=64, seq_len=64, num_kv_pairs=8)
+    plain = MqarTask(vocab_size=64, seq_len=64, num_kv_pairs=8)
     mapped = plain.replace(token_map=mqar_token_map(64, tok.vocab_size, tok.eos_id))
     a = mqar_baselines(*make_mqar(plain, 32, 5), 64)
     b = mqar_baselines(*make_mqar(mapped, 32, 5), 64, mapped.token_map)
@@ -84,7 +84,7 @@ def test_token_mapped_instances_give_the_same_baselines():
 
 
 def test_instances_without_queries_are_left_out_and_all_empty_refused():
-    cfg = MQARConfig(vocab_size=32, seq_len=32, num_kv_pairs=4)
+    cfg = MqarTask(vocab_size=32, seq_len=32, num_kv_pairs=4)
     x, y = make_mqar(cfg, 8, 0)
     y2 = y.clone()
     y2[0] = IGNORE

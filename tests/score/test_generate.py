@@ -12,13 +12,7 @@ from hlnas.model import build_model
 from hlnas.score.generate import greedy_generate, greedy_generate_ids
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny matmuls: a second OpenMP thread only adds spin-wait contention on a loaded 2-core machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(layout=None):

@@ -10,22 +10,16 @@ from hlnas.config import preset
 from hlnas.errors import ConfigError
 from hlnas.layout import build_layout
 from hlnas.model import build_model
-from hlnas.score.mqar import MQARConfig, as_documents, make_mqar, mqar_accuracy, mqar_documents, mqar_loss, mqar_token_map
+from hlnas.score.mqar import MqarTask, as_documents, make_mqar, mqar_accuracy, mqar_documents, mqar_loss, mqar_token_map
 from hlnas.score.objectives import MqarConfig, MqarMixedConfig, ScoreConfig, mqar_mixed_objective, score
 from hlnas.data.packing import split_targets
 
 _CHUNK_ROWS = 1024  # mqar_documents draws instances in blocks of this many rows
 
-CFG = MQARConfig(vocab_size=256, seq_len=128, num_kv_pairs=8)
+CFG = MqarTask(vocab_size=256, seq_len=128, num_kv_pairs=8)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny matmuls: a second OpenMP thread only adds spin-wait contention on a loaded 2-core machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_layout_keys_values_queries_and_labels():
@@ -49,7 +43,7 @@ def test_layout_keys_values_queries_and_labels():
 
 
 def test_gaps_follow_the_power_law():
-    x, _ = make_mqar(MQARConfig(vocab_size=256, seq_len=256, num_kv_pairs=4), 400, seed=0)
+    x, _ = make_mqar(MqarTask(vocab_size=256, seq_len=256, num_kv_pairs=4), 400, seed=0)
     slots = (256 - 8) // 2
     gaps = (x[:, 8:] != 0).nonzero()[:, 1] // 2
     early = (gaps < slots // 4).float().mean().item()
@@ -69,7 +63,7 @@ def test_determinism_and_disjoint_train_test_streams():
     with pytest.raises(ConfigError, match="2\\*\\*31"):
         make_mqar(CFG, 1, seed=2**31)
     # past the 1024-row generation chunk: rows stay valid and are not repeats of the first chunk
-    small = MQARConfig(vocab_size=64, seq_len=16, num_kv_pairs=4)
+    small = MqarTask(vocab_size=64, seq_len=16, num_kv_pairs=4)
     big_x, big_y = make_mqar(small, 1100, seed=0)
     assert torch.equal(big_x, make_mqar(small, 1100, seed=0)[0])
     assert ((big_y != -100).sum(1) == 4).all() and not torch.equal(big_x[1024:1100], big_x[:76])
@@ -90,13 +84,13 @@ def test_random_fillers_and_token_map():
 
 def test_config_errors():
     with pytest.raises(ConfigError, match="4K"):
-        MQARConfig(seq_len=16, num_kv_pairs=5)
+        MqarTask(seq_len=16, num_kv_pairs=5)
     with pytest.raises(ConfigError, match="even"):
-        MQARConfig(seq_len=63, num_kv_pairs=4)
+        MqarTask(seq_len=63, num_kv_pairs=4)
     with pytest.raises(ConfigError, match="distinct keys"):
-        MQARConfig(vocab_size=16, seq_len=64, num_kv_pairs=8)
+        MqarTask(vocab_size=16, seq_len=64, num_kv_pairs=8)
     with pytest.raises(ConfigError, match="token_map"):
-        MQARConfig(vocab_size=16, seq_len=16, num_kv_pairs=2, token_map=(0,) * 16)
+        MqarTask(vocab_size=16, seq_len=16, num_kv_pairs=2, token_map=(0,) * 16)
 
 
 class Oracle(nn.Module):
@@ -143,7 +137,7 @@ def test_accuracy_is_per_example_then_mean():
 
 def test_runs_inside_a_byte_level_hybrid_model():
     model = build_model(build_layout("transformer", None, 2), preset("proxy-tiny"))
-    cfg = MQARConfig(vocab_size=256, seq_len=64, num_kv_pairs=4)
+    cfg = MqarTask(vocab_size=256, seq_len=64, num_kv_pairs=4)
     assert cfg.model_vocab_needed <= model.cfg.vocab_size
     x, y = make_mqar(cfg, 8, seed=0)
     acc = mqar_accuracy(model, x, y, batch_size=4)
@@ -168,7 +162,7 @@ def test_training_documents_are_token_mapped_and_never_a_test_instance():
     tmap = mqar_token_map(32, 256, eos_id=0)
     assert tmap == tuple(range(1, 33))  # eos keeps its meaning: no MQAR symbol maps to it
     assert mqar_token_map(4, 10, eos_id=2) == (0, 1, 3, 4)
-    cfg = MQARConfig(vocab_size=32, seq_len=32, num_kv_pairs=4, token_map=tmap)
+    cfg = MqarTask(vocab_size=32, seq_len=32, num_kv_pairs=4, token_map=tmap)
     marked = list(itertools.islice(mqar_documents(cfg, seed=0), 2100))  # spans three generator blocks
     docs = [split_targets(torch.tensor([d]))[0][0].tolist() for d in marked]
     assert all(len(d) == 32 and 0 not in d and max(d) <= 32 for d in docs)
@@ -208,7 +202,7 @@ class Windowed(Oracle):
 
 def test_mixed_objective_scores_the_document_form_at_each_length():
     tmap = mqar_token_map(64, 256, eos_id=0)
-    trained_on = MQARConfig(vocab_size=64, seq_len=64, num_kv_pairs=8, token_map=tmap)
+    trained_on = MqarTask(vocab_size=64, seq_len=64, num_kv_pairs=8, token_map=tmap)
     cfg = ScoreConfig(objectives=("mqar_mixed",), mqar=MqarConfig(test=64), mqar_mixed=MqarMixedConfig(scales=(1, 4)))
     out = mqar_mixed_objective(Oracle(256), trained_on, cfg, eos_id=0)
     assert out["mqar_mixed"]["by_length"] == {"64": 1.0, "256": 1.0} and out["mqar_mixed_acc"] == 1.0

@@ -15,7 +15,8 @@ from hlnas.overrides import yaml_load
 from hlnas.score.baselines import recall_metrics
 from hlnas.score.objectives import MqarConfig, ScoreConfig
 from hlnas.score.recall_proxy import learning_auc, recall_model_config, steps_to_target, train_mqar
-from tests.test_study import one_thread  # noqa: F401  (autouse: tiny models on one thread)
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models
 
 #: one layer of every registered mixer (the letters of hlnas.layout)
 EVERY_MIXER = "AHNRGDZM"

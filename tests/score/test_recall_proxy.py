@@ -7,11 +7,12 @@ import torch
 
 from hlnas.config import ModelConfig, preset
 from hlnas.errors import ConfigError
-from hlnas.graphs import make_optimizer, make_step
+from hlnas.training.step import make_optimizer, make_step
 from hlnas.layout import Layout
 from hlnas.score.objectives import MqarConfig, ScoreConfig
 from hlnas.score.recall_proxy import recall_model_config, train_mqar
-from tests.test_study import one_thread  # noqa: F401  (autouse: tiny models on one thread)
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models
 
 
 def test_recall_model_never_solves_the_mlp_for_a_parameter_count():

@@ -5,7 +5,6 @@ import json
 import re
 
 import pytest
-import torch
 
 from hlnas.config import preset
 from hlnas.data.tokenizer import ByteTokenizer
@@ -32,13 +31,7 @@ PREFIX_END = {"vt": "they are: ", "cwe": "in the list are:", "fwe": "appeared wo
 NEW_TOKENS = {"vt": 30, "cwe": 120, "fwe": 50}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny matmuls: a second OpenMP thread only adds spin-wait contention on a loaded 2-core machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class WordTokenizer:

@@ -2,7 +2,7 @@
 local worker processes: several small candidates share one machine's GPUs without a cluster) or ``ray``.
 
 Ray is only a transport: the driver keeps the Optuna study (ask/tell); workers receive a
-:class:`~hlnas.trial.TrialSpec` and return a :class:`~hlnas.trial.TrialResult`. Ray workers are
+:class:`~hlnas.search.trial.TrialSpec` and return a :class:`~hlnas.search.trial.TrialResult`. Ray workers are
 long-lived actors, so imports (fla takes ~17 s on the H200) and Triton compiles are paid once per
 worker, and every worker of a machine shares one Triton cache directory.
 """
@@ -21,7 +21,8 @@ from multiprocessing.connection import wait as wait_any
 from typing import Protocol
 
 from hlnas.errors import ConfigError, HlnasError
-from hlnas.trial import TrialResult, TrialSpec, run_trial
+from hlnas.search.trial import TrialResult, TrialSpec, run_trial
+from hlnas.overrides import is_int
 
 __all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "RayExecutor", "make_executor", "run_on_own_stream", "EXECUTORS"]
 
@@ -42,7 +43,7 @@ class Executor(Protocol):
 
 
 class InlineExecutor:
-    """Runs each trial in the calling process when submitted: with :func:`~hlnas.trial.run_trial`, or ``run``
+    """Runs each trial in the calling process when submitted: with :func:`~hlnas.search.trial.run_trial`, or ``run``
     (any ``TrialSpec -> TrialResult``, e.g. a fast stand-in for training in tests)."""
 
     capacity = 1
@@ -52,7 +53,7 @@ class InlineExecutor:
         self._done: deque[TrialResult] = deque()
 
     def submit(self, spec: TrialSpec) -> None:
-        # run_trial looked up at call time: tests patch hlnas.executors.run_trial
+        # run_trial looked up at call time: tests patch hlnas.search.executors.run_trial
         self._done.append((self._run or run_trial)(spec))
 
     def wait(self, timeout: float | None = None) -> list[TrialResult]:
@@ -90,7 +91,7 @@ class ProcessExecutor:
                  runs_per_worker: int = 1):
         if workers < 1:
             raise ConfigError(f"workers must be >= 1, got {workers}")
-        if isinstance(runs_per_worker, bool) or not isinstance(runs_per_worker, int) or runs_per_worker < 1:
+        if not is_int(runs_per_worker) or runs_per_worker < 1:
             raise ConfigError(f"runs_per_worker must be an integer >= 1, got {runs_per_worker!r}")
         self.runs_per_worker = runs_per_worker
         self.capacity = workers * runs_per_worker
@@ -236,7 +237,7 @@ def _serve(conn, env: dict, threads: int, runs: int = 1) -> None:
 
 
 def run_on_own_stream(spec: TrialSpec) -> TrialResult:
-    """:func:`~hlnas.trial.run_trial` with this thread's CUDA work on a stream of its own (on a GPU), so trials
+    """:func:`~hlnas.search.trial.run_trial` with this thread's CUDA work on a stream of its own (on a GPU), so trials
     running in threads of one process overlap their kernels."""
     import torch
 

@@ -1,4 +1,4 @@
-"""hlnas.graphs.snapshot/rewind: the LM trainer's CUDA-graph capture trains warm-up steps on its first batch and
+"""hlnas.training.step.snapshot/rewind: the LM trainer's CUDA-graph capture trains warm-up steps on its first batch and
 then puts model and optimizer back, so its first real step is the one an eager run takes (run here on CPU, where
 the same warm-up can be replayed by hand)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from hlnas.config import preset
-from hlnas.graphs import make_optimizer, rewind, snapshot
+from hlnas.training.step import make_optimizer, rewind, snapshot
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.train import TrainConfig, lm_loss

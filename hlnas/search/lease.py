@@ -77,11 +77,10 @@ class DriverLease:
         self.previous: dict | None = None  # the claim found, when a dead driver's was taken over
 
     def _stored(self) -> dict | None:
-        storage = self.study._storage
-        return storage.get_study_user_attrs(self.study._study_id).get(ATTR)
+        return self.study.user_attrs.get(ATTR)
 
     def _write(self, **extra) -> None:
-        self.study._storage.set_study_user_attr(self.study._study_id, ATTR, {**self.claim, "heartbeat_at": time.time(), **extra})
+        self.study.set_user_attr(ATTR, {**self.claim, "heartbeat_at": time.time(), **extra})
 
     def acquire(self) -> "DriverLease":
         found = self._stored()

@@ -1,11 +1,11 @@
 """The search: an Optuna study on the driver (created or resumed, held by one driver, calibrated), asked and told
-by the loop in :mod:`hlnas.proposals` (shared with the sampler benchmark), trials run by an executor.
+by the loop in :mod:`hlnas.search.loop` (shared with the sampler benchmark), trials run by an executor.
 
 Everything needed to continue is stored with the study (the space, objectives, hlnas version), so
 ``run_search(None, storage=..., study_name=..., resume=True)`` needs nothing else. After a crash or ``kill -9`` of the driver,
 completed trials are kept; trials left RUNNING are marked FAIL and their parameters re-queued; the
 study then runs until it holds the requested number of COMPLETE trials. One driver per study at a time
-(:mod:`hlnas.lease`: a heartbeat in study attr ``hlnas_driver``; a second live driver is refused).
+(:mod:`hlnas.search.lease`: a heartbeat in study attr ``hlnas_driver``; a second live driver is refused).
 
 Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``,
 ``hlnas_space_hash``, ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``,
@@ -15,141 +15,36 @@ Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hln
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import optuna
 from optuna.trial import TrialState
 
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
-from hlnas.executors import Executor, InlineExecutor, make_executor
-from hlnas.lease import DriverLease
-from hlnas.proposals import (MAX_REQUEUES, StopSignals, layout_spec, constraint_values, front_rows, objective_values,
-                             paused_root, recover, search_loop)
-from hlnas.samplers import make_sampler
-from hlnas.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
-from hlnas.storage import open_storage as _open_storage
+from hlnas.search.executors import Executor, InlineExecutor, make_executor
+from hlnas.search.lease import DriverLease
+from hlnas.search.calibration import PAUSED, calibrate_if_needed, needs_calibration
+from hlnas.search.loop import search_loop
+from hlnas.search.records import MAX_REQUEUES, front_rows, recover
+from hlnas.search.samplers import make_sampler
+from hlnas.search import optuna_adapter
+from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
+from hlnas.search.storage import open_storage
 from hlnas.space import SearchSpace, space_from_dict
-from hlnas.trial import TrialResult, layout_metrics
+from hlnas.overrides import is_int
 import hlnas.calibrate as calib
 
-__all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_storage", "run_search", "calibrate_study",
+__all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_or_create_storage", "run_search", "calibrate_study",
            "load_hlnas_study", "study_summary", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
-def open_storage(url: str):
-    """The search's storage: like :func:`hlnas.storage.open_storage`, but a new SQLite/journal file may be created."""
-    return _open_storage(url, create=True)
-
-
-#: the study objectives that measure recall (the corrected final score and the graded learning AUC)
-RECALL_OBJECTIVES = ("recall", "recall_auc")
-
-
-def needs_calibration(space: SearchSpace) -> bool:
-    """A space with a recall objective and calibration enabled is calibrated before its search."""
-    return space.calibration.enabled and any(o.metric in RECALL_OBJECTIVES for o in space.objectives)
-
-
-def _run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals,
-                     time_limit: float | None = None, state_root: str | None = None) -> dict | None:
-    """Run the calibration runs not yet stored with the study (all of them the first time), through the
-    search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
-    Returns the verdict (also stored as study attr ``hlnas_calibration``), or None when ``time_limit`` seconds
-    passed first: no run starts after that, and the runs in flight pause at their next validation check, their
-    recall models kept in the study's folder of paused runs (:func:`hlnas.proposals.paused_root`), so the next
-    call continues them from there (on the same machine; elsewhere they start again, with the same result)."""
-    import dataclasses
-    import shutil
-
-    stored = dict(study.user_attrs.get("hlnas_calibration") or {})
-    runs: dict = dict(stored.get("runs") or {})
-    plan = calib.plan(space)
-    todo = [r for r in plan if r.key not in runs]
-    recall_only = space.recall_source() == "mqar_acc"  # a fresh-model recall does not need the LM trained
-    if todo:
-        emit("calibration_started", {"n": len(todo), "total": len(plan), "reused": len(plan) - len(todo)})
-    # pure models first: where the protocol separates they train to the step budget, the longest runs, so the last
-    # runs before the search (which waits for the verdict) are short ones and the workers finish close together
-    queue, pending = sorted(todo, key=lambda r: r.role != "pure"), {}
-    number_of = {r.key: -(i + 1) for i, r in enumerate(plan)}  # negative: never a trial's number
-    pause_by = None if time_limit is None else time.time() + time_limit
-    # where paused runs keep their recall models: made when a time limit may pause them, else only read
-    root = paused_root(study, given=state_root, create=time_limit is not None)
-
-    def state_dir(run) -> str | None:
-        return None if root is None else os.path.join(root, "calibration", run.key.replace(":", "_"))
-
-    def save(status: str = "running", result: dict | None = None) -> None:
-        study.set_user_attr("hlnas_calibration", {"status": status, "runs": runs, **({"verdict": result} if result else {})})
-
-    paused = 0
-    while queue or pending:
-        stops.check()
-        if pause_by is not None and time.time() >= pause_by and not pending:
-            break  # out of time: the runs not started stay for the next call
-        while queue and len(pending) < ex.capacity and (pause_by is None or time.time() < pause_by):
-            run = queue.pop(0)
-            spec = dataclasses.replace(layout_spec(space, number_of[run.key], run.layout, seed=run.seed,
-                                                   recall_only=recall_only and run.params is None),
-                                       state_dir=state_dir(run), pause_by=pause_by)
-            pending[spec.number] = run
-            emit("calibration_run_started", {"key": run.key, "layout": run.layout, "seed": run.seed})
-            with stops.submitting():
-                ex.submit(spec)
-        for result in ex.wait(timeout=1.0):
-            if result.status == "interrupted":
-                raise KeyboardInterrupt
-            run = pending.pop(result.number)
-            if result.status == "paused":  # its recall model is kept; the next call continues it
-                paused += 1
-                emit("calibration_run_paused", {"key": run.key, "steps": result.metrics.get("mqar_steps_done")})
-                continue
-            summary = calib.run_summary(run, result.status, result.metrics)
-            if run.params is not None and result.status in ("ok", "failed", "infeasible"):
-                summary["trial"] = _tell_calibration_trial(study, space, run, result)
-            runs[run.key] = summary
-            save()
-            if state_dir(run) is not None:  # stored: its paused state (if any) is of no more use
-                shutil.rmtree(state_dir(run), ignore_errors=True)
-            emit("calibration_run", summary)
-    if len(runs) < len(plan):  # stopped by the time limit
-        emit("calibration_paused", {"done": len(runs), "total": len(plan), "paused": paused})
-        return None
-    result = calib.verdict(space, runs)
-    save("valid" if result["valid"] else "invalid", result)
-    emit("calibration", result)
-    return result
-
-
-def _tell_calibration_trial(study: optuna.Study, space: SearchSpace, run, result: TrialResult) -> int:
-    """Store a seed-0 calibration run of one of the space's layouts as the study's trial of that layout
-    (added whole, not asked: a WAITING trial queued by the grid or a resume must not take its place)."""
-    cost = layout_metrics(run.layout, space.model, space.kv_context, run.params.get("placement"))
-    attrs = {**cost, **result.metrics, "wall_s": round(result.wall_s, 2), "calibration": run.key}
-    values = objective_values([o.metric for o in space.objectives], result.metrics) if result.ok else None
-    if values is None and result.ok:
-        attrs.update(status="failed", error_kind="other",
-                     error=f"objective metrics missing or not finite: {[o.metric for o in space.objectives]}")
-    dims = space.params()
-    study.add_trial(optuna.trial.create_trial(
-        state=TrialState.COMPLETE if values is not None else TrialState.FAIL, values=values, params=run.params,
-        distributions={k: optuna.distributions.CategoricalDistribution(dims[k]) for k in run.params},
-        user_attrs=attrs, constraints=constraint_values(space, cost) or None))
-    return max(t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("calibration") == run.key)
-
-
-def calibration_failed_message(space: SearchSpace, result: dict, storage: str, name: str) -> str:
-    lines = [f"the recall protocol of space '{space.name}' failed its controls, so its recall numbers would not "
-             "measure recall:"]
-    lines += [f"  - {m}" for m in result["failures"]]
-    lines.append(f"Change: {calib.advice(space, result)}.")
-    lines.append(f"The calibration is stored in study '{name}' ({storage}); no search trial was trained beyond its "
-                 "controls. Start a new --study with the changed settings, or pass --skip-calibration to search anyway.")
-    return "\n".join(lines)
+def open_or_create_storage(url: str):
+    """The search's storage: like :func:`hlnas.search.storage.open_storage`, but a new SQLite/journal file may be created."""
+    return open_storage(url, create=True)
 
 
 def _study_attrs(space: SearchSpace) -> dict:
@@ -280,8 +175,9 @@ def run_search(
 
     ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
     options size it; ``runs_per_worker`` trials at once in each worker process of ``processes``, each on a CUDA
-    stream of its own), or is an :class:`~hlnas.executors.Executor` object used as given (and shut down at the
+    stream of its own), or is an :class:`~hlnas.search.executors.Executor` object used as given (and shut down at the
     end), e.g. :class:`hlnas.tabular.LookupExecutor` to look results up instead of training."""
+    options = _Options(**{k: v for k, v in locals().items() if k != "space"})  # every argument but the space
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
                      gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address)
     _check_runs_per_worker(runs_per_worker, executor)
@@ -289,18 +185,14 @@ def run_search(
         raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
     if calibrate and space is not None:
         _check_calibrate(space)
-    store = open_storage(storage)
+    store = open_or_create_storage(storage)
     existed = study_name in study_names(store)
     study, space = _create_or_load(space, store, study_name, resume, skip_calibration)
     if calibrate:
         _check_calibrate(space)  # a resumed study's stored space
     lease = DriverLease(study).acquire()  # StudyBusy while another live driver holds it
     try:
-        return _drive(study, space, storage=storage, study_name=study_name, n_trials=n_trials, workers=workers,
-                      executor=executor, sampler=sampler, seed=seed, address=address, cpus_per_trial=cpus_per_trial,
-                      gpus_per_trial=gpus_per_trial, out_root=out_root, on_event=on_event, time_limit=time_limit,
-                      retry_failed=retry_failed, skip_calibration=skip_calibration, calibrate=calibrate,
-                      calibrate_only=calibrate_only, fresh=not existed, runs_per_worker=runs_per_worker)
+        return _drive(study, space, options, fresh=not existed)
     finally:
         lease.release()
 
@@ -314,12 +206,12 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
     :func:`choose_executor`. Returns the stored verdict and, when the protocol failed its controls, the message
     of :class:`~hlnas.calibrate.CalibrationFailed` (``None`` when valid). A search of the same space and study
     reuses the runs. After ``time_limit`` seconds no run starts and those in flight pause (see
-    :func:`_run_calibration`); the verdict is then None and calling again continues."""
+    :func:`hlnas.search.calibration.run_calibration`); the verdict is then None and calling again continues."""
     if not needs_calibration(space):
         raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
     executor, workers = choose_executor(executor, workers, runs_per_worker=runs_per_worker)
     _check_runs_per_worker(runs_per_worker, executor)  # before the storage is opened: a bad option writes nothing
-    exists = study_name in study_names(open_storage(storage))
+    exists = study_name in study_names(open_or_create_storage(storage))
     try:
         study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
                            resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True,
@@ -367,7 +259,7 @@ def resumable(storage: str, name: str) -> bool | None:
     space (a study interrupted before that is replaced by the next new search). False when the storage or the study
     does not exist, None when the storage cannot be read (unknown)."""
     try:
-        store = _open_storage(storage)
+        store = open_storage(storage)
     except StorageError:
         if storage.split("://", 1)[0].split("+", 1)[0].lower() in ("sqlite", "journal"):
             return False  # no such file: nothing was written
@@ -388,10 +280,10 @@ def trial_target(space: SearchSpace | None, storage: str, name: str, resume: boo
 def validate_options(*, n_trials: int, workers: int, executor: str | Executor, cpus_per_trial: float = 1.0,
                      gpus_per_trial: float | None = None, time_limit: float | None = None, address: str | None = None) -> None:
     """Every search option, checked before anything is written to the storage (one-line errors)."""
-    from hlnas.executors import EXECUTORS
+    from hlnas.search.executors import EXECUTORS
 
     def whole(x) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool)
+        return is_int(x)
 
     if not whole(n_trials) or n_trials < 1:
         raise ConfigError(f"--trials must be a whole number >= 1, got {n_trials!r}")
@@ -440,59 +332,64 @@ def _probe_ray(address: str) -> None:
                          f"`ray start --head --port {port}` there, or fix the address") from None
 
 
-def _drive(study: optuna.Study, space: SearchSpace, *, storage, study_name: str, n_trials: int, workers: int, executor,
-           sampler, seed: int, address, cpus_per_trial: float, gpus_per_trial, out_root, on_event, time_limit,
-           retry_failed: bool, skip_calibration: bool, calibrate: bool, calibrate_only: bool, fresh: bool,
-           runs_per_worker: int = 1) -> optuna.Study:
+@dataclass(frozen=True, kw_only=True)
+class _Options:
+    """One :func:`run_search` call's options, as the driver reads them (the arguments of the same names)."""
+
+    storage: str
+    study_name: str
+    n_trials: int
+    workers: int
+    executor: str | Executor
+    sampler: str | None
+    resume: bool
+    seed: int
+    address: str | None
+    cpus_per_trial: float
+    gpus_per_trial: float | None
+    out_root: str | None
+    on_event: Callable[[str, dict], None] | None
+    time_limit: float | None
+    retry_failed: bool
+    skip_calibration: bool
+    calibrate: bool
+    calibrate_only: bool
+    runs_per_worker: int
+
+
+def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool) -> optuna.Study:
     """The search itself, on a study this driver holds (see :func:`run_search`): recovery, the executor, the
-    calibration, then :func:`hlnas.proposals.search_loop`."""
+    calibration, then :func:`hlnas.search.loop.search_loop`."""
     t_start = time.monotonic()
-    sampler_name = sampler or space.sampler
-    study.sampler = make_sampler(sampler_name, seed, len(space.objectives))
-    study.set_user_attr("hlnas_trials", n_trials)  # the target a plain --resume continues to
-    emit = on_event or (lambda kind, data: None)
+    sampler_name = o.sampler or space.sampler
+    study.sampler = make_sampler(sampler_name, o.seed, len(space.objectives))
+    study.set_user_attr("hlnas_trials", o.n_trials)  # the target a plain --resume continues to
+    emit = o.on_event or (lambda kind, data: None)
     requeued = recover(study)
     if requeued:
         emit("requeued", {"n": requeued})
     try:
-        ex = _executor(executor, workers, address=address, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
-                       runs_per_worker=runs_per_worker)
+        ex = _executor(o.executor, o.workers, address=o.address, cpus_per_trial=o.cpus_per_trial,
+                       gpus_per_trial=o.gpus_per_trial, runs_per_worker=o.runs_per_worker)
     except BaseException:
         if fresh and not study.get_trials(deepcopy=False):  # created just now for nothing: leave no empty study
-            optuna.delete_study(study_name=study_name, storage=study._storage)
+            optuna.delete_study(study_name=o.study_name, storage=optuna_adapter.storage_of(study))
         raise
     inline = isinstance(ex, InlineExecutor)  # its submit() runs the trial here: a signal must raise at once
     try:
-        # a resume keeps the study's own choice: one started with --skip-calibration is not calibrated unless told
-        kept_skip = (not fresh and not calibrate and needs_calibration(space)
-                     and (study.user_attrs.get("hlnas_calibration") or {}).get("status") == "skipped")
-        if kept_skip and not skip_calibration:
-            emit("calibration_kept", {"status": "skipped", "storage": storage, "study": study_name})
-        calibrating = not skip_calibration and not kept_skip and needs_calibration(space)
-        if not calibrating:
-            if "hlnas_calibration" not in study.user_attrs:
-                why = ("skipped" if skip_calibration else "disabled" if not space.calibration.enabled else "not needed")
-                study.set_user_attr("hlnas_calibration", {"status": why})
-        else:
-            stored = study.user_attrs.get("hlnas_calibration") or {}
-            if stored.get("status") in ("valid", "invalid"):
-                emit("calibration", {**stored["verdict"], "reused": True})
-                verdict = stored["verdict"]
-            else:
-                with StopSignals(inline) as stops:
-                    verdict = _run_calibration(study, space, ex, emit, stops, time_limit=time_limit)
-                if verdict is None:  # out of time before every control run finished: a resume continues it
-                    return study
-            if not verdict["valid"]:
-                raise calib.CalibrationFailed(calibration_failed_message(space, verdict, storage, study_name))
-        if calibrate_only:
+        verdict = calibrate_if_needed(study, space, ex, emit, storage=o.storage, study_name=o.study_name, fresh=fresh,
+                                      calibrate=o.calibrate, skip_calibration=o.skip_calibration, inline=inline,
+                                      time_limit=o.time_limit)
+        if verdict is PAUSED:  # out of time before every control run finished: a resume continues it
             return study
-        if time_limit is not None and time.monotonic() - t_start >= time_limit:  # the calibration's time counts
-            emit("time_limit", {"seconds": time_limit, "trained": 0})
+        if o.calibrate_only:
             return study
-        search_loop(study, space, ex, n_trials=n_trials, seed=seed, out_root=out_root, on_event=emit,
-                    time_limit=time_limit, clock_start=t_start, retry_failed=retry_failed, enqueue_grid=sampler_name == "grid",
-                    interruptible=inline)
+        if o.time_limit is not None and time.monotonic() - t_start >= o.time_limit:  # the calibration's time counts
+            emit("time_limit", {"seconds": o.time_limit, "trained": 0})
+            return study
+        search_loop(study, space, ex, n_trials=o.n_trials, seed=o.seed, out_root=o.out_root, on_event=emit,
+                    time_limit=o.time_limit, clock_start=t_start, retry_failed=o.retry_failed,
+                    enqueue_grid=sampler_name == "grid", interruptible=inline)
     finally:
         ex.shutdown()
     return study
@@ -505,7 +402,7 @@ def _check_calibrate(space: SearchSpace) -> None:
 
 
 def _check_runs_per_worker(runs_per_worker, executor) -> None:
-    if isinstance(runs_per_worker, bool) or not isinstance(runs_per_worker, int) or runs_per_worker < 1:
+    if not is_int(runs_per_worker) or runs_per_worker < 1:
         raise ConfigError(f"--runs-per-worker must be an integer >= 1, got {runs_per_worker!r}")
     if runs_per_worker > 1 and executor != "processes":
         raise ConfigError(f"--runs-per-worker {runs_per_worker} needs --executor processes (trials sharing a worker "
@@ -513,7 +410,7 @@ def _check_runs_per_worker(runs_per_worker, executor) -> None:
 
 
 def _executor(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial, runs_per_worker: int = 1):
-    """The executor named by the search options (an :class:`~hlnas.executors.Executor` object is used as given)."""
+    """The executor named by the search options (an :class:`~hlnas.search.executors.Executor` object is used as given)."""
     if not isinstance(executor, str):
         return executor
     kwargs = {}

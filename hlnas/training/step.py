@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 __all__ = ["make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
 
-log = logging.getLogger("hlnas.graphs")
+log = logging.getLogger("hlnas.training.step")
 _WARNED: set[str] = set()
 WARMUP_STEPS = 3  # eager steps on a side stream before capture (Triton autotune and allocations happen there)
 _CAPTURE_LOCK = threading.Lock()  # graph captures of one process, one at a time (make_step)

@@ -7,12 +7,13 @@ import argparse
 
 import pytest
 
-from hlnas import samplers, space as space_mod
+from hlnas import space as space_mod
+from hlnas.search import samplers
 from hlnas.cli import build_parser
-from hlnas.proposals import MAX_REPEATS, REPEATS_BEFORE_FALLBACK
-from hlnas.study import run_search
+from hlnas.search.records import MAX_REPEATS, REPEATS_BEFORE_FALLBACK
+from hlnas.search.study import run_search
 from hlnas.tabular import LookupExecutor, TabularBenchmark, run_sampler
-from hlnas.trial import layout_metrics
+from hlnas.search.trial import layout_metrics
 from tests.test_samplers import space as search_space
 
 def fixed_table(sp) -> TabularBenchmark:

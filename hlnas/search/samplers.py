@@ -1,8 +1,8 @@
 """The samplers a study can be driven by, by name: one table read by the space validator, the CLI, the search
-(:mod:`hlnas.study`) and the sampler benchmark (:mod:`hlnas.tabular`), so they cannot disagree on a setting.
+(:mod:`hlnas.search.study`) and the sampler benchmark (:mod:`hlnas.tabular`), so they cannot disagree on a setting.
 
-It sits below :mod:`hlnas.space` in the import order (the space validates its ``sampler`` key against it), so
-it imports nothing of hlnas but its errors, and optuna only when a sampler is built (``hlnas --help`` stays fast).
+The names live in :mod:`hlnas.settings` (the space validates its ``sampler`` key against them, below the search);
+this module builds each, and imports optuna only when a sampler is built (``hlnas --help`` stays fast).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hlnas.errors import ConfigError, did_you_mean
+from hlnas.settings import SAMPLERS
 
 __all__ = ["SAMPLERS", "make_sampler"]
 
@@ -42,7 +43,8 @@ def _random(seed: int, n_objectives: int):
 #: has every candidate enqueued first (the search loop enqueues them); random fills anything beyond.
 _BUILDERS: dict[str, Callable] = {"nsga2": _nsga2, "tpe": _tpe, "gp": _gp, "random": _random, "grid": _random}
 
-SAMPLERS = tuple(_BUILDERS)
+if tuple(_BUILDERS) != SAMPLERS:  # one table: a sampler named in settings is built here, and only those
+    raise AssertionError(f"hlnas.settings.SAMPLERS {SAMPLERS} != the samplers built {tuple(_BUILDERS)}")
 
 
 def make_sampler(name: str, seed: int, n_objectives: int):

@@ -1,0 +1,171 @@
+"""The calibration runner: the space's control runs (:func:`hlnas.calibrate.plan`), submitted through the search's
+executor by the same :class:`~hlnas.search.dispatch.Dispatch` as the search's trials, each stored with the study as
+it finishes, then the verdict (:func:`hlnas.calibrate.verdict`). Seed-0 runs of the space's layouts become the study's
+trials of those layouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+
+import optuna
+from optuna.trial import TrialState
+
+import hlnas.calibrate as calib
+from hlnas.search.dispatch import Dispatch, StopSignals
+from hlnas.search.records import constraint_values, layout_spec, objective_values, paused_root
+from hlnas.search.trial import TrialResult, layout_metrics
+from hlnas.space import SearchSpace
+
+__all__ = ["RECALL_OBJECTIVES", "PAUSED", "needs_calibration", "calibrate_if_needed", "run_calibration",
+           "calibration_failed_message"]
+
+#: the study objectives that measure recall (the corrected final score and the graded learning AUC)
+RECALL_OBJECTIVES = ("recall", "recall_auc")
+#: what :func:`calibrate_if_needed` returns when the time limit paused the calibration
+PAUSED = "paused"
+
+
+def needs_calibration(space: SearchSpace) -> bool:
+    """A space with a recall objective and calibration enabled is calibrated before its search."""
+    return space.calibration.enabled and any(o.metric in RECALL_OBJECTIVES for o in space.objectives)
+
+
+def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, storage: str, study_name: str, fresh: bool,
+                        calibrate: bool, skip_calibration: bool, inline: bool, time_limit: float | None):
+    """Before a search: the stored verdict, a new one, or none (skipped, disabled, not needed: recorded as such);
+    :data:`PAUSED` when ``time_limit`` stopped it first. An invalid protocol raises
+    :class:`~hlnas.calibrate.CalibrationFailed` naming what to change."""
+    # a resume keeps the study's own choice: one started with --skip-calibration is not calibrated unless told
+    kept_skip = (not fresh and not calibrate and needs_calibration(space)
+                 and (study.user_attrs.get("hlnas_calibration") or {}).get("status") == "skipped")
+    if kept_skip and not skip_calibration:
+        emit("calibration_kept", {"status": "skipped", "storage": storage, "study": study_name})
+    if skip_calibration or kept_skip or not needs_calibration(space):
+        if "hlnas_calibration" not in study.user_attrs:
+            why = ("skipped" if skip_calibration else "disabled" if not space.calibration.enabled else "not needed")
+            study.set_user_attr("hlnas_calibration", {"status": why})
+        return None
+    stored = study.user_attrs.get("hlnas_calibration") or {}
+    if stored.get("status") in ("valid", "invalid"):
+        emit("calibration", {**stored["verdict"], "reused": True})
+        verdict = stored["verdict"]
+    else:
+        with StopSignals(inline) as stops:
+            verdict = run_calibration(study, space, ex, emit, stops, time_limit=time_limit)
+        if verdict is None:
+            return PAUSED
+    if not verdict["valid"]:
+        raise calib.CalibrationFailed(calibration_failed_message(space, verdict, storage, study_name))
+    return verdict
+
+
+def run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals,
+                    time_limit: float | None = None, state_root: str | None = None) -> dict | None:
+    """Run the calibration runs not yet stored with the study (all of them the first time), through the
+    search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
+    Returns the verdict (also stored as study attr ``hlnas_calibration``), or None when ``time_limit`` seconds
+    passed first: no run starts after that, and the runs in flight pause at their next validation check, their
+    recall models kept in the study's folder of paused runs (:func:`hlnas.search.records.paused_root`), so the next
+    call continues them from there (on the same machine; elsewhere they start again, with the same result)."""
+    return _Calibration(study, space, ex, emit, stops, time_limit, state_root).run()
+
+
+class _Calibration:
+    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit, state_root):
+        self.study, self.space, self.emit = study, space, emit
+        stored = dict(study.user_attrs.get("hlnas_calibration") or {})
+        self.runs: dict = dict(stored.get("runs") or {})
+        self.plan = calib.plan(space)
+        self.todo = [r for r in self.plan if r.key not in self.runs]
+        self.recall_only = space.recall_source() == "mqar_acc"  # a fresh-model recall does not need the LM trained
+        self.number_of = {r.key: -(i + 1) for i, r in enumerate(self.plan)}  # negative: never a trial's number
+        self.pause_by = None if time_limit is None else time.time() + time_limit
+        # where paused runs keep their recall models: made when a time limit may pause them, else only read
+        self.root = paused_root(study, given=state_root, create=time_limit is not None)
+        self.dispatch = Dispatch(ex, stops)
+        self.paused = 0
+
+    def state_dir(self, run) -> str | None:
+        return None if self.root is None else os.path.join(self.root, "calibration", run.key.replace(":", "_"))
+
+    def save(self, status: str = "running", result: dict | None = None) -> None:
+        self.study.set_user_attr("hlnas_calibration", {"status": status, "runs": self.runs,
+                                                       **({"verdict": result} if result else {})})
+
+    def in_time(self) -> bool:
+        return self.pause_by is None or time.time() < self.pause_by
+
+    def run(self) -> dict | None:
+        emit, plan, dispatch = self.emit, self.plan, self.dispatch
+        if self.todo:
+            emit("calibration_started", {"n": len(self.todo), "total": len(plan), "reused": len(plan) - len(self.todo)})
+        # pure models first: where the protocol separates they train to the step budget, the longest runs, so the last
+        # runs before the search (which waits for the verdict) are short ones and the workers finish close together
+        queue = sorted(self.todo, key=lambda r: r.role != "pure")
+        while queue or dispatch.pending:
+            dispatch.stops.check()
+            if not self.in_time() and not dispatch.pending:
+                break  # out of time: the runs not started stay for the next call
+            while queue and dispatch.free() and self.in_time():
+                self.submit(queue.pop(0))
+            for run, result in dispatch.finished(timeout=1.0):
+                self.record(run, result)
+        if len(self.runs) < len(plan):  # stopped by the time limit
+            emit("calibration_paused", {"done": len(self.runs), "total": len(plan), "paused": self.paused})
+            return None
+        result = calib.verdict(self.space, self.runs)
+        self.save("valid" if result["valid"] else "invalid", result)
+        emit("calibration", result)
+        return result
+
+    def submit(self, run) -> None:
+        spec = dataclasses.replace(layout_spec(self.space, self.number_of[run.key], run.layout, seed=run.seed,
+                                               recall_only=self.recall_only and run.params is None),
+                                   state_dir=self.state_dir(run), pause_by=self.pause_by)
+        self.dispatch.submit(spec, run, lambda: self.emit("calibration_run_started",
+                                                          {"key": run.key, "layout": run.layout, "seed": run.seed}))
+
+    def record(self, run, result: TrialResult) -> None:
+        if result.status == "paused":  # its recall model is kept; the next call continues it
+            self.paused += 1
+            self.emit("calibration_run_paused", {"key": run.key, "steps": result.metrics.get("mqar_steps_done")})
+            return
+        summary = calib.run_summary(run, result.status, result.metrics)
+        if run.params is not None and result.status in ("ok", "failed", "infeasible"):
+            summary["trial"] = _tell_calibration_trial(self.study, self.space, run, result)
+        self.runs[run.key] = summary
+        self.save()
+        if self.state_dir(run) is not None:  # stored: its paused state (if any) is of no more use
+            shutil.rmtree(self.state_dir(run), ignore_errors=True)
+        self.emit("calibration_run", summary)
+
+
+def _tell_calibration_trial(study: optuna.Study, space: SearchSpace, run, result: TrialResult) -> int:
+    """Store a seed-0 calibration run of one of the space's layouts as the study's trial of that layout
+    (added whole, not asked: a WAITING trial queued by the grid or a resume must not take its place)."""
+    cost = layout_metrics(run.layout, space.model, space.kv_context, run.params.get("placement"))
+    attrs = {**cost, **result.metrics, "wall_s": round(result.wall_s, 2), "calibration": run.key}
+    values = objective_values([o.metric for o in space.objectives], result.metrics) if result.ok else None
+    if values is None and result.ok:
+        attrs.update(status="failed", error_kind="other",
+                     error=f"objective metrics missing or not finite: {[o.metric for o in space.objectives]}")
+    dims = space.params()
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.COMPLETE if values is not None else TrialState.FAIL, values=values, params=run.params,
+        distributions={k: optuna.distributions.CategoricalDistribution(dims[k]) for k in run.params},
+        user_attrs=attrs, constraints=constraint_values(space, cost) or None))
+    return max(t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("calibration") == run.key)
+
+
+def calibration_failed_message(space: SearchSpace, result: dict, storage: str, name: str) -> str:
+    lines = [f"the recall protocol of space '{space.name}' failed its controls, so its recall numbers would not "
+             "measure recall:"]
+    lines += [f"  - {m}" for m in result["failures"]]
+    lines.append(f"Change: {calib.advice(space, result)}.")
+    lines.append(f"The calibration is stored in study '{name}' ({storage}); no search trial was trained beyond its "
+                 "controls. Start a new --study with the changed settings, or pass --skip-calibration to search anyway.")
+    return "\n".join(lines)
