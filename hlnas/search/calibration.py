@@ -64,18 +64,18 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
 
 
 def run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals,
-                    time_limit: float | None = None, state_root: str | None = None) -> dict | None:
+                    time_limit: float | None = None) -> dict | None:
     """Run the calibration runs not yet stored with the study (all of them the first time), through the
     search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
     Returns the verdict (also stored as study attr ``hlnas_calibration``), or None when ``time_limit`` seconds
     passed first: no run starts after that, and the runs in flight pause at their next validation check, their
     recall models kept in the study's folder of paused runs (:func:`hlnas.search.records.paused_root`), so the next
     call continues them from there (on the same machine; elsewhere they start again, with the same result)."""
-    return _Calibration(study, space, ex, emit, stops, time_limit, state_root).run()
+    return _Calibration(study, space, ex, emit, stops, time_limit).run()
 
 
 class _Calibration:
-    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit, state_root):
+    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit):
         self.study, self.space, self.emit = study, space, emit
         stored = dict(study.user_attrs.get("hlnas_calibration") or {})
         self.runs: dict = dict(stored.get("runs") or {})
@@ -85,7 +85,7 @@ class _Calibration:
         self.number_of = {r.key: -(i + 1) for i, r in enumerate(self.plan)}  # negative: never a trial's number
         self.pause_by = None if time_limit is None else time.time() + time_limit
         # where paused runs keep their recall models: made when a time limit may pause them, else only read
-        self.root = paused_root(study, given=state_root, create=time_limit is not None)
+        self.root = paused_root(study, create=time_limit is not None)
         self.dispatch = Dispatch(ex, stops)
         self.paused = 0
 
