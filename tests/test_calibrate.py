@@ -234,6 +234,10 @@ def test_search_calibrates_first_and_reuses_seed_0_runs_as_trials(monkeypatch, t
     assert events.index("calibration") < events.index("started")
     cal_calls = [c for c in calls if c[0] < 0]
     assert len(cal_calls) == 10
+    # both seeds' controls start first (a calibration over several GPU calls learns soonest whether it can pass),
+    # then the pure models
+    assert [c[1] for c in cal_calls[:2]] == ["AAAAAA", "AAAAAA"]
+    assert {c[1] for c in cal_calls[2:6]} == {"GGGGGG", "HHHHHH"}
     # seed-1 controls need only the fresh-model recall (no LM training), seed-0 ones are whole trials
     assert all(c[3] for c in cal_calls if c[2] == 1) and not any(c[3] for c in cal_calls if c[2] == 0)
     done = [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]

@@ -103,9 +103,10 @@ class _Calibration:
         emit, plan, dispatch = self.emit, self.plan, self.dispatch
         if self.todo:
             emit("calibration_started", {"n": len(self.todo), "total": len(plan), "reused": len(plan) - len(self.todo)})
-        # pure models first: where the protocol separates they train to the step budget, the longest runs, so the last
-        # runs before the search (which waits for the verdict) are short ones and the workers finish close together
-        queue = sorted(self.todo, key=lambda r: r.role != "pure")
+        # the controls first (a calibration spread over several GPU calls learns soonest whether its protocol can pass
+        # at all), then the pure models: where the protocol separates they train to the step budget, the longest runs,
+        # so the last runs before the search (which waits for the verdict) are short and the workers finish together
+        queue = sorted(self.todo, key=lambda r: {"control": 0, "pure": 1}.get(r.role, 2))
         while queue or dispatch.pending:
             dispatch.stops.check()
             if not self.in_time() and not dispatch.pending:
