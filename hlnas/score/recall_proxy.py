@@ -161,13 +161,25 @@ def steps_to_target(curve, target: float | None) -> int | None:
     return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
-def _batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0):
+def _batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0, device=None):
+    """Training batches from ``start`` on, generated on the CPU a block at a time (the same instances on every device)
+    and moved to ``device`` a block at a time: a copy from pageable host memory synchronises its stream, and runs
+    sharing a worker process on streams of their own (hlnas.search.executors.run_on_own_stream) were serialised by
+    one such copy a step (12 streams ran 0.81x 12 processes on the H200, 2026-12-02)."""
     block, skip = divmod(start, _BLOCK_STEPS)
     while True:
         x, y = make_mqar(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
+        x, y = _to_device(x, device), _to_device(y, device)
         for i in range(skip, _BLOCK_STEPS):
             yield x[i * batch : (i + 1) * batch], y[i * batch : (i + 1) * batch]
         block, skip = block + 1, 0
+
+
+def _to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """``t`` on ``device``; to a GPU through pinned memory, so the copy neither blocks the host nor syncs the stream."""
+    if device is None or torch.device(device).type != "cuda":
+        return t if device is None else t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _save_state(path: str, model, opt, state: dict) -> None:
@@ -205,8 +217,9 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
         return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)
 
-    batches = _batches(mcfg, cfg.batch, seed)
-    first = tuple(t.to(device) for t in next(batches))
+    batches = _batches(mcfg, cfg.batch, seed, device=device)
+    val = tuple(_to_device(t, device) for t in val)  # once, not at every check
+    first = next(batches)
     set_lr(opt, lr_at(0))
     step_fn, mode = make_step(model, opt, mqar_loss, first, graph=use_graph, autocast=autocast)
     if mode == "graph":  # capture trained its warm-up steps on the first batch: they count as steps
@@ -218,7 +231,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
         saved = _load_state(state, model, opt)
         done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
         before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
-        batches = _batches(mcfg, cfg.batch, seed, start=drawn)
+        batches = _batches(mcfg, cfg.batch, seed, start=drawn, device=device)
     limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
     stop = {"error": error, "out_of_time": False}
 
@@ -244,9 +257,8 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
             return True
         return False
 
-    on_device = ((x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in batches)
     start = done
-    done = run_steps(step_fn, opt, on_device, lr_at, start=start, stop=start if finished else limit, after_step=after_step)
+    done = run_steps(step_fn, opt, batches, lr_at, start=start, stop=start if finished else limit, after_step=after_step)
     drawn += done - start  # one batch a step
     error = stop["error"]
     # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)

@@ -103,3 +103,28 @@ def test_make_step_is_eager_on_cpu_and_trains():
     for _ in range(50):
         last = float(step(x, x))
     assert mode == "eager" and last < first / 2
+
+
+def _first_batches(device, start=0, n=3):
+    from itertools import islice
+
+    from hlnas.score.mqar import MqarTask
+    from hlnas.score.recall_proxy import _batches
+
+    task = MqarTask(seq_len=32, num_kv_pairs=4, vocab_size=64)
+    return [tuple(t.cpu() for t in b) for b in islice(_batches(task, 8, seed=3, start=start, device=device), n)]
+
+
+def test_training_batches_are_the_same_instances_on_any_device_and_from_any_start():
+    # the batches move to the device a block at a time; the instances must not depend on that, nor on a resume
+    plain, moved = _first_batches(None, n=70), _first_batches("cpu", n=70)  # across a block boundary (64 steps)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(plain, moved))
+    resumed = _first_batches("cpu", start=63, n=3)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(plain[63:66], resumed))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_training_batches_reach_the_gpu_unchanged_through_pinned_memory():
+    cpu, gpu = _first_batches(None, n=66), _first_batches("cuda", n=66)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(cpu, gpu))
