@@ -34,6 +34,7 @@ Training only: no decode cache.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,11 @@ BARE_PARAMETERS: dict[str, tuple[str, ...]] = {
     "gated_deltanet": ("A_log", "dt_bias"),
     "mamba2": ("A_log", "dt_bias", "D"),
 }
+
+
+# the parameters are views of one [R, N] storage, their gradients views of another, on purpose (one op per update):
+# autograd accumulates into them in place and says each time that such strides "may impair performance"
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 
 class ReplicaError(ConfigError):
