@@ -10,7 +10,7 @@ from torch import nn
 from hlnas.config import ModelConfig
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
-from hlnas.score.mqar import MqarTask, mqar_loss
+from hlnas.score.mqar import MqarTask, make_mqar, mqar_loss
 from hlnas.score.recall_proxy import _batches
 from hlnas.training.loop import cosine_lr
 from hlnas.training.replica_step import ReplicaAdamW, per_replica
@@ -191,3 +191,30 @@ def test_a_module_without_a_replicated_form_is_refused_by_name():
         replicate(models)
     with pytest.raises(ReplicaError, match="not of model 0's layout"):
         replicate([seeded_model(layout, cfg, 1), seeded_model(Layout.parse("GAA"), cfg, 1)])
+
+
+def test_train_mqar_replicas_gives_each_run_its_solo_proxy_result():
+    """Three runs (seed, rate) in two slots: the third starts in the slot the first frees; each run's curve, steps and
+    weights are the solo proxy's (recall_proxy._one_rate) for its seed and rate, early stop at the target included."""
+    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_model_config
+    from hlnas.score.recall_replicas import train_mqar_replicas
+
+    base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
+    cfg = MqarConfig(seq_len=16, kv_pairs=2, vocab=32, batch=4, steps=10, eval_every=2, val=16, test=16, target=0.09,
+                     model={"residual_init": "zero", "mixer_hparams": HP})
+    layout, runs = Layout.parse("GAH"), [(1, 3e-3), (2, 1e-2), (3, 1e-3)]
+    got = train_mqar_replicas(layout, base, cfg, runs, slots=2, device="cpu")
+    rcfg = recall_model_config(base, dict(cfg.model), cfg.vocab)
+    mcfg = TASK.replace(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    stops = []
+    for (seed, lr), g in zip(runs, got):
+        val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
+        solo = _one_rate(layout, rcfg, mcfg, cfg, lr, seed, torch.device("cpu"), val)
+        assert (g["seed"], g["lr"], g["steps"], g["error"], g["mode"]) == (seed, lr, solo["steps"], None, "eager")
+        assert [c[:2] for c in g["curve"]] == [c[:2] for c in solo["curve"]]
+        assert [c[2] for c in g["curve"]] == pytest.approx([c[2] for c in solo["curve"]], abs=2e-4)
+        # Adam's m/sqrt(v) magnifies the rounding of near-zero gradients: within 0.5% of one step of size lr
+        for k, p in solo["model"].named_parameters():
+            torch.testing.assert_close(dict(g["model"].named_parameters())[k], p, rtol=1e-5, atol=5e-3 * lr)
+        stops.append(g["steps"])
+    assert stops == [10, 2, 10]  # seed 2 reaches the target at its first check; seed 3 then starts in its slot
