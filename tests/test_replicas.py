@@ -218,3 +218,27 @@ def test_train_mqar_replicas_gives_each_run_its_solo_proxy_result():
             torch.testing.assert_close(dict(g["model"].named_parameters())[k], p, rtol=1e-5, atol=5e-3 * lr)
         stops.append(g["steps"])
     assert stops == [10, 2, 10]  # seed 2 reaches the target at its first check; seed 3 then starts in its slot
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["AAAA", "GZAH"])
+def test_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(layout):
+    """On CUDA (bf16 autocast, fla kernels, one captured graph per step): two runs as replicas give their solo graph
+    runs' steps and curves within bf16 tolerance (accuracies within one validation instance's share)."""
+    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_model_config
+    from hlnas.score.recall_replicas import train_mqar_replicas
+
+    base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
+    cfg = MqarConfig(seq_len=64, kv_pairs=4, vocab=64, batch=16, steps=40, eval_every=10, val=64, test=64,
+                     model={"residual_init": "zero", "mixer_hparams": HP})
+    runs = [(1, 3e-3), (2, 1e-3)]
+    got = train_mqar_replicas(Layout.parse(layout), base, cfg, runs, device="cuda")
+    rcfg = recall_model_config(base, dict(cfg.model), cfg.vocab)
+    mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    for (seed, lr), g in zip(runs, got):
+        val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
+        solo = _one_rate(Layout.parse(layout), rcfg, mcfg, cfg, lr, seed, torch.device("cuda"), val)
+        assert g["mode"] == solo["mode"] == "graph" and g["steps"] == solo["steps"]
+        assert [c[0] for c in g["curve"]] == [c[0] for c in solo["curve"]]
+        assert [c[2] for c in g["curve"]] == pytest.approx([c[2] for c in solo["curve"]], rel=0.02)
+        assert [c[1] for c in g["curve"]] == pytest.approx([c[1] for c in solo["curve"]], abs=0.05)
