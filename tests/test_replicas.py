@@ -11,7 +11,7 @@ from hlnas.config import ModelConfig
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import MqarTask, make_mqar, mqar_loss
-from hlnas.score.recall_proxy import _batches
+from hlnas.score.recall_proxy import mqar_train_batches
 from hlnas.training.loop import cosine_lr
 from hlnas.training.replica_step import ReplicaAdamW, per_replica
 from hlnas.training.replicas import ReplicaError, ReplicatedShortConvolution, replicate
@@ -44,8 +44,8 @@ def solo_run(layout, cfg, seed: int, lr: float, steps: int = STEPS):
     """The solo recall step: make_optimizer's AdamW (foreach on CPU), make_step's global clip at 1.0."""
     model = seeded_model(layout, cfg, seed)
     opt = make_optimizer(model, lr, betas=BETAS, weight_decay=WD, graph=False)
-    batches = _batches(TASK, BATCH, seed)
-    step, _ = make_step(model, opt, mqar_loss, next(_batches(TASK, BATCH, seed)), graph=False)
+    batches = mqar_train_batches(TASK, BATCH, seed)
+    step, _ = make_step(model, opt, mqar_loss, next(mqar_train_batches(TASK, BATCH, seed)), graph=False)
     losses = []
     for i in range(steps):
         set_lr(opt, _lr(i, lr))
@@ -56,8 +56,8 @@ def solo_run(layout, cfg, seed: int, lr: float, steps: int = STEPS):
 def replica_run(layout, cfg, seeds, lrs, steps: int = STEPS):
     rep = replicate([seeded_model(layout, cfg, s) for s in seeds])
     opt = ReplicaAdamW(rep, lrs, betas=BETAS, weight_decay=WD)
-    streams = [_batches(TASK, BATCH, s) for s in seeds]
-    example = tuple(torch.cat(t) for t in zip(*(next(_batches(TASK, BATCH, s)) for s in seeds)))
+    streams = [mqar_train_batches(TASK, BATCH, s) for s in seeds]
+    example = tuple(torch.cat(t) for t in zip(*(next(mqar_train_batches(TASK, BATCH, s)) for s in seeds)))
     step, _ = make_step(rep, opt, per_replica(mqar_loss, len(seeds)), example, graph=False)
     curves = []
     for i in range(steps):
@@ -130,8 +130,8 @@ def test_a_frozen_replica_stays_and_its_slot_takes_a_fresh_run():
     layout, cfg = _setup("hgrn")
     rep = replicate([seeded_model(layout, cfg, s) for s in (1, 2)])
     opt = ReplicaAdamW(rep, [3e-3, 1e-3], betas=BETAS, weight_decay=WD)
-    streams = [_batches(TASK, BATCH, 1), _batches(TASK, BATCH, 2)]
-    example = tuple(torch.cat(t) for t in zip(next(_batches(TASK, BATCH, 1)), next(_batches(TASK, BATCH, 1))))
+    streams = [mqar_train_batches(TASK, BATCH, 1), mqar_train_batches(TASK, BATCH, 2)]
+    example = tuple(torch.cat(t) for t in zip(next(mqar_train_batches(TASK, BATCH, 1)), next(mqar_train_batches(TASK, BATCH, 1))))
     step, _ = make_step(rep, opt, per_replica(mqar_loss, 2), example, graph=False)
     runs, steps, curves = [(1, 3e-3), (2, 1e-3)], [0, 0], [[], []]
 
@@ -152,7 +152,7 @@ def test_a_frozen_replica_stays_and_its_slot_takes_a_fresh_run():
     assert torch.equal(rep.replica_state(0)["blocks.0.mixer.i_proj.weight"], frozen)
     runs[0], steps[0], curves[0] = (7, 2e-3), 0, []
     opt.restart(0, seeded_model(layout, cfg, 7))
-    streams[0] = _batches(TASK, BATCH, 7)
+    streams[0] = mqar_train_batches(TASK, BATCH, 7)
     for _ in range(STEPS - 3):  # replica 1 to its STEPS, the fresh run in slot 0 to STEPS - 3
         one()
     fresh_losses, fresh_model = solo_run(layout, cfg, 7, 2e-3, steps=STEPS - 3)

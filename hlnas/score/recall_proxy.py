@@ -44,7 +44,7 @@ from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
 __all__ = ["MqarConfig", "recall_model_config", "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target",
-           "paused_at", "RECALL_MODEL_KEYS"]
+           "paused_at", "mqar_train_batches", "RECALL_MODEL_KEYS"]
 
 #: ModelConfig fields score.mqar.model may set (the vocabulary is the MQAR one; no parameter-count solve)
 RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
@@ -161,7 +161,9 @@ def steps_to_target(curve, target: float | None) -> int | None:
     return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
-def _batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0):
+def mqar_train_batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0):
+    """A run's training batches from step ``start`` on: block ``b`` of ``seed`` is train seed ``seed * 2**20 + b``
+    (the solo proxy's and hlnas.score.recall_replicas' stream)."""
     block, skip = divmod(start, _BLOCK_STEPS)
     while True:
         x, y = make_mqar(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
@@ -205,7 +207,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
         return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)
 
-    batches = _batches(mcfg, cfg.batch, seed)
+    batches = mqar_train_batches(mcfg, cfg.batch, seed)
     first = tuple(t.to(device) for t in next(batches))
     set_lr(opt, lr_at(0))
     step_fn, mode = make_step(model, opt, mqar_loss, first, graph=use_graph, autocast=autocast)
@@ -218,7 +220,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
         saved = _load_state(state, model, opt)
         done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
         before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
-        batches = _batches(mcfg, cfg.batch, seed, start=drawn)
+        batches = mqar_train_batches(mcfg, cfg.batch, seed, start=drawn)
     limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
     stop = {"error": error, "out_of_time": False}
 

@@ -25,7 +25,7 @@ from hlnas.config import ModelConfig
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
-from hlnas.score.recall_proxy import MqarConfig, _batches, recall_model_config
+from hlnas.score.recall_proxy import MqarConfig, mqar_train_batches, recall_model_config
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_replicas"]
@@ -34,7 +34,7 @@ __all__ = ["train_mqar_replicas"]
 def _feed(mcfg: MqarTask, cfg: MqarConfig, seed: int, lr: float, warm: int):
     """A run's ``((x, y), lr)`` per step, as its solo run takes them: ``warm`` capture warm-up steps on its first batch
     at the first rate, then one batch a step at ``lr_at(steps done)``."""
-    batches = _batches(mcfg, cfg.batch, seed)
+    batches = mqar_train_batches(mcfg, cfg.batch, seed)
     lr_at = lambda s: cosine_lr(s, cfg.steps, lr, cfg.warmup_frac, 0.0)  # noqa: E731
     if warm:
         first = next(batches)
