@@ -30,7 +30,12 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * self.weight.float()).to(x.dtype)
+        return self._scale(y, self.weight.float()).to(x.dtype)
+
+    def _scale(self, y: Tensor, w: Tensor) -> Tensor:
+        """y times the per-channel weight on its last dim (the replicated model, hlnas.training.replicas, applies one
+        weight per replica here)."""
+        return y * w
 
 
 class GatedRMSNorm(RMSNorm):

@@ -2,11 +2,12 @@
 time-slice the GPU) against N runs in one worker process, each on a CUDA stream of its own (hlnas.search.executors,
 ``runs_per_worker``; issue #21), and against N worker processes under NVIDIA's Multi-Process Service (mode
 ``mps``: one shared GPU context, kernels of different processes at once; a row says why where the daemon cannot
-start). Same runs, same executor code, same call: the ratio is each mode's aggregate steps/s over the separate
-processes' at the same N.
+start), and against the N runs trained in one process as replicas of one model (mode ``replicas``: stacked weights,
+the replicas folded into the kernels' batch, one optimizer state per replica; hlnas.training.replicas). Same runs,
+same call: the ratio is each mode's aggregate steps/s over the separate processes' at the same N.
 
     python -m experiments.bench.proxy_throughput                              # H200: 1, 4, 12 runs; control and GLA 3:1
-    python -m experiments.bench.proxy_throughput --runs 1,2 --layers 4 --d-model 32 --steps 20 --modes processes,streams --device-name cpu   # smoke
+    python -m experiments.bench.proxy_throughput --runs 1,2 --layers 4 --d-model 32 --steps 20 --modes processes,streams,replicas --device-name cpu   # smoke
 
 Each run is a fresh-model MQAR run of the paper-depth protocol (search_spaces/paper_grid_h200.yaml's recall model:
 24 layers, d=128, 2 heads, zero-initialised residual outputs, the attention-input conv, L=128, K=32, batch 64),
@@ -87,10 +88,37 @@ def mps_daemon():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
+def replicas_round(layout: str, n: int, args, steps: int) -> float:
+    """Wall seconds of the ``n`` runs (the specs' seeds, the protocol's rate) trained in this process as replicas of one
+    model (hlnas.score.recall_replicas), from the first model build to the last run's result."""
+    from hlnas.score.recall_replicas import train_mqar_replicas
+
+    recipes = [recall_spec(i, layout, args, steps).recipe for i in range(n)]
+    r0 = recipes[0]
+    t0 = time.perf_counter()
+    out = train_mqar_replicas(r0.layout, r0.model, r0.score.mqar, [(r.train.seed, r0.score.mqar.lr) for r in recipes])
+    wall = time.perf_counter() - t0
+    bad = [o for o in out if o["error"] is not None or o["steps"] != steps]
+    if bad:
+        raise SystemExit(f"replica run seed {bad[0]['seed']}: {bad[0]['error'] or str(bad[0]['steps']) + ' steps'}")
+    return wall
+
+
 def measure(layout: str, n: int, mode: str, args) -> float:
     """Wall seconds of one timed round of ``n`` runs in ``mode``: processes (n workers, one run each), streams (one
-    worker, n runs on n CUDA streams) or mps (n workers under the MPS daemon)."""
+    worker, n runs on n CUDA streams), mps (n workers under the MPS daemon) or replicas (this process, the n runs as
+    replicas of one model: stacked weights, the replicas folded into the batch, hlnas.training.replicas)."""
     from hlnas.search.executors import ProcessExecutor
+
+    if mode == "replicas":
+        replicas_round(layout, n, args, args.warmup_steps)  # imports, compiles
+        try:
+            return replicas_round(layout, n, args, args.steps)
+        finally:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()  # the next mode's workers get the memory back
 
     with mps_daemon() if mode == "mps" else contextlib.nullcontext():
         ex = ProcessExecutor(1, runs_per_worker=n) if mode == "streams" else ProcessExecutor(n, runs_per_worker=1)
@@ -113,9 +141,10 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=600, help="timed steps per run")
     p.add_argument("--warmup-steps", type=int, default=20)
-    p.add_argument("--modes", default="processes,streams,mps",
+    p.add_argument("--modes", default="processes,streams,mps,replicas",
                    help="processes: N workers; streams: N runs on N CUDA streams of one worker; mps: N workers under "
-                        "NVIDIA's Multi-Process Service (their kernels overlap instead of time-slicing)")
+                        "NVIDIA's Multi-Process Service (their kernels overlap instead of time-slicing); replicas: the N "
+                        "runs as replicas of one model in one process (stacked weights, batch N x --batch)")
     p.add_argument("--device-name", default="h200", help="names the output files")
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
@@ -131,7 +160,7 @@ def main(argv=None) -> int:
         write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
                       f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
                       "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams (or "
-                      "mps) / processes at the same N.",
+                      "mps, or replicas) / processes at the same N.",
                       ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
                        "wall s", "note"],
                       lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",

@@ -71,7 +71,7 @@ check_ops() {  # every op in its own process (a CUDA fault in one must not poiso
     CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m experiments.gpu_check --ops $op \
       --out "$OUT/logs/check_${op/@/_}.md" >"$OUT/logs/check_${op/@/_}.log" 2>&1 & PIDS+=($!); i=$((i + 1))
   done
-  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -rP -m gpu tests/kernels tests/test_model_gpu.py tests/test_executors_concurrent.py tests/score/test_recall_proxy.py tests/test_train_gpu.py tests/test_bench_gpu_scripts.py \
+  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -rP -m gpu tests/kernels tests/test_model_gpu.py tests/test_executors_concurrent.py tests/score/test_recall_proxy.py tests/test_replicas.py tests/test_train_gpu.py tests/test_bench_gpu_scripts.py \
     -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 & PIDS+=($!)
 }
 check_done() {

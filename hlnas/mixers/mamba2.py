@@ -39,7 +39,10 @@ class _GroupedGatedRMSNorm(nn.Module):
         h = y.to(cdt) * F.silu(z.to(cdt))
         h = h.unflatten(-1, (self.groups, -1))
         h = (h * torch.rsqrt(h.square().mean(-1, keepdim=True) + self.eps)).flatten(-2)
-        return (h * self.weight.to(cdt)).to(y.dtype)
+        return self._scale(h, self.weight.to(cdt)).to(y.dtype)
+
+    def _scale(self, h: Tensor, w: Tensor) -> Tensor:  # as RMSNorm._scale: one weight per replica when replicated
+        return h * w
 
 
 class Mamba2(Mixer):
@@ -159,5 +162,7 @@ class Mamba2(Mixer):
         y, ht = simple_gla(q, k, v, g, scale=1.0, initial_state=h0, output_final_state=cache is not None)
         if cache is not None:
             cache["state"] = ht.detach()
-        y = y.to(cdt) + xs.to(cdt) * self.D.to(cdt)[:, None]  # D skip connection
+        # D skip connection; [..., None] rather than [:, None]: the same for D [H], and right for the replicated
+        # model's per-row D [B, 1, H] (hlnas.training.replicas)
+        y = y.to(cdt) + xs.to(cdt) * self.D.to(cdt)[..., None]
         return self.out_proj(self.norm(y.reshape(B, T, self.inner).to(x.dtype), z))

@@ -44,7 +44,7 @@ from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
 __all__ = ["MqarConfig", "recall_model_config", "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target",
-           "paused_at", "RECALL_MODEL_KEYS"]
+           "paused_at", "mqar_train_batches", "RECALL_MODEL_KEYS"]
 
 #: ModelConfig fields score.mqar.model may set (the vocabulary is the MQAR one; no parameter-count solve)
 RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
@@ -161,11 +161,12 @@ def steps_to_target(curve, target: float | None) -> int | None:
     return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
-def _batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0, device=None):
-    """Training batches from ``start`` on, generated on the CPU a block at a time (the same instances on every device)
-    and moved to ``device`` a block at a time: a copy from pageable host memory synchronises its stream, and runs
-    sharing a worker process on streams of their own (hlnas.search.executors.run_on_own_stream) were serialised by
-    one such copy a step (12 streams ran 0.81x 12 processes on the H200, 2026-12-02)."""
+def mqar_train_batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0, device=None):
+    """A run's training batches from step ``start`` on: block ``b`` of ``seed`` is train seed ``seed * 2**20 + b`` (the
+    solo proxy's and hlnas.score.recall_replicas' stream), generated on the CPU a block at a time (the same instances
+    on every device) and moved to ``device`` a block at a time: a copy from pageable host memory synchronises its
+    stream, and runs sharing a worker process on streams of their own (hlnas.search.executors.run_on_own_stream)
+    were serialised by one such copy a step (12 streams ran 0.81x 12 processes on the H200, 2026-12-02)."""
     block, skip = divmod(start, _BLOCK_STEPS)
     while True:
         x, y = make_mqar(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
@@ -217,7 +218,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
         return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)
 
-    batches = _batches(mcfg, cfg.batch, seed, device=device)
+    batches = mqar_train_batches(mcfg, cfg.batch, seed, device=device)
     val = tuple(_to_device(t, device) for t in val)  # once, not at every check
     first = next(batches)
     set_lr(opt, lr_at(0))
@@ -231,7 +232,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
         saved = _load_state(state, model, opt)
         done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
         before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
-        batches = _batches(mcfg, cfg.batch, seed, start=drawn, device=device)
+        batches = mqar_train_batches(mcfg, cfg.batch, seed, start=drawn, device=device)
     limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
     stop = {"error": error, "out_of_time": False}
 

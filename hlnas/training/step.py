@@ -92,13 +92,17 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
               example: tuple[Tensor, Tensor], *, graph: bool = True, clip: float = 1.0,
               autocast: torch.dtype | None = None, rewind_warmup: bool = False) -> tuple[Callable[[Tensor, Tensor], Tensor], str]:
     """``(step, mode)``: ``step(x, y)`` runs one optimizer step on batch ``x``/``y`` (shapes of ``example``)
-    and returns the loss tensor; ``mode`` is ``"graph"`` or ``"eager"``.
+    and returns the loss tensor; ``mode`` is ``"graph"`` or ``"eager"``. A replicated model
+    (:mod:`hlnas.training.replicas`) with its :class:`~hlnas.training.replica_step.ReplicaAdamW` works as it is:
+    ``loss_fn`` returns one loss per replica (summed for backward, returned whole) and the optimizer clips each
+    replica's gradient itself.
 
     Capture trains :data:`WARMUP_STEPS` eager steps and one captured step on ``example``. The recall proxy counts
     them as steps; with ``rewind_warmup`` they leave no trace (model and optimizer are put back, :func:`rewind`), so
     the first ``step`` call is the run's first step, as in eager mode (the LM trainer)."""
     dev = example[0].device
     params = [p for p in model.parameters() if p.requires_grad]
+    own_clip = getattr(opt, "clip_grad_norm_", None)  # an optimizer that clips its own way (ReplicaAdamW)
 
     def ctx():
         if autocast is None:
@@ -109,10 +113,14 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
     def one_step(x: Tensor, y: Tensor, captured: bool) -> Tensor:
         with ctx():
             loss = loss_fn(model(x), y)
-        loss.backward()
-        # under capture: the foreach norm (no host sync), and grads keep their storage (the graph reads and
-        # writes it in place)
-        torch.nn.utils.clip_grad_norm_(params, clip, foreach=True if captured else None)
+        # a loss vector (one per replica, hlnas.training.replica_step): each replica's gradient is its own loss's
+        (loss.sum() if loss.ndim else loss).backward()
+        if own_clip is not None:  # per replica (ReplicaAdamW): each replica's own norm
+            own_clip(clip)
+        else:
+            # under capture: the foreach norm (no host sync), and grads keep their storage (the graph reads and
+            # writes it in place)
+            torch.nn.utils.clip_grad_norm_(params, clip, foreach=True if captured else None)
         opt.step()
         opt.zero_grad(set_to_none=not captured)
         return loss.detach()

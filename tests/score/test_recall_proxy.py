@@ -109,10 +109,10 @@ def _first_batches(device, start=0, n=3):
     from itertools import islice
 
     from hlnas.score.mqar import MqarTask
-    from hlnas.score.recall_proxy import _batches
+    from hlnas.score.recall_proxy import mqar_train_batches
 
     task = MqarTask(seq_len=32, num_kv_pairs=4, vocab_size=64)
-    return [tuple(t.cpu() for t in b) for b in islice(_batches(task, 8, seed=3, start=start, device=device), n)]
+    return [tuple(t.cpu() for t in b) for b in islice(mqar_train_batches(task, 8, seed=3, start=start, device=device), n)]
 
 
 def test_training_batches_are_the_same_instances_on_any_device_and_from_any_start():

@@ -1,0 +1,292 @@
+"""R models of one layout as one model: stacked weights, the replicas folded into the batch (issue #21).
+
+A 24-layer d=128 recall model at batch 64 keeps an H200 at ~1% of its FLOP limit (tiny, launch-bound kernels);
+one process at 12x the batch ran 1.6-1.9x 12 processes side by side (reference/deep-recall-control.md section 3).
+:func:`replicate` turns R models of the same layout (each built the normal way with its own seed) into one
+:class:`ReplicatedLM` whose forward on ``[R*B, T]`` ids (replica-major: rows ``r*B .. r*B+B-1`` are replica r's)
+gives, in each replica's rows, what that replica's model gives alone. Every parameterised module of an hlnas model
+has a replicated form here:
+
+* ``nn.Linear`` (every projection, the MLPs, the LM head, GLA's low-rank gate ``gk_proj``) -> :class:`ReplicatedLinear`,
+  one batched matmul over ``[R, B*T, C]``;
+* ``nn.Embedding`` -> :class:`ReplicatedEmbedding`, one table per replica (a tied LM head shares it);
+* :class:`~hlnas.nn.ShortConvolution` (the mixers' short convs, attention's input conv, Mamba-2's conv1d) ->
+  per-replica taps on CPU, the replicas folded into the channels (groups) of one ``conv1d`` elsewhere;
+* the norms (:class:`~hlnas.nn.RMSNorm`, :class:`~hlnas.nn.GatedRMSNorm`, Mamba-2's grouped gated norm): their
+  ``_scale`` hook applies each replica's weight to its rows;
+* bare parameters a mixer uses in its math (:data:`BARE_PARAMETERS`: HGRN's ``lower_bound_w``, HGRN-2's
+  ``lower_bound``, Gated DeltaNet's and Mamba-2's ``A_log``/``dt_bias``, Mamba-2's ``D``): read through a
+  parametrization as one row per sequence, ``[R*B, 1, *shape]``, which broadcasts against the ``[B, T, *shape]``
+  activations they act on.
+
+The weight-free sequence kernels (hlnas.kernels: attention, GLA, HGRN, simple GLA, the delta rules), RoPE and the
+activations take the folded batch as it is: no op of an hlnas model mixes batch rows. A module with parameters not
+listed above is refused by name (:class:`ReplicaError`).
+
+Storage: all weights live in one ``[R, N]`` tensor (:attr:`ReplicatedLM.flat`, replica r in row r, each solo
+parameter at a fixed column range), the parameters are views of it, and their gradients views of one ``[R, N]``
+gradient (:attr:`ReplicatedLM.flat_grad`). So per-replica clipping, the AdamW update with per-replica learning rates,
+freezing a replica, and loading fresh weights into a slot are single ops on rows
+(:mod:`hlnas.training.replica_step`). Gradients must be zeroed in place (``flat_grad.zero_()``), never set to None.
+Training only: no decode cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils import parametrize
+
+from hlnas.errors import ConfigError
+from hlnas.nn import ShortConvolution
+
+__all__ = ["ReplicaError", "ReplicatedLM", "ReplicatedLinear", "ReplicatedEmbedding", "BARE_PARAMETERS", "replicate"]
+
+#: mixer name -> the bare nn.Parameters it uses in its math, each broadcast against ``[B, T, *shape]`` activations
+BARE_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "hgrn": ("lower_bound_w",),
+    "hgrn2": ("lower_bound",),
+    "gated_deltanet": ("A_log", "dt_bias"),
+    "mamba2": ("A_log", "dt_bias", "D"),
+}
+
+
+# the parameters are views of one [R, N] storage, their gradients views of another, on purpose (one op per update):
+# autograd accumulates into them in place and says each time that such strides "may impair performance"
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+
+
+class ReplicaError(ConfigError):
+    """A model that cannot be replicated (a module or parameter with no replicated form, models that differ)."""
+
+
+class _Fold:
+    """What the replicated modules share: the number of replicas, and the per-replica batch of the current forward."""
+
+    def __init__(self, replicas: int):
+        self.replicas, self.batch = replicas, 1
+
+
+class ReplicatedLinear(nn.Module):
+    """R ``nn.Linear`` as one batched matmul: ``x [R*B, ..., in]`` -> ``[R*B, ..., out]``, replica r's rows through
+    its own ``weight[r]`` (``[R, out, in]``) and ``bias[r]``."""
+
+    def __init__(self, weight: nn.Parameter, bias: nn.Parameter | None):
+        super().__init__()
+        self.weight, self.bias = weight, bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        R = self.weight.shape[0]
+        xr = x.reshape(R, -1, x.shape[-1])
+        wt = self.weight.transpose(1, 2)
+        y = torch.bmm(xr, wt) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(1), xr, wt)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+class ReplicatedEmbedding(nn.Module):
+    """R embedding tables ``[R, V, C]``: replica r's rows of ``ids [R*B, T]`` look up table r."""
+
+    def __init__(self, weight: nn.Parameter):
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, ids: Tensor) -> Tensor:
+        R = self.weight.shape[0]
+        rows = torch.arange(R, device=ids.device).repeat_interleave(ids.shape[0] // R)
+        return self.weight[rows[:, None], ids]
+
+
+def _replicated_scale(self, y: Tensor, w: Tensor) -> Tensor:
+    """A norm's ``_scale`` with ``w [R, C]``: replica r's rows of ``y [R*B, ..., C]`` times ``w[r]``."""
+    R = w.shape[0]
+    return (y.reshape(R, -1, y.shape[-1]) * w[:, None, :]).reshape(y.shape)
+
+
+class ReplicatedShortConvolution(ShortConvolution):
+    """:class:`~hlnas.nn.ShortConvolution` with ``weight [R, C, 1, size]`` (and ``bias [R, C]``) on ``[R*B, T, C]``.
+
+    CPU float: the solo module's shifted multiply-adds, each replica's taps on its rows (the same elementwise ops,
+    so the same numbers). Elsewhere (or with ``use_conv1d``): the replicas folded into the channels of one
+    depthwise ``conv1d`` with ``R*C`` groups."""
+
+    use_conv1d = False  # tests set it to check the conv1d path on CPU
+
+    def forward(self, x: Tensor, cache: dict | None = None, key: str = "conv") -> Tensor:
+        if cache is not None:
+            raise ReplicaError("a replicated model trains only: it has no decode cache")
+        R, size = self.weight.shape[0], self.size
+        N, T, C = x.shape
+        B = N // R
+        xx = torch.cat([x.new_zeros(N, size - 1, C), x], dim=1).view(R, B, T + size - 1, C)
+        w = self.weight.to(x.dtype)
+        b = None if self.bias is None else self.bias.to(x.dtype)
+        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and not self.use_conv1d:
+            wk = w[:, :, 0, :]  # [R, C, size]
+            y = xx[:, :, 0:T] * wk[:, None, None, :, 0]
+            for k in range(1, size):
+                y = y + xx[:, :, k : k + T] * wk[:, None, None, :, k]
+            if b is not None:
+                y = y + b[:, None, None, :]
+            y = y.reshape(N, T, C)
+        else:
+            xc = xx.permute(1, 0, 3, 2).reshape(B, R * C, T + size - 1)
+            y = F.conv1d(xc, w.reshape(R * C, 1, size), None if b is None else b.reshape(R * C), groups=R * C)
+            y = y.view(B, R, C, T).permute(1, 0, 3, 2).reshape(N, T, C)
+        if self.activation == "silu":
+            y = F.silu(y)
+        return y
+
+
+class _PerRow(nn.Module):
+    """Parametrization of a bare mixer parameter ``[R, *shape]`` as ``[R*B, 1, *shape]``: each sequence's row of its
+    replica, broadcasting against the mixer's ``[R*B, T, *shape]`` activations as ``[*shape]`` does against
+    ``[B, T, *shape]``."""
+
+    def __init__(self, fold: _Fold):
+        super().__init__()
+        self.fold = fold
+
+    def forward(self, stacked: Tensor) -> Tensor:
+        return stacked.repeat_interleave(self.fold.batch, dim=0).unsqueeze(1)
+
+
+_SWAPPED: dict[type, type] = {}
+
+
+def _with_replicated_scale(cls: type) -> type:
+    """``cls`` with :func:`_replicated_scale` as its ``_scale`` (one subclass per norm class)."""
+    if cls not in _SWAPPED:
+        _SWAPPED[cls] = type(f"Replicated{cls.__name__}", (cls,), {"_scale": _replicated_scale})
+    return _SWAPPED[cls]
+
+
+class ReplicatedLM(nn.Module):
+    """R models of one layout as one (see the module doc). Build it with :func:`replicate`."""
+
+    def __init__(self, models: list[nn.Module]):
+        super().__init__()
+        if not models:
+            raise ReplicaError("replicate needs at least one model")
+        first = models[0]
+        R = len(models)
+        solo = [dict(m.named_parameters()) for m in models]  # tied weights once, under their first name
+        shapes = {k: tuple(p.shape) for k, p in solo[0].items()}
+        for i, s in enumerate(solo[1:], 1):
+            if {k: tuple(p.shape) for k, p in s.items()} != shapes or str(getattr(models[i], "layout", "")) != str(
+                getattr(first, "layout", "")
+            ):
+                raise ReplicaError(f"replicate: model {i} is not of model 0's layout and shapes")
+        p0 = next(iter(solo[0].values()))
+        self.replicas, self.fold = R, _Fold(R)
+        self.names = list(solo[0])  # solo parameter names, in the order of their column ranges in flat
+        sizes = [solo[0][k].numel() for k in self.names]
+        self.offsets = [0]
+        for n in sizes:
+            self.offsets.append(self.offsets[-1] + n)
+        N = self.offsets[-1]
+        with torch.no_grad():
+            self.flat = torch.empty(R, N, dtype=p0.dtype, device=p0.device)
+            for r, s in enumerate(solo):
+                torch.cat([s[k].detach().reshape(-1) for k in self.names], out=self.flat[r])
+        self.flat_grad = torch.zeros_like(self.flat)
+        # weight decay as hlnas.training.step.make_optimizer decides it on the solo parameter: matrices, unless marked
+        decays = [p.ndim >= 2 and not getattr(p, "_no_weight_decay", False) for p in (solo[0][k] for k in self.names)]
+        self.decays = torch.cat([torch.full((n,), d, dtype=torch.bool, device=p0.device) for n, d in zip(sizes, decays)])
+        self.stacked: dict[str, nn.Parameter] = {}
+        by_id: dict[int, nn.Parameter] = {}
+        for i, k in enumerate(self.names):
+            lo, hi = self.offsets[i], self.offsets[i + 1]
+            p = nn.Parameter(self.flat[:, lo:hi].view(R, *shapes[k]))
+            p.grad = self.flat_grad[:, lo:hi].view(R, *shapes[k])
+            self.stacked[k] = by_id[id(solo[0][k])] = p
+        self.inner = copy.deepcopy(first)
+        self._swap(first, by_id)
+        self.layout, self.cfg = getattr(first, "layout", None), getattr(first, "cfg", None)
+
+    def _swap(self, first: nn.Module, by_id: dict[int, nn.Parameter]) -> None:
+        """Replace every parameterised module of ``inner`` (a copy of ``first``) by its replicated form."""
+        from hlnas.mixers.base import Mixer
+
+        rep_modules = dict(self.inner.named_modules())
+        for name, solo_mod in first.named_modules():
+            direct = dict(solo_mod.named_parameters(recurse=False))
+            if not direct:
+                continue
+            mod = rep_modules[name]
+            stacked = {k: by_id[id(p)] for k, p in direct.items()}
+            parent_name, _, child = name.rpartition(".")
+            parent = rep_modules[parent_name] if name else None
+            t = type(solo_mod)
+            what = f"{name or 'model'} ({t.__name__})"
+            if t is nn.Linear:
+                setattr(parent, child, ReplicatedLinear(stacked["weight"], stacked.get("bias")))
+            elif t is nn.Embedding:
+                if solo_mod.padding_idx is not None or solo_mod.max_norm is not None or solo_mod.sparse:
+                    raise ReplicaError(f"replicate: {what} uses padding_idx, max_norm or sparse, which have no replicated form")
+                setattr(parent, child, ReplicatedEmbedding(stacked["weight"]))
+            elif t is ShortConvolution:
+                mod.__class__ = ReplicatedShortConvolution
+                for k, p in stacked.items():
+                    setattr(mod, k, p)
+            elif callable(getattr(solo_mod, "_scale", None)) and set(direct) == {"weight"} and solo_mod.weight.ndim == 1:
+                mod.__class__ = _with_replicated_scale(t)
+                mod.weight = stacked["weight"]
+            elif isinstance(solo_mod, Mixer):
+                allowed = BARE_PARAMETERS.get(solo_mod.name, ())
+                extra = sorted(set(direct) - set(allowed))
+                if extra:
+                    raise ReplicaError(f"replicate: mixer '{solo_mod.name}' ({name}) has parameters {extra} with no "
+                                       "replicated form (hlnas.training.replicas.BARE_PARAMETERS)")
+                for k, p in stacked.items():
+                    setattr(mod, k, p)
+                    parametrize.register_parametrization(mod, k, _PerRow(self.fold), unsafe=True)
+            else:
+                raise ReplicaError(f"replicate: {what} has parameters {sorted(direct)} with no replicated form")
+        for k, p in self.inner.named_parameters():  # every weight is a view of flat
+            if p.untyped_storage().data_ptr() != self.flat.untyped_storage().data_ptr():
+                raise ReplicaError(f"replicate: parameter {k} was left out of the replicated storage")
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        """``input_ids [R*B, T]`` (replica-major) -> logits ``[R*B, T, vocab]``."""
+        n = input_ids.shape[0]
+        if n % self.replicas:
+            raise ReplicaError(f"a batch of {n} rows does not split into {self.replicas} replicas")
+        self.fold.batch = n // self.replicas
+        with parametrize.cached():  # each bare parameter expanded once per forward
+            return self.inner(input_ids)
+
+    # -- one replica's weights -------------------------------------------------------------------------------------
+    def replica_state(self, r: int) -> dict[str, Tensor]:
+        """Replica ``r``'s weights under the solo model's parameter names (views of :attr:`flat`)."""
+        return {k: self.stacked[k][r] for k in self.names}
+
+    @torch.no_grad()
+    def load_replica(self, r: int, model: nn.Module) -> None:
+        """Copy ``model``'s weights (a solo model of this layout) into replica ``r``, in place (a captured graph
+        keeps reading the same storage)."""
+        params = dict(model.named_parameters())
+        if set(params) != set(self.names):
+            raise ReplicaError("load_replica: the model's parameters are not this layout's")
+        for k in self.names:
+            self.stacked[k][r].copy_(params[k])
+
+    @torch.no_grad()
+    def to_solo(self, r: int, model: nn.Module) -> nn.Module:
+        """Copy replica ``r``'s weights into ``model`` (a solo model of this layout) and return it."""
+        params = dict(model.named_parameters())
+        for k in self.names:
+            params[k].copy_(self.stacked[k][r])
+        return model
+
+    def num_params(self) -> int:
+        """Parameters of one replica."""
+        return self.flat.shape[1]
+
+
+def replicate(models: list[nn.Module]) -> ReplicatedLM:
+    """One :class:`ReplicatedLM` of ``models`` (same layout and config, any seeds), on their device."""
+    return ReplicatedLM(list(models))

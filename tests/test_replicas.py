@@ -1,0 +1,244 @@
+"""Replicas of one layout trained as one model (hlnas.training.replicas, replica_step; issue #21): on CPU in float32,
+two replicas trained N steps as one model give each one's solo loss curve and final weights, for every mixer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from hlnas.config import ModelConfig
+from hlnas.layout import Layout
+from hlnas.model import seeded_model
+from hlnas.score.mqar import MqarTask, make_mqar, mqar_loss
+from hlnas.score.recall_proxy import mqar_train_batches
+from hlnas.training.loop import cosine_lr
+from hlnas.training.replica_step import ReplicaAdamW, per_replica
+from hlnas.training.replicas import ReplicaError, ReplicatedShortConvolution, replicate
+from hlnas.training.step import make_optimizer, make_step, set_lr
+
+# the replicated model's gradients are strided views on purpose (hlnas.training.replicas filters this outside pytest)
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:grad and param do not obey")]
+
+CODES = {"attention": "A", "gla": "G", "hgrn": "H", "hgrn2": "N", "retnet": "R", "deltanet": "D",
+         "gated_deltanet": "Z", "mamba2": "M"}
+# the recall proxy's settings: short convolutions everywhere, attention's input conv
+HP = {"attention": {"input_conv": 4}, "gla": {"use_short_conv": True}, "hgrn": {"use_short_conv": True},
+      "hgrn2": {"use_short_conv": True}}
+TASK = MqarTask(vocab_size=32, seq_len=16, num_kv_pairs=2)
+BATCH, STEPS, WD, BETAS = 4, 6, 0.1, (0.9, 0.98)
+
+
+def _setup(mixer: str, **cfg):
+    c = CODES[mixer]
+    # the mixer at layer 0 and layer 2 (HGRN/HGRN-2 lower bounds differ by depth), attention between
+    layout = Layout.parse(f"{c}A{c}")
+    return layout, ModelConfig(**{"d_model": 32, "n_layers": 3, "vocab_size": 32, "n_heads": 2, "mixer_hparams": HP, **cfg})
+
+
+def _lr(step: int, peak: float) -> float:
+    return cosine_lr(step, STEPS, peak, 0.1, 0.0)
+
+
+def solo_run(layout, cfg, seed: int, lr: float, steps: int = STEPS):
+    """The solo recall step: make_optimizer's AdamW (foreach on CPU), make_step's global clip at 1.0."""
+    model = seeded_model(layout, cfg, seed)
+    opt = make_optimizer(model, lr, betas=BETAS, weight_decay=WD, graph=False)
+    batches = mqar_train_batches(TASK, BATCH, seed)
+    step, _ = make_step(model, opt, mqar_loss, next(mqar_train_batches(TASK, BATCH, seed)), graph=False)
+    losses = []
+    for i in range(steps):
+        set_lr(opt, _lr(i, lr))
+        losses.append(float(step(*next(batches))))
+    return losses, model
+
+
+def replica_run(layout, cfg, seeds, lrs, steps: int = STEPS):
+    rep = replicate([seeded_model(layout, cfg, s) for s in seeds])
+    opt = ReplicaAdamW(rep, lrs, betas=BETAS, weight_decay=WD)
+    streams = [mqar_train_batches(TASK, BATCH, s) for s in seeds]
+    example = tuple(torch.cat(t) for t in zip(*(next(mqar_train_batches(TASK, BATCH, s)) for s in seeds)))
+    step, _ = make_step(rep, opt, per_replica(mqar_loss, len(seeds)), example, graph=False)
+    curves = []
+    for i in range(steps):
+        opt.set_lrs([_lr(i, lr) for lr in lrs])
+        x, y = (torch.cat(t) for t in zip(*(next(s) for s in streams)))
+        curves.append(step(x, y).tolist())
+    return [list(c) for c in zip(*curves)], rep, opt
+
+
+def assert_same_run(solo_losses, solo_model, rep_losses, rep, r, what):
+    # measured: losses within 5e-7, weights mostly within 6e-7 after 6 steps (float32 rounding of the batched
+    # matmuls); Adam's m/sqrt(v) magnifies the rounding of a near-zero gradient (a zero-initialised model's first
+    # ones): up to 5e-6 on one element, 0.2% of a step at lr 3e-3
+    assert rep_losses == pytest.approx(solo_losses, rel=1e-6, abs=2e-6), what
+    state = rep.replica_state(r)
+    for k, p in solo_model.named_parameters():
+        torch.testing.assert_close(state[k], p.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"{what} {k}: {m}")
+
+
+@pytest.mark.parametrize("mixer", list(CODES))
+def test_two_replicas_train_as_their_solo_runs(mixer):
+    layout, cfg = _setup(mixer)
+    runs = [(1, 3e-3), (2, 1e-3)]  # different seeds (weights and data) and different learning rates
+    losses, rep, _ = replica_run(layout, cfg, [s for s, _ in runs], [lr for _, lr in runs])
+    for r, (seed, lr) in enumerate(runs):
+        solo_losses, solo_model = solo_run(layout, cfg, seed, lr)
+        assert_same_run(solo_losses, solo_model, losses[r], rep, r, f"{mixer} replica {r} (seed {seed}, lr {lr})")
+
+
+def test_same_seed_two_learning_rates_and_tied_zero_init_model():
+    """The calibration's other pairing (one seed, two rates) on the recall proxy's init (zeroed residual outputs)
+    with a tied LM head (one table per replica, shared by the head)."""
+    layout, cfg = _setup("gla", residual_init="zero", tie_embeddings=True)
+    runs = [(5, 3e-3), (5, 1e-3)]
+    losses, rep, _ = replica_run(layout, cfg, [s for s, _ in runs], [lr for _, lr in runs])
+    assert rep.inner.lm_head.weight is rep.inner.embed.weight
+    for r, (seed, lr) in enumerate(runs):
+        solo_losses, solo_model = solo_run(layout, cfg, seed, lr)
+        assert_same_run(solo_losses, solo_model, losses[r], rep, r, f"tied replica {r}")
+    assert losses[0] != losses[1]
+
+
+def test_replica_adamw_is_torch_adamw_for_one_replica():
+    """R=1: the same parameters, decay groups and moments as torch.optim.AdamW over steps with changing rates."""
+    layout, cfg = _setup("gated_deltanet")  # A_log/dt_bias: the no-decay group beside norms and matrices
+    ref = seeded_model(layout, cfg, 3)
+    rep = replicate([seeded_model(layout, cfg, 3)])
+    torch_opt = make_optimizer(ref, 1e-2, betas=BETAS, weight_decay=WD, graph=False)
+    opt = ReplicaAdamW(rep, [1e-2], betas=BETAS, weight_decay=WD)
+    gen = torch.Generator().manual_seed(0)
+    for i in range(5):
+        grads = {k: torch.randn(p.shape, generator=gen) * 10 ** -(i % 3) for k, p in ref.named_parameters()}
+        for k, p in ref.named_parameters():
+            p.grad = grads[k].clone()
+            rep.stacked[k].grad[0].copy_(grads[k])
+        set_lr(torch_opt, 1e-2 / (i + 1))
+        opt.set_lrs([1e-2 / (i + 1)])
+        torch_opt.step()
+        opt.step()
+    state = rep.replica_state(0)
+    for k, p in ref.named_parameters():
+        torch.testing.assert_close(state[k], p.detach(), rtol=1e-6, atol=1e-7, msg=lambda m: f"{k}: {m}")
+    assert not any(rep.decays[rep.offsets[i]:rep.offsets[i + 1]].any()
+                   for i, k in enumerate(rep.names) if k.endswith(("A_log", "dt_bias", "weight")) and "norm" in k)
+
+
+def test_a_frozen_replica_stays_and_its_slot_takes_a_fresh_run():
+    """Replica 0 stops after 2 steps: frozen, then slot 0 restarts with seed 7 at its own step 0 and trains as a solo
+    seed-7 run, while replica 1 goes on as its solo run."""
+    layout, cfg = _setup("hgrn")
+    rep = replicate([seeded_model(layout, cfg, s) for s in (1, 2)])
+    opt = ReplicaAdamW(rep, [3e-3, 1e-3], betas=BETAS, weight_decay=WD)
+    streams = [mqar_train_batches(TASK, BATCH, 1), mqar_train_batches(TASK, BATCH, 2)]
+    example = tuple(torch.cat(t) for t in zip(next(mqar_train_batches(TASK, BATCH, 1)), next(mqar_train_batches(TASK, BATCH, 1))))
+    step, _ = make_step(rep, opt, per_replica(mqar_loss, 2), example, graph=False)
+    runs, steps, curves = [(1, 3e-3), (2, 1e-3)], [0, 0], [[], []]
+
+    def one():
+        opt.set_lrs([_lr(steps[r], runs[r][1]) for r in range(2)])
+        x, y = (torch.cat(t) for t in zip(*(next(s) for s in streams)))
+        loss = step(x, y).tolist()
+        for r in range(2):
+            if bool(opt.active[r]):
+                curves[r].append(loss[r])
+                steps[r] += 1
+
+    for _ in range(2):
+        one()
+    opt.freeze(0)
+    frozen = rep.replica_state(0)["blocks.0.mixer.i_proj.weight"].clone()
+    one()
+    assert torch.equal(rep.replica_state(0)["blocks.0.mixer.i_proj.weight"], frozen)
+    runs[0], steps[0], curves[0] = (7, 2e-3), 0, []
+    opt.restart(0, seeded_model(layout, cfg, 7))
+    streams[0] = mqar_train_batches(TASK, BATCH, 7)
+    for _ in range(STEPS - 3):  # replica 1 to its STEPS, the fresh run in slot 0 to STEPS - 3
+        one()
+    fresh_losses, fresh_model = solo_run(layout, cfg, 7, 2e-3, steps=STEPS - 3)
+    assert_same_run(fresh_losses, fresh_model, curves[0], rep, 0, "restarted slot")
+    solo_losses, solo_model = solo_run(layout, cfg, 2, 1e-3)
+    assert_same_run(solo_losses, solo_model, curves[1], rep, 1, "the replica beside it")
+
+
+def test_short_convolution_conv1d_path_matches_the_multiply_adds(monkeypatch):
+    """Off CPU the replicas are folded into the channels of one grouped conv1d: same outputs and gradients."""
+    layout, cfg = _setup("deltanet")
+    rep = replicate([seeded_model(layout, cfg, s) for s in (1, 2, 3)])
+    ids = torch.randint(0, 32, (6, 16), generator=torch.Generator().manual_seed(0))
+    out = rep(ids)
+    out.square().mean().backward()
+    grad = rep.flat_grad.clone()
+    rep.flat_grad.zero_()
+    monkeypatch.setattr(ReplicatedShortConvolution, "use_conv1d", True)
+    out2 = rep(ids)
+    out2.square().mean().backward()
+    torch.testing.assert_close(out2, out, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rep.flat_grad, grad, rtol=1e-4, atol=1e-7)
+
+
+def test_a_module_without_a_replicated_form_is_refused_by_name():
+    layout, cfg = _setup("gla")
+    models = [seeded_model(layout, cfg, s) for s in (1, 2)]
+    for m in models:
+        m.blocks[1].extra = nn.LayerNorm(32)
+    with pytest.raises(ReplicaError, match=r"blocks\.1\.extra \(LayerNorm\)"):
+        replicate(models)
+    models = [seeded_model(layout, cfg, s) for s in (1, 2)]
+    for m in models:
+        m.blocks[0].mixer.temperature = nn.Parameter(torch.ones(4))
+    with pytest.raises(ReplicaError, match="mixer 'gla'.*temperature"):
+        replicate(models)
+    with pytest.raises(ReplicaError, match="not of model 0's layout"):
+        replicate([seeded_model(layout, cfg, 1), seeded_model(Layout.parse("GAA"), cfg, 1)])
+
+
+def test_train_mqar_replicas_gives_each_run_its_solo_proxy_result():
+    """Three runs (seed, rate) in two slots: the third starts in the slot the first frees; each run's curve, steps and
+    weights are the solo proxy's (recall_proxy._one_rate) for its seed and rate, early stop at the target included."""
+    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_model_config
+    from hlnas.score.recall_replicas import train_mqar_replicas
+
+    base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
+    cfg = MqarConfig(seq_len=16, kv_pairs=2, vocab=32, batch=4, steps=10, eval_every=2, val=16, test=16, target=0.09,
+                     model={"residual_init": "zero", "mixer_hparams": HP})
+    layout, runs = Layout.parse("GAH"), [(1, 3e-3), (2, 1e-2), (3, 1e-3)]
+    got = train_mqar_replicas(layout, base, cfg, runs, slots=2, device="cpu")
+    rcfg = recall_model_config(base, dict(cfg.model), cfg.vocab)
+    mcfg = TASK.replace(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    stops = []
+    for (seed, lr), g in zip(runs, got):
+        val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
+        solo = _one_rate(layout, rcfg, mcfg, cfg, lr, seed, torch.device("cpu"), val)
+        assert (g["seed"], g["lr"], g["steps"], g["error"], g["mode"]) == (seed, lr, solo["steps"], None, "eager")
+        assert [c[:2] for c in g["curve"]] == [c[:2] for c in solo["curve"]]
+        assert [c[2] for c in g["curve"]] == pytest.approx([c[2] for c in solo["curve"]], abs=2e-4)
+        # Adam's m/sqrt(v) magnifies the rounding of near-zero gradients: within 0.5% of one step of size lr
+        for k, p in solo["model"].named_parameters():
+            torch.testing.assert_close(dict(g["model"].named_parameters())[k], p, rtol=1e-5, atol=5e-3 * lr)
+        stops.append(g["steps"])
+    assert stops == [10, 2, 10]  # seed 2 reaches the target at its first check; seed 3 then starts in its slot
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["AAAA", "GZAH"])
+def test_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(layout):
+    """On CUDA (bf16 autocast, fla kernels, one captured graph per step): two runs as replicas give their solo graph
+    runs' steps and curves within bf16 tolerance (accuracies within one validation instance's share)."""
+    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_model_config
+    from hlnas.score.recall_replicas import train_mqar_replicas
+
+    base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
+    cfg = MqarConfig(seq_len=64, kv_pairs=4, vocab=64, batch=16, steps=40, eval_every=10, val=64, test=64,
+                     model={"residual_init": "zero", "mixer_hparams": HP})
+    runs = [(1, 3e-3), (2, 1e-3)]
+    got = train_mqar_replicas(Layout.parse(layout), base, cfg, runs, device="cuda")
+    rcfg = recall_model_config(base, dict(cfg.model), cfg.vocab)
+    mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    for (seed, lr), g in zip(runs, got):
+        val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
+        solo = _one_rate(Layout.parse(layout), rcfg, mcfg, cfg, lr, seed, torch.device("cuda"), val)
+        assert g["mode"] == solo["mode"] == "graph" and g["steps"] == solo["steps"]
+        assert [c[0] for c in g["curve"]] == [c[0] for c in solo["curve"]]
+        assert [c[2] for c in g["curve"]] == pytest.approx([c[2] for c in solo["curve"]], rel=0.02)
+        assert [c[1] for c in g["curve"]] == pytest.approx([c[1] for c in solo["curve"]], abs=0.05)
