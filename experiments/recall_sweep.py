@@ -83,8 +83,6 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="cases at once (worker processes sharing the GPUs)")
     p.add_argument("--runs-per-worker", type=int, default=1,
                    help="cases at once in each worker process, each on its own CUDA stream (hlnas.search.executors)")
-    p.add_argument("--runs-per-worker", type=int, default=1,
-                   help="cases at once in each worker process, each on its own CUDA stream (hlnas.search.executors)")
     p.add_argument("--deadline", type=float, default=None, help="seconds after which no case starts; running ones are "
                    "stopped at deadline + --grace and reported as unfinished")
     p.add_argument("--grace", type=float, default=60.0)
