@@ -3,6 +3,8 @@
     python experiments/mqar_pilot.py SEQ_LEN KV_PAIRS VOCAB STEPS LAYERS D_MODEL LR transformer,gla:3:1,gla:pure
 """
 import sys, time, torch
+if len(sys.argv) != 9 or sys.argv[1] in ("-h", "--help"):
+    sys.exit(__doc__)  # the usage line above; the positional arguments are all required
 torch.set_num_threads(1)
 from hlnas.config import ModelConfig
 from hlnas.layout import build_layout

@@ -1,0 +1,44 @@
+"""Every script under experiments/ starts and answers --help: the GPU sessions run them on a lent machine with no
+time to find out that one no longer parses its own options (recall_sweep.py once declared an option twice)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# the runnable ones: a helper module (experiments/bench/results.py) has no command line
+SCRIPTS = sorted(p for d in ("experiments", "experiments/bench", "experiments/paper_grid") for p in (ROOT / d).glob("*.py")
+                 if "sys.argv" in p.read_text() or "__main__" in p.read_text())
+
+# one process for all of them (torch is imported once): each script's --help must exit 0 and print its usage
+RUNNER = """
+import contextlib, io, runpy, sys
+failed = []
+for path in sys.argv[1:]:
+    sys.argv = [path, "--help"]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            runpy.run_path(path, run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    except Exception as e:
+        code = f"{type(e).__name__}: {e}"
+    # exit 0, or a usage text naming the script (sys.exit(__doc__))
+    if code not in (0, None) and not (isinstance(code, str) and path.rsplit("/", 1)[-1] in code):
+        failed.append(f"{path}: {code!r} {out.getvalue()[-300:]}")
+    elif not out.getvalue().strip() and not isinstance(code, str):
+        failed.append(f"{path}: printed no usage")
+print("\\n".join(failed))
+sys.exit(1 if failed else 0)
+"""
+
+
+def test_every_experiment_script_answers_help():
+    assert len(SCRIPTS) > 10
+    r = subprocess.run([sys.executable, "-c", RUNNER, *map(str, SCRIPTS)], capture_output=True, text=True, timeout=600,
+                       cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
