@@ -31,10 +31,10 @@ from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 __all__ = ["train_mqar_replicas"]
 
 
-def _feed(mcfg: MqarTask, cfg: MqarConfig, seed: int, lr: float, warm: int):
+def _feed(mcfg: MqarTask, cfg: MqarConfig, seed: int, lr: float, warm: int, device=None):
     """A run's ``((x, y), lr)`` per step, as its solo run takes them: ``warm`` capture warm-up steps on its first batch
     at the first rate, then one batch a step at ``lr_at(steps done)``."""
-    batches = mqar_train_batches(mcfg, cfg.batch, seed)
+    batches = mqar_train_batches(mcfg, cfg.batch, seed, device=device)  # on the device a block at a time
     lr_at = lambda s: cosine_lr(s, cfg.steps, lr, cfg.warmup_frac, 0.0)  # noqa: E731
     if warm:
         first = next(batches)
@@ -47,10 +47,10 @@ def _feed(mcfg: MqarTask, cfg: MqarConfig, seed: int, lr: float, warm: int):
 
 
 class _Run:
-    def __init__(self, index: int, seed: int, lr: float, layout, rcfg, mcfg, cfg, warm: int):
+    def __init__(self, index: int, seed: int, lr: float, layout, rcfg, mcfg, cfg, warm: int, device=None):
         self.index, self.seed, self.lr = index, int(seed), float(lr)
         self.model = seeded_model(layout, rcfg, self.seed)  # its weights; at the end, its trained weights
-        self.feed = _feed(mcfg, cfg, self.seed, self.lr, warm)
+        self.feed = _feed(mcfg, cfg, self.seed, self.lr, warm, device)
         self.val = make_mqar(mcfg, cfg.val, (2**31 - 1 - self.seed) % 2**31, split="train")
         self.done, self.curve, self.error, self.t0 = 0, [], None, time.perf_counter()
 
@@ -79,7 +79,7 @@ def train_mqar_replicas(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig,
     queue = [(i, s, lr) for i, (s, lr) in enumerate(runs)]
 
     def start(i, s, lr):
-        return _Run(i, s, lr, layout, rcfg, mcfg, cfg, warm)
+        return _Run(i, s, lr, layout, rcfg, mcfg, cfg, warm, device)
 
     active = [start(*queue.pop(0)) for _ in range(R)]
     for run in active:
@@ -105,7 +105,7 @@ def train_mqar_replicas(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig,
     elif warm:  # capture failed: eager from here, the feeds without warm-up steps (as the solo proxy goes on)
         warm = 0
         for run in active:
-            run.feed = _feed(mcfg, cfg, run.seed, run.lr, 0)
+            run.feed = _feed(mcfg, cfg, run.seed, run.lr, 0, device)
     else:
         pending = firsts
 
