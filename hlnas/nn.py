@@ -52,6 +52,40 @@ class GatedRMSNorm(RMSNorm):
         return (super().forward(x).float() * g).to(x.dtype)
 
 
+class _ShiftedConv(torch.autograd.Function):
+    """Causal depthwise conv as shifted multiply-adds, one autograd node: ``y[:, t] = sum_k xx[:, t + k] * w[:, 0, k]``
+    for xx ``[B, T + K - 1, C]`` (the past prepended), w ``[C, 1, K]`` -> y ``[B, T, C]``. The backward is the same sum
+    transposed: ``dxx[:, j] = sum_k dy[:, j - k] * w[:, 0, k]`` and ``dw[:, 0, k] = sum_(b, t) xx[:, t + k] * dy``.
+    The taps are copied to ``[K, C]`` first: multiplying by a strided column ``w[:, 0, k]`` (stride K) took ~3x as long
+    as by a contiguous row on CPU."""
+
+    @staticmethod
+    def forward(ctx, xx: Tensor, w: Tensor) -> Tensor:
+        K = w.shape[-1]
+        T = xx.shape[1] - K + 1
+        taps = w[:, 0, :].t().contiguous()  # [K, C]
+        y = xx[:, 0:T] * taps[0]
+        for k in range(1, K):
+            y.addcmul_(xx[:, k : k + T], taps[k])
+        ctx.save_for_backward(xx, taps)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        xx, taps = ctx.saved_tensors
+        B, TK, C = xx.shape
+        K = taps.shape[0]
+        T = TK - K + 1
+        dxx = dw = None
+        if ctx.needs_input_grad[0]:
+            dxx = xx.new_zeros(B, TK, C)
+            for k in range(K):
+                dxx[:, k : k + T].addcmul_(dy, taps[k])
+        if ctx.needs_input_grad[1]:
+            dw = torch.stack([(xx[:, k : k + T] * dy).sum((0, 1)) for k in range(K)], 1).unsqueeze(1)  # [C, 1, K]
+        return dxx, dw
+
+
 class ShortConvolution(nn.Module):
     """Causal depthwise conv1d over time (kernel ``size``), optional SiLU, as in fla's ShortConvolution.
 
@@ -84,11 +118,9 @@ class ShortConvolution(nn.Module):
         if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
             # the same sum as shifted multiply-adds (equal to conv1d within float rounding; tests/test_nn.py): oneDNN's
             # depthwise conv1d backward took ~0.8 ms a call on a 2-core CPU for the default space's [16, 32, 64]
-            # tensors, about a tenth of an HGRN recall-model step
-            wk = w[:, 0, :]  # [C, size]
-            y = xx[:, 0:T] * wk[:, 0]
-            for k in range(1, self.size):
-                y = y + xx[:, k : k + T] * wk[:, k]
+            # tensors, about a tenth of an HGRN recall-model step; one autograd node with its own backward, since the
+            # same sum left to autograd was ~30 small ops a call (experiments/bench/cpu_recall_step.py)
+            y = _ShiftedConv.apply(xx, w)
             if b is not None:
                 y = y + b
         else:

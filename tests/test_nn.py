@@ -32,3 +32,14 @@ def test_short_convolution_cpu_equals_conv1d(dtype, bias, activation):
     with torch.no_grad():
         steps = torch.cat([m(x[:, t : t + 1], cache) for t in range(x.shape[1])], 1)
     torch.testing.assert_close(steps, ref.detach(), **tol)
+
+
+def test_shifted_conv_backward_is_its_forward_transposed():
+    """The CPU conv's hand-written backward (hlnas.nn._ShiftedConv) against autograd's numerical gradient, for the
+    padded input (the past window included) and the taps."""
+    from hlnas.nn import _ShiftedConv
+
+    torch.manual_seed(0)
+    xx = torch.randn(2, 9, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 1, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_ShiftedConv.apply, (xx, w))
