@@ -9,7 +9,7 @@ per case and writes ``OUT/recall_sweep.jsonl`` and a markdown table with each ca
     python experiments/recall_sweep.py --layouts AAAAAA,GGAGGA --lrs 1e-3,3e-4 --kv-pairs 4 --seq-len 32 ...
 
 A case file is a JSON list of objects with keys ``layout`` (a layout string, or ``mixer:ratio`` built at
-``--layers``), ``lr``, and optional ``kv_pairs``, ``seq_len``, ``vocab``, ``d_model``, ``n_heads``,
+``--layers``), and optional ``lr`` (default: the first of ``--lrs``), ``kv_pairs``, ``seq_len``, ``vocab``, ``d_model``, ``n_heads``,
 ``mixer_hparams`` (e.g. ``{"attention": {"input_conv": 4}}``), ``residual_init``, ``steps``, ``seed``, ``tag``. Missing keys take the command line's values.
 """
 
@@ -97,6 +97,8 @@ def main(argv=None) -> int:
                  for lr in args.lrs.split(",")]
     for c in cases:
         c["layout"] = _layout(c["layout"], args.layers)
+        c.setdefault("lr", float(args.lrs.split(",")[0]))
+        c.setdefault("seed", 0)
     from hlnas.search.executors import make_executor
 
     out = Path(args.out)
@@ -135,12 +137,14 @@ def main(argv=None) -> int:
         ex.shutdown()
     for i, case in [*running.items(), *queue]:
         rows.append({**case, "status": "unfinished"})
-    lines = ["| layout | tag | K | L | lr | acc | no-recall | steps | wall s | mode |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r.get("tag", ""), r["layout"], r.get("lr", 0))):
+    lines = ["| layout | tag | seed | K | L | lr | acc | no-recall | steps | to target | wall s | mode |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r.get("tag", ""), r["layout"], r.get("lr", 0), r.get("seed", 0))):
         acc = "-" if r.get("acc") is None else f"{r['acc']:.3f}"
         base = "-" if r.get("baseline") is None else f"{r['baseline']:.3f}"
-        lines.append(f"| {r['layout']} | {r.get('tag', '')} | {r.get('kv_pairs', '')} | {r.get('seq_len', '')} | {r.get('lr')} | "
-                     f"{acc} | {base} | {r.get('steps', '')} | {r.get('wall_s', '')} | {r.get('mode', r['status'])} |")
+        lines.append(f"| {r['layout']} | {r.get('tag', '')} | {r['seed']} | {r.get('kv_pairs', '')} | {r.get('seq_len', '')} | "
+                     f"{r['lr']:g} | {acc} | {base} | {r.get('steps', '')} | {r.get('steps_to_target') or '-'} | "
+                     f"{r.get('wall_s', '')} | {r.get('mode', r['status'])} |")
     (out / "recall_sweep.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -6,7 +6,8 @@
 #   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs),
 #   grid_s1_by:T (the grid's second seed: the same space with --set train.seed=1 in study ${GRID_STUDY}_s1,
 #   --skip-calibration; refused unless $GRID_STUDY's calibration is valid),
-#   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams, 1/4/12 recall runs),
+#   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
+#   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
 #   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph),
 #   bench_paper[:T] (experiments/bench/paper_scale.py: paper-340m vs plain PyTorch, every 3:1 hybrid, Mamba-2, with
 #   the per-op profile; BENCH_ONLY=rows, BENCH_MODE=graph), bench_autotune[:T] (the same rows, default gla:3:1, under
@@ -209,6 +210,17 @@ PY
       timeout $(cap $t) python3 -m experiments.bench.trial_overhead --out "$OUT/logs" --space $SPACE --child-timeout 120 \
         ${OVERHEAD_MODES:+--modes $OVERHEAD_MODES} >"$OUT/logs/bench_overhead.log" 2>&1
       say "bench_overhead rc=$?"; cat "$OUT"/logs/trial_overhead_*.md 2>/dev/null ;;
+    gpu_tests*)  # the GPU-marked tests of $GPU_TESTS only (default: what changed last session), without the op checks
+      [[ $step == gpu_tests:* ]] && t=${step#gpu_tests:} || t=150
+      timeout $(cap $t) python3 -m pytest -q -rP -m gpu ${GPU_TESTS:-tests/test_replicas.py tests/score/test_recall_proxy.py tests/test_executors_concurrent.py} \
+        -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
+      say "gpu_tests rc=$?"; tail -n 5 "$OUT/logs/gpu_tests.log" ;;
+    sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
+                 # the script's start, running ones are cut 30 s before CALL_LIMIT; SWEEP_ARGS: its other options
+      left=$(( ${step#sweep_by:} - ($(date +%s) - t0) )); grace=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) - left ))
+      python3 experiments/recall_sweep.py --cases "${SWEEP_CASES:?SWEEP_CASES: a case file}" --jobs ${WORKERS:-4} \
+        --deadline $left --grace $(( grace > 0 ? grace : 0 )) --out "$OUT/logs/sweep" ${SWEEP_ARGS:-} >"$OUT/logs/sweep.log" 2>&1
+      say "sweep rc=$?"; cat "$OUT/logs/sweep/recall_sweep.md" 2>/dev/null ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
