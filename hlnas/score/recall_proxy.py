@@ -240,7 +240,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
         before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
         batches = mqar_train_batches(mcfg, cfg.batch, seed, start=drawn, device=device)
     limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
-    stop = {"error": error, "out_of_time": False}
+    stop = {"error": error, "out_of_time": False, "reached": False}
 
     def after_step(done: int, loss) -> bool:  # the proxy's stop rule, read at each validation check
         if not (done % cfg.eval_every == 0 or done == cfg.steps):
@@ -256,6 +256,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
             print(f"[recall] {layout} lr={lr:g} step={done} val={acc:.3f} loss={lv:.3f} t={time.perf_counter() - t0:.0f}s "
                   f"mode={mode}", file=sys.stderr, flush=True)
         if cfg.target is not None and acc >= cfg.target:
+            stop["reached"] = True
             return True
         if cfg.budget_s is not None and time.perf_counter() - t0 > cfg.budget_s:
             return True
@@ -268,8 +269,10 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
     done = run_steps(step_fn, opt, batches, lr_at, start=start, stop=start if finished else limit, after_step=after_step)
     drawn += done - start  # one batch a step
     error = stop["error"]
-    # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
-    finished = finished or error is not None or done >= cfg.steps or (done < limit and not stop["out_of_time"])
+    # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps); a target
+    # reached at the very step a paused run stops at is reached too (it would otherwise train on when continued)
+    finished = (finished or error is not None or done >= cfg.steps or (done < limit and not stop["out_of_time"])
+                or stop["reached"])
     wall_s = before_s + time.perf_counter() - t0
     if state is not None:
         _save_state(state, model, opt, {"done": done, "drawn": drawn, "curve": curve, "error": error, "finished": finished,
