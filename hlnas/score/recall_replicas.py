@@ -53,7 +53,7 @@ class _Run:
         self.val = validation_instances(mcfg, cfg, self.seed)
         self.done = self.drawn = 0
         self.curve, self.error, self.finished, self.before_s, self.moments = [], None, False, 0.0, None
-        self.out_of_time = False
+        self.out_of_time = self.reached = False
         if path is not None and os.path.exists(path):  # a paused run: its weights, optimizer row, batches and curve
             saved = torch.load(path, map_location="cpu", weights_only=False)
             self.model.load_state_dict(saved["model"])
@@ -93,6 +93,7 @@ class _Run:
                 "error": self.error, "model": self.model}
 
     def save(self, opt_row: dict) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         tmp = self.path + ".tmp"
         torch.save({"done": self.done, "drawn": self.drawn, "curve": self.curve, "error": self.error, "finished": self.finished,
                     "wall_s": self.before_s + time.perf_counter() - self.t0,
@@ -181,7 +182,7 @@ def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, s
     def finish(r: int, run: _Run) -> None:
         # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
         run.finished = (run.finished or run.error is not None or run.done >= cfg.steps
-                        or (run.done < limit and not run.out_of_time))
+                        or (run.done < limit and not run.out_of_time) or run.reached)
         rep.to_solo(r, run.model)
         if run.path is not None:
             run.save(opt.slot_state(r))
@@ -205,6 +206,7 @@ def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, s
             print(f"[recall] {layout} seed={run.seed} lr={run.lr:g} step={run.done} val={acc:.3f} loss={lv:.3f} "
                   f"t={time.perf_counter() - run.t0:.0f}s mode={mode} replicas={R}", file=sys.stderr, flush=True)
         if cfg.target is not None and acc >= cfg.target:
+            run.reached = True
             return True
         if cfg.budget_s is not None and time.perf_counter() - run.t0 > cfg.budget_s:
             return True
