@@ -518,3 +518,27 @@ def test_a_real_calibration_with_replicas_stores_the_runs_verdict_and_trials_it_
     # the sweep ran as without: some layout's seed needed its second rate
     assert any(len(t.user_attrs["mqar"]["runs"]) == 2 for t in trials_b.values()) or any(
         r["mqar_lr"] == 1e-2 for r in cal_b["runs"].values())
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_unit_whose_replicas_cannot_train_runs_each_seed_alone(monkeypatch):
+    """Replicas that fail (out of memory where one run fits, a module with no replicated form) leave each run of the
+    unit to train alone: the results are the solo runs', with replicas_error saying why."""
+    import dataclasses
+
+    import hlnas.score.recall_replicas as rr
+    from hlnas.search.records import layout_spec
+    from hlnas.search.trial import run_trial
+
+    space = space_from_dict(real_space())
+    specs = [layout_spec(space, -1 - s, "HHA", seed=s, recall_only=True) for s in (0, 1)]
+    alone = [run_trial(s) for s in specs]
+
+    def no_room(*a, **k):
+        raise RuntimeError("no room for 2 replicas")
+
+    monkeypatch.setattr(rr, "train_mqar_seeds", no_room)
+    got = run_trial(dataclasses.replace(specs[0], replicas=(specs[1],)))
+    for a, g in zip(alone, (got, *got.replicas)):
+        assert (g.number, g.status) == (a.number, "ok") and g.metrics["replicas_error"] == "RuntimeError: no room for 2 replicas"
+        same_data(a.metrics, {k: v for k, v in g.metrics.items() if k != "replicas_error"}, f"run {a.number}")
