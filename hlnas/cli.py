@@ -250,7 +250,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                           runs_per_worker=args.runs_per_worker,
+                           runs_per_worker=args.runs_per_worker, replicas=args.replicas,
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, retry_failed=args.retry_failed,
                            skip_calibration=args.skip_calibration, calibrate=args.calibrate)
     except KeyboardInterrupt:
@@ -288,6 +288,10 @@ def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
                    help="with --executor processes (chosen by auto): N runs at once in each worker process, each in a thread "
                         "and on a CUDA stream of its own, so small recall models overlap on one GPU where processes only "
                         "time-slice it (default 1; experiments/bench/proxy_throughput.py measures N)")
+    p.add_argument("--replicas", action="store_true",
+                   help="the calibration trains each layout's seeds as replicas of one fresh recall model in one run "
+                        "(stacked weights, the seeds in the batch), then the seed-0 LM half as usual: each run's result is "
+                        "the one it gets alone. Recall objective mqar only. Unmeasured on a GPU yet (default off)")
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:
@@ -331,6 +335,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         verdict, message = calibrate_study(space, storage=storage, study_name=name, workers=args.workers,
                                            executor=args.executor, cpus_per_trial=args.cpus_per_trial,
                                            runs_per_worker=args.runs_per_worker, time_limit=args.timeout,
+                                           replicas=args.replicas,
                                            on_event=ui.event if ui else None)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished control runs are stored. Continue with: hlnas calibrate {args.space} "

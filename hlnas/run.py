@@ -36,8 +36,9 @@ class RunResult:
         return d
 
 
-def score_model(model, recipe, *, device=None, progress=None) -> dict:
-    """Every objective of ``recipe.score`` on a trained ``model``, plus the study's recall summary."""
+def score_model(model, recipe, *, device=None, progress=None, recall: dict | None = None) -> dict:
+    """Every objective of ``recipe.score`` on a trained ``model``, plus the study's recall summary (``recall``: the
+    fresh-model MQAR result already trained, see :func:`run`)."""
     from hlnas.data.packing import TokenStream
     from hlnas.data.tokenizer import load_tokenizer
     from hlnas.recipe import mqar_recall_config
@@ -47,16 +48,18 @@ def score_model(model, recipe, *, device=None, progress=None) -> dict:
     tcfg, dcfg, scfg = recipe.train, recipe.data, recipe.score
     val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches) if "val_loss" in scfg.objectives else None
     out = score(model, load_tokenizer(dcfg.tokenizer), scfg, val_batches=val, device=device, seed=tcfg.seed,
-                progress=progress, mixed_mqar=mqar_recall_config(tcfg, dcfg))
+                progress=progress, mixed_mqar=mqar_recall_config(tcfg, dcfg), mqar=recall)
     out.update(recall_metrics(out))
     return out
 
 
 def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = False, score: bool = True,
-        recall_only: bool = False, extra_docs=None) -> RunResult:
+        recall_only: bool = False, extra_docs=None, recall: dict | None = None) -> RunResult:
     """Train ``recipe`` (a :class:`hlnas.recipe.RunConfig`) and score it. ``recall_only``: only the fresh-model
     MQAR objective, which does not depend on the trained candidate (calibration's extra seeds). ``extra_docs``:
-    the documents mixed into training (``seed -> iterator``), when not the recipe's recall protocol."""
+    the documents mixed into training (``seed -> iterator``), when not the recipe's recall protocol. ``recall``: that
+    objective's result for this recipe's layout and seed, already trained (a calibration's seeds trained as replicas,
+    hlnas.score.recall_replicas.train_mqar_seeds), taken as it is instead of training it again."""
     from hlnas.recipe import recall_documents
     from hlnas.train import train
 
@@ -64,7 +67,8 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
         from hlnas.score.objectives import mqar_objective
         from hlnas.score.baselines import recall_metrics
 
-        m = mqar_objective(recipe.layout, recipe.model, recipe.score, seed=recipe.train.seed)
+        m = dict(recall) if recall is not None else mqar_objective(recipe.layout, recipe.model, recipe.score,
+                                                                     seed=recipe.train.seed)
         m.update(recall_metrics(m))
         return RunResult("ok", m, m)
     tr = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out_dir, progress=progress,
@@ -74,7 +78,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
     model = getattr(tr, "model", None)
     if tr.status != "ok" or not score:
         return RunResult(tr.status, metrics, {}, tr, model, tr.error_kind, tr.error)
-    scores = score_model(model, recipe)
+    scores = score_model(model, recipe, recall=recall)
     return RunResult("ok", {**metrics, **scores}, scores, tr, model)
 
 

@@ -3,11 +3,14 @@ two replicas trained N steps as one model give each one's solo loss curve and fi
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
 
 from hlnas.config import ModelConfig
+from hlnas.errors import ConfigError
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import MqarTask, make_mqar, mqar_loss
@@ -244,3 +247,84 @@ def test_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(layout):
         assert [c[0] for c in g["curve"]] == [c[0] for c in solo["curve"]]
         assert [c[2] for c in g["curve"]] == pytest.approx([c[2] for c in solo["curve"]], rel=0.02)
         assert [c[1] for c in g["curve"]] == pytest.approx([c[1] for c in solo["curve"]], abs=0.05)
+
+
+# -- a calibration's seeds as replicas: train_mqar's result per seed, paused and continued ------------------------------
+SEEDS_CFG = dict(seq_len=16, kv_pairs=2, vocab=32, batch=4, steps=10, eval_every=2, val=16, test=16, target=0.09,
+                 lrs=(3e-3, 1e-2), model={"residual_init": "zero", "mixer_hparams": HP})
+
+
+def assert_same_recall(got: dict, solo: dict, what: str) -> None:
+    """One seed's train_mqar result against another's: the same keys, scores, kept rate, and per-rate curves (losses
+    within float32 rounding of the batched matmuls)."""
+    assert set(got) == set(solo), what
+    for k in ("mqar_acc", "mqar_lr", "mqar_steps_done", "mqar_auc", "mqar_steps_to_target", "mqar_baseline",
+              "mqar_val_baseline", "mqar_baselines", "mqar_budget", "mqar_finished"):
+        assert got.get(k) == solo.get(k), f"{what}: {k}"
+    assert got["mqar_final_loss"] == pytest.approx(solo["mqar_final_loss"], abs=2e-4), what
+    assert len(got["mqar"]["runs"]) == len(solo["mqar"]["runs"]), what
+    for g, s in zip(got["mqar"]["runs"], solo["mqar"]["runs"]):
+        assert set(g) == set(s), what
+        for k in ("lr", "steps", "finished", "error", "steps_to_target", "auc", "val_acc", "mode"):
+            assert g[k] == s[k], f"{what}: run {k}"
+        assert [c[:2] for c in g["curve"]] == [c[:2] for c in s["curve"]], what
+        assert [c[2] for c in g["curve"]] == pytest.approx([c[2] for c in s["curve"]], abs=2e-4), what
+
+
+def test_train_mqar_seeds_gives_each_seed_its_train_mqar_result_over_a_rate_sweep():
+    """Three seeds, two rates, target 0.09: seed 2 reaches it at rate 1 (no second rate), seed 3 only at rate 2, seed 1
+    never (both rates to the full steps); each seed's result is train_mqar's, the sweep's stop rule included."""
+    from hlnas.score.recall_proxy import MqarConfig, train_mqar
+    from hlnas.score.recall_replicas import train_mqar_seeds
+
+    base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
+    cfg, layout, seeds = MqarConfig(**SEEDS_CFG), Layout.parse("GAH"), [1, 2, 3]
+    got = train_mqar_seeds(layout, base, cfg, seeds, device="cpu")
+    assert [[(r["lr"], r["steps"]) for r in g["mqar"]["runs"]] for g in got] == [
+        [(3e-3, 10), (1e-2, 10)], [(3e-3, 6)], [(3e-3, 10), (1e-2, 4)]]
+    for seed, g in zip(seeds, got):
+        assert_same_recall(g, train_mqar(layout, base, cfg, seed=seed, device="cpu"), f"seed {seed}")
+    with pytest.raises(ConfigError, match=r"each seed once, got \[1, 1\]"):
+        train_mqar_seeds(layout, base, cfg, [1, 1], device="cpu")
+
+
+def test_replicas_paused_mid_run_and_continued_give_the_uninterrupted_runs(tmp_path):
+    """Interrupted twice (at a step budget of 4, then by the clock at the next check) in fewer slots than seeds, then
+    continued: each seed's curves, steps, kept rate and scores are its uninterrupted solo run's; the paused calls say
+    they are unfinished, and the continued run's wall time counts the paused parts."""
+    import time
+
+    from hlnas.score.recall_proxy import MqarConfig, paused_at, train_mqar
+    from hlnas.score.recall_replicas import train_mqar_replicas, train_mqar_seeds
+
+    base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
+    cfg, layout, seeds = MqarConfig(**SEEDS_CFG), Layout.parse("GAH"), [1, 2, 3]
+    with paused_at(str(tmp_path), 4):
+        first = train_mqar_seeds(layout, base, cfg, seeds, slots=2, device="cpu")
+    assert all(not f["mqar_finished"] and f["mqar_budget"] == 4 for f in first)
+    assert [[r["steps"] for r in f["mqar"]["runs"]] for f in first] == [[4, 4], [4, 2], [4, 4]]  # each rate to the rung (seed 2's second reached the target at 2)
+    with paused_at(str(tmp_path), None, until=time.time()):
+        second = train_mqar_seeds(layout, base, cfg, seeds, slots=1, device="cpu")
+    # the clock paused rate 1 at its next check (step 6), and rate 2 waits for it; seed 2 reached the target there
+    assert [[r["steps"] for r in s["mqar"]["runs"]] for s in second] == [[6], [6], [6]]
+    assert [s["mqar_finished"] for s in second] == [False, True, False]
+    with paused_at(str(tmp_path), None):
+        last = train_mqar_seeds(layout, base, cfg, seeds, device="cpu")
+    for seed, f, got in zip(seeds, first, last):
+        solo = train_mqar(layout, base, cfg, seed=seed, device="cpu")
+        assert_same_recall({k: v for k, v in got.items() if k not in ("mqar_budget", "mqar_finished")}, solo, f"seed {seed}")
+        assert got["mqar_finished"] and got["mqar"]["runs"][0]["wall_s"] >= f["mqar"]["runs"][0]["wall_s"]
+
+    # the plain replicas API pauses the same way: a run per file, continued as one straight run
+    runs = [(1, 3e-3), (3, 1e-3)]
+    straight = train_mqar_replicas(layout, base, cfg, runs, device="cpu")
+    with paused_at(str(tmp_path / "plain"), 4):
+        part = train_mqar_replicas(layout, base, cfg, runs, slots=1, device="cpu")
+    with paused_at(str(tmp_path / "plain"), None):
+        whole = train_mqar_replicas(layout, base, cfg, runs, device="cpu")
+    assert [p["steps"] for p in part] == [4, 4] and not any(p["finished"] for p in part)
+    assert sorted(os.listdir(tmp_path / "plain")) == ["mqar_replica0.pt", "mqar_replica1.pt"]
+    for s, w in zip(straight, whole):
+        assert (w["steps"], w["finished"], [c[:2] for c in w["curve"]]) == (s["steps"], s["finished"], [c[:2] for c in s["curve"]])
+        for k, p in s["model"].named_parameters():
+            torch.testing.assert_close(dict(w["model"].named_parameters())[k], p, rtol=1e-5, atol=1e-5)

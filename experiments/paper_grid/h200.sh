@@ -17,6 +17,9 @@
 #   capped to leave the closing archive 30 s of CALL_LIMIT.
 # RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
 # auto: chosen by a bench_proxy step earlier in the call (BENCH_PROXY_ARGS: its options, e.g. fewer runs and steps)
+# CAL_REPLICAS=1: calibrate_by trains each layout's seeds as replicas of one recall model in one run (hlnas calibrate
+# --replicas; issue #21). Unmeasured on the GPU: off unless set. Paused solo runs are not continued as replicas
+# (their recall starts again, with the same result)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
 # A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
@@ -178,7 +181,7 @@ PY
       # CAL_SPACE defaults to the grid's space and study, so the grid reuses the calibration's seed-0 runs
       timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-$SPACE} --study ${CAL_STUDY:-$GRID_STUDY} \
         --storage $DB --executor processes --workers ${WORKERS:-5} --runs-per-worker ${RUNS_PER_WORKER:-1} --no-progress \
-        --timeout $left \
+        --timeout $left $([ "${CAL_REPLICAS:-0}" = 1 ] && echo --replicas) \
         >>"$OUT/logs/calibrate.log" 2>&1
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)

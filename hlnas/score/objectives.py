@@ -162,6 +162,7 @@ class ScoreContext:
     seed: int
     val_batches: list | None
     mixed_mqar: object | None  # the MqarTask of the instances mixed into training
+    mqar: dict | None = None  # the fresh-model MQAR result, already trained (hlnas.run.run's ``recall``)
 
 
 def _val_loss(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
@@ -184,6 +185,8 @@ def _ruler(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
 
 
 def _mqar(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
+    if ctx.mqar is not None:  # trained beside the run's other seeds (hlnas.score.recall_replicas): not again
+        return dict(ctx.mqar)
     return mqar_objective(model.layout, model.cfg, cfg, seed=ctx.seed, device=ctx.device)
 
 
@@ -290,12 +293,14 @@ def score(
     seed: int = 0,
     progress=None,
     mixed_mqar=None,
+    mqar: dict | None = None,
 ) -> dict:
     """Run the configured objectives on a trained ``model``. ``progress(name)`` is told each objective.
-    ``mixed_mqar``: the MqarTask of the instances mixed into training (``mqar_mixed`` needs it)."""
+    ``mixed_mqar``: the MqarTask of the instances mixed into training (``mqar_mixed`` needs it). ``mqar``: the
+    ``mqar`` objective's result, already trained (its fresh recall model does not depend on ``model``)."""
     device = device or next(model.parameters()).device
     ctx = ScoreContext(tokenizer, device, torch.bfloat16 if torch.device(device).type == "cuda" else None, seed,
-                       val_batches, mixed_mqar)
+                       val_batches, mixed_mqar, mqar)
     out: dict = {}
     for obj in cfg.objectives:
         if progress:

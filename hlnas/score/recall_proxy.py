@@ -44,7 +44,7 @@ from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
 __all__ = ["MqarConfig", "recall_model_config", "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target",
-           "paused_at", "mqar_train_batches", "RECALL_MODEL_KEYS"]
+           "paused_at", "pause_settings", "mqar_train_batches", "validation_instances", "sweep_result", "RECALL_MODEL_KEYS"]
 
 #: ModelConfig fields score.mqar.model may set (the vocabulary is the MQAR one; no parameter-count solve)
 RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
@@ -67,6 +67,12 @@ def paused_at(state_dir: str, steps: int | None, until: float | None = None):
         yield
     finally:
         _PAUSE.reset(token)
+
+
+def pause_settings() -> tuple[str, int | None, float | None] | None:
+    """``(state_dir, steps, until)`` of the enclosing :func:`paused_at` block, or None outside one (what
+    hlnas.score.recall_replicas reads, so replicas pause and continue as the solo runs do)."""
+    return _PAUSE.get()
 
 
 def check_recall_model_keys(overrides: dict) -> None:
@@ -234,7 +240,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
         before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
         batches = mqar_train_batches(mcfg, cfg.batch, seed, start=drawn, device=device)
     limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
-    stop = {"error": error, "out_of_time": False}
+    stop = {"error": error, "out_of_time": False, "reached": False}
 
     def after_step(done: int, loss) -> bool:  # the proxy's stop rule, read at each validation check
         if not (done % cfg.eval_every == 0 or done == cfg.steps):
@@ -250,6 +256,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
             print(f"[recall] {layout} lr={lr:g} step={done} val={acc:.3f} loss={lv:.3f} t={time.perf_counter() - t0:.0f}s "
                   f"mode={mode}", file=sys.stderr, flush=True)
         if cfg.target is not None and acc >= cfg.target:
+            stop["reached"] = True
             return True
         if cfg.budget_s is not None and time.perf_counter() - t0 > cfg.budget_s:
             return True
@@ -262,8 +269,10 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
     done = run_steps(step_fn, opt, batches, lr_at, start=start, stop=start if finished else limit, after_step=after_step)
     drawn += done - start  # one batch a step
     error = stop["error"]
-    # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
-    finished = finished or error is not None or done >= cfg.steps or (done < limit and not stop["out_of_time"])
+    # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps); a target
+    # reached at the very step a paused run stops at is reached too (it would otherwise train on when continued)
+    finished = (finished or error is not None or done >= cfg.steps or (done < limit and not stop["out_of_time"])
+                or stop["reached"])
     wall_s = before_s + time.perf_counter() - t0
     if state is not None:
         _save_state(state, model, opt, {"done": done, "drawn": drawn, "curve": curve, "error": error, "finished": finished,
@@ -273,6 +282,11 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
             "error": error, "model": model}
 
 
+def validation_instances(mcfg: MqarTask, cfg: MqarConfig, seed: int):
+    """A seed's validation instances (train seed ``2**31 - 1 - seed``: never one of its training blocks)."""
+    return make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
+
+
 def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed: int = 0, device=None) -> dict:
     """Train fresh recall models of ``layout`` on MQAR over ``cfg``'s learning rates and score the best
     (``cfg``: the ``score.mqar`` section).
@@ -280,12 +294,9 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     Returns ``mqar_acc`` (test accuracy of the best rate), ``mqar_baselines`` (no-recall strategies on the
     same test instances), ``mqar_baseline`` (the strongest), and ``mqar`` (settings, per-rate curves)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    vocab = cfg.vocab
-    mcfg = MqarTask(vocab_size=vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
-    rcfg = recall_model_config(model_cfg, dict(cfg.model), vocab)
-    xt, yt = make_mqar(mcfg, cfg.test, cfg.test_seed, split="test")
-    val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
-    _, val_base = strongest(mqar_baselines(*val, vocab))
+    mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    rcfg = recall_model_config(model_cfg, dict(cfg.model), cfg.vocab)
+    val = validation_instances(mcfg, cfg, seed)
     t0 = time.perf_counter()
     runs = []
     pause = _PAUSE.get()  # (state_dir, steps, until) under paused_at: rates trained up to steps and kept, in order
@@ -297,6 +308,19 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
             break  # later rates could only tie
         if pause is not None and pause[2] is not None and not runs[-1]["finished"]:
             break  # paused by the clock: the next rates start when this one is continued
+    return sweep_result(cfg, runs, val, device=device, t0=t0)
+
+
+def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -> dict:
+    """:func:`train_mqar`'s result from its rate runs (``_one_rate``'s dicts, in the order trained, each with its
+    ``model``), the seed's validation instances ``val``, and the ``time.perf_counter()`` its training started at:
+    the graded measures, the kept rate, its test accuracy beside the no-recall baselines. One function for the solo
+    sweep and hlnas.score.recall_replicas, so both report alike."""
+    vocab = cfg.vocab
+    mcfg = MqarTask(vocab_size=vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    xt, yt = make_mqar(mcfg, cfg.test, cfg.test_seed, split="test")
+    _, val_base = strongest(mqar_baselines(*val, vocab))
+    pause = _PAUSE.get()
     # a paused run measures up to its budget: its graded measure is over the steps it had
     budget = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
     for r in runs:

@@ -9,79 +9,146 @@ fresh optimizer state, its own step counter). On CUDA the step is one captured g
 as in the solo proxy, capture trains its warm-up steps on a run's first batch at the first rate, and a run that
 later starts in a freed slot replays the same warm-up steps, so each run's curve is its solo graph run's.
 
-What it does not do (yet): the paused/continued runs of ``paused_at``, and the sweep policy of ``train_mqar``, which
-trains rates one after another and stops at the first that reaches the target (here every run given is trained).
+:func:`train_mqar_seeds` is :func:`~hlnas.score.recall_proxy.train_mqar` for several seeds of one layout at once (the
+calibration's seeds): each seed's rates are a chain trained in the solo sweep's order, the next rate only where the
+last one did not reach the target, so each seed gets the result ``train_mqar`` gives it alone.
+
+Both pause and continue as the solo proxy does under :func:`~hlnas.score.recall_proxy.paused_at`: each run trains up
+to the block's ``steps`` or pauses at its first validation check past ``until``, keeping its weights, its optimizer
+row, its step and drawn batches and its curve in the block's folder (a file per run), and a later call continues it
+exactly; a run already finished is read back, not trained.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from collections.abc import Sequence
 
 import torch
 
 from hlnas.config import ModelConfig
+from hlnas.errors import ConfigError
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
-from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
-from hlnas.score.recall_proxy import MqarConfig, mqar_train_batches, recall_model_config
+from hlnas.score.mqar import MqarTask, mqar_accuracy, mqar_loss
+from hlnas.score.recall_proxy import (MqarConfig, mqar_train_batches, pause_settings, recall_model_config, sweep_result,
+                                      validation_instances)
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
-__all__ = ["train_mqar_replicas"]
+__all__ = ["train_mqar_replicas", "train_mqar_seeds"]
 
-
-def _feed(mcfg: MqarTask, cfg: MqarConfig, seed: int, lr: float, warm: int, device=None):
-    """A run's ``((x, y), lr)`` per step, as its solo run takes them: ``warm`` capture warm-up steps on its first batch
-    at the first rate, then one batch a step at ``lr_at(steps done)``."""
-    batches = mqar_train_batches(mcfg, cfg.batch, seed, device=device)  # on the device a block at a time
-    lr_at = lambda s: cosine_lr(s, cfg.steps, lr, cfg.warmup_frac, 0.0)  # noqa: E731
-    if warm:
-        first = next(batches)
-        for _ in range(warm):
-            yield first, lr_at(0)
-    done = warm
-    for xy in batches:
-        yield xy, lr_at(done)
-        done += 1
+#: what each run's result holds besides its seed: the keys of the solo proxy's rate runs (recall_proxy._one_rate)
+_RATE_KEYS = ("finished", "lr", "val_acc", "steps", "curve", "mode", "final_loss", "wall_s", "resumed_s", "error", "model")
 
 
 class _Run:
-    def __init__(self, index: int, seed: int, lr: float, layout, rcfg, mcfg, cfg, warm: int, device=None):
-        self.index, self.seed, self.lr = index, int(seed), float(lr)
+    """One run ``(seed, lr)``: its solo model, batches, schedule and curve; continued from ``path`` if a state is there."""
+
+    def __init__(self, seed: int, lr: float, path: str | None, layout, rcfg, mcfg: MqarTask, cfg: MqarConfig, warm: int,
+                 device=None):
+        self.seed, self.lr, self.path, self.mcfg, self.cfg, self.device = int(seed), float(lr), path, mcfg, cfg, device
         self.model = seeded_model(layout, rcfg, self.seed)  # its weights; at the end, its trained weights
-        self.feed = _feed(mcfg, cfg, self.seed, self.lr, warm, device)
-        self.val = make_mqar(mcfg, cfg.val, (2**31 - 1 - self.seed) % 2**31, split="train")
-        self.done, self.curve, self.error, self.t0 = 0, [], None, time.perf_counter()
+        self.val = validation_instances(mcfg, cfg, self.seed)
+        self.done = self.drawn = 0
+        self.curve, self.error, self.finished, self.before_s, self.moments = [], None, False, 0.0, None
+        self.out_of_time = self.reached = False
+        if path is not None and os.path.exists(path):  # a paused run: its weights, optimizer row, batches and curve
+            saved = torch.load(path, map_location="cpu", weights_only=False)
+            self.model.load_state_dict(saved["model"])
+            self.done, self.drawn, self.curve = saved["done"], saved["drawn"], saved["curve"]
+            self.error, self.finished, self.before_s, self.moments = saved["error"], saved["finished"], saved["wall_s"], saved["opt"]
+        self.start = (self.done, self.drawn)
+        self.restart_feed(warm)
+        self.t0 = time.perf_counter()
+
+    @property
+    def resumed(self) -> bool:
+        return self.moments is not None
+
+    def restart_feed(self, warm: int) -> None:
+        """Its ``((x, y), lr)`` per step from where it starts, as its solo run takes them: a fresh run's ``warm`` capture
+        warm-up steps on its first batch (at the first rate), then one batch a step at ``lr_at(steps done)``."""
+        self.done, self.drawn = self.start
+        self.feed = self._feed(0 if self.resumed else warm)
+
+    def _feed(self, warm: int):
+        cfg = self.cfg
+        # on the device a block at a time, as the solo proxy's
+        batches = mqar_train_batches(self.mcfg, cfg.batch, self.seed, start=self.drawn, device=self.device)
+        lr_at = lambda s: cosine_lr(s, cfg.steps, self.lr, cfg.warmup_frac, 0.0)  # noqa: E731
+        if warm:
+            first = next(batches)
+            self.drawn += 1
+            for _ in range(warm):
+                yield first, lr_at(0)
+        for xy in batches:
+            self.drawn += 1
+            yield xy, lr_at(self.done)
+
+    def result(self, mode: str) -> dict:
+        return {"seed": self.seed, "finished": self.finished, "lr": self.lr, "val_acc": self.curve[-1][1] if self.curve else 0.0,
+                "steps": self.done, "curve": self.curve, "mode": mode, "final_loss": self.curve[-1][2] if self.curve else None,
+                "wall_s": round(self.before_s + time.perf_counter() - self.t0, 2), "resumed_s": self.before_s,
+                "error": self.error, "model": self.model}
+
+    def save(self, opt_row: dict) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        tmp = self.path + ".tmp"
+        torch.save({"done": self.done, "drawn": self.drawn, "curve": self.curve, "error": self.error, "finished": self.finished,
+                    "wall_s": self.before_s + time.perf_counter() - self.t0,
+                    "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}, "opt": opt_row}, tmp)
+        os.replace(tmp, self.path)  # atomic: a run killed while saving leaves the previous state
 
 
-def train_mqar_replicas(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, runs: Sequence[tuple[int, float]], *,
-                        slots: int | None = None, device=None) -> list[dict]:
-    """Train ``runs`` (``(seed, lr)`` pairs of one layout) as replicas of one model, ``slots`` at a time (default: all).
-
-    Returns one dict per run, in the order given, with ``_one_rate``'s keys: ``seed``, ``lr``, ``val_acc`` (its last
-    check), ``steps``, ``curve`` (``[step, val_acc, loss]`` per check), ``final_loss``, ``error``, ``finished``,
-    ``wall_s`` (from its start to its stop), ``mode`` (``graph`` or ``eager``) and ``model`` (a solo model with its
-    trained weights)."""
+def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, slots: int | None, device) -> list[list[dict]]:
+    """Train ``chains`` (lists of runs ``(seed, lr, state path or None)``) as replicas, ``slots`` at a time (default: one
+    per chain). A chain's next run starts (in the first free slot) when its last one stopped short of the target and was
+    not paused by the clock: the solo sweep's rule. Returns each chain's run results, in order."""
     from hlnas.training.replica_step import ReplicaAdamW, per_replica
     from hlnas.training.replicas import replicate
     from hlnas.training.step import WARMUP_STEPS, make_step
 
-    if not runs:
-        return []
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
     rcfg = recall_model_config(model_cfg, dict(cfg.model), cfg.vocab)
-    R = min(len(runs), slots or len(runs))
+    pause = pause_settings()
+    limit = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
+    until = None if pause is None else pause[2]
     use_graph = bool(cfg.graph) and device.type == "cuda"
     warm = WARMUP_STEPS if use_graph else 0
+    mode = "graph" if use_graph else "eager"  # what a run read back without training reports (its solo run's mode)
     autocast = autocast_dtype("auto", device)
-    queue = [(i, s, lr) for i, (s, lr) in enumerate(runs)]
+    results: list[list[dict]] = [[] for _ in chains]
+    queue = [(c, 0) for c in range(len(chains))]
+    owner: dict[int, tuple[int, int]] = {}  # id(run) -> (chain, position)
 
-    def start(i, s, lr):
-        return _Run(i, s, lr, layout, rcfg, mcfg, cfg, warm, device)
+    def follow(c: int, k: int, res: dict) -> None:
+        reached = cfg.target is not None and res["val_acc"] >= cfg.target  # later rates could only tie
+        if k + 1 < len(chains[c]) and not reached and not (until is not None and not res["finished"]):
+            queue.append((c, k + 1))
 
-    active = [start(*queue.pop(0)) for _ in range(R)]
+    def take() -> _Run | None:
+        """The next run that needs a slot; runs with nothing left to train are read back on the way."""
+        while queue:
+            c, k = queue.pop(0)
+            seed, lr, path = chains[c][k]
+            run = _Run(seed, lr, path, layout, rcfg, mcfg, cfg, warm, device)
+            if run.finished or run.done >= limit:
+                results[c].append(run.result(mode))
+                follow(c, k, results[c][-1])
+                continue
+            owner[id(run)] = (c, k)
+            return run
+        return None
+
+    active: list[_Run] = []
+    while len(active) < (slots or len(chains)) and (run := take()) is not None:
+        active.append(run)
+    if not active:
+        return results
+    R = len(active)
     for run in active:
         run.model.to(device)  # the replicated storage is made where the solo weights are
     rep = replicate([run.model for run in active])
@@ -94,32 +161,41 @@ def train_mqar_replicas(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig,
 
     opt.set_lrs([lr for _, lr in firsts])
     step, mode = make_step(rep, opt, per_replica(mqar_loss, R), batch(last), graph=use_graph, autocast=autocast)
-    results: dict[int, dict] = {}
     slot: list[_Run | None] = list(active)
     pending = None  # the first step's batches and rates when they are already drawn
     if mode == "graph":  # capture trained the warm-up steps on each run's first batch: they count as steps
         for run in active:
+            if run.resumed:  # its capture steps are overwritten by its saved state below; its batches from where it was
+                run.restart_feed(0)
+                continue
             run.done = warm
             for _ in range(warm - 1):
                 next(run.feed)
     elif warm:  # capture failed: eager from here, the feeds without warm-up steps (as the solo proxy goes on)
         warm = 0
         for run in active:
-            run.feed = _feed(mcfg, cfg, run.seed, run.lr, 0, device)
+            run.restart_feed(0)
     else:
         pending = firsts
+    for r, run in enumerate(active):
+        if run.resumed:
+            opt.load_slot(r, run.model, run.moments)
 
-    def finish(r: int, run: _Run, finished: bool) -> None:
+    def finish(r: int, run: _Run) -> None:
+        # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
+        run.finished = (run.finished or run.error is not None or run.done >= cfg.steps
+                        or (run.done < limit and not run.out_of_time) or run.reached)
         rep.to_solo(r, run.model)
-        results[run.index] = {"seed": run.seed, "lr": run.lr, "val_acc": run.curve[-1][1] if run.curve else 0.0,
-                              "steps": run.done, "curve": run.curve, "final_loss": run.curve[-1][2] if run.curve else None,
-                              "error": run.error, "finished": finished, "mode": mode,
-                              "wall_s": round(time.perf_counter() - run.t0, 2), "model": run.model}
+        if run.path is not None:
+            run.save(opt.slot_state(r))
+        c, k = owner.pop(id(run))
+        results[c].append(run.result(mode))
+        follow(c, k, results[c][-1])
 
     def check(r: int, run: _Run, loss) -> bool:
         """The solo proxy's stop rule at its validation checks; True when the run stops."""
         if not (run.done % cfg.eval_every == 0 or run.done == cfg.steps) or (mode == "graph" and run.done <= warm):
-            return run.done >= cfg.steps
+            return run.done >= limit
         lv = float(loss[r])
         if not math.isfinite(lv):
             run.error = f"non-finite MQAR loss {lv} at step {run.done} (lr {run.lr:g})"
@@ -128,11 +204,18 @@ def train_mqar_replicas(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig,
         with autocast_context(device, autocast):
             acc = mqar_accuracy(run.model, *run.val, batch_size=cfg.batch, device=device)
         run.curve.append([run.done, round(acc, 4), round(lv, 4)])
+        if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
+            print(f"[recall] {layout} seed={run.seed} lr={run.lr:g} step={run.done} val={acc:.3f} loss={lv:.3f} "
+                  f"t={time.perf_counter() - run.t0:.0f}s mode={mode} replicas={R}", file=sys.stderr, flush=True)
         if cfg.target is not None and acc >= cfg.target:
+            run.reached = True
             return True
         if cfg.budget_s is not None and time.perf_counter() - run.t0 > cfg.budget_s:
             return True
-        return run.done >= cfg.steps
+        if until is not None and time.time() >= until and run.done < limit:
+            run.out_of_time = True  # paused by the clock: a later call continues from the saved state
+            return True
+        return run.done >= limit
 
     while any(run is not None for run in slot):
         if pending is None:
@@ -157,12 +240,60 @@ def train_mqar_replicas(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig,
             run.done += 1
             if not check(r, run, loss):
                 continue
-            finish(r, run, True)
             opt.freeze(r)
+            finish(r, run)
             slot[r] = None
-            if queue:  # the slot takes the next run: fresh weights, optimizer state and step counter
-                nxt = start(*queue.pop(0))
+            nxt = take()
+            if nxt is not None:  # the slot takes the next run: its weights, optimizer state and step counter
                 nxt.model.to(device)
-                opt.restart(r, nxt.model)
+                if nxt.resumed:
+                    opt.load_slot(r, nxt.model, nxt.moments)
+                else:
+                    opt.restart(r, nxt.model)
                 slot[r] = nxt
-    return [results[i] for i in range(len(runs))]
+    return results
+
+
+def _device(device) -> torch.device:
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def train_mqar_replicas(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, runs: Sequence[tuple[int, float]], *,
+                        slots: int | None = None, device=None) -> list[dict]:
+    """Train ``runs`` (``(seed, lr)`` pairs of one layout) as replicas of one model, ``slots`` at a time (default: all);
+    every run given is trained. Under :func:`~hlnas.score.recall_proxy.paused_at` run ``i`` keeps its state in the
+    block's folder as ``mqar_replica{i}.pt`` and continues from it.
+
+    Returns one dict per run, in the order given, with ``_one_rate``'s keys: ``seed``, ``lr``, ``val_acc`` (its last
+    check), ``steps``, ``curve`` (``[step, val_acc, loss]`` per check), ``final_loss``, ``error``, ``finished``,
+    ``wall_s`` (from its start to its stop, earlier parts of a continued run included), ``resumed_s`` (those parts),
+    ``mode`` (``graph`` or ``eager``) and ``model`` (a solo model with its trained weights)."""
+    if not runs:
+        return []
+    pause = pause_settings()
+    chains = [[(s, lr, None if pause is None else os.path.join(pause[0], f"mqar_replica{i}.pt"))]
+              for i, (s, lr) in enumerate(runs)]
+    return [c[0] for c in _train(layout, model_cfg, cfg, chains, slots=slots, device=_device(device))]
+
+
+def train_mqar_seeds(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, seeds: Sequence[int], *,
+                     slots: int | None = None, device=None) -> list[dict]:
+    """:func:`~hlnas.score.recall_proxy.train_mqar` of ``layout`` for each of ``seeds``, their runs trained as replicas
+    of one model (``slots`` at a time; default one per seed): each seed's rates of ``score.mqar.lrs`` in order, the
+    next only where the last stopped short of the target (and, under ``paused_at(until=...)``, was not paused by the
+    clock), the kept rate and its test score as ``train_mqar`` reports them. Returns one ``train_mqar`` result per
+    seed, in order: each is the one that seed gets alone. Under ``paused_at`` seed ``s``'s rate ``i`` keeps its state
+    in the block's folder as ``mqar_seed{s}_rate{i}.pt``."""
+    seeds = [int(s) for s in seeds]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"train_mqar_seeds: each seed once, got {seeds}")
+    device = _device(device)
+    pause = pause_settings()
+    mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    rates = [float(lr) for lr in (cfg.lrs or (cfg.lr,))]
+    chains = [[(s, lr, None if pause is None else os.path.join(pause[0], f"mqar_seed{s}_rate{i}.pt"))
+               for i, lr in enumerate(rates)] for s in seeds]
+    t0 = time.perf_counter()
+    trained = _train(layout, model_cfg, cfg, chains, slots=slots, device=device)
+    return [sweep_result(cfg, [{k: r[k] for k in _RATE_KEYS} for r in runs], validation_instances(mcfg, cfg, s),
+                         device=device, t0=t0) for s, runs in zip(seeds, trained)]

@@ -15,12 +15,13 @@ import optuna
 from optuna.trial import TrialState
 
 import hlnas.calibrate as calib
+from hlnas.errors import ConfigError
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.records import constraint_values, layout_spec, objective_values, paused_root
 from hlnas.search.trial import TrialResult, layout_metrics
 from hlnas.space import SearchSpace
 
-__all__ = ["RECALL_OBJECTIVES", "PAUSED", "needs_calibration", "calibrate_if_needed", "run_calibration",
+__all__ = ["RECALL_OBJECTIVES", "PAUSED", "needs_calibration", "check_replicas", "calibrate_if_needed", "run_calibration",
            "calibration_failed_message"]
 
 #: the study objectives that measure recall (the corrected final score and the graded learning AUC)
@@ -34,8 +35,19 @@ def needs_calibration(space: SearchSpace) -> bool:
     return space.calibration.enabled and any(o.metric in RECALL_OBJECTIVES for o in space.objectives)
 
 
+def check_replicas(space: SearchSpace, replicas) -> None:
+    """Refuse a ``replicas`` option the calibration of ``space`` cannot take (one-line ConfigError)."""
+    if not isinstance(replicas, bool):
+        raise ConfigError(f"--replicas is a switch (true or false), got {replicas!r}")
+    if replicas and needs_calibration(space) and space.recall_source() != "mqar_acc":
+        raise ConfigError(f"--replicas trains each calibration layout's seeds as replicas of one fresh recall model "
+                          f"(objective mqar); space '{space.name}' takes its recall from {space.recall_source()}, which "
+                          "needs each seed's LM trained: drop --replicas")
+
+
 def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, storage: str, study_name: str, fresh: bool,
-                        calibrate: bool, skip_calibration: bool, inline: bool, time_limit: float | None):
+                        calibrate: bool, skip_calibration: bool, inline: bool, time_limit: float | None,
+                        replicas: bool = False):
     """Before a search: the stored verdict, a new one, or none (skipped, disabled, not needed: recorded as such);
     :data:`PAUSED` when ``time_limit`` stopped it first. An invalid protocol raises
     :class:`~hlnas.calibrate.CalibrationFailed` naming what to change."""
@@ -55,7 +67,7 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
         verdict = stored["verdict"]
     else:
         with StopSignals(inline) as stops:
-            verdict = run_calibration(study, space, ex, emit, stops, time_limit=time_limit)
+            verdict = run_calibration(study, space, ex, emit, stops, time_limit=time_limit, replicas=replicas)
         if verdict is None:
             return PAUSED
     if not verdict["valid"]:
@@ -64,18 +76,24 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
 
 
 def run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals,
-                    time_limit: float | None = None) -> dict | None:
+                    time_limit: float | None = None, replicas: bool = False) -> dict | None:
     """Run the calibration runs not yet stored with the study (all of them the first time), through the
     search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
     Returns the verdict (also stored as study attr ``hlnas_calibration``), or None when ``time_limit`` seconds
     passed first: no run starts after that, and the runs in flight pause at their next validation check, their
     recall models kept in the study's folder of paused runs (:func:`hlnas.search.records.paused_root`), so the next
-    call continues them from there (on the same machine; elsewhere they start again, with the same result)."""
-    return _Calibration(study, space, ex, emit, stops, time_limit).run()
+    call continues them from there (on the same machine; elsewhere they start again, with the same result).
+
+    ``replicas``: the runs of one layout (its seeds) go to the executor as one spec whose recall halves are trained as
+    replicas of one model (:attr:`hlnas.search.trial.TrialSpec.replicas`): latency-bound recall models on a GPU do
+    more work per second batched than side by side (issue #21). Each run is stored as it is without (same metrics, up
+    to float rounding), so a study calibrated with replicas reads back like one without."""
+    check_replicas(space, replicas)
+    return _Calibration(study, space, ex, emit, stops, time_limit, replicas).run()
 
 
 class _Calibration:
-    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit):
+    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit, replicas: bool = False):
         self.study, self.space, self.emit = study, space, emit
         stored = dict(study.user_attrs.get("hlnas_calibration") or {})
         self.runs: dict = dict(stored.get("runs") or {})
@@ -88,6 +106,7 @@ class _Calibration:
         self.root = paused_root(study, create=time_limit is not None)
         self.dispatch = Dispatch(ex, stops)
         self.paused = 0
+        self.replicas = replicas
 
     def state_dir(self, run) -> str | None:
         return None if self.root is None else os.path.join(self.root, "calibration", run.key.replace(":", "_"))
@@ -102,19 +121,21 @@ class _Calibration:
     def run(self) -> dict | None:
         emit, plan, dispatch = self.emit, self.plan, self.dispatch
         if self.todo:
-            emit("calibration_started", {"n": len(self.todo), "total": len(plan), "reused": len(plan) - len(self.todo)})
+            emit("calibration_started", {"n": len(self.todo), "total": len(plan), "reused": len(plan) - len(self.todo),
+                                         "replicas": self.replicas})
         # the controls first (a calibration spread over several GPU calls learns soonest whether its protocol can pass
         # at all), then the pure models: where the protocol separates they train to the step budget, the longest runs,
         # so the last runs before the search (which waits for the verdict) are short and the workers finish together
-        queue = sorted(self.todo, key=lambda r: {"control": 0, "pure": 1}.get(r.role, 2))
+        queue = self.units(sorted(self.todo, key=lambda r: {"control": 0, "pure": 1}.get(r.role, 2)))
         while queue or dispatch.pending:
             dispatch.stops.check()
             if not self.in_time() and not dispatch.pending:
                 break  # out of time: the runs not started stay for the next call
             while queue and dispatch.free() and self.in_time():
                 self.submit(queue.pop(0))
-            for run, result in dispatch.finished(timeout=1.0):
-                self.record(run, result)
+            for unit, result in dispatch.finished(timeout=1.0):
+                for run, one in self.results_of(unit, result):
+                    self.record(run, one)
         if len(self.runs) < len(plan):  # stopped by the time limit
             emit("calibration_paused", {"done": len(self.runs), "total": len(plan), "paused": self.paused})
             return None
@@ -123,12 +144,45 @@ class _Calibration:
         emit("calibration", result)
         return result
 
-    def submit(self, run) -> None:
-        spec = dataclasses.replace(layout_spec(self.space, self.number_of[run.key], run.layout, seed=run.seed,
+    def units(self, runs: list) -> list[list]:
+        """What goes to the executor as one spec: each run alone, or with ``replicas`` each layout's runs to do (its
+        seeds, lowest first: seed 0, the whole trial, carries the others), in the order of their first run."""
+        if not self.replicas:
+            return [[r] for r in runs]
+        groups: dict[str, list] = {}
+        for r in runs:
+            groups.setdefault(r.key.rsplit(":", 1)[0], []).append(r)
+        return [sorted(g, key=lambda r: r.seed) for g in groups.values()]
+
+    def spec(self, run):
+        return dataclasses.replace(layout_spec(self.space, self.number_of[run.key], run.layout, seed=run.seed,
                                                recall_only=self.recall_only and run.params is None),
                                    state_dir=self.state_dir(run), pause_by=self.pause_by)
-        self.dispatch.submit(spec, run, lambda: self.emit("calibration_run_started",
-                                                          {"key": run.key, "layout": run.layout, "seed": run.seed}))
+
+    def submit(self, unit: list) -> None:
+        # a unit's replicas are trained in its first run's state folder; each keeps its own for running alone
+        first, *others = [self.spec(run) for run in unit]
+        spec = dataclasses.replace(first, replicas=tuple(others))
+
+        def announce():
+            for run in unit:
+                self.emit("calibration_run_started", {"key": run.key, "layout": run.layout, "seed": run.seed})
+
+        self.dispatch.submit(spec, unit, announce)
+
+    def results_of(self, unit: list, result: TrialResult):
+        """``(run, its result)`` for each run of ``unit``: its own, or the unit's where the unit failed as a whole (a
+        worker that died holding it)."""
+        own = {r.number: r for r in (result, *result.replicas)}
+        for run in unit:
+            n = self.number_of[run.key]
+            if n in own:
+                yield run, own[n]
+            elif not result.ok:
+                yield run, dataclasses.replace(result, number=n, replicas=())
+            else:
+                msg = f"the run of {unit[0].key} that carried {run.key} as a replica brought back no result for it"
+                yield run, TrialResult(n, "failed", {"status": "failed", "error_kind": "other", "error": msg}, "other", msg)
 
     def record(self, run, result: TrialResult) -> None:
         if result.status == "paused":  # its recall model is kept; the next call continues it

@@ -28,7 +28,7 @@ import hlnas
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.search.executors import Executor, InlineExecutor, make_executor
 from hlnas.search.lease import DriverLease
-from hlnas.search.calibration import PAUSED, calibrate_if_needed, needs_calibration
+from hlnas.search.calibration import PAUSED, calibrate_if_needed, check_replicas, needs_calibration
 from hlnas.search.loop import search_loop
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
 from hlnas.search.samplers import make_sampler
@@ -157,6 +157,7 @@ def run_search(
     calibrate: bool = False,
     calibrate_only: bool = False,
     runs_per_worker: int = 1,
+    replicas: bool = False,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
@@ -176,7 +177,9 @@ def run_search(
     ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
     options size it; ``runs_per_worker`` trials at once in each worker process of ``processes``, each on a CUDA
     stream of its own), or is an :class:`~hlnas.search.executors.Executor` object used as given (and shut down at the
-    end), e.g. :class:`hlnas.tabular.LookupExecutor` to look results up instead of training."""
+    end), e.g. :class:`hlnas.tabular.LookupExecutor` to look results up instead of training. ``replicas``: the
+    calibration trains each layout's seeds as replicas of one recall model in one run
+    (:func:`hlnas.search.calibration.run_calibration`); an execution choice, not stored with the study."""
     options = _Options(**{k: v for k, v in locals().items() if k != "space"})  # every argument but the space
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
                      gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address)
@@ -185,11 +188,14 @@ def run_search(
         raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
     if calibrate and space is not None:
         _check_calibrate(space)
+    if space is not None:
+        check_replicas(space, replicas)  # before the storage is opened: a bad option writes nothing
     store = open_or_create_storage(storage)
     existed = study_name in study_names(store)
     study, space = _create_or_load(space, store, study_name, resume, skip_calibration)
     if calibrate:
         _check_calibrate(space)  # a resumed study's stored space
+    check_replicas(space, replicas)
     lease = DriverLease(study).acquire()  # StudyBusy while another live driver holds it
     try:
         return _drive(study, space, options, fresh=not existed)
@@ -200,22 +206,25 @@ def run_search(
 def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study_name: str, workers: int | None = None,
                     executor: str = "auto", cpus_per_trial: float = 1.0, runs_per_worker: int = 1,
                     on_event: Callable[[str, dict], None] | None = None,
-                    time_limit: float | None = None) -> tuple[dict | None, str | None]:
+                    time_limit: float | None = None, replicas: bool = False) -> tuple[dict | None, str | None]:
     """Run the calibration of ``space`` and nothing else (``hlnas calibrate``), in study ``study_name``: a new one,
     or an existing one continued with the runs it lacks. ``executor`` and ``workers`` are resolved by
     :func:`choose_executor`. Returns the stored verdict and, when the protocol failed its controls, the message
     of :class:`~hlnas.calibrate.CalibrationFailed` (``None`` when valid). A search of the same space and study
     reuses the runs. After ``time_limit`` seconds no run starts and those in flight pause (see
-    :func:`hlnas.search.calibration.run_calibration`); the verdict is then None and calling again continues."""
+    :func:`hlnas.search.calibration.run_calibration`); the verdict is then None and calling again continues.
+    ``replicas``: each layout's seeds trained as replicas of one recall model (see :func:`run_search`)."""
     if not needs_calibration(space):
         raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
     executor, workers = choose_executor(executor, workers, runs_per_worker=runs_per_worker)
     _check_runs_per_worker(runs_per_worker, executor)  # before the storage is opened: a bad option writes nothing
+    check_replicas(space, replicas)
     exists = study_name in study_names(open_or_create_storage(storage))
     try:
         study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
                            resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True,
-                           calibrate_only=True, runs_per_worker=runs_per_worker, time_limit=time_limit)
+                           calibrate_only=True, runs_per_worker=runs_per_worker, time_limit=time_limit,
+                           replicas=replicas)
         message = None
     except calib.CalibrationFailed as e:
         study, message = load_hlnas_study(storage, study_name), str(e)
@@ -355,6 +364,7 @@ class _Options:
     calibrate: bool
     calibrate_only: bool
     runs_per_worker: int
+    replicas: bool
 
 
 def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool) -> optuna.Study:
@@ -379,7 +389,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
     try:
         verdict = calibrate_if_needed(study, space, ex, emit, storage=o.storage, study_name=o.study_name, fresh=fresh,
                                       calibrate=o.calibrate, skip_calibration=o.skip_calibration, inline=inline,
-                                      time_limit=o.time_limit)
+                                      time_limit=o.time_limit, replicas=o.replicas)
         if verdict is PAUSED:  # out of time before every control run finished: a resume continues it
             return study
         if o.calibrate_only:

@@ -8,6 +8,7 @@ no optuna objects), so both pickle across process boundaries (Ray workers) uncha
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import traceback
@@ -45,6 +46,10 @@ class TrialSpec:
     # a time.time() after which the recall model pauses at its next check, its state kept in state_dir; the
     # result is then ``paused`` (nothing measured yet) and the same spec run again continues it
     pause_by: float | None = None
+    # recall-only specs of this layout at other seeds (a calibration's seeds, hlnas.search.calibration): the fresh-model
+    # recall of this spec and of these is trained as replicas of one model (hlnas.score.recall_replicas), then each
+    # run goes on as it would alone with its recall given; their results come back in TrialResult.replicas
+    replicas: tuple[TrialSpec, ...] = ()
 
     @property
     def layout(self) -> str:
@@ -60,6 +65,7 @@ class TrialResult:
     error_kind: str | None = None
     error: str | None = None
     wall_s: float = 0.0
+    replicas: tuple[TrialResult, ...] = ()  # the results of TrialSpec.replicas, in order
 
     @property
     def ok(self) -> bool:
@@ -97,6 +103,57 @@ def _classify(e: BaseException) -> str:
 
 
 def run_trial(spec: TrialSpec) -> TrialResult:
+    if spec.replicas:
+        return _run_with_replicas(spec)
+    return _run_one(spec)
+
+
+def _run_with_replicas(spec: TrialSpec) -> TrialResult:
+    """``spec`` and its :attr:`~TrialSpec.replicas`: their recall halves first, as replicas of one model in ``spec``'s
+    state folder (a unit paused by ``pause_by`` pauses whole, before any LM half is trained), then each run with its
+    recall given. Replicas that cannot train (out of memory where one run fits, a module with no replicated form) leave
+    each run to train alone, as without replicas (``replicas_error`` in its metrics says why)."""
+    t0 = time.perf_counter()
+    specs = (spec, *spec.replicas)
+    try:
+        from hlnas.errors import ConfigError
+        from hlnas.score.recall_replicas import train_mqar_seeds
+
+        for other in spec.replicas:
+            if (other.layout != spec.layout or other.recipe.model != spec.recipe.model or not other.recall_only
+                    or other.recipe.score.mqar != spec.recipe.score.mqar or other.replicas):
+                raise ConfigError(f"trial {other.number} is no recall-only run of trial {spec.number}'s layout and recall "
+                                  "settings: it cannot be its replica")
+        with _paused(spec):
+            recall = train_mqar_seeds(spec.recipe.layout, spec.recipe.model, spec.recipe.score.mqar,
+                                      [s.recipe.train.seed for s in specs])
+    except Exception as e:
+        why = f"{type(e).__name__}: {e}"[:500]
+        results = [_run_one(s) for s in specs]
+        results = [dataclasses.replace(r, metrics={**r.metrics, "replicas_error": why}) for r in results]
+        return dataclasses.replace(results[0], replicas=tuple(results[1:]))
+    if any(r.get("mqar_finished") is False for r in recall):  # paused: the next call continues every seed's recall
+        wall = time.perf_counter() - t0
+        paused = [TrialResult(s.number, "paused", {"status": "paused", **r}, wall_s=wall) for s, r in zip(specs, recall)]
+        return dataclasses.replace(paused[0], replicas=tuple(paused[1:]))
+    results = [_run_one(s, r) for s, r in zip(specs, recall)]
+    return dataclasses.replace(results[0], replicas=tuple(results[1:]))
+
+
+def _paused(spec: TrialSpec):
+    """``paused_at`` over the spec's recall model when it has a state folder (else nothing)."""
+    import contextlib
+
+    if spec.state_dir is None:
+        return contextlib.nullcontext()
+    from hlnas.score.recall_proxy import paused_at
+
+    os.makedirs(spec.state_dir, exist_ok=True)
+    return paused_at(spec.state_dir, spec.rung_steps, spec.pause_by)
+
+
+def _run_one(spec: TrialSpec, recall: dict | None = None) -> TrialResult:
+    """One trial (``recall``: its fresh-model recall, already trained: see :func:`hlnas.run.run`)."""
     t0 = time.perf_counter()
     # which process ran it and when (wall clock): shows long-lived Ray workers and trials overlapping
     metrics: dict = {"worker_pid": os.getpid(), "started_at": time.time()}
@@ -105,18 +162,16 @@ def run_trial(spec: TrialSpec) -> TrialResult:
 
         metrics.update(layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement))
         if spec.state_dir is not None:
-            from hlnas.score.recall_proxy import paused_at
-
-            os.makedirs(spec.state_dir, exist_ok=True)
-            with paused_at(spec.state_dir, spec.rung_steps, spec.pause_by):
-                result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only or spec.rung_steps is not None)
+            with _paused(spec):
+                result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only or spec.rung_steps is not None,
+                             recall=recall)
             if spec.rung_steps is not None:
                 metrics["rung_steps"] = spec.rung_steps
             elif result.status == "ok" and result.metrics.get("mqar_finished") is False:
                 metrics.update(result.metrics, status="paused", finished_at=time.time())
                 return TrialResult(spec.number, "paused", metrics, wall_s=time.perf_counter() - t0)
         else:
-            result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only)
+            result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only, recall=recall)
         metrics.update(result.metrics)
         if result.status != "ok":
             metrics.update(status=result.status, error_kind=result.error_kind, error=result.error, finished_at=time.time())
@@ -127,8 +182,12 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         metrics["finished_at"] = time.time()
         return TrialResult(spec.number, "ok", metrics, wall_s=time.perf_counter() - t0)
     except Exception as e:  # a failing trial is data: record it, never kill the study
-        kind = _classify(e)
-        status = "infeasible" if kind == "oom" else "failed"
-        msg = f"{type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)[-3:])
-        metrics.update(status=status, error_kind=kind, error=msg[-2000:], finished_at=time.time())
-        return TrialResult(spec.number, status, metrics, kind, msg[-2000:], time.perf_counter() - t0)
+        return _failure(spec, metrics, e, t0)
+
+
+def _failure(spec: TrialSpec, metrics: dict, e: Exception, t0: float) -> TrialResult:
+    kind = _classify(e)
+    status = "infeasible" if kind == "oom" else "failed"
+    msg = f"{type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)[-3:])
+    metrics.update(status=status, error_kind=kind, error=msg[-2000:], finished_at=time.time())
+    return TrialResult(spec.number, status, metrics, kind, msg[-2000:], time.perf_counter() - t0)

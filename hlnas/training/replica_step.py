@@ -9,7 +9,8 @@
   a ``[R]`` learning-rate tensor (each replica its own peak and schedule), one step counter per replica, and weight
   decay on the columns the solo optimizer decays (``hlnas.training.step.make_optimizer``: matrices not marked
   ``_no_weight_decay``). A replica whose ``active`` flag is off is frozen: weights, moments and step counter stay.
-  :meth:`ReplicaAdamW.restart` puts a fresh run (new weights, zero moments, step 0) into a slot.
+  :meth:`ReplicaAdamW.restart` puts a fresh run (new weights, zero moments, step 0) into a slot;
+  :meth:`ReplicaAdamW.slot_state` and :meth:`ReplicaAdamW.load_slot` keep a paused run's row and put it back.
 
 :func:`hlnas.training.step.make_step` takes the replicated model and this optimizer as they are: a loss vector is
 summed for backward and returned whole, the optimizer's own clipping replaces torch's, and everything the step reads
@@ -110,4 +111,18 @@ class ReplicaAdamW:
         self.exp_avg[r].zero_()
         self.exp_avg_sq[r].zero_()
         self.steps[r] = 0
+        self.active[r] = True
+
+    def slot_state(self, r: int) -> dict:
+        """Replica ``r``'s optimizer state (moments and step counter, on the CPU): what a paused run keeps."""
+        return {"exp_avg": self.exp_avg[r].detach().cpu().clone(), "exp_avg_sq": self.exp_avg_sq[r].detach().cpu().clone(),
+                "step": float(self.steps[r])}
+
+    @torch.no_grad()
+    def load_slot(self, r: int, model: nn.Module, state: dict) -> None:
+        """Slot ``r`` continues a paused run: ``model``'s weights and the :meth:`slot_state` it kept, active."""
+        self.model.load_replica(r, model)
+        self.exp_avg[r].copy_(state["exp_avg"])
+        self.exp_avg_sq[r].copy_(state["exp_avg_sq"])
+        self.steps[r] = state["step"]
         self.active[r] = True
