@@ -205,3 +205,26 @@ def test_a_fresh_model_learns_variable_tracking_above_its_baseline():
     assert curve[-1][2] < min(curve[0][2] - 0.5, math.log(3))  # below the copy-any plateau: some association learned
     assert out["mqar_acc"] > out["mqar_baseline"] + 0.05, out
     assert 0 < out["mqar_auc"] < 1
+    from hlnas.score.baselines import recall_metrics  # the study's recall and recall_auc read it unchanged
+
+    rm = recall_metrics(out)
+    assert rm["recall_source"] == "mqar_acc" and rm["recall_auc"] == out["mqar_auc"] and rm["recall"] > 0
+
+
+def test_the_h200_vt_space_separates_its_calibration_ladder_by_lookups():
+    """search_spaces/paper_grid_h200_vt.yaml: VT, and a hop range whose deepest queries need more lookups than 6:1
+    has attention layers but no more than 3:1 has (so the graded check pure -> 6:1 -> 3:1 can pass)."""
+    import pathlib
+
+    import hlnas.calibrate as calib
+    from hlnas.layout import attention_indices
+    from hlnas.space import load_space
+
+    space = load_space(str(pathlib.Path(__file__).parents[2] / "search_spaces" / "paper_grid_h200_vt.yaml"))
+    assert space.name == "paper_grid_h200_vt" and space.score.mqar.task == "vt"
+    task = recall_task(space.score.mqar)
+    lookups = task.hop_range[1] + 1
+    assert len(attention_indices(24, "6:1")) < lookups <= len(attention_indices(24, "3:1"))
+    assert {r.ratio for r in calib.plan(space)} >= {"pure", "6:1", "3:1"}
+    fake = {"kinds": ["control", "graded"]}
+    assert "score.mqar.vt.hops (now [0, 5])" in calib.advice(space, fake) and "kv_pairs" not in calib.advice(space, fake)
