@@ -17,6 +17,10 @@ section 2, for what a fixed budget measured instead):
   no-recall baseline, over the whole step budget. A protocol that trains to a target puts every hybrid that
   learns at the stop; the steps it took to get there still differ (deep-recall-control.md, section 2).
 
+The task is MQAR unless ``score.mqar.task`` is ``vt``: multi-hop variable tracking (:mod:`hlnas.score.vt`), which
+one attention layer cannot carry as it carries any MQAR size; everything else (loss, accuracy, curves, baselines
+beside the score, the ``mqar_*`` result keys) is the same.
+
 Training data come from the train stream (block ``b`` of seed ``s``: train seed ``s * 2**20 + b``),
 validation from train seed ``2**31 - 1 - s``, test from the test stream: never the same instances.
 """
@@ -44,8 +48,8 @@ from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VT_QUERIES, VtTask, hop_range, make_vt, vt_baselines
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
-__all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "recall_task", "make_task", "task_baselines", "recall_model_config", "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target",
-           "paused_at", "RECALL_MODEL_KEYS"]
+__all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "recall_task", "make_task", "task_baselines", "recall_model_config",
+           "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target", "paused_at", "RECALL_MODEL_KEYS"]
 
 #: the tasks the fresh recall model may train on (``score.mqar.task``): Zoology's MQAR, or multi-hop variable tracking
 RECALL_TASKS = ("mqar", "vt")
