@@ -333,8 +333,10 @@ def advice(space, result: dict) -> str:
     objectives = sc.objectives
     if "mqar" in objectives and "mqar_mixed" not in objectives and "ruler" not in objectives:
         mq = sc.mqar
+        size = (f"score.mqar.vt.chains (now {mq.vt.chains}), score.mqar.vt.hops (now {mq.vt.to_dict()['hops']})"
+                if mq.task == "vt" else f"score.mqar.kv_pairs (now {mq.kv_pairs})")
         knobs = (f"score.mqar.steps (now {mq.steps}), score.mqar.lrs (now {list(mq.lrs) or [mq.lr]}), "
-                 f"score.mqar.kv_pairs (now {mq.kv_pairs}) and score.mqar.seq_len (now {mq.seq_len}), "
+                 f"{size} and score.mqar.seq_len (now {mq.seq_len}), "
                  f"score.mqar.model (the recall model's width, now {mq.model or 'the candidate'})")
     elif "mqar_mixed" in objectives:
         tc = space.train
@@ -345,7 +347,7 @@ def advice(space, result: dict) -> str:
     tips = []
     if "control" in result["kinds"]:
         tips.append("to let the all-attention control learn: train longer or sweep learning rates, or make the task "
-                    f"easier (fewer pairs, shorter sequences): {knobs}")
+                    f"easier ({'fewer chains or hops' if 'vt.hops' in knobs else 'fewer pairs'}, shorter sequences): {knobs}")
     if "separation" in result["kinds"]:
         tips.append("to separate the candidates: a harder task (more pairs than a fixed-size state holds) or more training")
     if "pure_below" in result["kinds"] or "graded" in result["kinds"]:

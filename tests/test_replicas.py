@@ -328,3 +328,18 @@ def test_replicas_paused_mid_run_and_continued_give_the_uninterrupted_runs(tmp_p
         assert (w["steps"], w["finished"], [c[:2] for c in w["curve"]]) == (s["steps"], s["finished"], [c[:2] for c in s["curve"]])
         for k, p in s["model"].named_parameters():
             torch.testing.assert_close(dict(w["model"].named_parameters())[k], p, rtol=1e-5, atol=1e-5)
+
+
+def test_train_mqar_seeds_on_vt_gives_each_seed_its_train_mqar_result():
+    """The replicas train whatever task the space's recall proxy trains (score.mqar.task): on multi-hop variable
+    tracking too, each seed's result is its solo train_mqar's, baselines included."""
+    from hlnas.score.recall_proxy import MqarConfig, train_mqar
+    from hlnas.score.recall_replicas import train_mqar_seeds
+
+    base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
+    cfg = MqarConfig(**{**SEEDS_CFG, "task": "vt", "vt": {"chains": 2, "hops": [0, 1]}, "seq_len": 20})
+    layout, seeds = Layout.parse("GAH"), [1, 2]
+    got = train_mqar_seeds(layout, base, cfg, seeds, device="cpu")
+    for seed, g in zip(seeds, got):
+        assert g["mqar"]["task"] == "vt" and g["mqar_baseline"] == pytest.approx(0.5)  # 1 / chains
+        assert_same_recall(g, train_mqar(layout, base, cfg, seed=seed, device="cpu"), f"vt seed {seed}")

@@ -17,6 +17,10 @@ section 2, for what a fixed budget measured instead):
   no-recall baseline, over the whole step budget. A protocol that trains to a target puts every hybrid that
   learns at the stop; the steps it took to get there still differ (deep-recall-control.md, section 2).
 
+The task is MQAR unless ``score.mqar.task`` is ``vt``: multi-hop variable tracking (:mod:`hlnas.score.vt`), which
+one attention layer cannot carry as it carries any MQAR size; everything else (loss, accuracy, curves, baselines
+beside the score, the ``mqar_*`` result keys) is the same.
+
 Training data come from the train stream (block ``b`` of seed ``s``: train seed ``s * 2**20 + b``),
 validation from train seed ``2**31 - 1 - s``, test from the test stream: never the same instances.
 """
@@ -41,11 +45,15 @@ from hlnas.model import seeded_model
 from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
+from hlnas.score.vt import VT_QUERIES, VtTask, hop_range, make_vt, vt_baselines
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
-__all__ = ["MqarConfig", "recall_model_config", "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target",
-           "paused_at", "pause_settings", "mqar_train_batches", "validation_instances", "sweep_result", "RECALL_MODEL_KEYS"]
+__all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "recall_task", "make_task", "task_baselines", "recall_model_config",
+           "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target", "paused_at", "pause_settings",
+           "mqar_train_batches", "validation_instances", "sweep_result", "RECALL_MODEL_KEYS"]
 
+#: the tasks the fresh recall model may train on (``score.mqar.task``): Zoology's MQAR, or multi-hop variable tracking
+RECALL_TASKS = ("mqar", "vt")
 #: ModelConfig fields score.mqar.model may set (the vocabulary is the MQAR one; no parameter-count solve)
 RECALL_MODEL_KEYS = tuple(f for f in ModelConfig.__dataclass_fields__ if f not in ("vocab_size", "target_params"))
 _BLOCK_STEPS = 64  # training batches generated at once
@@ -85,6 +93,32 @@ def check_recall_model_keys(overrides: dict) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class VtConfig:
+    """``score.mqar.vt``: the variable-tracking task's own settings (hlnas.score.vt), read where ``score.mqar.task``
+    is ``vt``; its length and vocabulary are ``score.mqar.seq_len`` and ``score.mqar.vocab``."""
+
+    chains: int = 4  # chains per sequence, each queried once (the no-recall baseline is 1/chains)
+    hops: int | tuple[int, ...] = 2  # per chain: a fixed number, or [lo, hi] drawn uniformly (0: MQAR with '=')
+    query: str = "last"  # the variable asked of each chain: its last (hops lookups + 1), or any one
+
+    def __post_init__(self) -> None:
+        if isinstance(self.hops, list):
+            object.__setattr__(self, "hops", tuple(self.hops))
+        try:
+            hop_range(self.hops)
+        except ConfigError as e:
+            raise ConfigError(f"score.mqar.vt.{str(e).removeprefix('VT ')}") from None
+        if not isinstance(self.chains, int) or isinstance(self.chains, bool) or self.chains < 1:
+            raise ConfigError(f"score.mqar.vt.chains={self.chains!r} is not allowed; allowed: an integer >= 1")
+        if self.query not in VT_QUERIES:
+            raise ConfigError(f"score.mqar.vt.query={self.query!r} is not allowed.{did_you_mean(self.query, VT_QUERIES)} "
+                              f"Allowed: {', '.join(VT_QUERIES)}")
+
+    def to_dict(self) -> dict:
+        return config_to_dict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
 class MqarConfig:
     """``score.mqar`` (hlnas.score.mqar), small enough for a byte vocabulary."""
 
@@ -109,6 +143,10 @@ class MqarConfig:
     graph: bool = True  # on CUDA: one captured CUDA graph per step (hlnas.training.step)
     # seconds after which a rate stops (for sweeps on a lease; a protocol should stop by steps or target)
     budget_s: float | None = None
+    # the task: "mqar" (Zoology's; kv_pairs pairs) or "vt" (multi-hop variable tracking, settings in vt; kv_pairs
+    # unused). Settings stored before this existed read back as mqar.
+    task: str = "mqar"
+    vt: VtConfig = field(default_factory=VtConfig)
 
     def __post_init__(self) -> None:
         tuples_of(self, "lrs")
@@ -126,9 +164,43 @@ class MqarConfig:
         if not isinstance(self.model, dict):
             raise ConfigError(f"score.mqar.model must be a mapping of ModelConfig fields, got {self.model!r}")
         check_recall_model_keys(self.model)
+        if self.task not in RECALL_TASKS:
+            raise ConfigError(f"score.mqar.task={self.task!r} is not allowed.{did_you_mean(self.task, RECALL_TASKS)} "
+                              f"Allowed: {', '.join(RECALL_TASKS)}")
+        if isinstance(self.vt, dict):  # MqarConfig(vt={...}) in code; files and stored studies come through from_dict
+            from hlnas.overrides import config_from_dict
+
+            object.__setattr__(self, "vt", config_from_dict(VtConfig, self.vt, "score.mqar.vt"))
+        if not isinstance(self.vt, VtConfig):
+            raise ConfigError(f"score.mqar.vt must be a mapping of chains, hops, query; got {self.vt!r}")
+        if self.task == "vt":  # refuse a task that does not fit its length or vocabulary now, not at training
+            try:
+                recall_task(self)
+            except ConfigError as e:
+                raise ConfigError(f"score.mqar (task vt, seq_len {self.seq_len}, vocab {self.vocab}): {e}") from None
 
     def to_dict(self) -> dict:
         return config_to_dict(self)
+
+
+def recall_task(cfg: MqarConfig) -> MqarTask | VtTask:
+    """The task ``score.mqar`` trains and scores its recall models on."""
+    if cfg.task == "vt":
+        return VtTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, chains=cfg.vt.chains, hops=cfg.vt.hops, query=cfg.vt.query)
+    return MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+
+
+def make_task(task: MqarTask | VtTask, n: int, seed: int, *, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` instances of ``task`` (:func:`~hlnas.score.mqar.make_mqar` or :func:`~hlnas.score.vt.make_vt`)."""
+    return (make_vt if isinstance(task, VtTask) else make_mqar)(task, n, seed, split=split)
+
+
+def task_baselines(task: MqarTask | VtTask, inputs, labels) -> dict[str, float]:
+    """The no-recall baselines of ``task``'s instances (:func:`~hlnas.score.baselines.mqar_baselines` or
+    :func:`~hlnas.score.vt.vt_baselines`)."""
+    if isinstance(task, VtTask):
+        return vt_baselines(inputs, labels, task.vocab_size)
+    return mqar_baselines(inputs, labels, task.vocab_size, task.token_map)
 
 
 def recall_model_config(model_cfg: ModelConfig, overrides: dict, vocab: int) -> ModelConfig:
@@ -167,7 +239,7 @@ def steps_to_target(curve, target: float | None) -> int | None:
     return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
-def mqar_train_batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0, device=None):
+def mqar_train_batches(mcfg: MqarTask | VtTask, batch: int, seed: int, start: int = 0, device=None):
     """A run's training batches from step ``start`` on: block ``b`` of ``seed`` is train seed ``seed * 2**20 + b`` (the
     solo proxy's and hlnas.score.recall_replicas' stream), generated on the CPU a block at a time (the same instances
     on every device) and moved to ``device`` a block at a time: a copy from pageable host memory synchronises its
@@ -175,7 +247,7 @@ def mqar_train_batches(mcfg: MqarTask, batch: int, seed: int, start: int = 0, de
     were serialised by one such copy a step (12 streams ran 0.81x 12 processes on the H200, 2026-12-02)."""
     block, skip = divmod(start, _BLOCK_STEPS)
     while True:
-        x, y = make_mqar(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
+        x, y = make_task(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
         x, y = _to_device(x, device), _to_device(y, device)
         for i in range(skip, _BLOCK_STEPS):
             yield x[i * batch : (i + 1) * batch], y[i * batch : (i + 1) * batch]
@@ -212,7 +284,7 @@ def _load_state(path: str, model, opt) -> dict:
     return saved
 
 
-def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig, lr: float, seed: int, device, val,
+def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask | VtTask, cfg: MqarConfig, lr: float, seed: int, device, val,
               state: str | None = None, stop_at: int | None = None, until: float | None = None) -> dict:
     from hlnas.training.step import WARMUP_STEPS, make_optimizer, make_step, set_lr
 
@@ -282,9 +354,9 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask, cfg: MqarConfig
             "error": error, "model": model}
 
 
-def validation_instances(mcfg: MqarTask, cfg: MqarConfig, seed: int):
+def validation_instances(mcfg: MqarTask | VtTask, cfg: MqarConfig, seed: int):
     """A seed's validation instances (train seed ``2**31 - 1 - seed``: never one of its training blocks)."""
-    return make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
+    return make_task(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
 
 
 def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed: int = 0, device=None) -> dict:
@@ -294,7 +366,7 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     Returns ``mqar_acc`` (test accuracy of the best rate), ``mqar_baselines`` (no-recall strategies on the
     same test instances), ``mqar_baseline`` (the strongest), and ``mqar`` (settings, per-rate curves)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    mcfg = recall_task(cfg)
     rcfg = recall_model_config(model_cfg, dict(cfg.model), cfg.vocab)
     val = validation_instances(mcfg, cfg, seed)
     t0 = time.perf_counter()
@@ -317,9 +389,9 @@ def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -
     the graded measures, the kept rate, its test accuracy beside the no-recall baselines. One function for the solo
     sweep and hlnas.score.recall_replicas, so both report alike."""
     vocab = cfg.vocab
-    mcfg = MqarTask(vocab_size=vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
-    xt, yt = make_mqar(mcfg, cfg.test, cfg.test_seed, split="test")
-    _, val_base = strongest(mqar_baselines(*val, vocab))
+    mcfg = recall_task(cfg)
+    xt, yt = make_task(mcfg, cfg.test, cfg.test_seed, split="test")
+    _, val_base = strongest(task_baselines(mcfg, *val))
     pause = _PAUSE.get()
     # a paused run measures up to its budget: its graded measure is over the steps it had
     budget = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
@@ -330,7 +402,7 @@ def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -
     best = max(ok, key=lambda r: (r["val_acc"], -r["steps"]))
     with autocast_context(device, autocast_dtype("auto", device)):
         acc = mqar_accuracy(best["model"], xt, yt, batch_size=cfg.batch, device=device) if best["error"] is None else 0.0
-    base = mqar_baselines(xt, yt, vocab)
+    base = task_baselines(mcfg, xt, yt)
     name, b = strongest(base)
     out = {
         "mqar_acc": acc, "mqar_baselines": base, "mqar_baseline": b, "mqar_baseline_name": name,
@@ -338,7 +410,8 @@ def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -
         "mqar_final_loss": best["final_loss"],
         # the graded measure: the kept rate's area under its corrected validation curve (learning_auc)
         "mqar_auc": best["auc"], "mqar_steps_to_target": best["steps_to_target"], "mqar_val_baseline": round(val_base, 4),
-        "mqar": {"seq_len": mcfg.seq_len, "kv_pairs": mcfg.num_kv_pairs, "vocab": vocab, "steps": cfg.steps,
+        "mqar": {"task": cfg.task, "seq_len": mcfg.seq_len, "vocab": vocab, "steps": cfg.steps,
+                 **({"vt": cfg.vt.to_dict()} if cfg.task == "vt" else {"kv_pairs": mcfg.num_kv_pairs}),
                  "target": cfg.target, "test": cfg.test, "test_seed": cfg.test_seed,
                  "model": {k: v for k, v in best["model"].cfg.to_dict().items()
                            if k in ("d_model", "n_heads", "n_layers", "mlp_hidden", "vocab_size", "residual_init")},

@@ -34,8 +34,9 @@ from hlnas.errors import ConfigError
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import MqarTask, mqar_accuracy, mqar_loss
-from hlnas.score.recall_proxy import (MqarConfig, mqar_train_batches, pause_settings, recall_model_config, sweep_result,
-                                      validation_instances)
+from hlnas.score.vt import VtTask
+from hlnas.score.recall_proxy import (MqarConfig, mqar_train_batches, pause_settings, recall_model_config, recall_task,
+                                      sweep_result, validation_instances)
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_replicas", "train_mqar_seeds"]
@@ -47,7 +48,7 @@ _RATE_KEYS = ("finished", "lr", "val_acc", "steps", "curve", "mode", "final_loss
 class _Run:
     """One run ``(seed, lr)``: its solo model, batches, schedule and curve; continued from ``path`` if a state is there."""
 
-    def __init__(self, seed: int, lr: float, path: str | None, layout, rcfg, mcfg: MqarTask, cfg: MqarConfig, warm: int,
+    def __init__(self, seed: int, lr: float, path: str | None, layout, rcfg, mcfg: MqarTask | VtTask, cfg: MqarConfig, warm: int,
                  device=None):
         self.seed, self.lr, self.path, self.mcfg, self.cfg, self.device = int(seed), float(lr), path, mcfg, cfg, device
         self.model = seeded_model(layout, rcfg, self.seed)  # its weights; at the end, its trained weights
@@ -111,7 +112,7 @@ def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, s
     from hlnas.training.replicas import replicate
     from hlnas.training.step import WARMUP_STEPS, make_step
 
-    mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    mcfg = recall_task(cfg)  # MQAR or VT, as the solo proxy
     rcfg = recall_model_config(model_cfg, dict(cfg.model), cfg.vocab)
     pause = pause_settings()
     limit = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
@@ -289,7 +290,7 @@ def train_mqar_seeds(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, se
         raise ConfigError(f"train_mqar_seeds: each seed once, got {seeds}")
     device = _device(device)
     pause = pause_settings()
-    mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    mcfg = recall_task(cfg)  # MQAR or VT, as the solo proxy
     rates = [float(lr) for lr in (cfg.lrs or (cfg.lr,))]
     chains = [[(s, lr, None if pause is None else os.path.join(pause[0], f"mqar_seed{s}_rate{i}.pt"))
                for i, lr in enumerate(rates)] for s in seeds]
