@@ -50,7 +50,7 @@ from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run
 
 __all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "recall_task", "make_task", "task_baselines", "recall_model_config",
            "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target", "paused_at", "pause_settings",
-           "mqar_train_batches", "validation_instances", "sweep_result", "RECALL_MODEL_KEYS"]
+           "mqar_train_batches", "validation_instances", "sweep_result", "check_stop", "RECALL_MODEL_KEYS"]
 
 #: the tasks the fresh recall model may train on (``score.mqar.task``): Zoology's MQAR, or multi-hop variable tracking
 RECALL_TASKS = ("mqar", "vt")
@@ -327,15 +327,9 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask | VtTask, cfg: M
         if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
             print(f"[recall] {layout} lr={lr:g} step={done} val={acc:.3f} loss={lv:.3f} t={time.perf_counter() - t0:.0f}s "
                   f"mode={mode}", file=sys.stderr, flush=True)
-        if cfg.target is not None and acc >= cfg.target:
-            stop["reached"] = True
-            return True
-        if cfg.budget_s is not None and time.perf_counter() - t0 > cfg.budget_s:
-            return True
-        if until is not None and time.time() >= until and done < limit:
-            stop["out_of_time"] = True  # paused by the clock: a later run continues from the saved state
-            return True
-        return False
+        why = check_stop(cfg, acc, time.perf_counter() - t0, until, done, limit)
+        stop["reached"], stop["out_of_time"] = why == "target", why == "out_of_time"
+        return why is not None
 
     start = done
     done = run_steps(step_fn, opt, batches, lr_at, start=start, stop=start if finished else limit, after_step=after_step)
@@ -352,6 +346,20 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask | VtTask, cfg: M
     return {"finished": finished, "lr": lr, "val_acc": curve[-1][1] if curve else 0.0, "steps": done, "curve": curve, "mode": mode,
             "final_loss": curve[-1][2] if curve else None, "wall_s": round(wall_s, 2), "resumed_s": before_s,
             "error": error, "model": model}
+
+
+def check_stop(cfg: MqarConfig, acc: float, elapsed_s: float, until: float | None, done: int, limit: int) -> str | None:
+    """Why a recall run stops at a validation check with accuracy ``acc``: ``"target"`` (reached ``cfg.target``),
+    ``"budget"`` (past ``cfg.budget_s`` seconds), ``"out_of_time"`` (the wall clock passed ``until`` before ``limit``
+    steps: paused, a later call continues it from its saved state), or None. The one stop rule of the solo proxy and
+    its replicas (hlnas.score.recall_replicas)."""
+    if cfg.target is not None and acc >= cfg.target:
+        return "target"
+    if cfg.budget_s is not None and elapsed_s > cfg.budget_s:
+        return "budget"
+    if until is not None and time.time() >= until and done < limit:
+        return "out_of_time"
+    return None
 
 
 def validation_instances(mcfg: MqarTask | VtTask, cfg: MqarConfig, seed: int):

@@ -35,8 +35,8 @@ from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import MqarTask, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VtTask
-from hlnas.score.recall_proxy import (MqarConfig, mqar_train_batches, pause_settings, recall_model_config, recall_task,
-                                      sweep_result, validation_instances)
+from hlnas.score.recall_proxy import (MqarConfig, check_stop, mqar_train_batches, pause_settings, recall_model_config,
+                                      recall_task, sweep_result, validation_instances)
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_replicas", "train_mqar_seeds"]
@@ -208,15 +208,9 @@ def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, s
         if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
             print(f"[recall] {layout} seed={run.seed} lr={run.lr:g} step={run.done} val={acc:.3f} loss={lv:.3f} "
                   f"t={time.perf_counter() - run.t0:.0f}s mode={mode} replicas={R}", file=sys.stderr, flush=True)
-        if cfg.target is not None and acc >= cfg.target:
-            run.reached = True
-            return True
-        if cfg.budget_s is not None and time.perf_counter() - run.t0 > cfg.budget_s:
-            return True
-        if until is not None and time.time() >= until and run.done < limit:
-            run.out_of_time = True  # paused by the clock: a later call continues from the saved state
-            return True
-        return run.done >= limit
+        why = check_stop(cfg, acc, time.perf_counter() - run.t0, until, run.done, limit)
+        run.reached, run.out_of_time = why == "target", why == "out_of_time"
+        return why is not None or run.done >= limit
 
     while any(run is not None for run in slot):
         if pending is None:
