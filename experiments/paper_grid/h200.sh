@@ -17,9 +17,9 @@
 #   capped to leave the closing archive 30 s of CALL_LIMIT.
 # RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
 # auto: chosen by a bench_proxy step earlier in the call (BENCH_PROXY_ARGS: its options, e.g. fewer runs and steps)
-# CAL_REPLICAS=1: calibrate_by trains each layout's seeds as replicas of one recall model in one run (hlnas calibrate
-# --replicas; issue #21). Unmeasured on the GPU: off unless set. Paused solo runs are not continued as replicas
-# (their recall starts again, with the same result)
+# CAL_REPLICAS=1 (or auto: see pick_replicas): calibrate_by trains each layout's seeds as replicas of one recall model
+# in one run (hlnas calibrate --replicas; issue #21). Unmeasured on the GPU: off unless set. Paused solo runs are not
+# continued as replicas (their recall starts again, with the same result)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
 # A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
@@ -129,6 +129,24 @@ PY
   WORKERS=${W:-3} RUNS_PER_WORKER=${R:-1}; [ "${M:-0}" = 1 ] && start_mps
   say "bench_proxy says: $WORKERS workers x $RUNS_PER_WORKER runs each${MPS_ON:+, under MPS}"
 }
+# CAL_REPLICAS=auto: replicas (hlnas calibrate --replicas) only where this machine showed them right and faster: a
+# gpu_tests step passed (the replicas' GPU tests among them) and a bench_proxy step measured 2 runs as replicas at
+# least 1.2x as many steps/s as 2 processes on every layout; else solo runs. Decided once per machine (kept in
+# $STATE), so back-to-back calls do not switch a study's paused runs between the two.
+pick_replicas() {
+  [ "${CAL_REPLICAS:-0}" = auto ] || return 0
+  if [ -f $STATE/cal_replicas ]; then CAL_REPLICAS=$(cat $STATE/cal_replicas); say "replicas: $CAL_REPLICAS (decided earlier)"; return 0; fi
+  local ok=0
+  grep -q "^gpu_tests rc=0" $STATE/gpu_tests_rc 2>/dev/null && ok=$(python3 - "$OUT/logs" <<'PY'
+import csv, glob, sys
+rows = [r for f in glob.glob(sys.argv[1] + "/proxy_throughput_*.csv") for r in csv.DictReader(open(f))]
+ratios = [float(r["ratio"] or 0) for r in rows if r["mode"] == "replicas" and int(r["n_runs"]) == 2]
+print(1 if ratios and min(ratios) >= 1.2 else 0)
+PY
+)
+  CAL_REPLICAS=${ok:-0}; echo $CAL_REPLICAS >$STATE/cal_replicas
+  say "replicas: $CAL_REPLICAS (gpu_tests: $(cat $STATE/gpu_tests_rc 2>/dev/null || echo 'not run'); bench: 2 replicas vs 2 processes)"
+}
 # MPS=1 (or a bench_proxy that measured it best): NVIDIA's Multi-Process Service, so worker processes' kernels run
 # at the same time instead of time-slicing the GPU; stopped at the end of the call
 start_mps() {
@@ -179,6 +197,7 @@ PY
       pick_workers
       export HLNAS_RECALL_PROGRESS=1  # a line per validation check: a run killed by the hard stop still tells
       # CAL_SPACE defaults to the grid's space and study, so the grid reuses the calibration's seed-0 runs
+      pick_replicas
       timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-$SPACE} --study ${CAL_STUDY:-$GRID_STUDY} \
         --storage $DB --executor processes --workers ${WORKERS:-5} --runs-per-worker ${RUNS_PER_WORKER:-1} --no-progress \
         --timeout $left $([ "${CAL_REPLICAS:-0}" = 1 ] && echo --replicas) \
@@ -217,7 +236,7 @@ PY
       [[ $step == gpu_tests:* ]] && t=${step#gpu_tests:} || t=150
       timeout $(cap $t) python3 -m pytest -q -rP -m gpu ${GPU_TESTS:-tests/test_replicas.py tests/score/test_recall_proxy.py tests/test_executors_concurrent.py} \
         -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
-      say "gpu_tests rc=$?"; tail -n 5 "$OUT/logs/gpu_tests.log" ;;
+      rc=$?; say "gpu_tests rc=$rc"; echo "gpu_tests rc=$rc" >$STATE/gpu_tests_rc; tail -n 5 "$OUT/logs/gpu_tests.log" ;;
     sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
                  # the script's start, running ones are cut 30 s before CALL_LIMIT; SWEEP_ARGS: its other options
       left=$(( ${step#sweep_by:} - ($(date +%s) - t0) )); grace=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) - left ))
