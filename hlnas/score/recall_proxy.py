@@ -50,7 +50,7 @@ from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run
 
 __all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "recall_task", "make_task", "task_baselines", "recall_model_config",
            "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target", "paused_at", "pause_settings",
-           "mqar_train_batches", "validation_instances", "sweep_result", "check_stop", "RECALL_MODEL_KEYS"]
+           "mqar_train_batches", "validation_instances", "sweep_result", "check_stop", "save_state", "RECALL_MODEL_KEYS"]
 
 #: the tasks the fresh recall model may train on (``score.mqar.task``): Zoology's MQAR, or multi-hop variable tracking
 RECALL_TASKS = ("mqar", "vt")
@@ -261,10 +261,16 @@ def _to_device(t: torch.Tensor, device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def _save_state(path: str, model, opt, state: dict) -> None:
+def save_state(path: str, state: dict) -> None:
+    """A paused recall run's ``state`` to ``path``, atomically: a run killed while saving leaves the previous state
+    (the solo proxy's and hlnas.score.recall_replicas' runs)."""
     tmp = path + ".tmp"
-    torch.save({**state, "model": model.state_dict(), "opt": opt.state_dict()}, tmp)
-    os.replace(tmp, path)  # atomic: a run killed while saving leaves the previous state
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _save_state(path: str, model, opt, state: dict) -> None:
+    save_state(path, {**state, "model": model.state_dict(), "opt": opt.state_dict()})
 
 
 def _load_state(path: str, model, opt) -> dict:

@@ -36,7 +36,7 @@ from hlnas.model import seeded_model
 from hlnas.score.mqar import MqarTask, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VtTask
 from hlnas.score.recall_proxy import (MqarConfig, check_stop, mqar_train_batches, pause_settings, recall_model_config,
-                                      recall_task, sweep_result, validation_instances)
+                                      recall_task, save_state, sweep_result, validation_instances)
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_replicas", "train_mqar_seeds"]
@@ -97,11 +97,9 @@ class _Run:
 
     def save(self, opt_row: dict) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        tmp = self.path + ".tmp"
-        torch.save({"done": self.done, "drawn": self.drawn, "curve": self.curve, "error": self.error, "finished": self.finished,
-                    "wall_s": self.before_s + time.perf_counter() - self.t0,
-                    "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}, "opt": opt_row}, tmp)
-        os.replace(tmp, self.path)  # atomic: a run killed while saving leaves the previous state
+        save_state(self.path, {"done": self.done, "drawn": self.drawn, "curve": self.curve, "error": self.error,
+                               "finished": self.finished, "wall_s": self.before_s + time.perf_counter() - self.t0,
+                               "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}, "opt": opt_row})
 
 
 def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, slots: int | None, device) -> list[list[dict]]:
