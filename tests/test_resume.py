@@ -54,7 +54,7 @@ def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, 
         now = time.monotonic()
         # a trial with its layout chosen: one just asked (no params yet) is not training anything, and one that is
         # told a stored result at once (a re-proposed layout) is RUNNING for a moment only: a trial counts as
-        # training once it has been RUNNING for 0.2 s (the tiny trials here train for about a second)
+        # training once it has been RUNNING for 0.2 s (stoppable_space's trials take 1-2.5 s on an idle core)
         running = [t for t in ts if t.state == TrialState.RUNNING and t.params]
         for t in running:
             seen.setdefault(t.number, now)
@@ -71,9 +71,11 @@ def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, 
 
 
 def stoppable_space(tmp_path):
-    """A space file of 7 layouts whose trials train ~1 s each: a wide window to stop a search in."""
+    """A space file of 7 layouts whose trials take 1-2.5 s each on an idle core: a wide window to stop a search in.
+    Their LM half (256 steps) is what sets the window: the recall half stops at its target, so with 32 LM steps an
+    all-attention trial ended within 0.35 s, before the 0.2 s RUNNING check could catch it mid-trial."""
     raw = tiny_raw(mixers=["gla", "hgrn"], sampler="random")
-    raw["scale"]["train"]["tokens"] = 4096
+    raw["scale"]["train"]["tokens"] = 32768
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump(raw))
     return space_file
