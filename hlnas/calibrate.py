@@ -177,10 +177,22 @@ def run_summary(run: CalibrationRun, status: str, metrics: dict) -> dict:
     """What the study stores of one calibration run."""
     raw, base = training_length_recall(metrics)
     keep = ("recall", "recall_raw", "recall_baseline", "recall_baseline_name", "recall_source", "recall_auc", "mqar_lr",
-            "mqar_steps_done", "mqar_steps_to_target", "val_loss", "error_kind", "error", "wall_s", "train_wall_s", "mqar_s")
+            "mqar_steps_done", "mqar_steps_to_target", "mqar_by_hop", "val_loss", "error_kind", "error", "wall_s",
+            "train_wall_s", "mqar_s")
     return {"key": run.key, "role": run.role, "mixer": run.mixer, "layout": run.layout, "seed": run.seed, "ratio": run.ratio,
             "status": status, "raw_train_length": raw, "baseline_train_length": base,
             **{k: metrics[k] for k in keep if k in metrics}}
+
+
+def _mean_by_hop(summaries: list[dict]) -> dict[str, dict] | None:
+    """Per hop count of the query (VT protocols), the seeds' mean test accuracy and the strongest no-recall baseline
+    of those queries; None where the runs store no split (MQAR, older studies)."""
+    splits = [r["mqar_by_hop"] for r in summaries if r.get("mqar_by_hop")]
+    if not splits:
+        return None
+    hops = sorted({h for s in splits for h in s}, key=int)
+    return {h: {"acc": sum(s[h]["acc"] for s in splits if h in s) / sum(h in s for s in splits),
+                "baseline": max(s[h]["baseline"] for s in splits if h in s)} for h in hops}
 
 
 def _spread(values: list[float], floor: float) -> float:
@@ -219,7 +231,7 @@ def verdict(space, runs: dict[str, dict]) -> dict:
                "baseline": max(bases) if bases else None, "failed_runs": [r["key"] for r in got if r not in ok],
                "lr": [r.get("mqar_lr") for r in ok], "graded": graded,
                "graded_mean": sum(graded) / len(graded) if graded else None,
-               "graded_spread": _spread(graded, cfg.spread_floor)}
+               "graded_spread": _spread(graded, cfg.spread_floor), "by_hop": _mean_by_hop(ok)}
         rows.append(row)
     index = {(r["role"], r["mixer"]): r for r in rows if r["role"] != "ladder"}
     for row in rows:
@@ -390,7 +402,24 @@ def format_table(result: dict) -> str:
                  f"every pure model and {cfg['hybrid_ratio']} hybrid more than 2x its seed spread from its no-recall "
                  "baseline or from its partner)")
     lines += mixer_lines(result)
+    lines += hop_lines(result)
     return "\n".join(lines)
+
+
+def hop_lines(result: dict) -> list[str]:
+    """VT protocols: each row's mean test accuracy by hops of the query (a query h hops from its value needs h + 1
+    lookups), the strongest no-recall baseline of those queries in brackets; [] where no run stores the split."""
+    rows = [r for r in result["rows"] if r.get("by_hop")]
+    if not rows:
+        return []
+    hops = sorted({h for r in rows for h in r["by_hop"]}, key=int)
+    lines = ["test accuracy by hops of the query (h hops: h + 1 lookups; mean over seeds, [no-recall baseline]):",
+             f"  {'layout':<26} " + " ".join(f"{'h=' + h:>14}" for h in hops)]
+    for r in rows:
+        cells = [f"{r['by_hop'][h]['acc']:.3f} [{r['by_hop'][h]['baseline']:.3f}]" if h in r["by_hop"] else "-"
+                 for h in hops]
+        lines.append(f"  {r['layout'][:26]:<26} " + " ".join(f"{c:>14}" for c in cells))
+    return lines
 
 
 def mixer_lines(result: dict) -> list[str]:

@@ -80,12 +80,12 @@ def _calibration_table(data: StudyData) -> str:
     verdict = cal.get("verdict")
     if not verdict:
         return f"<p>Calibration: {html.escape(str(cal.get('status', 'not run (a study from before calibration)')))}.</p>"
-    from hlnas.calibrate import TABLE_COLUMNS, mixer_lines, summary, table_cells
+    from hlnas.calibrate import TABLE_COLUMNS, hop_lines, mixer_lines, summary, table_cells
 
     head = "".join(f"<th>{html.escape(c)}</th>" for c in TABLE_COLUMNS)
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>" for cells in table_cells(verdict))
     state = summary(verdict)
-    checks = "\n".join(mixer_lines(verdict))  # per mixer: pure below its hybrid, the graded ladder
+    checks = "\n".join(mixer_lines(verdict) + hop_lines(verdict))  # per mixer checks; VT: accuracy by hops
     checks = f"<pre>{html.escape(checks)}</pre>" if checks else ""
     return (f"<p>The protocol is {html.escape(state)}.</p><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
             f"{checks}")

@@ -101,6 +101,27 @@ def test_verdict_valid_when_the_control_learns_and_everything_is_separated():
     assert "pure below its hybrid in every seed, beyond 2x the seed spread (2 mixers): gla yes (+0.675), hgrn yes (+0.680)" in table
 
 
+def test_a_vt_protocol_shows_each_rows_accuracy_by_hops_beside_its_baseline():
+    runs = runs_of(GOOD)
+    split = {"control:transformer": [(0.99, 0.98), (0.97, 0.96)], "hybrid:gla": [(0.98, 0.40), (0.96, 0.30)]}
+    for group, seeds in split.items():
+        for seed, (h0, h1) in enumerate(seeds):
+            runs[f"{group}:s{seed}"]["mqar_by_hop"] = {
+                "0": {"acc": h0, "n": 100, "baseline": 0.25, "baseline_name": "copy_any"},
+                "1": {"acc": h1, "n": 100, "baseline": 0.25 + 0.01 * seed, "baseline_name": "copy_any"}}
+    v = verdict(space_from_dict(raw_space()), runs)
+    rows = {(r["role"], r["mixer"]): r for r in v["rows"]}
+    assert rows[("hybrid", "gla")]["by_hop"] == {"0": {"acc": pytest.approx(0.97), "baseline": 0.25},
+                                                 "1": {"acc": pytest.approx(0.35), "baseline": 0.26}}
+    assert rows[("pure", "gla")]["by_hop"] is None  # stored no split (MQAR, older studies)
+    table = calibrate.format_table(v).splitlines()
+    head = table.index("test accuracy by hops of the query (h hops: h + 1 lookups; mean over seeds, [no-recall baseline]):")
+    assert table[head + 1].split() == ["layout", "h=0", "h=1"]
+    gla = [line for line in table[head + 2:] if line.split()[0] == rows[("hybrid", "gla")]["layout"]]
+    assert gla and gla[0].split()[1:] == ["0.970", "[0.250]", "0.350", "[0.260]"]
+    assert "by hops" not in calibrate.format_table(verdict(space_from_dict(raw_space()), runs_of(GOOD)))
+
+
 def test_verdict_names_a_control_that_did_not_learn_and_by_how_much():
     v = verdict(space_from_dict(raw_space()), runs_of({**GOOD, "control:transformer": (0.23, 0.95)}))
     assert not v["valid"] and v["kinds"] == ["control"]

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from hlnas.data.packing import not_a_target
 from hlnas.errors import ConfigError
 
-__all__ = ["MqarTask", "make_mqar", "mqar_accuracy", "mqar_loss", "mqar_documents", "mqar_token_map", "as_documents", "TEST_SEED_OFFSET"]
+__all__ = ["MqarTask", "make_mqar", "mqar_accuracy", "label_hits", "hits_accuracy", "mqar_loss", "mqar_documents", "mqar_token_map", "as_documents", "TEST_SEED_OFFSET"]
 
 TEST_SEED_OFFSET = 2**31
 IGNORE = -100
@@ -162,11 +162,10 @@ def mqar_loss(logits: Tensor, labels: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def mqar_accuracy(model: nn.Module, inputs: Tensor, labels: Tensor, batch_size: int = 64, device=None) -> float:
-    """Zoology's accuracy: per example, the mean of (argmax == label) over labelled positions; then the mean.
+def label_hits(model: nn.Module, inputs: Tensor, labels: Tensor, batch_size: int = 64, device=None) -> Tensor:
+    """``[n, L]`` bool on the CPU: where ``argmax(model(inputs)) == labels`` at a labelled position (False elsewhere).
 
-    ``model(input_ids [B, L]) -> logits [B, L, V]``. Examples without labels are left out.
-    """
+    ``model(input_ids [B, L]) -> logits [B, L, V]``."""
     if inputs.shape != labels.shape or inputs.dim() != 2:
         raise ConfigError(f"inputs and labels must both be [n, L], got {tuple(inputs.shape)} and {tuple(labels.shape)}")
     if batch_size < 1:
@@ -176,20 +175,35 @@ def mqar_accuracy(model: nn.Module, inputs: Tensor, labels: Tensor, batch_size: 
         device = p.device if p is not None else torch.device("cpu")
     was_training = model.training
     model.eval()
-    total, count = 0.0, 0
+    hits = []
     try:
         for s in range(0, inputs.shape[0], batch_size):
             x, y = inputs[s : s + batch_size].to(device), labels[s : s + batch_size].to(device)
             logits = model(x)
             if logits.shape[-1] <= int(y.max()):
                 raise ConfigError(f"label token {int(y.max())} is outside the model's vocabulary of {logits.shape[-1]}; lower MqarTask.vocab_size or map tokens")
-            mask = y != IGNORE
-            hit = (logits.argmax(-1) == y) & mask
-            has = mask.sum(1) > 0
-            total += (hit.sum(1)[has].double() / mask.sum(1)[has].double()).sum().item()
-            count += int(has.sum())
+            hits.append(((logits.argmax(-1) == y) & (y != IGNORE)).cpu())
     finally:
         model.train(was_training)
-    if count == 0:
+    return torch.cat(hits)
+
+
+def hits_accuracy(hits: Tensor, labels: Tensor) -> float:
+    """Zoology's accuracy of :func:`label_hits`: per example, the mean over its labelled positions; then the mean
+    over examples. Examples without labels are left out."""
+    mask = labels != IGNORE
+    has = mask.sum(1) > 0
+    if not bool(has.any()):
         raise ConfigError("no labelled positions in labels; nothing to score")
-    return total / count
+    per = hits.sum(1)[has].double() / mask.sum(1)[has].double()
+    return per.sum().item() / int(has.sum())
+
+
+def mqar_accuracy(model: nn.Module, inputs: Tensor, labels: Tensor, batch_size: int = 64, device=None) -> float:
+    """Zoology's accuracy: per example, the mean of (argmax == label) over labelled positions; then the mean.
+
+    ``model(input_ids [B, L]) -> logits [B, L, V]``. Examples without labels are left out.
+    """
+    if inputs.shape == labels.shape and not bool((labels != IGNORE).any()):
+        raise ConfigError("no labelled positions in labels; nothing to score")
+    return hits_accuracy(label_hits(model, inputs, labels, batch_size, device), labels)

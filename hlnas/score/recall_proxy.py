@@ -44,8 +44,8 @@ from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
-from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
-from hlnas.score.vt import VT_QUERIES, VtTask, hop_range, make_vt, vt_baselines
+from hlnas.score.mqar import MqarTask, hits_accuracy, label_hits, make_mqar, mqar_accuracy, mqar_loss
+from hlnas.score.vt import VT_QUERIES, VtTask, accuracy_by_hop, hop_range, make_vt, vt_baselines
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
 __all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "recall_task", "make_task", "task_baselines", "recall_model_config",
@@ -414,8 +414,11 @@ def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -
         r["auc"] = learning_auc(r["curve"], budget, val_base, r["steps_to_target"] is not None)
     ok = [r for r in runs if r["error"] is None] or runs
     best = max(ok, key=lambda r: (r["val_acc"], -r["steps"]))
-    with autocast_context(device, autocast_dtype("auto", device)):
-        acc = mqar_accuracy(best["model"], xt, yt, batch_size=cfg.batch, device=device) if best["error"] is None else 0.0
+    hits = None
+    if best["error"] is None:
+        with autocast_context(device, autocast_dtype("auto", device)):
+            hits = label_hits(best["model"], xt, yt, batch_size=cfg.batch, device=device)
+    acc = hits_accuracy(hits, yt) if hits is not None else 0.0
     base = task_baselines(mcfg, xt, yt)
     name, b = strongest(base)
     out = {
@@ -433,6 +436,8 @@ def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -
                  "params": best["model"].num_params(), "mode": best["mode"],
                  "runs": [{k: v for k, v in r.items() if k != "model"} for r in runs]},
     }
+    if isinstance(mcfg, VtTask) and hits is not None:  # whether a layout chains: accuracy per hop count of the query
+        out["mqar_by_hop"] = accuracy_by_hop(hits, xt, yt, vocab)
     if best["error"] is not None:
         out["mqar_error"] = best["error"]
     if pause is not None:  # where this run stopped, and whether a longer budget would train more

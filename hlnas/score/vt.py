@@ -39,7 +39,7 @@ from torch import Tensor
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.overrides import is_int
 
-__all__ = ["VtTask", "make_vt", "vt_baselines", "order_leak", "trace_answers", "hop_range", "VT_QUERIES", "VT_STRATEGIES", "FILLER", "ASSIGN",
+__all__ = ["VtTask", "make_vt", "vt_baselines", "order_leak", "trace_answers", "accuracy_by_hop", "hop_range", "VT_QUERIES", "VT_STRATEGIES", "FILLER", "ASSIGN",
            "QUERY", "FIRST_VARIABLE", "TEST_SEED_OFFSET"]
 
 TEST_SEED_OFFSET = 2**31
@@ -220,16 +220,15 @@ def order_leak(inputs: Tensor, labels: Tensor, vocab_size: int) -> float:
     return _strategies(inputs, labels, vocab_size, ("nth_value",))["nth_value"]
 
 
-def _strategies(inputs: Tensor, labels: Tensor, vocab_size: int, names) -> dict[str, float]:
+def _query_scores(inputs: Tensor, labels: Tensor, vocab_size: int, names) -> dict[str, list[list[float]]]:
+    """Per strategy, per example, the score of each of its queries (in position order)."""
     if inputs.shape != labels.shape or inputs.dim() != 2:
         raise ValueError(f"inputs and labels must both be [n, L], got {tuple(inputs.shape)} and {tuple(labels.shape)}")
     half = vocab_size // 2
-    totals, count = dict.fromkeys(names, 0.0), 0
+    out: dict[str, list[list[float]]] = {k: [] for k in names}
     for xs, ys in zip(inputs.tolist(), labels.tolist()):
         queries = [q for q, y in enumerate(ys) if y != IGNORE]
-        if not queries:
-            continue
-        per = dict.fromkeys(names, 0.0)
+        per: dict[str, list[float]] = {k: [] for k in names}
         for i, q in enumerate(queries):
             answer = ys[q]
             given = [s for _, _, s in _statements(xs, q) if half <= s]  # values in assignment order
@@ -239,10 +238,53 @@ def _strategies(inputs: Tensor, labels: Tensor, vocab_size: int, names) -> dict[
                      "recent_value": lambda: float(bool(given) and given[-1] == answer),
                      "nth_value": lambda: float(i < len(distinct) and distinct[i] == answer)}
             for k in names:
-                per[k] += score[k]()
+                per[k].append(score[k]())
         for k in names:
-            totals[k] += per[k] / len(queries)
+            out[k].append(per[k])
+    return out
+
+
+def _strategies(inputs: Tensor, labels: Tensor, vocab_size: int, names) -> dict[str, float]:
+    scores = _query_scores(inputs, labels, vocab_size, names)
+    totals, count = dict.fromkeys(names, 0.0), 0
+    for i in range(inputs.shape[0]):
+        if not scores[names[0]][i]:
+            continue
+        for k in names:
+            totals[k] += sum(scores[k][i]) / len(scores[k][i])
         count += 1
     if count == 0:
         raise ValueError("no labelled positions in labels; nothing to score")
     return {k: v / count for k, v in totals.items()}
+
+
+def accuracy_by_hop(hits: Tensor, inputs: Tensor, labels: Tensor, vocab_size: int) -> dict[str, dict]:
+    """Test accuracy split by how many hops each query's variable is from its value (``hops + 1`` lookups), beside
+    the no-recall baselines of the same queries: ``{str(hops): {"acc", "n", "baseline", "baseline_name"}}``.
+
+    ``hits``: ``[n, L]`` bool, right answers at labelled positions (:func:`hlnas.score.mqar.label_hits`). Accuracy
+    here is the mean over the queries at that hop count (not Zoology's per-example mean: an example mixes hop
+    counts). This is what says whether a layout *chains* lookups: with a hop range, a model that does fewer lookups
+    than a query needs can still guess among the values of the longer chains, so compare each hop's accuracy with
+    the same hop's accuracy of the all-attention control, not with a total. Each hop has its own baseline: a longer
+    chain states its value first, so the latest value statement is a 0-hop chain's more often than ``1/C``
+    (``recent_value`` scored 0.46 on 0-hop queries of 4 chains of 0-3 hops, where copy-any is 0.25)."""
+    if hits.shape != labels.shape:
+        raise ValueError(f"hits must be shaped like labels {tuple(labels.shape)}, got {tuple(hits.shape)}")
+    traced = trace_answers(inputs, labels, vocab_size)
+    base = _query_scores(inputs, labels, vocab_size, VT_STRATEGIES)
+    acc: dict[int, list[float]] = {}
+    strat: dict[int, dict[str, float]] = {}
+    for i, (row, ys) in enumerate(zip(traced, labels.tolist())):
+        queries = [q for q, y in enumerate(ys) if y != IGNORE]
+        for j, ((_, _, h), q) in enumerate(zip(row, queries)):
+            acc.setdefault(h, []).append(float(hits[i, q]))
+            for k in VT_STRATEGIES:
+                strat.setdefault(h, dict.fromkeys(VT_STRATEGIES, 0.0))[k] += base[k][i][j]
+    out = {}
+    for h in sorted(acc):
+        n = len(acc[h])
+        name = max(VT_STRATEGIES, key=lambda k: strat[h][k])
+        out[str(h)] = {"acc": round(sum(acc[h]) / n, 4), "n": n, "baseline": round(strat[h][name] / n, 4),
+                       "baseline_name": name}
+    return out

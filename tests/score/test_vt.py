@@ -14,7 +14,8 @@ from hlnas.layout import Layout
 from hlnas.overrides import yaml_load
 from hlnas.score.objectives import MqarConfig, ScoreConfig
 from hlnas.score.recall_proxy import recall_task, train_mqar
-from hlnas.score.vt import ASSIGN, FILLER, QUERY, VtTask, make_vt, order_leak, trace_answers, vt_baselines
+from hlnas.score.vt import (ASSIGN, FILLER, QUERY, VtTask, accuracy_by_hop, make_vt, order_leak, trace_answers,
+                            vt_baselines)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -136,6 +137,40 @@ def test_baselines_on_hand_made_instances():
         vt_baselines(torch.tensor([x3]), torch.tensor([y3]), V)
 
 
+def test_accuracy_by_hop_splits_hits_by_the_lookups_each_query_needs():
+    V = 32
+    x1, y1 = _row([3, ASSIGN, 20, 5, ASSIGN, 21, 4, ASSIGN, 3, QUERY, 4, QUERY, 5], {10: 20, 12: 21})  # ? b: 1 hop, ? c: 0
+    x2, y2 = _row([5, ASSIGN, 21, 3, ASSIGN, 20, 4, ASSIGN, 3, QUERY, 5, QUERY, 4], {10: 21, 12: 20})  # ? c: 0, ? b: 1
+    x, y = torch.tensor([x1, x2]), torch.tensor([y1, y2])
+    hits = torch.zeros_like(y, dtype=torch.bool)
+    hits[0, 10] = hits[0, 12] = hits[1, 10] = True  # row 2's 1-hop query wrong
+    out = accuracy_by_hop(hits, x, y, V)
+    assert out == {"0": {"acc": 1.0, "n": 2, "baseline": 0.5, "baseline_name": "copy_any"},
+                   "1": {"acc": 0.5, "n": 2, "baseline": 0.5, "baseline_name": "copy_any"}}
+    with pytest.raises(ValueError, match="shaped like labels"):
+        accuracy_by_hop(hits[:1], x, y, V)
+
+
+def test_accuracy_by_hop_of_generated_instances_counts_every_query_once():
+    cfg = VtTask(vocab_size=128, seq_len=96, chains=4, hops=(0, 3))
+    x, y = make_vt(cfg, 64, seed=3)
+    # a model that chains at most one hop: right wherever the query is 0 or 1 hops from its value
+    traced = trace_answers(x, y, cfg.vocab_size)
+    hits = torch.zeros_like(y, dtype=torch.bool)
+    for i, row in enumerate(traced):
+        qs = (y[i] != IGNORE).nonzero().flatten().tolist()
+        for q, (_, _, h) in zip(qs, row):
+            hits[i, q] = h <= 1
+    out = accuracy_by_hop(hits, x, y, cfg.vocab_size)
+    assert set(out) == {"0", "1", "2", "3"} and sum(v["n"] for v in out.values()) == 64 * 4
+    assert [out[h]["acc"] for h in "0123"] == [1.0, 1.0, 0.0, 0.0]
+    # copy-any is 1/4 at every hop (every value precedes the queries); the latest value statement belongs to a 0-hop
+    # chain more often than 1/4 (a longer chain states its value first), so 0-hop queries have a stronger baseline
+    assert all(v["baseline"] >= 0.25 for v in out.values())
+    assert out["0"]["baseline_name"] == "recent_value" and out["0"]["baseline"] > 0.35
+    assert [out[h]["baseline_name"] for h in "23"] == ["copy_any"] * 2
+
+
 def test_generated_queries_leak_no_order_and_the_baselines_are_one_over_c():
     cfg = VtTask(vocab_size=128, seq_len=96, chains=4, hops=(1, 3))
     x, y = make_vt(cfg, 2000, seed=0)
@@ -205,6 +240,9 @@ def test_a_fresh_model_learns_variable_tracking_above_its_baseline():
     assert curve[-1][2] < min(curve[0][2] - 0.5, math.log(3))  # below the copy-any plateau: some association learned
     assert out["mqar_acc"] > out["mqar_baseline"] + 0.05, out
     assert 0 < out["mqar_auc"] < 1
+    by_hop = out["mqar_by_hop"]  # every example has 3 queries: the per-hop accuracies weighted by n are the total
+    assert set(by_hop) == {"0", "1"} and sum(v["n"] for v in by_hop.values()) == 128 * 3
+    assert sum(v["acc"] * v["n"] for v in by_hop.values()) / (128 * 3) == pytest.approx(out["mqar_acc"], abs=1e-3)
     from hlnas.score.baselines import recall_metrics  # the study's recall and recall_auc read it unchanged
 
     rm = recall_metrics(out)
