@@ -42,3 +42,19 @@ def test_every_experiment_script_answers_help():
     r = subprocess.run([sys.executable, "-c", RUNNER, *map(str, SCRIPTS)], capture_output=True, text=True, timeout=600,
                        cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_the_cpu_step_bench_child_runs_against_this_tree():
+    """experiments/bench/cpu_recall_step.py runs its timing code in a child process at each tree it compares; a rename
+    in hlnas once broke that child while --help still worked. One warm-up step and one timed step of one layout."""
+    import json
+    import os
+
+    from experiments.bench.cpu_recall_step import _CHILD, RESULT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _CHILD, "tiny", "HHAHHA", "1", "1"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (row,) = [json.loads(line[len(RESULT):]) for line in out.stdout.splitlines() if line.startswith(RESULT)]
+    assert row["layout"] == "HHAHHA" and row["ms_per_step"] > 0 and row["loss"] > 0
