@@ -3,7 +3,9 @@ time-slice the GPU) against N runs in one worker process, each on a CUDA stream 
 ``runs_per_worker``; issue #21), and against N worker processes under NVIDIA's Multi-Process Service (mode
 ``mps``: one shared GPU context, kernels of different processes at once; a row says why where the daemon cannot
 start), and against the N runs trained in one process as replicas of one model (mode ``replicas``: stacked weights,
-the replicas folded into the kernels' batch, one optimizer state per replica; hlnas.training.replicas). Same runs,
+the replicas folded into the kernels' batch, one optimizer state per replica; hlnas.training.replicas), and against
+N worker processes whose steps run under torch.compile before capture (mode ``compiled``: ``score.mqar.compile``,
+issue #21 point 2; each run compiles its own model inside the timed window, as a search's runs would). Same runs,
 same call: the ratio is each mode's aggregate steps/s over the separate processes' at the same N.
 
     python -m experiments.bench.proxy_throughput                              # H200: 1, 4, 12 runs; control and GLA 3:1
@@ -31,7 +33,7 @@ import time
 from experiments.bench.results import PEAK_BF16, write_results
 
 
-def recall_spec(number: int, layout: str, args, steps: int):
+def recall_spec(number: int, layout: str, args, steps: int, compile: bool = False):
     from hlnas.config import preset
     from hlnas.data.sources import DataConfig
     from hlnas.layout import Layout
@@ -43,7 +45,7 @@ def recall_spec(number: int, layout: str, args, steps: int):
     hp = {"attention": {"input_conv": 4}, "gla": {"use_short_conv": True}, "hgrn": {"use_short_conv": True},
           "hgrn2": {"use_short_conv": True}}
     mqar = MqarConfig(seq_len=args.seq_len, kv_pairs=args.kv_pairs, vocab=args.vocab, batch=args.batch, steps=steps,
-                      eval_every=steps, test=64, val=64, target=None,
+                      eval_every=steps, test=64, val=64, target=None, compile=compile,
                       model={"d_model": args.d_model, "n_heads": 2, "residual_init": "zero", "mixer_hparams": hp})
     recipe = RunConfig(layout=Layout.parse(layout), model=preset("proxy-gpu"),
                        train=TrainConfig(seed=number, tokens=1, batch_size=1, seq_len=1), data=DataConfig(),
@@ -106,8 +108,9 @@ def replicas_round(layout: str, n: int, args, steps: int) -> float:
 
 def measure(layout: str, n: int, mode: str, args) -> float:
     """Wall seconds of one timed round of ``n`` runs in ``mode``: processes (n workers, one run each), streams (one
-    worker, n runs on n CUDA streams), mps (n workers under the MPS daemon) or replicas (this process, the n runs as
-    replicas of one model: stacked weights, the replicas folded into the batch, hlnas.training.replicas)."""
+    worker, n runs on n CUDA streams), mps (n workers under the MPS daemon), replicas (this process, the n runs as
+    replicas of one model: stacked weights, the replicas folded into the batch, hlnas.training.replicas) or compiled
+    (as processes, each run's step under torch.compile: ``score.mqar.compile``)."""
     from hlnas.search.executors import ProcessExecutor
 
     if mode == "replicas":
@@ -122,9 +125,10 @@ def measure(layout: str, n: int, mode: str, args) -> float:
 
     with mps_daemon() if mode == "mps" else contextlib.nullcontext():
         ex = ProcessExecutor(1, runs_per_worker=n) if mode == "streams" else ProcessExecutor(n, runs_per_worker=1)
+        compile = mode == "compiled"  # each run's torch.compile (a new model per run) is inside the timed window
         try:
-            run_round(ex, [recall_spec(i, layout, args, args.warmup_steps) for i in range(n)])  # imports, compiles
-            return run_round(ex, [recall_spec(i, layout, args, args.steps) for i in range(n)])
+            run_round(ex, [recall_spec(i, layout, args, args.warmup_steps, compile) for i in range(n)])  # imports, compiles
+            return run_round(ex, [recall_spec(i, layout, args, args.steps, compile) for i in range(n)])
         finally:
             ex.shutdown()
 
@@ -144,7 +148,8 @@ def main(argv=None) -> int:
     p.add_argument("--modes", default="processes,streams,mps,replicas",
                    help="processes: N workers; streams: N runs on N CUDA streams of one worker; mps: N workers under "
                         "NVIDIA's Multi-Process Service (their kernels overlap instead of time-slicing); replicas: the N "
-                        "runs as replicas of one model in one process (stacked weights, batch N x --batch)")
+                        "runs as replicas of one model in one process (stacked weights, batch N x --batch); compiled: "
+                        "as processes, each run's step under torch.compile (inductor), then captured")
     p.add_argument("--device-name", default="h200", help="names the output files")
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
@@ -160,7 +165,7 @@ def main(argv=None) -> int:
         write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
                       f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
                       "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams (or "
-                      "mps, or replicas) / processes at the same N.",
+                      "mps, replicas, compiled) / processes at the same N.",
                       ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
                        "wall s", "note"],
                       lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",

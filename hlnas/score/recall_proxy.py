@@ -141,6 +141,10 @@ class MqarConfig:
     weight_decay: float = 0.1  # AdamW's, on weight matrices only (hlnas.training.step.make_optimizer)
     warmup_frac: float = 0.1
     graph: bool = True  # on CUDA: one captured CUDA graph per step (hlnas.training.step)
+    # torch.compile the recall model's training forward (issue #21 point 2: fusing the elementwise work of a d=128
+    # model): false, true (inductor) or a torch.compile backend's name; on CUDA the compiled step is then captured.
+    # Validation runs the model uncompiled (other batch shapes would recompile).
+    compile: bool | str = False
     # seconds after which a rate stops (for sweeps on a lease; a protocol should stop by steps or target)
     budget_s: float | None = None
     # the task: "mqar" (Zoology's; kv_pairs pairs) or "vt" (multi-hop variable tracking, settings in vt; kv_pairs
@@ -161,6 +165,8 @@ class MqarConfig:
         if not 0 < self.beta2 < 1 or not 0 <= self.warmup_frac < 1:
             raise ConfigError(f"score.mqar.beta2 must be in (0, 1) and score.mqar.warmup_frac in [0, 1), got "
                               f"{self.beta2} and {self.warmup_frac}")
+        if not isinstance(self.compile, (bool, str)) or self.compile == "":
+            raise ConfigError(f"score.mqar.compile must be true, false or a torch.compile backend's name, got {self.compile!r}")
         if not isinstance(self.model, dict):
             raise ConfigError(f"score.mqar.model must be a mapping of ModelConfig fields, got {self.model!r}")
         check_recall_model_keys(self.model)
@@ -261,6 +267,21 @@ def _to_device(t: torch.Tensor, device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
+def compiled(model: torch.nn.Module, cfg: MqarConfig) -> torch.nn.Module:
+    """``model`` as the recall step trains it: itself, or under ``torch.compile`` (``cfg.compile``: true is inductor, a
+    string names the backend); parameters stay the model's own, so the optimizer and a saved state see no difference."""
+    if cfg.compile is False:
+        return model
+    backend = "inductor" if cfg.compile is True else cfg.compile
+    try:
+        return torch.compile(model, backend=backend)
+    except Exception as e:  # an unknown backend name: say which exist
+        from torch._dynamo import list_backends
+
+        raise ConfigError(f"score.mqar.compile={cfg.compile!r}: {str(e).splitlines()[0]}. Allowed: true, false or one "
+                          f"of {', '.join(list_backends(exclude_tags=()))}") from None
+
+
 def save_state(path: str, state: dict) -> None:
     """A paused recall run's ``state`` to ``path``, atomically: a run killed while saving leaves the previous state
     (the solo proxy's and hlnas.score.recall_replicas' runs)."""
@@ -306,7 +327,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask | VtTask, cfg: M
     val = tuple(_to_device(t, device) for t in val)  # once, not at every check
     first = next(batches)
     set_lr(opt, lr_at(0))
-    step_fn, mode = make_step(model, opt, mqar_loss, first, graph=use_graph, autocast=autocast)
+    step_fn, mode = make_step(compiled(model, cfg), opt, mqar_loss, first, graph=use_graph, autocast=autocast)
     if mode == "graph":  # capture trained its warm-up steps on the first batch: they count as steps
         done, drawn = WARMUP_STEPS, 1
     else:

@@ -35,8 +35,8 @@ from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import MqarTask, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VtTask
-from hlnas.score.recall_proxy import (MqarConfig, check_stop, mqar_train_batches, pause_settings, recall_model_config,
-                                      recall_task, save_state, sweep_result, validation_instances)
+from hlnas.score.recall_proxy import (MqarConfig, check_stop, compiled, mqar_train_batches, pause_settings,
+                                      recall_model_config, recall_task, save_state, sweep_result, validation_instances)
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_replicas", "train_mqar_seeds"]
@@ -159,7 +159,8 @@ def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, s
         return tuple(torch.cat(t).to(device, non_blocking=True) for t in zip(*parts))
 
     opt.set_lrs([lr for _, lr in firsts])
-    step, mode = make_step(rep, opt, per_replica(mqar_loss, R), batch(last), graph=use_graph, autocast=autocast)
+    step, mode = make_step(compiled(rep, cfg), opt, per_replica(mqar_loss, R), batch(last), graph=use_graph,
+                           autocast=autocast)
     slot: list[_Run | None] = list(active)
     pending = None  # the first step's batches and rates when they are already drawn
     if mode == "graph":  # capture trained the warm-up steps on each run's first batch: they count as steps

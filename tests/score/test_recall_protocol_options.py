@@ -127,3 +127,24 @@ def test_the_recall_models_weight_decay_is_a_setting():
     b = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), MqarConfig(**base, weight_decay=0.0), device="cpu")
     assert a["mqar_final_loss"] != b["mqar_final_loss"]  # the setting reaches the optimizer
     assert MqarConfig().weight_decay == 0.1  # stored studies without it read back with the old fixed value
+
+
+def test_a_compiled_recall_step_trains_the_same_run_and_bad_backends_are_named():
+    """score.mqar.compile (issue #21 point 2; measured on the GPU by experiments/bench/proxy_throughput.py mode
+    ``compiled``): the step runs the model under torch.compile and the run is the eager one within float rounding.
+    On CPU with the aot_eager backend (the same ops traced by dynamo and AOTAutograd, no C++ build), 20 steps of a
+    hybrid with a short conv and a custom-autograd scan."""
+    base = dict(seq_len=16, kv_pairs=2, vocab=16, batch=8, steps=20, eval_every=10, test=16, val=16,
+                model={"d_model": 32, "n_heads": 2, "mlp_hidden": 32, "mixer_hparams": {"hgrn": {"use_short_conv": True}}})
+    a = train_mqar(Layout.parse("HA"), preset("proxy-tiny"), MqarConfig(**base), device="cpu")
+    b = train_mqar(Layout.parse("HA"), preset("proxy-tiny"), MqarConfig(**base, compile="aot_eager"), device="cpu")
+    ca, cb = a["mqar"]["runs"][0]["curve"], b["mqar"]["runs"][0]["curve"]
+    assert [c[0] for c in ca] == [c[0] for c in cb] == [10, 20]
+    assert [c[2] for c in cb] == pytest.approx([c[2] for c in ca], abs=1e-4)  # the losses at the checks
+    assert b["mqar_acc"] == pytest.approx(a["mqar_acc"], abs=1 / 16)
+    assert ScoreConfig.from_dict({"mqar": {"compile": True}}).mqar.compile is True
+    assert MqarConfig().compile is False  # stored studies without it read back uncompiled
+    with pytest.raises(ConfigError, match="score.mqar.compile is true or false or a string; got 3"):
+        ScoreConfig.from_dict({"mqar": {"compile": 3}})
+    with pytest.raises(ConfigError, match=r"score.mqar.compile='no_such_backend'.*Allowed: true, false or one of .*inductor"):
+        train_mqar(Layout.parse("A"), preset("proxy-tiny"), MqarConfig(**base, compile="no_such_backend"), device="cpu")
