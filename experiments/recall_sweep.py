@@ -10,7 +10,10 @@ per case and writes ``OUT/recall_sweep.jsonl`` and a markdown table with each ca
 
 A case file is a JSON list of objects with keys ``layout`` (a layout string, or ``mixer:ratio`` built at
 ``--layers``), and optional ``lr`` (default: the first of ``--lrs``), ``kv_pairs``, ``seq_len``, ``vocab``, ``d_model``, ``n_heads``,
-``mixer_hparams`` (e.g. ``{"attention": {"input_conv": 4}}``), ``residual_init``, ``steps``, ``seed``, ``tag``. Missing keys take the command line's values.
+``mixer_hparams`` (e.g. ``{"attention": {"input_conv": 4}}``), ``residual_init``, ``steps``, ``seed``, ``tag``,
+``task`` (``mqar`` or ``vt``: multi-hop variable tracking), ``vt`` (``{"chains": 6, "hops": [0, 5], "query": "last"}``),
+``compile``. Missing keys take the command line's values. A VT case's row and table add its test accuracy per hop count
+of the query, each hop beside its own no-recall baseline (``by_hop``).
 """
 
 from __future__ import annotations
@@ -51,12 +54,20 @@ def _spec(i: int, case: dict, args):
                       vocab=case.get("vocab", args.vocab), steps=case.get("steps", args.steps),
                       batch=case.get("batch", args.batch), lr=float(case["lr"]), target=args.target,
                       eval_every=args.eval_every, test=args.test, val=args.val, graph=case.get("graph", not args.no_graph),
-                      budget_s=case.get("budget_s", args.budget_s))
+                      budget_s=case.get("budget_s", args.budget_s), task=case.get("task", args.task),
+                      vt=case.get("vt", json.loads(args.vt)), compile=case.get("compile", False))
     score = ScoreConfig(objectives=("mqar",), mqar=mqar)
     train = TrainConfig(seed=case.get("seed", 0), tokens=1, batch_size=1, seq_len=1)  # recall-only: no LM training
     recipe = RunConfig(layout=Layout.parse(case["layout"]), model=model, train=train, data=DataConfig(), score=score,
                        preset=args.preset)
     return TrialSpec(number=i, recipe=recipe, recall_only=True)
+
+
+def _by_hop(by_hop: dict | None) -> str:
+    """``h0 0.990 [0.462], h1 ...``: a VT row's accuracy per hop count with each hop's no-recall baseline."""
+    if not by_hop:
+        return ""
+    return ", ".join(f"h{h} {v['acc']:.3f} [{v['baseline']:.3f}]" for h, v in sorted(by_hop.items(), key=lambda kv: int(kv[0])))
 
 
 def main(argv=None) -> int:
@@ -79,6 +90,9 @@ def main(argv=None) -> int:
     p.add_argument("--test", type=int, default=512)
     p.add_argument("--val", type=int, default=256)
     p.add_argument("--no-graph", action="store_true")
+    p.add_argument("--task", default="mqar", help="mqar, or vt (multi-hop variable tracking; settings in --vt)")
+    p.add_argument("--vt", default='{"chains": 4, "hops": [0, 2]}', help="the VT task's settings as JSON: chains, hops "
+                   "(a number or [lo, hi]), query (last or any)")
     p.add_argument("--budget-s", type=float, default=None, help="seconds per case (each stops at its next check)")
     p.add_argument("--jobs", type=int, default=1, help="cases at once (worker processes sharing the GPUs)")
     p.add_argument("--runs-per-worker", type=int, default=1,
@@ -128,6 +142,7 @@ def main(argv=None) -> int:
                        "wall_s": round(r.wall_s, 1), "mode": mq.get("mode"), "params": mq.get("params"),
                        "curve": run.get("curve"), "error": (r.error or m.get("mqar_error") or "")[-300:] or None,
                        "kv_pairs": mq.get("kv_pairs"), "seq_len": mq.get("seq_len"), "model": mq.get("model"),
+                       "task": mq.get("task"), "vt": mq.get("vt"), "by_hop": m.get("mqar_by_hop"),
                        "at_s": round(time.monotonic() - t0, 1)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -137,14 +152,14 @@ def main(argv=None) -> int:
         ex.shutdown()
     for i, case in [*running.items(), *queue]:
         rows.append({**case, "status": "unfinished"})
-    lines = ["| layout | tag | seed | K | L | lr | acc | no-recall | steps | to target | wall s | mode |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| layout | tag | seed | K | L | lr | acc | no-recall | steps | to target | wall s | mode | VT by hop: acc [no-recall] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r.get("tag", ""), r["layout"], r.get("lr", 0), r.get("seed", 0))):
         acc = "-" if r.get("acc") is None else f"{r['acc']:.3f}"
         base = "-" if r.get("baseline") is None else f"{r['baseline']:.3f}"
         lines.append(f"| {r['layout']} | {r.get('tag', '')} | {r['seed']} | {r.get('kv_pairs', '')} | {r.get('seq_len', '')} | "
                      f"{r['lr']:g} | {acc} | {base} | {r.get('steps', '')} | {r.get('steps_to_target') or '-'} | "
-                     f"{r.get('wall_s', '')} | {r.get('mode', r['status'])} |")
+                     f"{r.get('wall_s', '')} | {r.get('mode', r['status'])} | {_by_hop(r.get('by_hop'))} |")
     (out / "recall_sweep.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

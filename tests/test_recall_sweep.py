@@ -24,3 +24,19 @@ def test_a_tiny_sweep_reports_every_case_beside_its_no_recall_baseline(tmp_path)
         assert row["baseline"] == 0.5  # copy-any at K=2
     table = (tmp_path / "recall_sweep.md").read_text()
     assert "no-recall" in table and "| AAAA |" in table and "| GGAG |" in table
+
+
+def test_a_vt_case_reports_its_accuracy_per_hop_beside_each_hops_baseline(tmp_path):
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([{"layout": "AA", "task": "vt", "vt": {"chains": 2, "hops": [0, 1]}, "tag": "vt"}]))
+    cmd = [sys.executable, str(ROOT / "experiments" / "recall_sweep.py"), "--cases", str(cases), "--layers", "2",
+           "--d-model", "16", "--seq-len", "20", "--vocab", "32", "--steps", "10", "--eval-every", "10", "--test", "32",
+           "--val", "16", "--jobs", "1", "--no-graph", "--out", str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (row,) = [json.loads(line) for line in (tmp_path / "recall_sweep.jsonl").read_text().splitlines()]
+    assert row["status"] == "ok" and row["task"] == "vt" and row["vt"]["chains"] == 2
+    assert set(row["by_hop"]) == {"0", "1"} and sum(v["n"] for v in row["by_hop"].values()) == 32 * 2
+    assert row["baseline"] >= 0.5  # copy-any over 2 chains at least
+    line = [x for x in (tmp_path / "recall_sweep.md").read_text().splitlines() if x.startswith("| AA |")][0]
+    assert f"h0 {row['by_hop']['0']['acc']:.3f} [{row['by_hop']['0']['baseline']:.3f}]" in line
