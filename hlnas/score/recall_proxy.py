@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import itertools
 import math
 import os
@@ -42,7 +43,7 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
-from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of
+from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of, typed_fields
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MqarTask, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VT_QUERIES, VtTask, hop_range, make_vt, vt_baselines
@@ -207,11 +208,10 @@ def recall_model_config(model_cfg: ModelConfig, overrides: dict, vocab: int) -> 
     """The recall model's config: the candidate's, with ``overrides``, the MQAR vocabulary, and the MLP width
     of fla's rule wherever the candidate's came from the ``target_params`` solve."""
     check_recall_model_keys(overrides)
-    base = model_cfg.to_dict()
-    mlp = base["mlp_hidden"] if base.get("target_params") is None else None
-    merged = {**base, "mlp_hidden": mlp, "target_params": None, **overrides, "vocab_size": vocab}
-    try:
-        return ModelConfig.from_dict(merged)
+    mlp = model_cfg.mlp_hidden if model_cfg.target_params is None else None
+    try:  # the overrides' values made their fields' types, then the config's own checks (__post_init__)
+        changes = typed_fields(ModelConfig, overrides, "model config")
+        return dataclasses.replace(model_cfg, **{"mlp_hidden": mlp, "target_params": None, **changes, "vocab_size": vocab})
     except (TypeError, ConfigError) as e:
         raise ConfigError(f"score.mqar.model: {e}") from None
 
