@@ -39,7 +39,7 @@ class RunResult:
 def score_model(model, recipe, tokenizer, mixed_mqar, *, device=None, progress=None, recall: dict | None = None) -> dict:
     """Every objective of ``recipe.score`` on a trained ``model``, plus the study's recall summary. ``tokenizer``: the
     recipe's data tokenizer; ``mixed_mqar``: the MQAR instances mixed into its training
-    (:func:`hlnas.recipe.mqar_recall_config`); ``recall``: the fresh-model MQAR result already trained (see :func:`run`)."""
+    (:func:`hlnas.score.mixed.mqar_recall_config`); ``recall``: the fresh-model MQAR result already trained (see :func:`run`)."""
     from hlnas.data.packing import TokenStream
     from hlnas.score.objectives import score
     from hlnas.score.baselines import recall_metrics
@@ -62,7 +62,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
     hlnas.score.recall_replicas.train_mqar_seeds), taken as it is instead of training it again. The tokenizer and
     the MQAR instances mixed into training are resolved once here, for training and scoring alike."""
     from hlnas.data.tokenizer import load_tokenizer
-    from hlnas.recipe import mqar_recall_config, recall_documents
+    from hlnas.score.mixed import mqar_recall_config, recall_documents
     from hlnas.train import train
 
     if recall_only:
@@ -75,8 +75,9 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
         return RunResult("ok", m, m)
     tok = load_tokenizer(recipe.data.tokenizer)
     mixed = mqar_recall_config(recipe.train, tok)
+    docs = extra_docs if extra_docs is not None else recall_documents(recipe.train, tok, mixed)
     tr = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out_dir, progress=progress, tokenizer=tok,
-               extra_docs=extra_docs if extra_docs is not None else recall_documents(recipe.train, tok, mixed))
+               extra_docs=docs)
     metrics = {"final_loss": tr.final_loss, "tokens_per_s": tr.tokens_per_s, "steady_tokens_per_s": tr.steady_tokens_per_s,
                "train_wall_s": tr.wall_s, "train_tokens": tr.tokens, "device": tr.device, "train_step_mode": tr.step_mode}
     model = getattr(tr, "model", None)
@@ -90,7 +91,8 @@ def score_checkpoint(ckpt_dir, score_cfg, *, progress=None) -> dict:
     """Score a checkpoint written by ``hlnas train`` on ``score_cfg`` (its recipe's training and data settings)."""
     from hlnas.data.sources import DataConfig
     from hlnas.data.tokenizer import load_tokenizer
-    from hlnas.recipe import RunConfig, mqar_recall_config
+    from hlnas.recipe import RunConfig
+    from hlnas.score.mixed import mqar_recall_config
     from hlnas.train import TrainConfig, load_checkpoint, resolve_device
 
     model, meta = load_checkpoint(ckpt_dir)
