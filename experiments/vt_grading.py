@@ -30,7 +30,7 @@ def one(a) -> dict:
     from hlnas.config import preset
     from hlnas.layout import Layout
     from hlnas.score.objectives import MqarConfig
-    from hlnas.score.recall_proxy import _one_rate, learning_auc, make_task, recall_model_config, recall_task, steps_to_target, task_baselines
+    from hlnas.score.recall_proxy import _one_rate, learning_auc, make_task, recall_setup, steps_to_target, task_baselines
     from hlnas.score.baselines import strongest
     from hlnas.score.vt import IGNORE, trace_answers
 
@@ -40,13 +40,12 @@ def one(a) -> dict:
     cfg = MqarConfig(task="vt", vt={"chains": a.chains, "hops": [a.hops[0], a.hops[-1]]}, seq_len=a.seq_len, vocab=a.vocab,
                      batch=a.batch, steps=a.steps, eval_every=a.eval_every, lr=a.lr, target=a.target, test=a.test, val=a.val,
                      model=model, graph=False)
-    task = recall_task(cfg)
-    layout = Layout.parse(a.layout)
-    rcfg = recall_model_config(preset("proxy-tiny"), dict(cfg.model), cfg.vocab)
+    setup = recall_setup(Layout.parse(a.layout), preset("proxy-tiny"), cfg)
+    task = setup.task
     val = make_task(task, cfg.val, (2**31 - 1 - a.seed) % 2**31, split="train")
     _, val_base = strongest(task_baselines(task, *val))
     t0 = time.perf_counter()
-    r = _one_rate(layout, rcfg, task, cfg, cfg.lr, a.seed, torch.device("cpu"), val)
+    r = _one_rate(setup, cfg.lr, a.seed, torch.device("cpu"), val)
     wall = time.perf_counter() - t0
     xt, yt = make_task(task, cfg.test, cfg.test_seed, split="test")
     m = r["model"].eval()
