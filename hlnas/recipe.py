@@ -26,7 +26,7 @@ from hlnas.overrides import field_types, parse_sets, yaml_load
 from hlnas.score.objectives import ScoreConfig
 from hlnas.train import TrainConfig
 
-__all__ = ["recall_documents", "mqar_recall_config", "RunConfig", "load_recipe", "apply_overrides", "layout_from_spec",
+__all__ = ["RunConfig", "load_recipe", "apply_overrides", "layout_from_spec",
            "model_from_spec", "model_overrides", "yaml_load", "DEFAULT_LAYOUT"]
 
 # The keys of a layout mapping, typed for --set; a layout may also be one compact string.
@@ -34,39 +34,6 @@ LAYOUT_KEYS = {"mixer": str | list[str], "ratio": str | int | None, "placement":
 SECTION_TYPES = {"model": {**field_types(ModelConfig), "preset": str}, "layout": LAYOUT_KEYS, "train": TrainConfig,
                  "data": DataConfig, "score": ScoreConfig}
 SECTIONS = tuple(SECTION_TYPES)
-
-
-def recall_documents(train: TrainConfig, data: DataConfig):
-    """The recall protocol's training mix, passed to ``train(extra_docs=...)``: ``seed -> Iterator`` of
-    complete RULER instances (text) or MQAR instances (token ids), drawn from seeds disjoint from
-    evaluation; None when ``train.recall_every`` is 0."""
-    if not train.recall_every:
-        return None
-    if train.recall_format == "mqar":
-        from hlnas.score.mqar import mqar_documents
-
-        cfg = mqar_recall_config(train, data)
-        return lambda seed: mqar_documents(cfg, seed)
-    from hlnas.data.tokenizer import load_tokenizer
-    from hlnas.score.ruler import ruler_training_documents
-
-    tok = load_tokenizer(data.tokenizer)
-    length = train.recall_length or train.seq_len
-    return lambda seed: ruler_training_documents(tok, length, seed)
-
-
-def mqar_recall_config(train: TrainConfig, data: DataConfig):
-    """The MQAR instances a ``recall_format: mqar`` run trains on (and is scored on, held out, by the
-    ``mqar_mixed`` objective), or None for other runs: symbols mapped into the tokenizer's vocabulary."""
-    if not train.recall_every or train.recall_format != "mqar":
-        return None
-    from hlnas.data.tokenizer import load_tokenizer
-    from hlnas.score.mqar import MqarTask, mqar_token_map
-
-    tok = load_tokenizer(data.tokenizer)
-    return MqarTask(vocab_size=train.recall_vocab, seq_len=train.recall_length or train.seq_len,
-                      num_kv_pairs=train.recall_kv_pairs,
-                      token_map=mqar_token_map(train.recall_vocab, tok.vocab_size, tok.eos_id))
 
 
 def layout_from_spec(spec, n_layers: int) -> Layout:

@@ -36,19 +36,19 @@ class RunResult:
         return d
 
 
-def score_model(model, recipe, *, device=None, progress=None, recall: dict | None = None) -> dict:
-    """Every objective of ``recipe.score`` on a trained ``model``, plus the study's recall summary (``recall``: the
-    fresh-model MQAR result already trained, see :func:`run`)."""
+def score_model(model, recipe, tokenizer, mixed_mqar, *, device=None, progress=None, recall: dict | None = None) -> dict:
+    """Every objective of ``recipe.score`` on a trained ``model``, plus the study's recall summary. ``tokenizer``: the
+    recipe's data tokenizer; ``mixed_mqar``: the MQAR instances mixed into its training
+    (:func:`hlnas.score.mixed.mqar_recall_config`); ``recall``: the fresh-model MQAR result already trained (see :func:`run`)."""
     from hlnas.data.packing import TokenStream
-    from hlnas.data.tokenizer import load_tokenizer
-    from hlnas.recipe import mqar_recall_config
     from hlnas.score.objectives import score
     from hlnas.score.baselines import recall_metrics
 
     tcfg, dcfg, scfg = recipe.train, recipe.data, recipe.score
-    val = TokenStream(dcfg, tcfg.seq_len).val_batches(tcfg.batch_size, tcfg.val_batches) if "val_loss" in scfg.objectives else None
-    out = score(model, load_tokenizer(dcfg.tokenizer), scfg, val_batches=val, device=device, seed=tcfg.seed,
-                progress=progress, mixed_mqar=mqar_recall_config(tcfg, dcfg), mqar=recall)
+    val = (TokenStream(dcfg, tcfg.seq_len, tokenizer=tokenizer).val_batches(tcfg.batch_size, tcfg.val_batches)
+           if "val_loss" in scfg.objectives else None)
+    out = score(model, tokenizer, scfg, val_batches=val, device=device, seed=tcfg.seed, progress=progress,
+                mixed_mqar=mixed_mqar, mqar=recall)
     out.update(recall_metrics(out))
     return out
 
@@ -59,8 +59,10 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
     MQAR objective, which does not depend on the trained candidate (calibration's extra seeds). ``extra_docs``:
     the documents mixed into training (``seed -> iterator``), when not the recipe's recall protocol. ``recall``: that
     objective's result for this recipe's layout and seed, already trained (a calibration's seeds trained as replicas,
-    hlnas.score.recall_replicas.train_mqar_seeds), taken as it is instead of training it again."""
-    from hlnas.recipe import recall_documents
+    hlnas.score.recall_replicas.train_mqar_seeds), taken as it is instead of training it again. The tokenizer and
+    the MQAR instances mixed into training are resolved once here, for training and scoring alike."""
+    from hlnas.data.tokenizer import load_tokenizer
+    from hlnas.score.mixed import mqar_recall_config, recall_documents
     from hlnas.train import train
 
     if recall_only:
@@ -71,21 +73,26 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
                                                                      seed=recipe.train.seed)
         m.update(recall_metrics(m))
         return RunResult("ok", m, m)
-    tr = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out_dir, progress=progress,
-               extra_docs=extra_docs if extra_docs is not None else recall_documents(recipe.train, recipe.data))
+    tok = load_tokenizer(recipe.data.tokenizer)
+    mixed = mqar_recall_config(recipe.train, tok)
+    docs = extra_docs if extra_docs is not None else recall_documents(recipe.train, tok, mixed)
+    tr = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out_dir, progress=progress, tokenizer=tok,
+               extra_docs=docs)
     metrics = {"final_loss": tr.final_loss, "tokens_per_s": tr.tokens_per_s, "steady_tokens_per_s": tr.steady_tokens_per_s,
                "train_wall_s": tr.wall_s, "train_tokens": tr.tokens, "device": tr.device, "train_step_mode": tr.step_mode}
     model = getattr(tr, "model", None)
     if tr.status != "ok" or not score:
         return RunResult(tr.status, metrics, {}, tr, model, tr.error_kind, tr.error)
-    scores = score_model(model, recipe, recall=recall)
+    scores = score_model(model, recipe, tok, mixed, recall=recall)
     return RunResult("ok", {**metrics, **scores}, scores, tr, model)
 
 
 def score_checkpoint(ckpt_dir, score_cfg, *, progress=None) -> dict:
     """Score a checkpoint written by ``hlnas train`` on ``score_cfg`` (its recipe's training and data settings)."""
     from hlnas.data.sources import DataConfig
+    from hlnas.data.tokenizer import load_tokenizer
     from hlnas.recipe import RunConfig
+    from hlnas.score.mixed import mqar_recall_config
     from hlnas.train import TrainConfig, load_checkpoint, resolve_device
 
     model, meta = load_checkpoint(ckpt_dir)
@@ -93,7 +100,8 @@ def score_checkpoint(ckpt_dir, score_cfg, *, progress=None) -> dict:
     device = resolve_device(tcfg.device)
     model.to(device)
     recipe = RunConfig(layout=model.layout, model=model.cfg, train=tcfg, data=dcfg, score=score_cfg)
-    return score_model(model, recipe, device=device, progress=progress)
+    tok = load_tokenizer(dcfg.tokenizer)
+    return score_model(model, recipe, tok, mqar_recall_config(tcfg, tok), device=device, progress=progress)
 
 
 def checkpoint_dir(path: str | os.PathLike):

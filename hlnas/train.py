@@ -248,6 +248,7 @@ def train(
     progress: bool = True,
     stop_after: int | None = None,
     extra_docs=None,
+    tokenizer=None,
 ) -> TrainResult:
     """Train ``layout`` and return its result; never raises for NaN loss or OOM.
 
@@ -255,7 +256,8 @@ def train(
     and a later call with the same ``out_dir`` resumes from it. ``stop_after`` ends the run after that
     many steps as if interrupted (used to test resume). ``extra_docs(seed) -> Iterator[str]`` supplies
     the documents mixed in every ``train_cfg.recall_every`` corpus documents (the recall protocol;
-    built by the caller, e.g. from :func:`hlnas.score.ruler.ruler_training_documents`).
+    built by the caller, e.g. from :func:`hlnas.score.ruler.ruler_training_documents`). ``tokenizer``: ``data_cfg``'s,
+    when the caller has loaded it already (else the data stream loads it).
     """
     data_cfg = data_cfg or DataConfig()
     device = resolve_device(train_cfg.device)
@@ -268,7 +270,7 @@ def train(
     start = _resume(ckpt, layout, train_cfg, model, opt, device, result)
     mix = ({"extra_docs": extra_docs, "extra_every": train_cfg.recall_every, "extra_count": train_cfg.recall_count}
            if extra_docs and train_cfg.recall_every else {})
-    stream = TokenStream(data_cfg, train_cfg.seq_len, **mix)
+    stream = TokenStream(data_cfg, train_cfg.seq_len, tokenizer=tokenizer, **mix)
     run = _Run(model=model, opt=opt, cfg=train_cfg, device=device, result=result, start=start, ckpt=ckpt, meta=meta,
                stop_after=stop_after)
     bar = _bar(progress, train_cfg, start)

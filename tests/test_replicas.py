@@ -201,7 +201,7 @@ def test_a_module_without_a_replicated_form_is_refused_by_name():
 def test_train_mqar_replicas_gives_each_run_its_solo_proxy_result():
     """Three runs (seed, rate) in two slots: the third starts in the slot the first frees; each run's curve, steps and
     weights are the solo proxy's (recall_proxy._one_rate) for its seed and rate, early stop at the target included."""
-    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_model_config
+    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
     from hlnas.score.recall_replicas import train_mqar_replicas
 
     base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
@@ -209,12 +209,12 @@ def test_train_mqar_replicas_gives_each_run_its_solo_proxy_result():
                      model={"residual_init": "zero", "mixer_hparams": HP})
     layout, runs = Layout.parse("GAH"), [(1, 3e-3), (2, 1e-2), (3, 1e-3)]
     got = train_mqar_replicas(layout, base, cfg, runs, slots=2, device="cpu")
-    rcfg = recall_model_config(base, dict(cfg.model), cfg.vocab)
+    setup = recall_setup(layout, base, cfg)
     mcfg = TASK.replace(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
     stops = []
     for (seed, lr), g in zip(runs, got):
         val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
-        solo = _one_rate(layout, rcfg, mcfg, cfg, lr, seed, torch.device("cpu"), val)
+        solo = _one_rate(setup, lr, seed, torch.device("cpu"), val)
         assert (g["seed"], g["lr"], g["steps"], g["error"], g["mode"]) == (seed, lr, solo["steps"], None, "eager")
         assert [c[:2] for c in g["curve"]] == [c[:2] for c in solo["curve"]]
         assert [c[2] for c in g["curve"]] == pytest.approx([c[2] for c in solo["curve"]], abs=2e-4)
@@ -230,7 +230,7 @@ def test_train_mqar_replicas_gives_each_run_its_solo_proxy_result():
 def test_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(layout):
     """On CUDA (bf16 autocast, fla kernels, one captured graph per step): two runs as replicas give their solo graph
     runs' steps and curves within bf16 tolerance (accuracies within one validation instance's share)."""
-    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_model_config
+    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
     from hlnas.score.recall_replicas import train_mqar_replicas
 
     base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
@@ -238,11 +238,11 @@ def test_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(layout):
                      model={"residual_init": "zero", "mixer_hparams": HP})
     runs = [(1, 3e-3), (2, 1e-3)]
     got = train_mqar_replicas(Layout.parse(layout), base, cfg, runs, device="cuda")
-    rcfg = recall_model_config(base, dict(cfg.model), cfg.vocab)
+    setup = recall_setup(Layout.parse(layout), base, cfg)
     mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
     for (seed, lr), g in zip(runs, got):
         val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
-        solo = _one_rate(Layout.parse(layout), rcfg, mcfg, cfg, lr, seed, torch.device("cuda"), val)
+        solo = _one_rate(setup, lr, seed, torch.device("cuda"), val)
         assert g["mode"] == solo["mode"] == "graph" and g["steps"] == solo["steps"]
         assert [c[0] for c in g["curve"]] == [c[0] for c in solo["curve"]]
         assert [c[2] for c in g["curve"]] == pytest.approx([c[2] for c in solo["curve"]], rel=0.02)

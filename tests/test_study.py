@@ -357,16 +357,16 @@ def test_ctrl_c_while_an_inline_trial_scores_stops_at_once_and_requeues_it(tmp_p
 def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_path, monkeypatch):
     """recall_format mqar: each trial trains with MQAR instances mixed into the corpus and its recall
     objective is the trained candidate's own held-out MQAR accuracy (training length and 2x)."""
-    import hlnas.recipe
+    import hlnas.score.mixed
 
-    mixed, real = [], hlnas.recipe.recall_documents
+    mixed, real = [], hlnas.score.mixed.recall_documents
 
-    def spy(train, data):
-        docs = real(train, data)
+    def spy(train, *rest):
+        docs = real(train, *rest)
         mixed.append(train.recall_format)
         return docs
 
-    monkeypatch.setattr(hlnas.recipe, "recall_documents", spy)
+    monkeypatch.setattr(hlnas.score.mixed, "recall_documents", spy)
     raw = tiny_raw(ratios=["pure"], transformer=True)
     raw["scale"]["train"].update(recall_every=1, recall_count=4, recall_format="mqar", recall_length=16, recall_kv_pairs=2,
                                  recall_vocab=16)

@@ -54,12 +54,11 @@ def _protocol_baseline(space, attrs: list[dict]) -> tuple[float, str] | None:
     if any(a.get("recall_baseline") is not None for a in attrs) or "mqar_mixed" not in space.score.objectives:
         return None
     from hlnas.data.tokenizer import load_tokenizer
-    from hlnas.recipe import mqar_recall_config
     from hlnas.score.baselines import strongest
-    from hlnas.score.objectives import mixed_baselines
+    from hlnas.score.mixed import mixed_baselines, mqar_recall_config
 
-    tcfg, dcfg = space.train, space.data
-    base = mixed_baselines(mqar_recall_config(tcfg, dcfg), space.score, load_tokenizer(dcfg.tokenizer).eos_id)
+    tok = load_tokenizer(space.data.tokenizer)
+    base = mixed_baselines(mqar_recall_config(space.train, tok), space.score, tok.eos_id)
     name, b = strongest(base["mean"])
     return b, name
 

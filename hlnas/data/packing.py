@@ -61,12 +61,13 @@ class TokenStream:
     the training stream (validation is never mixed). A document is a str, or a list of token ids taken as they are
     (synthetic token-level tasks such as MQAR), where :func:`not_a_target` marks tokens that are input
     only (train batches keep the marks until :func:`split_targets`). It must yield the same documents for the same seed; it
-    is called again with the same seed if it runs out.
+    is called again with the same seed if it runs out. ``tokenizer``: ``cfg.tokenizer`` when the caller has it
+    loaded already (a run loads it once for training and scoring); else it is loaded here.
     """
 
     def __init__(self, cfg: DataConfig, seq_len: int, *,
                  extra_docs: Callable[[int], Iterable[str | list[int]]] | None = None, extra_every: int = 0,
-                 extra_count: int = 1):
+                 extra_count: int = 1, tokenizer: Tokenizer | None = None):
         if seq_len < 1:
             raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
         if extra_docs is not None and extra_every < 1:
@@ -76,7 +77,7 @@ class TokenStream:
         self.cfg = cfg
         self.seq_len = seq_len
         self.row_len = seq_len + 1
-        self.tokenizer: Tokenizer = load_tokenizer(cfg.tokenizer)
+        self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg.tokenizer)
         self.extra_docs = extra_docs
         self.extra_every = extra_every
         self.extra_count = extra_count

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import itertools
 import math
 import os
@@ -42,13 +43,14 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
-from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of
+from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of, typed_fields
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MqarTask, hits_accuracy, label_hits, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VT_QUERIES, VtTask, accuracy_by_hop, hop_range, make_vt, vt_baselines
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
-__all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "recall_task", "make_task", "task_baselines", "recall_model_config",
+__all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "RecallSetup", "recall_setup", "recall_task", "make_task",
+           "task_baselines", "recall_model_config",
            "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target", "paused_at", "pause_settings",
            "mqar_train_batches", "validation_instances", "sweep_result", "check_stop", "save_state", "RECALL_MODEL_KEYS"]
 
@@ -213,13 +215,28 @@ def recall_model_config(model_cfg: ModelConfig, overrides: dict, vocab: int) -> 
     """The recall model's config: the candidate's, with ``overrides``, the MQAR vocabulary, and the MLP width
     of fla's rule wherever the candidate's came from the ``target_params`` solve."""
     check_recall_model_keys(overrides)
-    base = model_cfg.to_dict()
-    mlp = base["mlp_hidden"] if base.get("target_params") is None else None
-    merged = {**base, "mlp_hidden": mlp, "target_params": None, **overrides, "vocab_size": vocab}
-    try:
-        return ModelConfig.from_dict(merged)
+    mlp = model_cfg.mlp_hidden if model_cfg.target_params is None else None
+    try:  # the overrides' values made their fields' types, then the config's own checks (__post_init__)
+        changes = typed_fields(ModelConfig, overrides, "model config")
+        return dataclasses.replace(model_cfg, **{"mlp_hidden": mlp, "target_params": None, **changes, "vocab_size": vocab})
     except (TypeError, ConfigError) as e:
         raise ConfigError(f"score.mqar.model: {e}") from None
+
+
+@dataclass(frozen=True)
+class RecallSetup:
+    """``score.mqar`` resolved once for one candidate: what each of its recall runs trains and is scored on (the solo
+    sweep's rates, and hlnas.score.recall_replicas' seeds and runs), so no run derives it again."""
+
+    layout: Layout
+    model: ModelConfig  # the recall model's config (recall_model_config)
+    task: MqarTask | VtTask  # the task it learns and is scored on (recall_task)
+    cfg: MqarConfig  # the settings: steps, rates, batch, stop rule, instance counts
+
+
+def recall_setup(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig) -> RecallSetup:
+    """The recall runs' setup for a candidate of ``layout`` and ``model_cfg`` under ``cfg`` (``score.mqar``)."""
+    return RecallSetup(layout, recall_model_config(model_cfg, dict(cfg.model), cfg.vocab), recall_task(cfg), cfg)
 
 
 def learning_auc(curve, budget: int, baseline: float, reached_target: bool) -> float:
@@ -311,11 +328,12 @@ def _load_state(path: str, model, opt) -> dict:
     return saved
 
 
-def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask | VtTask, cfg: MqarConfig, lr: float, seed: int, device, val,
-              state: str | None = None, stop_at: int | None = None, until: float | None = None) -> dict:
+def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str | None = None, stop_at: int | None = None,
+              until: float | None = None) -> dict:
     from hlnas.training.step import WARMUP_STEPS, make_optimizer, make_step, set_lr
 
-    model = seeded_model(layout, rcfg, seed).to(device)
+    layout, cfg = setup.layout, setup.cfg
+    model = seeded_model(layout, setup.model, seed).to(device)
     model.train()
     use_graph = bool(cfg.graph) and device.type == "cuda"
     opt = make_optimizer(model, lr, betas=(0.9, cfg.beta2), weight_decay=cfg.weight_decay, graph=use_graph)
@@ -323,7 +341,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask | VtTask, cfg: M
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
         return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)
 
-    batches = mqar_train_batches(mcfg, cfg.batch, seed, device=device)
+    batches = mqar_train_batches(setup.task, cfg.batch, seed, device=device)
     val = tuple(_to_device(t, device) for t in val)  # once, not at every check
     first = next(batches)
     set_lr(opt, lr_at(0))
@@ -337,7 +355,7 @@ def _one_rate(layout: Layout, rcfg: ModelConfig, mcfg: MqarTask | VtTask, cfg: M
         saved = _load_state(state, model, opt)
         done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
         before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
-        batches = mqar_train_batches(mcfg, cfg.batch, seed, start=drawn, device=device)
+        batches = mqar_train_batches(setup.task, cfg.batch, seed, start=drawn, device=device)
     limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
     stop = {"error": error, "out_of_time": False, "reached": False}
 
@@ -389,9 +407,9 @@ def check_stop(cfg: MqarConfig, acc: float, elapsed_s: float, until: float | Non
     return None
 
 
-def validation_instances(mcfg: MqarTask | VtTask, cfg: MqarConfig, seed: int):
+def validation_instances(setup: RecallSetup, seed: int):
     """A seed's validation instances (train seed ``2**31 - 1 - seed``: never one of its training blocks)."""
-    return make_task(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
+    return make_task(setup.task, setup.cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
 
 
 def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed: int = 0, device=None) -> dict:
@@ -401,32 +419,31 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     Returns ``mqar_acc`` (test accuracy of the best rate), ``mqar_baselines`` (no-recall strategies on the
     same test instances), ``mqar_baseline`` (the strongest), and ``mqar`` (settings, per-rate curves)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    mcfg = recall_task(cfg)
-    rcfg = recall_model_config(model_cfg, dict(cfg.model), cfg.vocab)
-    val = validation_instances(mcfg, cfg, seed)
+    setup = recall_setup(layout, model_cfg, cfg)
+    val = validation_instances(setup, seed)
     t0 = time.perf_counter()
     runs = []
     pause = _PAUSE.get()  # (state_dir, steps, until) under paused_at: rates trained up to steps and kept, in order
     for i, lr in enumerate(cfg.lrs or (cfg.lr,)):
         kw = {} if pause is None else {"state": os.path.join(pause[0], f"mqar_rate{i}.pt"), "stop_at": pause[1],
                                        "until": pause[2]}
-        runs.append(_one_rate(layout, rcfg, mcfg, cfg, float(lr), seed, device, val, **kw))
+        runs.append(_one_rate(setup, float(lr), seed, device, val, **kw))
         if cfg.target is not None and runs[-1]["val_acc"] >= cfg.target:
             break  # later rates could only tie
         if pause is not None and pause[2] is not None and not runs[-1]["finished"]:
             break  # paused by the clock: the next rates start when this one is continued
-    return sweep_result(cfg, runs, val, device=device, t0=t0)
+    return sweep_result(setup, runs, val, device=device, t0=t0)
 
 
-def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -> dict:
+def sweep_result(setup: RecallSetup, runs: list[dict], val, *, device, t0: float) -> dict:
     """:func:`train_mqar`'s result from its rate runs (``_one_rate``'s dicts, in the order trained, each with its
     ``model``), the seed's validation instances ``val``, and the ``time.perf_counter()`` its training started at:
     the graded measures, the kept rate, its test accuracy beside the no-recall baselines. One function for the solo
     sweep and hlnas.score.recall_replicas, so both report alike."""
+    cfg, task = setup.cfg, setup.task
     vocab = cfg.vocab
-    mcfg = recall_task(cfg)
-    xt, yt = make_task(mcfg, cfg.test, cfg.test_seed, split="test")
-    _, val_base = strongest(task_baselines(mcfg, *val))
+    xt, yt = make_task(task, cfg.test, cfg.test_seed, split="test")
+    _, val_base = strongest(task_baselines(task, *val))
     pause = _PAUSE.get()
     # a paused run measures up to its budget: its graded measure is over the steps it had
     budget = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
@@ -440,7 +457,7 @@ def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -
         with autocast_context(device, autocast_dtype("auto", device)):
             hits = label_hits(best["model"], xt, yt, batch_size=cfg.batch, device=device)
     acc = hits_accuracy(hits, yt) if hits is not None else 0.0
-    base = task_baselines(mcfg, xt, yt)
+    base = task_baselines(task, xt, yt)
     name, b = strongest(base)
     out = {
         "mqar_acc": acc, "mqar_baselines": base, "mqar_baseline": b, "mqar_baseline_name": name,
@@ -448,8 +465,8 @@ def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -
         "mqar_final_loss": best["final_loss"],
         # the graded measure: the kept rate's area under its corrected validation curve (learning_auc)
         "mqar_auc": best["auc"], "mqar_steps_to_target": best["steps_to_target"], "mqar_val_baseline": round(val_base, 4),
-        "mqar": {"task": cfg.task, "seq_len": mcfg.seq_len, "vocab": vocab, "steps": cfg.steps,
-                 **({"vt": cfg.vt.to_dict()} if cfg.task == "vt" else {"kv_pairs": mcfg.num_kv_pairs}),
+        "mqar": {"task": cfg.task, "seq_len": task.seq_len, "vocab": vocab, "steps": cfg.steps,
+                 **({"vt": cfg.vt.to_dict()} if cfg.task == "vt" else {"kv_pairs": task.num_kv_pairs}),
                  "target": cfg.target, "test": cfg.test, "test_seed": cfg.test_seed,
                  "model": {k: v for k, v in best["model"].cfg.to_dict().items()
                            if k in ("d_model", "n_heads", "n_layers", "mlp_hidden", "vocab_size", "residual_init")},
@@ -457,7 +474,7 @@ def sweep_result(cfg: MqarConfig, runs: list[dict], val, *, device, t0: float) -
                  "params": best["model"].num_params(), "mode": best["mode"],
                  "runs": [{k: v for k, v in r.items() if k != "model"} for r in runs]},
     }
-    if isinstance(mcfg, VtTask) and hits is not None:  # whether a layout chains: accuracy per hop count of the query
+    if isinstance(task, VtTask) and hits is not None:  # whether a layout chains: accuracy per hop count of the query
         out["mqar_by_hop"] = accuracy_by_hop(hits, xt, yt, vocab)
     if best["error"] is not None:
         out["mqar_error"] = best["error"]

@@ -33,10 +33,9 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
-from hlnas.score.mqar import MqarTask, mqar_accuracy, mqar_loss
-from hlnas.score.vt import VtTask
-from hlnas.score.recall_proxy import (MqarConfig, check_stop, compiled, mqar_train_batches, pause_settings,
-                                      recall_model_config, recall_task, save_state, sweep_result, validation_instances)
+from hlnas.score.mqar import mqar_accuracy, mqar_loss
+from hlnas.score.recall_proxy import (MqarConfig, RecallSetup, check_stop, compiled, mqar_train_batches, pause_settings,
+                                      recall_setup, save_state, sweep_result, validation_instances)
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_replicas", "train_mqar_seeds"]
@@ -48,11 +47,10 @@ _RATE_KEYS = ("finished", "lr", "val_acc", "steps", "curve", "mode", "final_loss
 class _Run:
     """One run ``(seed, lr)``: its solo model, batches, schedule and curve; continued from ``path`` if a state is there."""
 
-    def __init__(self, seed: int, lr: float, path: str | None, layout, rcfg, mcfg: MqarTask | VtTask, cfg: MqarConfig, warm: int,
-                 device=None):
-        self.seed, self.lr, self.path, self.mcfg, self.cfg, self.device = int(seed), float(lr), path, mcfg, cfg, device
-        self.model = seeded_model(layout, rcfg, self.seed)  # its weights; at the end, its trained weights
-        self.val = validation_instances(mcfg, cfg, self.seed)
+    def __init__(self, seed: int, lr: float, path: str | None, setup: RecallSetup, warm: int, device=None):
+        self.seed, self.lr, self.path, self.task, self.cfg, self.device = int(seed), float(lr), path, setup.task, setup.cfg, device
+        self.model = seeded_model(setup.layout, setup.model, self.seed)  # its weights; at the end, its trained weights
+        self.val = validation_instances(setup, self.seed)
         self.done = self.drawn = 0
         self.curve, self.error, self.finished, self.before_s, self.moments = [], None, False, 0.0, None
         self.out_of_time = self.reached = False
@@ -78,7 +76,7 @@ class _Run:
     def _feed(self, warm: int):
         cfg = self.cfg
         # on the device a block at a time, as the solo proxy's
-        batches = mqar_train_batches(self.mcfg, cfg.batch, self.seed, start=self.drawn, device=self.device)
+        batches = mqar_train_batches(self.task, cfg.batch, self.seed, start=self.drawn, device=self.device)
         lr_at = lambda s: cosine_lr(s, cfg.steps, self.lr, cfg.warmup_frac, 0.0)  # noqa: E731
         if warm:
             first = next(batches)
@@ -102,7 +100,7 @@ class _Run:
                                "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}, "opt": opt_row})
 
 
-def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, slots: int | None, device) -> list[list[dict]]:
+def _train(setup: RecallSetup, chains, *, slots: int | None, device) -> list[list[dict]]:
     """Train ``chains`` (lists of runs ``(seed, lr, state path or None)``) as replicas, ``slots`` at a time (default: one
     per chain). A chain's next run starts (in the first free slot) when its last one stopped short of the target and was
     not paused by the clock: the solo sweep's rule. Returns each chain's run results, in order."""
@@ -110,8 +108,7 @@ def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, s
     from hlnas.training.replicas import replicate
     from hlnas.training.step import WARMUP_STEPS, make_step
 
-    mcfg = recall_task(cfg)  # MQAR or VT, as the solo proxy
-    rcfg = recall_model_config(model_cfg, dict(cfg.model), cfg.vocab)
+    cfg, layout = setup.cfg, setup.layout
     pause = pause_settings()
     limit = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
     until = None if pause is None else pause[2]
@@ -133,7 +130,7 @@ def _train(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, chains, *, s
         while queue:
             c, k = queue.pop(0)
             seed, lr, path = chains[c][k]
-            run = _Run(seed, lr, path, layout, rcfg, mcfg, cfg, warm, device)
+            run = _Run(seed, lr, path, setup, warm, device)
             if run.finished or run.done >= limit:
                 results[c].append(run.result(mode))
                 follow(c, k, results[c][-1])
@@ -267,7 +264,7 @@ def train_mqar_replicas(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig,
     pause = pause_settings()
     chains = [[(s, lr, None if pause is None else os.path.join(pause[0], f"mqar_replica{i}.pt"))]
               for i, (s, lr) in enumerate(runs)]
-    return [c[0] for c in _train(layout, model_cfg, cfg, chains, slots=slots, device=_device(device))]
+    return [c[0] for c in _train(recall_setup(layout, model_cfg, cfg), chains, slots=slots, device=_device(device))]
 
 
 def train_mqar_seeds(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, seeds: Sequence[int], *,
@@ -283,11 +280,11 @@ def train_mqar_seeds(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, se
         raise ConfigError(f"train_mqar_seeds: each seed once, got {seeds}")
     device = _device(device)
     pause = pause_settings()
-    mcfg = recall_task(cfg)  # MQAR or VT, as the solo proxy
+    setup = recall_setup(layout, model_cfg, cfg)  # MQAR or VT, the recall model: as the solo proxy's
     rates = [float(lr) for lr in (cfg.lrs or (cfg.lr,))]
     chains = [[(s, lr, None if pause is None else os.path.join(pause[0], f"mqar_seed{s}_rate{i}.pt"))
                for i, lr in enumerate(rates)] for s in seeds]
     t0 = time.perf_counter()
-    trained = _train(layout, model_cfg, cfg, chains, slots=slots, device=device)
-    return [sweep_result(cfg, [{k: r[k] for k in _RATE_KEYS} for r in runs], validation_instances(mcfg, cfg, s),
+    trained = _train(setup, chains, slots=slots, device=device)
+    return [sweep_result(setup, [{k: r[k] for k in _RATE_KEYS} for r in runs], validation_instances(setup, s),
                          device=device, t0=t0) for s, runs in zip(seeds, trained)]

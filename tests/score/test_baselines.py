@@ -38,7 +38,8 @@ def test_document_form_eliminating_revealed_values_is_h_k_over_k():
 def test_the_h200_grid_protocol_baseline_is_0_340():
     """The number the first H200 grid was below: its test instances (K=8, 64 symbols, L = 64, 128, 256, mapped
     into the byte vocabulary after a separator), mean over the three lengths."""
-    from hlnas.score.objectives import MqarConfig, MqarMixedConfig, ScoreConfig, mixed_baselines
+    from hlnas.score.mixed import MqarMixedConfig, mixed_baselines
+    from hlnas.score.objectives import MqarConfig, ScoreConfig
 
     tok = load_tokenizer("bytes")
     trained = MqarTask(vocab_size=64, seq_len=64, num_kv_pairs=8, token_map=mqar_token_map(64, tok.vocab_size, tok.eos_id))

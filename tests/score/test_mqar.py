@@ -11,7 +11,8 @@ from hlnas.errors import ConfigError
 from hlnas.layout import build_layout
 from hlnas.model import build_model
 from hlnas.score.mqar import MqarTask, as_documents, make_mqar, mqar_accuracy, mqar_documents, mqar_loss, mqar_token_map
-from hlnas.score.objectives import MqarConfig, MqarMixedConfig, ScoreConfig, mqar_mixed_objective, score
+from hlnas.score.mixed import MqarMixedConfig, mqar_mixed_objective
+from hlnas.score.objectives import MqarConfig, ScoreConfig, score
 from hlnas.data.packing import split_targets
 
 _CHUNK_ROWS = 1024  # mqar_documents draws instances in blocks of this many rows

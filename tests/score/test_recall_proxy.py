@@ -75,8 +75,8 @@ def test_the_sweep_keeps_the_rate_with_the_best_validation_accuracy(monkeypatch)
 
     real = rp._one_rate
 
-    def fake_val(layout, rcfg, mcfg, cfg, lr, seed, device, val):
-        r = real(layout, rcfg, mcfg, cfg, lr, seed, device, val)
+    def fake_val(setup, lr, seed, device, val):
+        r = real(setup, lr, seed, device, val)
         r["val_acc"] = {1e-4: 0.2, 1e-3: 0.9, 1e-2: 0.5}[lr]
         return r
 
