@@ -90,6 +90,32 @@ def rewind(model: nn.Module, opt: torch.optim.Optimizer, saved: tuple[dict, dict
                     st[k] = old[k]
 
 
+def _capture(body: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor] | None:
+    """:data:`WARMUP_STEPS` eager calls of ``body`` on a side stream, then one captured: ``(graph, its loss tensor)``,
+    or None (the reason logged once) where capture fails."""
+    try:
+        # one capture at a time in a process: torch.cuda.graph syncs the device and empties the allocator's cache on
+        # entry, which must not happen inside another run's capture (on the H200, 12 runs capturing at once in one
+        # worker failed with "operation not permitted when stream is capturing"); the other runs go on replaying
+        with _CAPTURE_LOCK:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_STEPS):
+                    body()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            # a capture stream of its own (torch's default one is shared by every capture of the process), and
+            # thread_local: runs sharing a worker process, each on its own stream, go on launching while this one
+            # captures; the default ("global") mode would fail their allocations and syncs
+            with torch.cuda.graph(g, stream=torch.cuda.Stream(), capture_error_mode="thread_local"):
+                static_loss = body()
+    except Exception as e:  # a kernel that syncs, allocates on the host or is not capturable
+        _warn_once(f"capture failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+        return None
+    return g, static_loss
+
+
 def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[Tensor, Tensor], Tensor],
               example: tuple[Tensor, Tensor], *, graph: bool = True, clip: float = 1.0,
               autocast: torch.dtype | None = None, rewind_warmup: bool = False) -> tuple[Callable[[Tensor, Tensor], Tensor], str]:
@@ -142,29 +168,13 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
         return one_step(static_x, static_y, captured=True)
 
     saved = snapshot(model, opt) if rewind_warmup else None
-    try:
-        # one capture at a time in a process: torch.cuda.graph syncs the device and empties the allocator's cache on
-        # entry, which must not happen inside another run's capture (on the H200, 12 runs capturing at once in one
-        # worker failed with "operation not permitted when stream is capturing"); the other runs go on replaying
-        with _CAPTURE_LOCK:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_STEPS):
-                    body()
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            # a capture stream of its own (torch's default one is shared by every capture of the process), and
-            # thread_local: runs sharing a worker process, each on its own stream, go on launching while this one
-            # captures; the default ("global") mode would fail their allocations and syncs
-            with torch.cuda.graph(g, stream=torch.cuda.Stream(), capture_error_mode="thread_local"):
-                static_loss = body()
-    except Exception as e:  # a kernel that syncs, allocates on the host or is not capturable
-        _warn_once(f"capture failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+    captured = _capture(body)
+    if captured is None:
         opt.zero_grad(set_to_none=True)
         if saved is not None:
             rewind(model, opt, saved)
         return eager, "eager"
+    g, static_loss = captured
     if saved is not None:
         torch.cuda.current_stream().synchronize()  # the warm-up steps are done (capture itself runs nothing)
         rewind(model, opt, saved)
