@@ -104,145 +104,171 @@ def _train(setup: RecallSetup, chains, *, slots: int | None, device) -> list[lis
     """Train ``chains`` (lists of runs ``(seed, lr, state path or None)``) as replicas, ``slots`` at a time (default: one
     per chain). A chain's next run starts (in the first free slot) when its last one stopped short of the target and was
     not paused by the clock: the solo sweep's rule. Returns each chain's run results, in order."""
-    from hlnas.training.replica_step import ReplicaAdamW, per_replica
-    from hlnas.training.replicas import replicate
-    from hlnas.training.step import WARMUP_STEPS, make_step
+    return _Replicas(setup, chains, slots=slots, device=device).train()
 
-    cfg, layout = setup.cfg, setup.layout
-    pause = pause_settings()
-    limit = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
-    until = None if pause is None else pause[2]
-    use_graph = bool(cfg.graph) and device.type == "cuda"
-    warm = WARMUP_STEPS if use_graph else 0
-    mode = "graph" if use_graph else "eager"  # what a run read back without training reports (its solo run's mode)
-    autocast = autocast_dtype("auto", device)
-    results: list[list[dict]] = [[] for _ in chains]
-    queue = [(c, 0) for c in range(len(chains))]
-    owner: dict[int, tuple[int, int]] = {}  # id(run) -> (chain, position)
 
-    def follow(c: int, k: int, res: dict) -> None:
-        reached = cfg.target is not None and res["val_acc"] >= cfg.target  # later rates could only tie
-        if k + 1 < len(chains[c]) and not reached and not (until is not None and not res["finished"]):
-            queue.append((c, k + 1))
+class _Replicas:
+    """The runs of ``chains`` trained as replicas of one model: a queue of the runs still to train, a slot per replica
+    (the run it trains, or None once frozen with no run left), and each chain's results as its runs stop."""
 
-    def take() -> _Run | None:
+    def __init__(self, setup: RecallSetup, chains, *, slots: int | None, device):
+        from hlnas.training.step import WARMUP_STEPS
+
+        self.setup, self.chains, self.slots, self.device = setup, chains, slots, device
+        cfg = self.cfg = setup.cfg
+        pause = pause_settings()
+        self.limit = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
+        self.until = None if pause is None else pause[2]
+        self.use_graph = bool(cfg.graph) and device.type == "cuda"
+        self.warm = WARMUP_STEPS if self.use_graph else 0
+        # what a run read back without training reports (its solo run's mode); the step's mode once it is made
+        self.mode = "graph" if self.use_graph else "eager"
+        self.autocast = autocast_dtype("auto", device)
+        self.results: list[list[dict]] = [[] for _ in chains]
+        self.queue = [(c, 0) for c in range(len(chains))]
+        self.owner: dict[int, tuple[int, int]] = {}  # id(run) -> (chain, position)
+
+    def train(self) -> list[list[dict]]:
+        active: list[_Run] = []
+        while len(active) < (self.slots or len(self.chains)) and (run := self._take()) is not None:
+            active.append(run)
+        if not active:
+            return self.results
+        pending = self._start(active)
+        while any(run is not None for run in self.slot):
+            parts, lrs = self._draw() if pending is None else ([xy for xy, _ in pending], [lr for _, lr in pending])
+            pending = None
+            self.opt.set_lrs(lrs)
+            loss = self.step(*self._batch(parts))
+            for r, run in enumerate(self.slot):
+                if run is None:
+                    continue
+                run.done += 1
+                if self._check(r, run, loss):
+                    self._stop(r, run)
+        return self.results
+
+    def _follow(self, c: int, k: int, res: dict) -> None:
+        reached = self.cfg.target is not None and res["val_acc"] >= self.cfg.target  # later rates could only tie
+        if k + 1 < len(self.chains[c]) and not reached and not (self.until is not None and not res["finished"]):
+            self.queue.append((c, k + 1))
+
+    def _take(self) -> _Run | None:
         """The next run that needs a slot; runs with nothing left to train are read back on the way."""
-        while queue:
-            c, k = queue.pop(0)
-            seed, lr, path = chains[c][k]
-            run = _Run(seed, lr, path, setup, warm, device)
-            if run.finished or run.done >= limit:
-                results[c].append(run.result(mode))
-                follow(c, k, results[c][-1])
+        while self.queue:
+            c, k = self.queue.pop(0)
+            seed, lr, path = self.chains[c][k]
+            run = _Run(seed, lr, path, self.setup, self.warm, self.device)
+            if run.finished or run.done >= self.limit:
+                self.results[c].append(run.result(self.mode))
+                self._follow(c, k, self.results[c][-1])
                 continue
-            owner[id(run)] = (c, k)
+            self.owner[id(run)] = (c, k)
             return run
         return None
 
-    active: list[_Run] = []
-    while len(active) < (slots or len(chains)) and (run := take()) is not None:
-        active.append(run)
-    if not active:
-        return results
-    R = len(active)
-    for run in active:
-        run.model.to(device)  # the replicated storage is made where the solo weights are
-    rep = replicate([run.model for run in active])
-    opt = ReplicaAdamW(rep, [run.lr for run in active], betas=(0.9, cfg.beta2), weight_decay=cfg.weight_decay)
-    firsts = [next(run.feed) for run in active]
-    last = [xy for xy, _ in firsts]  # a frozen slot with no run left goes on computing on its last batch
+    def _batch(self, parts):
+        return tuple(torch.cat(t).to(self.device, non_blocking=True) for t in zip(*parts))
 
-    def batch(parts):
-        return tuple(torch.cat(t).to(device, non_blocking=True) for t in zip(*parts))
+    def _start(self, active: list[_Run]):
+        """The replicated model, its optimizer and its step for the first ``active`` runs, a slot each. Returns the
+        first step's batches and rates when they are already drawn, else None."""
+        from hlnas.training.replica_step import ReplicaAdamW, per_replica
+        from hlnas.training.replicas import replicate
+        from hlnas.training.step import make_step
 
-    opt.set_lrs([lr for _, lr in firsts])
-    step, mode = make_step(compiled(rep, cfg), opt, per_replica(mqar_loss, R), batch(last), graph=use_graph,
-                           autocast=autocast)
-    slot: list[_Run | None] = list(active)
-    pending = None  # the first step's batches and rates when they are already drawn
-    if mode == "graph":  # capture trained the warm-up steps on each run's first batch: they count as steps
+        cfg = self.cfg
+        self.replicas = len(active)
         for run in active:
-            if run.resumed:  # its capture steps are overwritten by its saved state below; its batches from where it was
+            run.model.to(self.device)  # the replicated storage is made where the solo weights are
+        self.rep = replicate([run.model for run in active])
+        self.opt = ReplicaAdamW(self.rep, [run.lr for run in active], betas=(0.9, cfg.beta2), weight_decay=cfg.weight_decay)
+        firsts = [next(run.feed) for run in active]
+        self.last = [xy for xy, _ in firsts]  # a frozen slot with no run left goes on computing on its last batch
+        self.opt.set_lrs([lr for _, lr in firsts])
+        self.step, self.mode = make_step(compiled(self.rep, cfg), self.opt, per_replica(mqar_loss, self.replicas),
+                                         self._batch(self.last), graph=self.use_graph, autocast=self.autocast)
+        self.slot: list[_Run | None] = list(active)
+        pending = None
+        if self.mode == "graph":  # capture trained the warm-up steps on each run's first batch: they count as steps
+            for run in active:
+                if run.resumed:  # its capture steps are overwritten by its saved state below; its batches from where it was
+                    run.restart_feed(0)
+                    continue
+                run.done = self.warm
+                for _ in range(self.warm - 1):
+                    next(run.feed)
+        elif self.warm:  # capture failed: eager from here, the feeds without warm-up steps (as the solo proxy goes on)
+            self.warm = 0
+            for run in active:
                 run.restart_feed(0)
-                continue
-            run.done = warm
-            for _ in range(warm - 1):
-                next(run.feed)
-    elif warm:  # capture failed: eager from here, the feeds without warm-up steps (as the solo proxy goes on)
-        warm = 0
-        for run in active:
-            run.restart_feed(0)
-    else:
-        pending = firsts
-    for r, run in enumerate(active):
-        if run.resumed:
-            opt.load_slot(r, run.model, run.moments)
+        else:
+            pending = firsts
+        for r, run in enumerate(active):
+            if run.resumed:
+                self.opt.load_slot(r, run.model, run.moments)
+        return pending
 
-    def finish(r: int, run: _Run) -> None:
-        # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
-        run.finished = (run.finished or run.error is not None or run.done >= cfg.steps
-                        or (run.done < limit and not run.out_of_time) or run.reached)
-        rep.to_solo(r, run.model)
-        if run.path is not None:
-            run.save(opt.slot_state(r))
-        c, k = owner.pop(id(run))
-        results[c].append(run.result(mode))
-        follow(c, k, results[c][-1])
+    def _draw(self):
+        """Each slot's next batch and rate: its run's, or a frozen slot's last batch at rate 0."""
+        parts, lrs = [], []
+        for r, run in enumerate(self.slot):
+            if run is None:
+                parts.append(self.last[r])
+                lrs.append(0.0)
+            else:
+                xy, lr = next(run.feed)
+                self.last[r] = xy
+                parts.append(xy)
+                lrs.append(lr)
+        return parts, lrs
 
-    def check(r: int, run: _Run, loss) -> bool:
+    def _check(self, r: int, run: _Run, loss) -> bool:
         """The solo proxy's stop rule at its validation checks; True when the run stops."""
-        if not (run.done % cfg.eval_every == 0 or run.done == cfg.steps) or (mode == "graph" and run.done <= warm):
-            return run.done >= limit
+        cfg = self.cfg
+        if not (run.done % cfg.eval_every == 0 or run.done == cfg.steps) or (self.mode == "graph" and run.done <= self.warm):
+            return run.done >= self.limit
         lv = float(loss[r])
         if not math.isfinite(lv):
             run.error = f"non-finite MQAR loss {lv} at step {run.done} (lr {run.lr:g})"
             return True
-        rep.to_solo(r, run.model)
-        with autocast_context(device, autocast):
-            acc = mqar_accuracy(run.model, *run.val, batch_size=cfg.batch, device=device)
+        self.rep.to_solo(r, run.model)
+        with autocast_context(self.device, self.autocast):
+            acc = mqar_accuracy(run.model, *run.val, batch_size=cfg.batch, device=self.device)
         run.curve.append([run.done, round(acc, 4), round(lv, 4)])
         if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
-            print(f"[recall] {layout} seed={run.seed} lr={run.lr:g} step={run.done} val={acc:.3f} loss={lv:.3f} "
-                  f"t={time.perf_counter() - run.t0:.0f}s mode={mode} replicas={R}", file=sys.stderr, flush=True)
-        why = check_stop(cfg, acc, time.perf_counter() - run.t0, until, run.done, limit)
+            print(f"[recall] {self.setup.layout} seed={run.seed} lr={run.lr:g} step={run.done} val={acc:.3f} loss={lv:.3f} "
+                  f"t={time.perf_counter() - run.t0:.0f}s mode={self.mode} replicas={self.replicas}",
+                  file=sys.stderr, flush=True)
+        why = check_stop(cfg, acc, time.perf_counter() - run.t0, self.until, run.done, self.limit)
         run.reached, run.out_of_time = why == "target", why == "out_of_time"
-        return why is not None or run.done >= limit
+        return why is not None or run.done >= self.limit
 
-    while any(run is not None for run in slot):
-        if pending is None:
-            parts, lrs = [], []
-            for r, run in enumerate(slot):
-                if run is None:
-                    parts.append(last[r])
-                    lrs.append(0.0)
-                else:
-                    xy, lr = next(run.feed)
-                    last[r] = xy
-                    parts.append(xy)
-                    lrs.append(lr)
-        else:
-            parts, lrs = [xy for xy, _ in pending], [lr for _, lr in pending]
-        pending = None
-        opt.set_lrs(lrs)
-        loss = step(*batch(parts))
-        for r, run in enumerate(slot):
-            if run is None:
-                continue
-            run.done += 1
-            if not check(r, run, loss):
-                continue
-            opt.freeze(r)
-            finish(r, run)
-            slot[r] = None
-            nxt = take()
-            if nxt is not None:  # the slot takes the next run: its weights, optimizer state and step counter
-                nxt.model.to(device)
-                if nxt.resumed:
-                    opt.load_slot(r, nxt.model, nxt.moments)
-                else:
-                    opt.restart(r, nxt.model)
-                slot[r] = nxt
-    return results
+    def _stop(self, r: int, run: _Run) -> None:
+        """Freeze slot ``r``, finish its run, and give the slot the next run if there is one."""
+        self.opt.freeze(r)
+        self._finish(r, run)
+        self.slot[r] = None
+        nxt = self._take()
+        if nxt is not None:  # the slot takes the next run: its weights, optimizer state and step counter
+            nxt.model.to(self.device)
+            if nxt.resumed:
+                self.opt.load_slot(r, nxt.model, nxt.moments)
+            else:
+                self.opt.restart(r, nxt.model)
+            self.slot[r] = nxt
+
+    def _finish(self, r: int, run: _Run) -> None:
+        cfg = self.cfg
+        # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
+        run.finished = (run.finished or run.error is not None or run.done >= cfg.steps
+                        or (run.done < self.limit and not run.out_of_time) or run.reached)
+        self.rep.to_solo(r, run.model)
+        if run.path is not None:
+            run.save(self.opt.slot_state(r))
+        c, k = self.owner.pop(id(run))
+        self.results[c].append(run.result(self.mode))
+        self._follow(c, k, self.results[c][-1])
 
 
 def _device(device) -> torch.device:
