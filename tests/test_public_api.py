@@ -163,3 +163,18 @@ def test_no_import_cycles():
         if mod not in state:
             visit(mod, [mod])
     assert not cycles, "import cycles: " + "; ".join(cycles)
+
+
+def test_no_module_over_500_lines_and_no_function_over_80():
+    """Issue 24's size limits, kept: a function that grows past one screen (recall_replicas._train reached 143 lines
+    with its closures, make_step 86, before this test existed) is a sign that it holds more than one step."""
+    root = pathlib.Path(hlnas.__file__).parent
+    too_long = []
+    for p in sorted(root.rglob("*.py")):
+        src = p.read_text()
+        if src.count("\n") > 500:
+            too_long.append(f"module {p.relative_to(root)}: {src.count(chr(10))} lines")
+        for n in ast.walk(ast.parse(src)):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80:
+                too_long.append(f"function {p.relative_to(root)}:{n.name}: {n.end_lineno - n.lineno + 1} lines")
+    assert not too_long, too_long
