@@ -130,14 +130,15 @@ PY
   say "bench_proxy says: $WORKERS workers x $RUNS_PER_WORKER runs each${MPS_ON:+, under MPS}"
 }
 # CAL_REPLICAS=auto: replicas (hlnas calibrate --replicas) only where this machine showed them right and faster: a
-# gpu_tests step passed (the replicas' GPU tests among them) and a bench_proxy step measured 2 runs as replicas at
-# least 1.2x as many steps/s as 2 processes on every layout; else solo runs. Decided once per machine (kept in
+# gpu_tests step passed (the replicas' GPU tests among them) and a bench_proxy step (this call or an earlier one on
+# the same warm machine: its table is kept in $STATE) measured 2 runs as replicas at least 1.2x as many steps/s as
+# 2 processes on every layout; else solo runs. Decided once per machine (kept in
 # $STATE), so back-to-back calls do not switch a study's paused runs between the two.
 pick_replicas() {
   [ "${CAL_REPLICAS:-0}" = auto ] || return 0
   if [ -f $STATE/cal_replicas ]; then CAL_REPLICAS=$(cat $STATE/cal_replicas); say "replicas: $CAL_REPLICAS (decided earlier)"; return 0; fi
   local ok=0
-  grep -q "^gpu_tests rc=0" $STATE/gpu_tests_rc 2>/dev/null && ok=$(python3 - "$OUT/logs" <<'PY'
+  grep -q "^gpu_tests rc=0" $STATE/gpu_tests_rc 2>/dev/null && ok=$(python3 - "$STATE" <<'PY'
 import csv, glob, sys
 rows = [r for f in glob.glob(sys.argv[1] + "/proxy_throughput_*.csv") for r in csv.DictReader(open(f))]
 ratios = [float(r["ratio"] or 0) for r in rows if r["mode"] == "replicas" and int(r["n_runs"]) == 2]
@@ -206,7 +207,8 @@ PY
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)
       [[ $step == bench_proxy:* ]] && t=${step#bench_proxy:} || t=420
       timeout $t python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" ${BENCH_PROXY_ARGS:-} >"$OUT/logs/bench_proxy.log" 2>&1
-      say "bench_proxy rc=$?"; cat "$OUT"/logs/proxy_throughput_*.md 2>/dev/null ;;
+      rc=$?; cp "$OUT"/logs/proxy_throughput_*.csv $STATE/ 2>/dev/null  # for CAL_REPLICAS=auto in a later call
+      say "bench_proxy rc=$rc"; cat "$OUT"/logs/proxy_throughput_*.md 2>/dev/null ;;
     bench_lm*)  # issue #22 point 1: the LM half's eager vs CUDA-graph step at the proxy shape
       [[ $step == bench_lm:* ]] && t=${step#bench_lm:} || t=300
       timeout $t python3 -m experiments.bench.lm_step --out "$OUT/logs" >"$OUT/logs/bench_lm.log" 2>&1
