@@ -26,4 +26,4 @@ def test_proxy_throughput_replicas_mode_cpu_smoke(tmp_path):
     assert float(rep["steps_per_s"]) > 0 and float(rep["ratio"]) == pytest.approx(
         float(rep["steps_per_s"]) / float(base["steps_per_s"]), rel=0.01)
     md = path.with_suffix(".md").read_text()
-    assert "--modes processes,replicas" in md and "or replicas) / processes" in md
+    assert "--modes processes,replicas" in md and "mps, replicas, compiled) / processes" in md
