@@ -330,14 +330,17 @@ def test_replicas_paused_mid_run_and_continued_give_the_uninterrupted_runs(tmp_p
             torch.testing.assert_close(dict(w["model"].named_parameters())[k], p, rtol=1e-5, atol=1e-5)
 
 
-def test_train_mqar_seeds_on_vt_gives_each_seed_its_train_mqar_result():
+@pytest.mark.parametrize("curriculum", [0, 64])
+def test_train_mqar_seeds_on_vt_gives_each_seed_its_train_mqar_result(curriculum):
     """The replicas train whatever task the space's recall proxy trains (score.mqar.task): on multi-hop variable
-    tracking too, each seed's result is its solo train_mqar's, baselines included."""
+    tracking too, each seed's result is its solo train_mqar's, baselines included; with VT's curriculum too (64: the
+    whole run on 0-hop chains, which the replicas must take as the solo run does)."""
     from hlnas.score.recall_proxy import MqarConfig, train_mqar
     from hlnas.score.recall_replicas import train_mqar_seeds
 
     base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
-    cfg = MqarConfig(**{**SEEDS_CFG, "task": "vt", "vt": {"chains": 2, "hops": [0, 1]}, "seq_len": 20})
+    cfg = MqarConfig(**{**SEEDS_CFG, "task": "vt", "vt": {"chains": 2, "hops": [0, 1], "curriculum_steps": curriculum},
+                        "seq_len": 20})
     layout, seeds = Layout.parse("GAH"), [1, 2]
     got = train_mqar_seeds(layout, base, cfg, seeds, device="cpu")
     for seed, g in zip(seeds, got):

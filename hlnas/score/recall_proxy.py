@@ -102,6 +102,10 @@ class VtConfig:
     chains: int = 4  # chains per sequence, each queried once (the no-recall baseline is 1/chains)
     hops: int | tuple[int, ...] = 2  # per chain: a fixed number, or [lo, hi] drawn uniformly (0: MQAR with '=')
     query: str = "last"  # the variable asked of each chain: its last (hops lookups + 1), or any one
+    # a curriculum: training batches before this step hold only the range's shortest chains (hops lo), in blocks of
+    # 64 steps; validation and test are the whole range. 0: none. (CPU, 8 layers: the control learned 1-lookup
+    # queries alone in 1200 steps but stalled at 0.58 with 0-1 hops mixed in from the start)
+    curriculum_steps: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.hops, list):
@@ -112,6 +116,9 @@ class VtConfig:
             raise ConfigError(f"score.mqar.vt.{str(e).removeprefix('VT ')}") from None
         if not isinstance(self.chains, int) or isinstance(self.chains, bool) or self.chains < 1:
             raise ConfigError(f"score.mqar.vt.chains={self.chains!r} is not allowed; allowed: an integer >= 1")
+        if not isinstance(self.curriculum_steps, int) or isinstance(self.curriculum_steps, bool) or self.curriculum_steps < 0:
+            raise ConfigError(f"score.mqar.vt.curriculum_steps={self.curriculum_steps!r} is not allowed; allowed: an "
+                              "integer >= 0 (0: no curriculum)")
         if self.query not in VT_QUERIES:
             raise ConfigError(f"score.mqar.vt.query={self.query!r} is not allowed.{did_you_mean(self.query, VT_QUERIES)} "
                               f"Allowed: {', '.join(VT_QUERIES)}")
@@ -233,6 +240,11 @@ class RecallSetup:
     task: MqarTask | VtTask  # the task it learns and is scored on (recall_task)
     cfg: MqarConfig  # the settings: steps, rates, batch, stop rule, instance counts
 
+    def train_batches(self, seed: int, start: int = 0, device=None):
+        """A run's training batches from step ``start`` (:func:`mqar_train_batches`), with VT's curriculum if set."""
+        easy = self.cfg.vt.curriculum_steps if isinstance(self.task, VtTask) else 0
+        return mqar_train_batches(self.task, self.cfg.batch, seed, start, device, easy_until=easy)
+
 
 def recall_setup(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig) -> RecallSetup:
     """The recall runs' setup for a candidate of ``layout`` and ``model_cfg`` under ``cfg`` (``score.mqar``)."""
@@ -262,15 +274,18 @@ def steps_to_target(curve, target: float | None) -> int | None:
     return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
-def mqar_train_batches(mcfg: MqarTask | VtTask, batch: int, seed: int, start: int = 0, device=None):
+def mqar_train_batches(mcfg: MqarTask | VtTask, batch: int, seed: int, start: int = 0, device=None, easy_until: int = 0):
     """A run's training batches from step ``start`` on: block ``b`` of ``seed`` is train seed ``seed * 2**20 + b`` (the
     solo proxy's and hlnas.score.recall_replicas' stream), generated on the CPU a block at a time (the same instances
     on every device) and moved to ``device`` a block at a time: a copy from pageable host memory synchronises its
     stream, and runs sharing a worker process on streams of their own (hlnas.search.executors.run_on_own_stream)
-    were serialised by one such copy a step (12 streams ran 0.81x 12 processes on the H200, 2026-12-02)."""
+    were serialised by one such copy a step (12 streams ran 0.81x 12 processes on the H200, 2026-12-02).
+    ``easy_until`` (VT only): the blocks that start before that step hold only the hop range's shortest chains."""
     block, skip = divmod(start, _BLOCK_STEPS)
+    easy = mcfg.replace(hops=mcfg.hop_range[0]) if easy_until and isinstance(mcfg, VtTask) else mcfg
     while True:
-        x, y = make_task(mcfg, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
+        task = easy if block * _BLOCK_STEPS < easy_until else mcfg
+        x, y = make_task(task, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
         x, y = _to_device(x, device), _to_device(y, device)
         for i in range(skip, _BLOCK_STEPS):
             yield x[i * batch : (i + 1) * batch], y[i * batch : (i + 1) * batch]
@@ -341,7 +356,7 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
         return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)
 
-    batches = mqar_train_batches(setup.task, cfg.batch, seed, device=device)
+    batches = setup.train_batches(seed, device=device)
     val = tuple(_to_device(t, device) for t in val)  # once, not at every check
     first = next(batches)
     set_lr(opt, lr_at(0))
@@ -355,7 +370,7 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
         saved = _load_state(state, model, opt)
         done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
         before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
-        batches = mqar_train_batches(setup.task, cfg.batch, seed, start=drawn, device=device)
+        batches = setup.train_batches(seed, start=drawn, device=device)
     limit = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
     stop = {"error": error, "out_of_time": False, "reached": False}
 

@@ -34,7 +34,7 @@ from hlnas.errors import ConfigError
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import mqar_accuracy, mqar_loss
-from hlnas.score.recall_proxy import (MqarConfig, RecallSetup, check_stop, compiled, mqar_train_batches, pause_settings,
+from hlnas.score.recall_proxy import (MqarConfig, RecallSetup, check_stop, compiled, pause_settings,
                                       recall_setup, save_state, sweep_result, validation_instances)
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
@@ -49,6 +49,7 @@ class _Run:
 
     def __init__(self, seed: int, lr: float, path: str | None, setup: RecallSetup, warm: int, device=None):
         self.seed, self.lr, self.path, self.task, self.cfg, self.device = int(seed), float(lr), path, setup.task, setup.cfg, device
+        self.setup = setup
         self.model = seeded_model(setup.layout, setup.model, self.seed)  # its weights; at the end, its trained weights
         self.val = validation_instances(setup, self.seed)
         self.done = self.drawn = 0
@@ -76,7 +77,7 @@ class _Run:
     def _feed(self, warm: int):
         cfg = self.cfg
         # on the device a block at a time, as the solo proxy's
-        batches = mqar_train_batches(self.task, cfg.batch, self.seed, start=self.drawn, device=self.device)
+        batches = self.setup.train_batches(self.seed, start=self.drawn, device=self.device)
         lr_at = lambda s: cosine_lr(s, cfg.steps, self.lr, cfg.warmup_frac, 0.0)  # noqa: E731
         if warm:
             first = next(batches)

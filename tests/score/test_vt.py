@@ -204,7 +204,7 @@ def test_old_stored_settings_read_back_as_mqar_and_new_ones_record_the_task():
     assert old.mqar.task == "mqar" and recall_task(old.mqar).num_kv_pairs == 8
     new = ScoreConfig.from_dict(yaml_load("mqar: {seq_len: 64, vocab: 64, task: vt, vt: {chains: 3, hops: [1, 3]}}"))
     d = new.to_dict()["mqar"]
-    assert d["task"] == "vt" and d["vt"] == {"chains": 3, "hops": [1, 3], "query": "last"}
+    assert d["task"] == "vt" and d["vt"] == {"chains": 3, "hops": [1, 3], "query": "last", "curriculum_steps": 0}
     assert ScoreConfig.from_dict(new.to_dict()) == new
     task = recall_task(new.mqar)
     assert isinstance(task, VtTask) and task.hop_range == (1, 3) and task.chains == 3
@@ -266,3 +266,28 @@ def test_the_h200_vt_space_separates_its_calibration_ladder_by_lookups():
     assert {r.ratio for r in calib.plan(space)} >= {"pure", "6:1", "3:1"}
     fake = {"kinds": ["control", "graded"]}
     assert "score.mqar.vt.hops (now [0, 5])" in calib.advice(space, fake) and "kv_pairs" not in calib.advice(space, fake)
+
+
+def test_the_curriculum_trains_the_shortest_chains_first_and_a_resumed_stream_is_the_same():
+    from hlnas.score.recall_proxy import mqar_train_batches, recall_setup
+
+    task = VtTask(vocab_size=64, seq_len=44, chains=4, hops=(0, 2))
+    hops_of = lambda x, y: {h for row in trace_answers(x, y, 64) for _, _, h in row}  # noqa: E731
+    stream = mqar_train_batches(task, 8, seed=3, easy_until=100)  # blocks of 64 steps: steps 0-127 are easy
+    batches = [next(stream) for _ in range(192)]
+    assert all(hops_of(*b) == {0} for b in batches[:128])
+    late = (torch.cat([b[0] for b in batches[128:]]), torch.cat([b[1] for b in batches[128:]]))
+    assert hops_of(*late) == {0, 1, 2}
+    plain = mqar_train_batches(task, 8, seed=3)  # without it: the range from the start, the same seeds per block
+    assert len(hops_of(*next(plain))) > 1
+    resumed = mqar_train_batches(task, 8, seed=3, start=100, easy_until=100)  # a paused run continues the same stream
+    for b in batches[100:150]:
+        x, y = next(resumed)
+        assert torch.equal(x, b[0]) and torch.equal(y, b[1])
+    # the setting reaches the stream through the recall setup, and is refused where it makes no sense
+    cfg = MqarConfig(task="vt", vt={"chains": 4, "hops": [0, 2], "curriculum_steps": 64}, seq_len=44, vocab=64, batch=8)
+    setup = recall_setup(Layout.parse("A"), preset("proxy-tiny"), cfg)
+    assert hops_of(*next(setup.train_batches(seed=0))) == {0}
+    assert cfg.to_dict()["vt"]["curriculum_steps"] == 64 and MqarConfig().vt.curriculum_steps == 0
+    with pytest.raises(ConfigError, match=r"score.mqar.vt.curriculum_steps=-1 is not allowed; allowed: an integer >= 0"):
+        MqarConfig(task="vt", vt={"chains": 4, "hops": [0, 2], "curriculum_steps": -1}, seq_len=44, vocab=64)
