@@ -134,6 +134,10 @@ def test_accuracy_is_per_example_then_mean():
     with torch.no_grad():
         zero[1].bias.copy_(torch.arange(8, 0, -1).float())  # argmax 0
     assert mqar_accuracy(zero, x, y) == pytest.approx(0.5)  # a pooled mean would give 0.25
+    # examples without labels are left out; none at all is refused
+    assert mqar_accuracy(zero, torch.cat([x, x[:1]]), torch.cat([y, torch.full((1, 4), -100)])) == pytest.approx(0.5)
+    with pytest.raises(ConfigError, match="no labelled positions in labels; nothing to score"):
+        mqar_accuracy(zero, x, torch.full((2, 4), -100))
 
 
 def test_runs_inside_a_byte_level_hybrid_model():
