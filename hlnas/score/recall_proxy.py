@@ -43,7 +43,7 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
-from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of, typed_fields
+from hlnas.overrides import at_least_one, config_to_dict, is_int, is_number, tuples_of, typed_fields
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MqarTask, hits_accuracy, label_hits, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VT_QUERIES, VtTask, accuracy_by_hop, hop_range, make_vt, vt_baselines
@@ -114,9 +114,9 @@ class VtConfig:
             hop_range(self.hops)
         except ConfigError as e:
             raise ConfigError(f"score.mqar.vt.{str(e).removeprefix('VT ')}") from None
-        if not isinstance(self.chains, int) or isinstance(self.chains, bool) or self.chains < 1:
+        if not is_int(self.chains) or self.chains < 1:
             raise ConfigError(f"score.mqar.vt.chains={self.chains!r} is not allowed; allowed: an integer >= 1")
-        if not isinstance(self.curriculum_steps, int) or isinstance(self.curriculum_steps, bool) or self.curriculum_steps < 0:
+        if not is_int(self.curriculum_steps) or self.curriculum_steps < 0:
             raise ConfigError(f"score.mqar.vt.curriculum_steps={self.curriculum_steps!r} is not allowed; allowed: an "
                               "integer >= 0 (0: no curriculum)")
         if self.query not in VT_QUERIES:

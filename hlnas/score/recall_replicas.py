@@ -48,8 +48,7 @@ class _Run:
     """One run ``(seed, lr)``: its solo model, batches, schedule and curve; continued from ``path`` if a state is there."""
 
     def __init__(self, seed: int, lr: float, path: str | None, setup: RecallSetup, warm: int, device=None):
-        self.seed, self.lr, self.path, self.task, self.cfg, self.device = int(seed), float(lr), path, setup.task, setup.cfg, device
-        self.setup = setup
+        self.seed, self.lr, self.path, self.setup, self.cfg, self.device = int(seed), float(lr), path, setup, setup.cfg, device
         self.model = seeded_model(setup.layout, setup.model, self.seed)  # its weights; at the end, its trained weights
         self.val = validation_instances(setup, self.seed)
         self.done = self.drawn = 0
