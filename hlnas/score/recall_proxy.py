@@ -43,16 +43,17 @@ from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
-from hlnas.overrides import at_least_one, config_to_dict, is_int, is_number, tuples_of, typed_fields
+from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of, typed_fields
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MqarTask, hits_accuracy, label_hits, make_mqar, mqar_accuracy, mqar_loss
-from hlnas.score.vt import VT_QUERIES, VtTask, accuracy_by_hop, hop_range, make_vt, vt_baselines
+from hlnas.score.vt import VtConfig, VtTask, accuracy_by_hop, make_vt, vt_baselines
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
 __all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "RecallSetup", "recall_setup", "recall_task", "make_task",
            "task_baselines", "recall_model_config",
            "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target", "paused_at", "pause_settings",
-           "mqar_train_batches", "validation_instances", "sweep_result", "check_stop", "save_state", "RECALL_MODEL_KEYS"]
+           "mqar_train_batches", "validation_instances", "sweep_result", "check_stop", "run_finished", "save_state",
+           "RECALL_MODEL_KEYS"]
 
 #: the tasks the fresh recall model may train on (``score.mqar.task``): Zoology's MQAR, or multi-hop variable tracking
 RECALL_TASKS = ("mqar", "vt")
@@ -92,39 +93,6 @@ def check_recall_model_keys(overrides: dict) -> None:
             raise ConfigError(f"score.mqar.model: key '{key}' is not allowed.{did_you_mean(key, RECALL_MODEL_KEYS)} "
                               f"Allowed: {', '.join(RECALL_MODEL_KEYS)} (the vocabulary is the MQAR symbols, and the "
                               "recall model never solves its MLP for a parameter count)")
-
-
-@dataclass(frozen=True, kw_only=True)
-class VtConfig:
-    """``score.mqar.vt``: the variable-tracking task's own settings (hlnas.score.vt), read where ``score.mqar.task``
-    is ``vt``; its length and vocabulary are ``score.mqar.seq_len`` and ``score.mqar.vocab``."""
-
-    chains: int = 4  # chains per sequence, each queried once (the no-recall baseline is 1/chains)
-    hops: int | tuple[int, ...] = 2  # per chain: a fixed number, or [lo, hi] drawn uniformly (0: MQAR with '=')
-    query: str = "last"  # the variable asked of each chain: its last (hops lookups + 1), or any one
-    # a curriculum: training batches before this step hold only the range's shortest chains (hops lo), in blocks of
-    # 64 steps; validation and test are the whole range. 0: none. (CPU, 8 layers: the control learned 1-lookup
-    # queries alone in 1200 steps but stalled at 0.58 with 0-1 hops mixed in from the start)
-    curriculum_steps: int = 0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.hops, list):
-            object.__setattr__(self, "hops", tuple(self.hops))
-        try:
-            hop_range(self.hops)
-        except ConfigError as e:
-            raise ConfigError(f"score.mqar.vt.{str(e).removeprefix('VT ')}") from None
-        if not is_int(self.chains) or self.chains < 1:
-            raise ConfigError(f"score.mqar.vt.chains={self.chains!r} is not allowed; allowed: an integer >= 1")
-        if not is_int(self.curriculum_steps) or self.curriculum_steps < 0:
-            raise ConfigError(f"score.mqar.vt.curriculum_steps={self.curriculum_steps!r} is not allowed; allowed: an "
-                              "integer >= 0 (0: no curriculum)")
-        if self.query not in VT_QUERIES:
-            raise ConfigError(f"score.mqar.vt.query={self.query!r} is not allowed.{did_you_mean(self.query, VT_QUERIES)} "
-                              f"Allowed: {', '.join(VT_QUERIES)}")
-
-    def to_dict(self) -> dict:
-        return config_to_dict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -395,10 +363,7 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
     done = run_steps(step_fn, opt, batches, lr_at, start=start, stop=start if finished else limit, after_step=after_step)
     drawn += done - start  # one batch a step
     error = stop["error"]
-    # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps); a target
-    # reached at the very step a paused run stops at is reached too (it would otherwise train on when continued)
-    finished = (finished or error is not None or done >= cfg.steps or (done < limit and not stop["out_of_time"])
-                or stop["reached"])
+    finished = run_finished(cfg, finished, error, done, limit, stop["out_of_time"], stop["reached"])
     wall_s = before_s + time.perf_counter() - t0
     if state is not None:
         _save_state(state, model, opt, {"done": done, "drawn": drawn, "curve": curve, "error": error, "finished": finished,
@@ -420,6 +385,15 @@ def check_stop(cfg: MqarConfig, acc: float, elapsed_s: float, until: float | Non
     if until is not None and time.time() >= until and done < limit:
         return "out_of_time"
     return None
+
+
+def run_finished(cfg: MqarConfig, finished: bool, error: str | None, done: int, limit: int, out_of_time: bool,
+                 reached: bool) -> bool:
+    """Whether a recall run that stopped at ``done`` steps (of ``limit`` this call) has nothing more to train whatever the
+    budget: it was already, failed, trained the full steps, stopped short of the limit for a reason other than the
+    clock (target, time budget), or reached the target at the very step a paused run stops at (it would otherwise train
+    on when continued). The solo proxy's and its replicas' rule."""
+    return finished or error is not None or done >= cfg.steps or (done < limit and not out_of_time) or reached
 
 
 def validation_instances(setup: RecallSetup, seed: int):

@@ -35,7 +35,7 @@ from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import mqar_accuracy, mqar_loss
 from hlnas.score.recall_proxy import (MqarConfig, RecallSetup, check_stop, compiled, pause_settings,
-                                      recall_setup, save_state, sweep_result, validation_instances)
+                                      recall_setup, run_finished, save_state, sweep_result, validation_instances)
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_replicas", "train_mqar_seeds"]
@@ -259,10 +259,7 @@ class _Replicas:
             self.slot[r] = nxt
 
     def _finish(self, r: int, run: _Run) -> None:
-        cfg = self.cfg
-        # finished: nothing more to train whatever the budget (target, error, time budget, or the full steps)
-        run.finished = (run.finished or run.error is not None or run.done >= cfg.steps
-                        or (run.done < self.limit and not run.out_of_time) or run.reached)
+        run.finished = run_finished(self.cfg, run.finished, run.error, run.done, self.limit, run.out_of_time, run.reached)
         self.rep.to_solo(r, run.model)
         if run.path is not None:
             run.save(self.opt.slot_state(r))
