@@ -190,8 +190,9 @@ def label_hits(model: nn.Module, inputs: Tensor, labels: Tensor, batch_size: int
 
 def hits_accuracy(hits: Tensor, labels: Tensor) -> float:
     """Zoology's accuracy of :func:`label_hits`: per example, the mean over its labelled positions; then the mean
-    over examples. Examples without labels are left out."""
-    mask = labels != IGNORE
+    over examples. Examples without labels are left out. ``labels`` may sit on another device than ``hits`` (the
+    recall proxy keeps its validation instances on the GPU; :func:`label_hits` returns CPU hits)."""
+    mask = labels.to(hits.device) != IGNORE
     has = mask.sum(1) > 0
     if not bool(has.any()):
         raise ConfigError("no labelled positions in labels; nothing to score")

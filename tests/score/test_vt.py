@@ -291,3 +291,18 @@ def test_the_curriculum_trains_the_shortest_chains_first_and_a_resumed_stream_is
     assert cfg.to_dict()["vt"]["curriculum_steps"] == 64 and MqarConfig().vt.curriculum_steps == 0
     with pytest.raises(ConfigError, match=r"score.mqar.vt.curriculum_steps=-1 is not allowed; allowed: an integer >= 0"):
         MqarConfig(task="vt", vt={"chains": 4, "hops": [0, 2], "curriculum_steps": -1}, seq_len=44, vocab=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("task", ["vt", "mqar"])
+def test_a_recall_run_on_the_gpu_scores_its_checks_and_test_set(task):
+    """The path CPU tests never take: validation instances on the GPU, hits on the CPU (a device mismatch in
+    hits_accuracy failed every H200 run of 2026-12-02 at its first check)."""
+    extra = {"vt": {"chains": 3, "hops": [0, 1], "curriculum_steps": 64}} if task == "vt" else {"kv_pairs": 4}
+    cfg = MqarConfig(task=task, seq_len=32, vocab=32, batch=16, steps=128, eval_every=64, test=64, val=64, lr=3e-3,
+                     model={"d_model": 64, "n_heads": 2, "mlp_hidden": 128, "residual_init": "zero"}, **extra)
+    out = train_mqar(Layout.parse("AA"), preset("proxy-tiny"), cfg, seed=0, device="cuda")
+    assert [c[0] for c in out["mqar"]["runs"][0]["curve"]] == [64, 128]
+    assert 0.0 <= out["mqar_acc"] <= 1.0 and out["mqar_baseline"] > 0
+    assert ("mqar_by_hop" in out) == (task == "vt")
