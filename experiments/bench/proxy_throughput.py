@@ -34,6 +34,7 @@ from experiments.bench.results import PEAK_BF16, write_results
 
 
 def recall_spec(number: int, layout: str, args, steps: int, compile: bool = False):
+    """Run ``number``'s spec; ``compile``: its step under torch.compile with ``--compile-backend``."""
     from hlnas.config import preset
     from hlnas.data.sources import DataConfig
     from hlnas.layout import Layout
@@ -45,7 +46,8 @@ def recall_spec(number: int, layout: str, args, steps: int, compile: bool = Fals
     hp = {"attention": {"input_conv": 4}, "gla": {"use_short_conv": True}, "hgrn": {"use_short_conv": True},
           "hgrn2": {"use_short_conv": True}}
     mqar = MqarConfig(seq_len=args.seq_len, kv_pairs=args.kv_pairs, vocab=args.vocab, batch=args.batch, steps=steps,
-                      eval_every=steps, test=64, val=64, target=None, compile=compile,
+                      eval_every=steps, test=64, val=64, target=None,
+                      compile=args.compile_backend if compile else False,
                       model={"d_model": args.d_model, "n_heads": 2, "residual_init": "zero", "mixer_hparams": hp})
     recipe = RunConfig(layout=Layout.parse(layout), model=preset("proxy-gpu"),
                        train=TrainConfig(seed=number, tokens=1, batch_size=1, seq_len=1), data=DataConfig(),
@@ -90,12 +92,13 @@ def mps_daemon():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def replicas_round(layout: str, n: int, args, steps: int) -> float:
+def replicas_round(layout: str, n: int, args, steps: int, compile: bool = False) -> float:
     """Wall seconds of the ``n`` runs (the specs' seeds, the protocol's rate) trained in this process as replicas of one
-    model (hlnas.score.recall_replicas), from the first model build to the last run's result."""
+    model (hlnas.score.recall_replicas), from the first model build to the last run's result; ``compile``: the replicas'
+    step under torch.compile before capture (mode ``replicas_compiled``)."""
     from hlnas.score.recall_replicas import train_mqar_replicas
 
-    recipes = [recall_spec(i, layout, args, steps).recipe for i in range(n)]
+    recipes = [recall_spec(i, layout, args, steps, compile).recipe for i in range(n)]
     r0 = recipes[0]
     t0 = time.perf_counter()
     out = train_mqar_replicas(r0.layout, r0.model, r0.score.mqar, [(r.train.seed, r0.score.mqar.lr) for r in recipes])
@@ -109,14 +112,15 @@ def replicas_round(layout: str, n: int, args, steps: int) -> float:
 def measure(layout: str, n: int, mode: str, args) -> float:
     """Wall seconds of one timed round of ``n`` runs in ``mode``: processes (n workers, one run each), streams (one
     worker, n runs on n CUDA streams), mps (n workers under the MPS daemon), replicas (this process, the n runs as
-    replicas of one model: stacked weights, the replicas folded into the batch, hlnas.training.replicas) or compiled
-    (as processes, each run's step under torch.compile: ``score.mqar.compile``)."""
+    replicas of one model: stacked weights, the replicas folded into the batch, hlnas.training.replicas), compiled
+    (as processes, each run's step under torch.compile: ``score.mqar.compile``) or replicas_compiled (both)."""
     from hlnas.search.executors import ProcessExecutor
 
-    if mode == "replicas":
-        replicas_round(layout, n, args, args.warmup_steps)  # imports, compiles
+    if mode in ("replicas", "replicas_compiled"):
+        compile = mode == "replicas_compiled"
+        replicas_round(layout, n, args, args.warmup_steps, compile)  # imports, compiles
         try:
-            return replicas_round(layout, n, args, args.steps)
+            return replicas_round(layout, n, args, args.steps, compile)
         finally:
             import torch
 
@@ -149,7 +153,9 @@ def main(argv=None) -> int:
                    help="processes: N workers; streams: N runs on N CUDA streams of one worker; mps: N workers under "
                         "NVIDIA's Multi-Process Service (their kernels overlap instead of time-slicing); replicas: the N "
                         "runs as replicas of one model in one process (stacked weights, batch N x --batch); compiled: "
-                        "as processes, each run's step under torch.compile (inductor), then captured")
+                        "as processes, each run's step under torch.compile (inductor), then captured; replicas_compiled: "
+                        "replicas with the compiled step")
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend in the compiled modes")
     p.add_argument("--device-name", default="h200", help="names the output files")
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
@@ -165,7 +171,7 @@ def main(argv=None) -> int:
         write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
                       f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
                       "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams (or "
-                      "mps, replicas, compiled) / processes at the same N.",
+                      "mps, replicas, compiled, replicas_compiled) / processes at the same N.",
                       ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
                        "wall s", "note"],
                       lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",
