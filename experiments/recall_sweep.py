@@ -19,6 +19,7 @@ of the query, each hop beside its own no-recall baseline (``by_hop``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -63,6 +64,32 @@ def _spec(i: int, case: dict, args):
     return TrialSpec(number=i, recipe=recipe, recall_only=True)
 
 
+def _groups(cases: list[dict], replicas: bool) -> list[list[tuple[int, dict]]]:
+    """The cases as units of work, ``[(index, case), ...]`` each: one case each, or with ``replicas`` the cases that
+    differ only in their seed together (trained as replicas of one recall model, hlnas.score.recall_replicas)."""
+    if not replicas:
+        return [[(i, c)] for i, c in enumerate(cases)]
+    by: dict[str, list] = {}
+    for i, c in enumerate(cases):
+        by.setdefault(json.dumps({k: v for k, v in c.items() if k != "seed"}, sort_keys=True), []).append((i, c))
+    return list(by.values())
+
+
+def _row(case: dict, r, at_s: float) -> dict:
+    """One finished case's line of recall_sweep.jsonl (``r``: its TrialResult)."""
+    m = r.metrics
+    mq = m.get("mqar") or {}
+    run = (mq.get("runs") or [{}])[-1]
+    return {**case, "status": r.status, "acc": m.get("mqar_acc"), "baseline": m.get("mqar_baseline"),
+            "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"),
+            "auc": m.get("mqar_auc"), "steps_to_target": m.get("mqar_steps_to_target"),
+            "wall_s": round(r.wall_s, 1), "mode": mq.get("mode"), "params": mq.get("params"),
+            "curve": run.get("curve"), "error": (r.error or m.get("mqar_error") or "")[-300:] or None,
+            "kv_pairs": mq.get("kv_pairs"), "seq_len": mq.get("seq_len"), "model": mq.get("model"),
+            "task": mq.get("task"), "vt": mq.get("vt"), "by_hop": m.get("mqar_by_hop"),
+            "replicas_error": m.get("replicas_error"), "at_s": round(at_s, 1)}
+
+
 def _by_hop(by_hop: dict | None) -> str:
     """``h0 0.990 [0.462], h1 ...``: a VT row's accuracy per hop count with each hop's no-recall baseline."""
     if not by_hop:
@@ -97,6 +124,9 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="cases at once (worker processes sharing the GPUs)")
     p.add_argument("--runs-per-worker", type=int, default=1,
                    help="cases at once in each worker process, each on its own CUDA stream (hlnas.search.executors)")
+    p.add_argument("--replicas", action="store_true",
+                   help="cases that differ only in their seed train as replicas of one recall model in one worker "
+                        "(stacked weights, the seeds in the batch; each result the one it gets alone; issue #21)")
     p.add_argument("--deadline", type=float, default=None, help="seconds after which no case starts; running ones are "
                    "stopped at deadline + --grace and reported as unfinished")
     p.add_argument("--grace", type=float, default=60.0)
@@ -118,39 +148,33 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "recall_sweep.jsonl", "a")
-    jobs = max(1, min(args.jobs, len(cases)))
+    groups = _groups(cases, args.replicas)
+    jobs = max(1, min(args.jobs, len(groups)))
     ex = make_executor("processes", -(-jobs // args.runs_per_worker), runs_per_worker=args.runs_per_worker)
     t0 = time.monotonic()
-    queue, running, rows = list(enumerate(cases)), {}, []
+    queue, running, rows = groups, {}, []
     try:
         while queue or running:
             late = args.deadline is not None and time.monotonic() - t0 > args.deadline
-            while queue and len(running) < ex.capacity and not late:
-                i, case = queue.pop(0)
-                ex.submit(_spec(i, case, args))
-                running[i] = case
+            while queue and ex.in_flight() < ex.capacity and not late:
+                (i, case), *others = queue.pop(0)
+                spec = _spec(i, case, args)
+                if others:  # the group's other seeds: their recall trained as replicas of one model with this one's
+                    spec = dataclasses.replace(spec, replicas=tuple(_spec(j, c, args) for j, c in others))
+                ex.submit(spec)
+                running.update({i: case, **dict(others)})
             if late and args.deadline is not None and time.monotonic() - t0 > args.deadline + args.grace:
                 break
-            for r in ex.wait(timeout=2.0):
-                case = running.pop(r.number)
-                m = r.metrics
-                mq = m.get("mqar") or {}
-                run = (mq.get("runs") or [{}])[-1]
-                row = {**case, "status": r.status, "acc": m.get("mqar_acc"), "baseline": m.get("mqar_baseline"),
-                       "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"),
-                       "auc": m.get("mqar_auc"), "steps_to_target": m.get("mqar_steps_to_target"),
-                       "wall_s": round(r.wall_s, 1), "mode": mq.get("mode"), "params": mq.get("params"),
-                       "curve": run.get("curve"), "error": (r.error or m.get("mqar_error") or "")[-300:] or None,
-                       "kv_pairs": mq.get("kv_pairs"), "seq_len": mq.get("seq_len"), "model": mq.get("model"),
-                       "task": mq.get("task"), "vt": mq.get("vt"), "by_hop": m.get("mqar_by_hop"),
-                       "at_s": round(time.monotonic() - t0, 1)}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                log.write(json.dumps(row) + "\n")
-                log.flush()
+            for result in ex.wait(timeout=2.0):
+                for r in (result, *result.replicas):
+                    row = _row(running.pop(r.number), r, time.monotonic() - t0)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    log.write(json.dumps(row) + "\n")
+                    log.flush()
     finally:
         ex.shutdown()
-    for i, case in [*running.items(), *queue]:
+    for i, case in [*running.items(), *(ic for g in queue for ic in g)]:
         rows.append({**case, "status": "unfinished"})
     lines = ["| layout | tag | seed | K | L | lr | acc | no-recall | steps | to target | wall s | mode | VT by hop: acc [no-recall] |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

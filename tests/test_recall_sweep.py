@@ -40,3 +40,28 @@ def test_a_vt_case_reports_its_accuracy_per_hop_beside_each_hops_baseline(tmp_pa
     assert row["baseline"] >= 0.5  # copy-any over 2 chains at least
     line = [x for x in (tmp_path / "recall_sweep.md").read_text().splitlines() if x.startswith("| AA |")][0]
     assert f"h0 {row['by_hop']['0']['acc']:.3f} [{row['by_hop']['0']['baseline']:.3f}]" in line
+
+
+def test_replicas_give_each_seed_the_result_it_gets_alone(tmp_path):
+    """--replicas trains the cases that differ only in seed as replicas of one model in one worker; each row is the
+    run it is alone (float32 on the CPU), and a case with other settings still runs by itself."""
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([{"layout": "GA", "seed": 0}, {"layout": "GA", "seed": 1}, {"layout": "AA", "seed": 0}]))
+    rows = {}
+    for mode in ("solo", "replicas"):
+        out = tmp_path / mode
+        cmd = [sys.executable, str(ROOT / "experiments" / "recall_sweep.py"), "--cases", str(cases), "--layers", "2",
+               "--d-model", "16", "--kv-pairs", "2", "--seq-len", "16", "--vocab", "16", "--steps", "20",
+               "--eval-every", "10", "--test", "16", "--val", "16", "--jobs", "2", "--no-graph", "--out", str(out),
+               *(["--replicas"] if mode == "replicas" else [])]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        lines = [json.loads(x) for x in (out / "recall_sweep.jsonl").read_text().splitlines()]
+        rows[mode] = {(x["layout"], x["seed"]): x for x in lines}
+    assert set(rows["solo"]) == set(rows["replicas"]) == {("GA", 0), ("GA", 1), ("AA", 0)}
+    for key, alone in rows["solo"].items():
+        rep = rows["replicas"][key]
+        assert rep["status"] == "ok" and rep["replicas_error"] is None and rep["steps"] == alone["steps"] == 20
+        for (s1, a1, l1), (s2, a2, l2) in zip(alone["curve"], rep["curve"]):
+            assert s1 == s2 and abs(a1 - a2) < 1e-3 and abs(l1 - l2) < 1e-3, (key, alone["curve"], rep["curve"])
+    assert rows["solo"][("GA", 0)]["curve"] != rows["solo"][("GA", 1)]["curve"]  # the seeds are different runs
