@@ -39,7 +39,8 @@ def one(a) -> dict:
     hmix = {m: {"use_short_conv": True} for m in ("hgrn", "hgrn2", "gla")}
     model = {"d_model": a.d, "n_heads": 2, "mlp_hidden": 2 * a.d, "residual_init": "zero",
              "mixer_hparams": {"attention": {"input_conv": 4}, **hmix}}
-    cfg = MqarConfig(task="vt", vt={"chains": a.chains, "hops": [a.hops[0], a.hops[-1]], "curriculum_steps": a.curriculum_steps},
+    cfg = MqarConfig(task="vt", vt={"chains": a.chains, "hops": [a.hops[0], a.hops[-1]], "curriculum_steps": a.curriculum_steps,
+                                   "curriculum": a.curriculum},
                      seq_len=a.seq_len, vocab=a.vocab,
                      batch=a.batch, steps=a.steps, eval_every=a.eval_every, lr=a.lr, target=a.target, test=a.test, val=a.val,
                      model=model, graph=False)
@@ -59,6 +60,8 @@ def main() -> None:
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--curriculum-steps", type=int, default=0, help="train on the range's shortest chains for this many "
                    "steps first (score.mqar.vt.curriculum_steps)")
+    p.add_argument("--curriculum", default="shortest", help="shortest (hops lo first) or staged (one hop more each "
+                   "--curriculum-steps; score.mqar.vt.curriculum)")
     p.add_argument("--seq-len", type=int, default=44)
     p.add_argument("--vocab", type=int, default=64)
     p.add_argument("--d", type=int, default=64)

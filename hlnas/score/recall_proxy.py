@@ -210,8 +210,10 @@ class RecallSetup:
 
     def train_batches(self, seed: int, start: int = 0, device=None):
         """A run's training batches from step ``start`` (:func:`mqar_train_batches`), with VT's curriculum if set."""
-        easy = self.cfg.vt.curriculum_steps if isinstance(self.task, VtTask) else 0
-        return mqar_train_batches(self.task, self.cfg.batch, seed, start, device, easy_until=easy)
+        if isinstance(self.task, VtTask) and self.cfg.vt.curriculum_steps:
+            return mqar_train_batches(self.task, self.cfg.batch, seed, start, device,
+                                      task_at=lambda step: self.cfg.vt.train_task(self.task, step))
+        return mqar_train_batches(self.task, self.cfg.batch, seed, start, device)
 
 
 def recall_setup(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig) -> RecallSetup:
@@ -242,17 +244,17 @@ def steps_to_target(curve, target: float | None) -> int | None:
     return next((int(c[0]) for c in curve if c[1] >= target), None)
 
 
-def mqar_train_batches(mcfg: MqarTask | VtTask, batch: int, seed: int, start: int = 0, device=None, easy_until: int = 0):
+def mqar_train_batches(mcfg: MqarTask | VtTask, batch: int, seed: int, start: int = 0, device=None, task_at=None):
     """A run's training batches from step ``start`` on: block ``b`` of ``seed`` is train seed ``seed * 2**20 + b`` (the
     solo proxy's and hlnas.score.recall_replicas' stream), generated on the CPU a block at a time (the same instances
     on every device) and moved to ``device`` a block at a time: a copy from pageable host memory synchronises its
     stream, and runs sharing a worker process on streams of their own (hlnas.search.executors.run_on_own_stream)
     were serialised by one such copy a step (12 streams ran 0.81x 12 processes on the H200, 2026-12-02).
-    ``easy_until`` (VT only): the blocks that start before that step hold only the hop range's shortest chains."""
+    ``task_at(step)`` (a curriculum, :meth:`hlnas.score.vt.VtConfig.train_task`): the task of the block that starts at
+    that step, instead of ``mcfg`` throughout."""
     block, skip = divmod(start, _BLOCK_STEPS)
-    easy = mcfg.replace(hops=mcfg.hop_range[0]) if easy_until and isinstance(mcfg, VtTask) else mcfg
     while True:
-        task = easy if block * _BLOCK_STEPS < easy_until else mcfg
+        task = mcfg if task_at is None else task_at(block * _BLOCK_STEPS)
         x, y = make_task(task, batch * _BLOCK_STEPS, (seed * 2**20 + block) % 2**31, split="train")
         x, y = _to_device(x, device), _to_device(y, device)
         for i in range(skip, _BLOCK_STEPS):

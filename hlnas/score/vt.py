@@ -39,13 +39,14 @@ from torch import Tensor
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.overrides import config_to_dict, is_int
 
-__all__ = ["VtTask", "VtConfig", "make_vt", "vt_baselines", "order_leak", "trace_answers", "accuracy_by_hop", "hop_range", "VT_QUERIES", "VT_STRATEGIES", "FILLER", "ASSIGN",
+__all__ = ["VtTask", "VtConfig", "make_vt", "vt_baselines", "order_leak", "trace_answers", "accuracy_by_hop", "hop_range", "VT_QUERIES", "VT_CURRICULA", "VT_STRATEGIES", "FILLER", "ASSIGN",
            "QUERY", "FIRST_VARIABLE", "TEST_SEED_OFFSET"]
 
 TEST_SEED_OFFSET = 2**31
 IGNORE = -100
 FILLER, ASSIGN, QUERY, FIRST_VARIABLE = 0, 1, 2, 3
 VT_QUERIES = ("last", "any")
+VT_CURRICULA = ("shortest", "staged")
 #: the no-recall strategies of :func:`vt_baselines`
 VT_STRATEGIES = ("uniform", "copy_any", "recent_value")
 _CHUNK = 1024
@@ -125,6 +126,10 @@ class VtConfig:
     # 64 steps; validation and test are the whole range. 0: none. (CPU, 8 layers: the control learned 1-lookup
     # queries alone in 1200 steps but stalled at 0.58 with 0-1 hops mixed in from the start)
     curriculum_steps: int = 0
+    # shortest: hops lo for curriculum_steps, then the range; staged: hops [lo, lo + k] in stage k, each
+    # curriculum_steps long, until the range is whole (CPU, 24 layers: the control learned the 1-lookup queries in the
+    # shortest curriculum, then stalled at 0.5 when 1- and 2-hop chains came in together)
+    curriculum: str = "shortest"
 
     def __post_init__(self) -> None:
         if isinstance(self.hops, list):
@@ -138,12 +143,23 @@ class VtConfig:
         if not is_int(self.curriculum_steps) or self.curriculum_steps < 0:
             raise ConfigError(f"score.mqar.vt.curriculum_steps={self.curriculum_steps!r} is not allowed; allowed: an "
                               "integer >= 0 (0: no curriculum)")
+        if self.curriculum not in VT_CURRICULA:
+            raise ConfigError(f"score.mqar.vt.curriculum={self.curriculum!r} is not allowed."
+                              f"{did_you_mean(str(self.curriculum), VT_CURRICULA)} Allowed: {', '.join(VT_CURRICULA)}")
         if self.query not in VT_QUERIES:
             raise ConfigError(f"score.mqar.vt.query={self.query!r} is not allowed.{did_you_mean(self.query, VT_QUERIES)} "
                               f"Allowed: {', '.join(VT_QUERIES)}")
 
     def to_dict(self) -> dict:
         return config_to_dict(self)
+
+    def train_task(self, task: "VtTask", step: int) -> "VtTask":
+        """The task that training steps from ``step`` draw from under this curriculum (``task``: the whole range)."""
+        lo, hi = task.hop_range
+        stage = step // self.curriculum_steps if self.curriculum_steps else hi - lo
+        if self.curriculum == "shortest":
+            stage = 0 if stage < 1 else hi - lo
+        return task if lo + stage >= hi else task.replace(hops=(lo, lo + stage) if stage else lo)
 
 
 def make_vt(cfg: VtTask, n: int, seed: int, *, split: str = "test") -> tuple[Tensor, Tensor]:

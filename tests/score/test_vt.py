@@ -14,7 +14,7 @@ from hlnas.layout import Layout
 from hlnas.overrides import yaml_load
 from hlnas.score.objectives import MqarConfig, ScoreConfig
 from hlnas.score.recall_proxy import recall_task, train_mqar
-from hlnas.score.vt import (ASSIGN, FILLER, QUERY, VtTask, accuracy_by_hop, make_vt, order_leak, trace_answers,
+from hlnas.score.vt import (ASSIGN, FILLER, QUERY, VtConfig, VtTask, accuracy_by_hop, make_vt, order_leak, trace_answers,
                             vt_baselines)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -204,7 +204,8 @@ def test_old_stored_settings_read_back_as_mqar_and_new_ones_record_the_task():
     assert old.mqar.task == "mqar" and recall_task(old.mqar).num_kv_pairs == 8
     new = ScoreConfig.from_dict(yaml_load("mqar: {seq_len: 64, vocab: 64, task: vt, vt: {chains: 3, hops: [1, 3]}}"))
     d = new.to_dict()["mqar"]
-    assert d["task"] == "vt" and d["vt"] == {"chains": 3, "hops": [1, 3], "query": "last", "curriculum_steps": 0}
+    assert d["task"] == "vt" and d["vt"] == {"chains": 3, "hops": [1, 3], "query": "last", "curriculum_steps": 0,
+                                             "curriculum": "shortest"}
     assert ScoreConfig.from_dict(new.to_dict()) == new
     task = recall_task(new.mqar)
     assert isinstance(task, VtTask) and task.hop_range == (1, 3) and task.chains == 3
@@ -273,14 +274,16 @@ def test_the_curriculum_trains_the_shortest_chains_first_and_a_resumed_stream_is
 
     task = VtTask(vocab_size=64, seq_len=44, chains=4, hops=(0, 2))
     hops_of = lambda x, y: {h for row in trace_answers(x, y, 64) for _, _, h in row}  # noqa: E731
-    stream = mqar_train_batches(task, 8, seed=3, easy_until=100)  # blocks of 64 steps: steps 0-127 are easy
+    shortest = VtConfig(chains=4, hops=(0, 2), curriculum_steps=100)
+    stream = mqar_train_batches(task, 8, seed=3, task_at=lambda s: shortest.train_task(task, s))  # blocks of 64 steps: 0-127 easy
     batches = [next(stream) for _ in range(192)]
     assert all(hops_of(*b) == {0} for b in batches[:128])
     late = (torch.cat([b[0] for b in batches[128:]]), torch.cat([b[1] for b in batches[128:]]))
     assert hops_of(*late) == {0, 1, 2}
     plain = mqar_train_batches(task, 8, seed=3)  # without it: the range from the start, the same seeds per block
     assert len(hops_of(*next(plain))) > 1
-    resumed = mqar_train_batches(task, 8, seed=3, start=100, easy_until=100)  # a paused run continues the same stream
+    resumed = mqar_train_batches(task, 8, seed=3, start=100, task_at=lambda s: shortest.train_task(task, s))  # a paused run
+    # continues the same stream
     for b in batches[100:150]:
         x, y = next(resumed)
         assert torch.equal(x, b[0]) and torch.equal(y, b[1])
@@ -291,6 +294,31 @@ def test_the_curriculum_trains_the_shortest_chains_first_and_a_resumed_stream_is
     assert cfg.to_dict()["vt"]["curriculum_steps"] == 64 and MqarConfig().vt.curriculum_steps == 0
     with pytest.raises(ConfigError, match=r"score.mqar.vt.curriculum_steps=-1 is not allowed; allowed: an integer >= 0"):
         MqarConfig(task="vt", vt={"chains": 4, "hops": [0, 2], "curriculum_steps": -1}, seq_len=44, vocab=64)
+
+
+def test_the_staged_curriculum_adds_one_hop_a_stage_and_resumes_the_same_stream():
+    from hlnas.score.recall_proxy import mqar_train_batches, recall_setup
+
+    task = VtTask(vocab_size=64, seq_len=60, chains=3, hops=(1, 3))
+    staged = VtConfig(chains=3, hops=(1, 3), curriculum_steps=64, curriculum="staged")
+    assert [staged.train_task(task, s).hop_range for s in (0, 63, 64, 127, 128, 10_000)] == [
+        (1, 1), (1, 1), (1, 2), (1, 2), (1, 3), (1, 3)]
+    assert staged.train_task(task, 128) is task  # the whole range: the task itself, as without a curriculum
+    hops_of = lambda x, y: {h for row in trace_answers(x, y, 64) for _, _, h in row}  # noqa: E731
+    cfg = MqarConfig(task="vt", vt={"chains": 3, "hops": [1, 3], "curriculum_steps": 64, "curriculum": "staged"},
+                     seq_len=60, vocab=64, batch=8)
+    setup = recall_setup(Layout.parse("A"), preset("proxy-tiny"), cfg)
+    batches = [next(b) for b in [setup.train_batches(seed=1)] for _ in range(192)]
+    stage = lambda part: hops_of(torch.cat([b[0] for b in part]), torch.cat([b[1] for b in part]))  # noqa: E731
+    assert [stage(batches[:64]), stage(batches[64:128]), stage(batches[128:])] == [{1}, {1, 2}, {1, 2, 3}]
+    resumed = setup.train_batches(seed=1, start=70)
+    for b in batches[70:140]:
+        x, y = next(resumed)
+        assert torch.equal(x, b[0]) and torch.equal(y, b[1])
+    assert cfg.to_dict()["vt"]["curriculum"] == "staged" and MqarConfig(task="vt").vt.curriculum == "shortest"
+    with pytest.raises(ConfigError, match=r"score.mqar.vt.curriculum='stagd' is not allowed. Did you mean: staged\? "
+                                          r"Allowed: shortest, staged"):
+        MqarConfig(task="vt", vt={"curriculum": "stagd"})
 
 
 @pytest.mark.gpu
