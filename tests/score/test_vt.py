@@ -221,6 +221,9 @@ def test_a_space_chooses_the_task_and_an_old_stored_space_is_the_same_space(tmp_
     assert back.score.mqar.task == "mqar" and back.fingerprint() == space.fingerprint()
     vt = space.with_sets(["score.mqar.task=vt", "score.mqar.vt.hops=[1, 2]", "score.mqar.vt.chains=2"])
     assert vt.score.mqar.task == "vt" and vt.score.mqar.vt.hops == (1, 2) and vt.fingerprint() != space.fingerprint()
+    stored_vt = vt.to_dict()
+    del stored_vt["scale"]["score"]["mqar"]["vt"]["curriculum"]  # a VT space stored before the staged curriculum
+    assert space_from_dict(stored_vt, where="test").fingerprint() == vt.fingerprint()
     with pytest.raises(HlnasError, match="score.mqar.task='vtt' is not allowed"):
         space.with_sets(["score.mqar.task=vtt"])
 
