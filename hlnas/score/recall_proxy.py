@@ -210,10 +210,8 @@ class RecallSetup:
 
     def train_batches(self, seed: int, start: int = 0, device=None):
         """A run's training batches from step ``start`` (:func:`mqar_train_batches`), with VT's curriculum if set."""
-        if isinstance(self.task, VtTask) and self.cfg.vt.curriculum_steps:
-            return mqar_train_batches(self.task, self.cfg.batch, seed, start, device,
-                                      task_at=lambda step: self.cfg.vt.train_task(self.task, step))
-        return mqar_train_batches(self.task, self.cfg.batch, seed, start, device)
+        task_at = (lambda step: self.cfg.vt.train_task(self.task, step)) if isinstance(self.task, VtTask) else None
+        return mqar_train_batches(self.task, self.cfg.batch, seed, start, device, task_at=task_at)
 
 
 def recall_setup(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig) -> RecallSetup:

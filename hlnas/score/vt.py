@@ -155,11 +155,12 @@ class VtConfig:
 
     def train_task(self, task: "VtTask", step: int) -> "VtTask":
         """The task that training steps from ``step`` draw from under this curriculum (``task``: the whole range)."""
+        stage = step // self.curriculum_steps if self.curriculum_steps else None
+        if stage is None or (self.curriculum == "shortest" and stage > 0):
+            return task
         lo, hi = task.hop_range
-        stage = step // self.curriculum_steps if self.curriculum_steps else hi - lo
-        if self.curriculum == "shortest":
-            stage = 0 if stage < 1 else hi - lo
-        return task if lo + stage >= hi else task.replace(hops=(lo, lo + stage) if stage else lo)
+        top = lo + stage
+        return task if top >= hi else task.replace(hops=(lo, top) if top > lo else lo)
 
 
 def make_vt(cfg: VtTask, n: int, seed: int, *, split: str = "test") -> tuple[Tensor, Tensor]:
