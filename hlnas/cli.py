@@ -202,6 +202,9 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="start no new trial after this long; running trials pause at their next recall check, keeping "
                         "their recall models, and --resume continues them")
+    p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
+                   help="with --timeout: let the trials running at the timeout go on this many seconds more before pausing, "
+                        "so those that finish are stored (for a machine that goes back and takes paused runs with it)")
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
     p.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs Ray reserves per trial (default 1 if CUDA is visible, else 0)")
     p.add_argument("--sampler", choices=SAMPLERS, help="default: the space's (nsga2 unless it says otherwise)")
@@ -251,7 +254,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                            runs_per_worker=args.runs_per_worker, replicas=args.replicas,
-                           out_root=args.out, on_event=ui.event, time_limit=args.timeout, retry_failed=args.retry_failed,
+                           out_root=args.out, on_event=ui.event, time_limit=args.timeout, drain=args.drain,
+                           retry_failed=args.retry_failed,
                            skip_calibration=args.skip_calibration, calibrate=args.calibrate)
     except KeyboardInterrupt:
         ui.close()
@@ -315,6 +319,9 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="start no run after this long, and pause those running at their next validation check (their "
                         "recall models are kept, and the same command continues them)")
+    p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
+                   help="with --timeout: let the runs running at the timeout go on this many seconds more before pausing, "
+                        "so those that finish are stored (for a machine that goes back and takes paused runs with it)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--no-progress", action="store_true", help="accepted as by hlnas search (calibrate prints a line per run, no bar)")
     p.set_defaults(func=cmd_calibrate)
@@ -335,7 +342,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         verdict, message = calibrate_study(space, storage=storage, study_name=name, workers=args.workers,
                                            executor=args.executor, cpus_per_trial=args.cpus_per_trial,
                                            runs_per_worker=args.runs_per_worker, time_limit=args.timeout,
-                                           replicas=args.replicas,
+                                           replicas=args.replicas, drain=args.drain,
                                            on_event=ui.event if ui else None)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished control runs are stored. Continue with: hlnas calibrate {args.space} "

@@ -407,6 +407,61 @@ def test_a_calibration_out_of_time_pauses_its_runs_and_the_next_call_continues_t
     assert os.listdir(os.path.join(root, "calibration")) == []  # a stored run's paused state is removed
 
 
+def test_drain_lets_the_run_in_flight_at_the_timeout_finish_instead_of_pausing(monkeypatch, tmp_path, capsys):
+    """--drain: no run starts after --timeout, but the one in flight goes on past it and is stored (a machine that
+    goes back takes paused runs with it); without --drain the same run pauses (the test above)."""
+    import time
+
+    import yaml
+
+    run, calls = fake_trial({})
+    seen, starts = [], []
+
+    def slow(spec):  # the second run is still training when the timeout passes, and finishes 0.5 s after it
+        seen.append(spec)
+        starts.append(time.time())
+        if len(seen) == 2:
+            time.sleep(max(0.0, spec.pause_by - 10.0 - time.time()) + 0.5)
+            assert time.time() < spec.pause_by  # inside the drain: it does not pause
+        return run(spec)
+
+    monkeypatch.setattr(executors, "run_trial", slow)
+    monkeypatch.chdir(tmp_path)
+    space_file = tmp_path / "cal.yaml"
+    space_file.write_text(yaml.safe_dump(raw_space()))
+    url = f"sqlite:///{tmp_path}/c.db"
+    t0 = time.time()
+    assert main(["calibrate", str(space_file), "--storage", url, "--workers", "1", "--timeout", "2",
+                 "--drain", "10"]) == 3
+    assert seen[0].pause_by - t0 >= 12 >= seen[0].pause_by - starts[0]  # the timeout plus the drain
+    cal = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]
+    assert cal["status"] == "running" and len(cal["runs"]) == len(seen) == 2  # the drained run stored, none after
+    assert "2 of 10 runs stored, 0 paused" in capsys.readouterr().err
+
+
+def test_a_search_with_drain_gives_its_trials_the_timeout_plus_the_drain_before_they_pause(monkeypatch, tmp_path):
+    import time
+
+    run, _ = fake_trial({})
+    seen = []
+    monkeypatch.setattr(executors, "run_trial", lambda spec: (seen.append((time.time(), spec.pause_by)), run(spec))[1])
+    monkeypatch.chdir(tmp_path)
+    t0 = time.time()
+    run_search(space_from_dict(raw_space()), storage=f"sqlite:///{tmp_path}/c.db", study_name="c", n_trials=1,
+               skip_calibration=True, time_limit=30, drain=20)
+    (started, pause_by), = seen
+    assert pause_by - t0 >= 50 >= pause_by - started
+
+
+@pytest.mark.parametrize("args, message", [(["--drain", "5"], "needs --timeout"),
+                                           (["--timeout", "5", "--drain", "-1"], "--drain must be a number of seconds >= 0")])
+def test_a_bad_drain_is_refused_before_anything_is_written(tmp_path, capsys, args, message):
+    url = f"sqlite:///{tmp_path}/c.db"
+    assert main(["search", "--space", "tiny", "--storage", url, *args]) != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "c.db").exists() or not optuna.get_all_study_summaries(url)
+
+
 # -- the calibration's seeds as replicas of one recall model (--replicas) ------------------------------------------
 def fake_unit_trial(scores: dict):
     """fake_trial's runs, a unit's (TrialSpec.replicas) coming back in TrialResult.replicas."""

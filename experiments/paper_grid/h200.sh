@@ -17,6 +17,8 @@
 #   capped to leave the closing archive 30 s of CALL_LIMIT.
 # RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
 # auto: chosen by a bench_proxy step earlier in the call (BENCH_PROXY_ARGS: its options, e.g. fewer runs and steps)
+# DRAIN=S (the session's last call): runs in flight when a calibrate_by/grid_by/placement_by step's T passes go on up to S
+# seconds more before pausing, so those that finish are stored (a machine that goes back takes paused runs with it)
 # CAL_REPLICAS=1 (or auto: see pick_replicas): calibrate_by trains each layout's seeds as replicas of one recall model
 # in one run (hlnas calibrate --replicas; issue #21). Unmeasured on the GPU: off unless set. Paused solo runs are not
 # continued as replicas (their recall starts again, with the same result)
@@ -106,7 +108,7 @@ search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard
   python3 -c "import optuna,sys; optuna.load_study(study_name='$2', storage='$DB')" 2>/dev/null && resume=(--resume)
   [ -n "${RETRY_FAILED:-}" ] && [ ${#resume[@]} -gt 0 ] && resume+=(--retry-failed)  # after fixing what failed
   timeout -s TERM "$4" python3 -m hlnas search --space "$1" --storage $DB --study "$2" "${resume[@]}" \
-    --executor processes --workers $workers --runs-per-worker ${RUNS_PER_WORKER:-1} --timeout "$3" --no-progress \
+    --executor processes --workers $workers --runs-per-worker ${RUNS_PER_WORKER:-1} --timeout "$3" --drain ${DRAIN:-0} --no-progress \
     "${@:5}" >>"$OUT/logs/search_$2.log" 2>&1
   say "search $2 rc=$? ($workers workers)"; grep -c " done " "$OUT/logs/search_$2.log"; grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
 }
@@ -161,7 +163,8 @@ start_mps() {
 # A search's hard stop: 60 s after its last start, but never past CALL_LIMIT (the device call's limit) less the
 # time the closing archive needs. A call killed by its limit brings back no database and no logs archive.
 CALL_LIMIT=${CALL_LIMIT:-600}
-hard_stop() { local cap=$(( CALL_LIMIT - 20 - ($(date +%s) - t0) )); echo $(( $1 + 60 < cap ? $1 + 60 : cap )); }
+# the hard stop of a search or calibration given T: T, DRAIN, then 60 s for the runs to pause and the study to close
+hard_stop() { local cap=$(( CALL_LIMIT - 20 - ($(date +%s) - t0) )) h=$(( $1 + ${DRAIN:-0} + 60 )); echo $(( h < cap ? h : cap )); }
 # a benchmark's timeout: $1 seconds, but never past CALL_LIMIT less 30 s for the closing archive
 cap() { local c=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) )); echo $(( $1 < c ? $1 : c )); }
 
@@ -201,7 +204,7 @@ PY
       pick_replicas
       timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-$SPACE} --study ${CAL_STUDY:-$GRID_STUDY} \
         --storage $DB --executor processes --workers ${WORKERS:-5} --runs-per-worker ${RUNS_PER_WORKER:-1} --no-progress \
-        --timeout $left $([ "${CAL_REPLICAS:-0}" = 1 ] && echo --replicas) \
+        --timeout $left --drain ${DRAIN:-0} $([ "${CAL_REPLICAS:-0}" = 1 ] && echo --replicas) \
         >>"$OUT/logs/calibrate.log" 2>&1
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)

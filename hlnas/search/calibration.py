@@ -47,7 +47,7 @@ def check_replicas(space: SearchSpace, replicas) -> None:
 
 def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, storage: str, study_name: str, fresh: bool,
                         calibrate: bool, skip_calibration: bool, inline: bool, time_limit: float | None,
-                        replicas: bool = False):
+                        replicas: bool = False, drain: float = 0.0):
     """Before a search: the stored verdict, a new one, or none (skipped, disabled, not needed: recorded as such);
     :data:`PAUSED` when ``time_limit`` stopped it first. An invalid protocol raises
     :class:`~hlnas.calibrate.CalibrationFailed` naming what to change."""
@@ -67,7 +67,8 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
         verdict = stored["verdict"]
     else:
         with StopSignals(inline) as stops:
-            verdict = run_calibration(study, space, ex, emit, stops, time_limit=time_limit, replicas=replicas)
+            verdict = run_calibration(study, space, ex, emit, stops, time_limit=time_limit, replicas=replicas,
+                                      drain=drain)
         if verdict is None:
             return PAUSED
     if not verdict["valid"]:
@@ -76,24 +77,27 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
 
 
 def run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals,
-                    time_limit: float | None = None, replicas: bool = False) -> dict | None:
+                    time_limit: float | None = None, replicas: bool = False, drain: float = 0.0) -> dict | None:
     """Run the calibration runs not yet stored with the study (all of them the first time), through the
     search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
     Returns the verdict (also stored as study attr ``hlnas_calibration``), or None when ``time_limit`` seconds
     passed first: no run starts after that, and the runs in flight pause at their next validation check, their
     recall models kept in the study's folder of paused runs (:func:`hlnas.search.records.paused_root`), so the next
     call continues them from there (on the same machine; elsewhere they start again, with the same result).
+    ``drain``: the runs in flight at ``time_limit`` go on for up to this many seconds more before pausing, so those
+    that finish in time are stored (the last call on a machine that goes back, which takes paused runs with it).
 
     ``replicas``: the runs of one layout (its seeds) go to the executor as one spec whose recall halves are trained as
     replicas of one model (:attr:`hlnas.search.trial.TrialSpec.replicas`): latency-bound recall models on a GPU do
     more work per second batched than side by side (issue #21). Each run is stored as it is without (same metrics, up
     to float rounding), so a study calibrated with replicas reads back like one without."""
     check_replicas(space, replicas)
-    return _Calibration(study, space, ex, emit, stops, time_limit, replicas).run()
+    return _Calibration(study, space, ex, emit, stops, time_limit, replicas, drain).run()
 
 
 class _Calibration:
-    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit, replicas: bool = False):
+    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit, replicas: bool = False,
+                 drain: float = 0.0):
         self.study, self.space, self.emit = study, space, emit
         stored = dict(study.user_attrs.get("hlnas_calibration") or {})
         self.runs: dict = dict(stored.get("runs") or {})
@@ -101,7 +105,9 @@ class _Calibration:
         self.todo = [r for r in self.plan if r.key not in self.runs]
         self.recall_only = space.recall_source() == "mqar_acc"  # a fresh-model recall does not need the LM trained
         self.number_of = {r.key: -(i + 1) for i, r in enumerate(self.plan)}  # negative: never a trial's number
-        self.pause_by = None if time_limit is None else time.time() + time_limit
+        # no run starts after start_by; the runs in flight pause at their first check after pause_by
+        self.start_by = None if time_limit is None else time.time() + time_limit
+        self.pause_by = None if time_limit is None else self.start_by + drain
         # where paused runs keep their recall models: made when a time limit may pause them, else only read
         self.root = paused_root(study, create=time_limit is not None)
         self.dispatch = Dispatch(ex, stops)
@@ -116,7 +122,7 @@ class _Calibration:
                                                        **({"verdict": result} if result else {})})
 
     def in_time(self) -> bool:
-        return self.pause_by is None or time.time() < self.pause_by
+        return self.start_by is None or time.time() < self.start_by
 
     def run(self) -> dict | None:
         emit, plan, dispatch = self.emit, self.plan, self.dispatch

@@ -48,7 +48,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                 on_event: Callable[[str, dict], None] | None = None, time_limit: float | None = None,
                 retry_failed: bool = False, enqueue_grid: bool = False, interruptible: bool = False,
                 unique=_COUNT, stop: Callable[[], bool] | None = None, rung_root: str | None = None,
-                clock_start: float | None = None) -> None:
+                clock_start: float | None = None, drain: float = 0.0) -> None:
     """Ask, dedupe, submit and tell on ``study`` (its sampler already set) until ``n_trials`` distinct layouts of
     ``space`` are trained and COMPLETE; see the module docstring for the rules. Does not shut ``executor`` down.
 
@@ -72,12 +72,13 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
 
     With ``time_limit``, trials in flight when it passes pause at their next recall check instead of finishing:
     told FAIL as ``paused`` (no failure of the layout), re-queued, their recall models kept in the study's folder of
-    paused runs (:func:`~hlnas.search.records.paused_root`); a resume trains them on from there."""
+    paused runs (:func:`~hlnas.search.records.paused_root`); a resume trains them on from there. ``drain``: they go on
+    for up to this many seconds past ``time_limit`` before pausing, so those that finish in time are told."""
     search = _Search(study, space, executor, n_trials=n_trials, seed=seed, out_root=out_root, time_limit=time_limit,
                      metrics_names=list(objectives) if objectives is not None else [o.metric for o in space.objectives],
                      emit=on_event or (lambda kind, data: None), unique=countable(space) if unique is _COUNT else unique,
                      stop=stop or (lambda: False), rung_root=rung_root, interruptible=interruptible)
-    search.prepare(retry_failed=retry_failed, enqueue_grid=enqueue_grid, clock_start=clock_start)
+    search.prepare(retry_failed=retry_failed, enqueue_grid=enqueue_grid, clock_start=clock_start, drain=drain)
     search.run()
 
 
@@ -104,7 +105,8 @@ class _Search:
         self.n_trials = to
         self.study.set_user_attr("hlnas_trials", to)
 
-    def prepare(self, *, retry_failed: bool, enqueue_grid: bool, clock_start: float | None = None) -> None:
+    def prepare(self, *, retry_failed: bool, enqueue_grid: bool, clock_start: float | None = None,
+                drain: float = 0.0) -> None:
         """Read the study: what is trained, failed, re-queued (raising the target to run it), paused at a rung."""
         study, space, emit = self.study, self.space, self.emit
         if enqueue_grid and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
@@ -114,7 +116,7 @@ class _Search:
         # with a time limit, trials in flight pause at their next recall check past it, keeping their recall model in
         # the study's folder of paused runs; a resume re-runs them from there (and a resume without a limit too)
         self.pause_by = (None if self.time_limit is None
-                         else time.time() + self.time_limit - (time.monotonic() - self.t_start))
+                         else time.time() + self.time_limit + drain - (time.monotonic() - self.t_start))
         self.paused_dir = None
         if space.rungs is None:  # the rung scheduler keeps its own paused models
             root = paused_root(study, out_root=self.out_root, given=self.rung_root, create=self.time_limit is not None)

@@ -158,12 +158,14 @@ def run_search(
     calibrate_only: bool = False,
     runs_per_worker: int = 1,
     replicas: bool = False,
+    drain: float = 0.0,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
     and do not count. After ``time_limit`` seconds (counted from the start, the calibration included) no new trial
     or calibration run starts, and those running pause at their next recall check, their recall models kept; a
-    later ``resume`` continues them (a run split over several machine leases). Layouts that failed
+    later ``resume`` continues them (a run split over several machine leases). ``drain``: those in flight go on for up
+    to this many seconds more before pausing (the last lease: a machine that goes back takes paused runs with it). Layouts that failed
     (NaN, a crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is
     queued once more (infeasible ones, which broke a constraint, stay out).
 
@@ -182,7 +184,7 @@ def run_search(
     (:func:`hlnas.search.calibration.run_calibration`); an execution choice, not stored with the study."""
     options = _Options(**{k: v for k, v in locals().items() if k != "space"})  # every argument but the space
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
-                     gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address)
+                     gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address, drain=drain)
     _check_runs_per_worker(runs_per_worker, executor)
     if calibrate and skip_calibration:
         raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
@@ -206,13 +208,15 @@ def run_search(
 def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study_name: str, workers: int | None = None,
                     executor: str = "auto", cpus_per_trial: float = 1.0, runs_per_worker: int = 1,
                     on_event: Callable[[str, dict], None] | None = None,
-                    time_limit: float | None = None, replicas: bool = False) -> tuple[dict | None, str | None]:
+                    time_limit: float | None = None, replicas: bool = False,
+                    drain: float = 0.0) -> tuple[dict | None, str | None]:
     """Run the calibration of ``space`` and nothing else (``hlnas calibrate``), in study ``study_name``: a new one,
     or an existing one continued with the runs it lacks. ``executor`` and ``workers`` are resolved by
     :func:`choose_executor`. Returns the stored verdict and, when the protocol failed its controls, the message
     of :class:`~hlnas.calibrate.CalibrationFailed` (``None`` when valid). A search of the same space and study
     reuses the runs. After ``time_limit`` seconds no run starts and those in flight pause (see
-    :func:`hlnas.search.calibration.run_calibration`); the verdict is then None and calling again continues.
+    :func:`hlnas.search.calibration.run_calibration`; ``drain``: seconds more for those in flight to finish before
+    they pause); the verdict is then None and calling again continues.
     ``replicas``: each layout's seeds trained as replicas of one recall model (see :func:`run_search`)."""
     if not needs_calibration(space):
         raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
@@ -224,7 +228,7 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
         study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
                            resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True,
                            calibrate_only=True, runs_per_worker=runs_per_worker, time_limit=time_limit,
-                           replicas=replicas)
+                           replicas=replicas, drain=drain)
         message = None
     except calib.CalibrationFailed as e:
         study, message = load_hlnas_study(storage, study_name), str(e)
@@ -287,7 +291,8 @@ def trial_target(space: SearchSpace | None, storage: str, name: str, resume: boo
 
 
 def validate_options(*, n_trials: int, workers: int, executor: str | Executor, cpus_per_trial: float = 1.0,
-                     gpus_per_trial: float | None = None, time_limit: float | None = None, address: str | None = None) -> None:
+                     gpus_per_trial: float | None = None, time_limit: float | None = None, address: str | None = None,
+                     drain: float = 0.0) -> None:
     """Every search option, checked before anything is written to the storage (one-line errors)."""
     from hlnas.search.executors import EXECUTORS
 
@@ -312,6 +317,10 @@ def validate_options(*, n_trials: int, workers: int, executor: str | Executor, c
         raise ConfigError(f"--gpus-per-trial must be >= 0, got {gpus_per_trial}")
     if time_limit is not None and not time_limit > 0:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {time_limit}")
+    if isinstance(drain, bool) or not isinstance(drain, (int, float)) or not drain >= 0:
+        raise ConfigError(f"--drain must be a number of seconds >= 0, got {drain!r}")
+    if drain and time_limit is None:
+        raise ConfigError(f"--drain {drain} lets runs in flight at --timeout finish; it needs --timeout")
     if address:
         if executor != "ray":
             raise ConfigError(f"--address {address} joins a Ray cluster, which needs --executor ray "
@@ -365,6 +374,7 @@ class _Options:
     calibrate_only: bool
     runs_per_worker: int
     replicas: bool
+    drain: float
 
 
 def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool) -> optuna.Study:
@@ -389,7 +399,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
     try:
         verdict = calibrate_if_needed(study, space, ex, emit, storage=o.storage, study_name=o.study_name, fresh=fresh,
                                       calibrate=o.calibrate, skip_calibration=o.skip_calibration, inline=inline,
-                                      time_limit=o.time_limit, replicas=o.replicas)
+                                      time_limit=o.time_limit, replicas=o.replicas, drain=o.drain)
         if verdict is PAUSED:  # out of time before every control run finished: a resume continues it
             return study
         if o.calibrate_only:
@@ -398,7 +408,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
             emit("time_limit", {"seconds": o.time_limit, "trained": 0})
             return study
         search_loop(study, space, ex, n_trials=o.n_trials, seed=o.seed, out_root=o.out_root, on_event=emit,
-                    time_limit=o.time_limit, clock_start=t_start, retry_failed=o.retry_failed,
+                    time_limit=o.time_limit, drain=o.drain, clock_start=t_start, retry_failed=o.retry_failed,
                     enqueue_grid=sampler_name == "grid", interruptible=inline)
     finally:
         ex.shutdown()
