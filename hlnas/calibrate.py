@@ -209,10 +209,16 @@ def graded_value(summary: dict) -> float | None:
     return float(v) if v is not None else (float(summary["recall"]) if summary.get("recall") is not None else None)
 
 
-def verdict(space, runs: dict[str, dict]) -> dict:
-    """Judge stored run summaries (``key -> run_summary``): rows, failures, per-mixer checks, and ``valid``."""
+def verdict(space, runs: dict[str, dict], stopped: str | None = None) -> dict:
+    """Judge stored run summaries (``key -> run_summary``): rows, failures, per-mixer checks, and ``valid``.
+    ``stopped``: the calibration stopped early for this reason (:func:`hopeless`), so runs it did not train are
+    missing without counting as failures; the reason is the first failure (kind ``stopped``)."""
     cfg = space.calibration
     rows, failures = [], []
+    if stopped:
+        n = len(plan(space)) - len(runs)
+        failures.append({"kind": "stopped", "message": f"{stopped}: the verdict cannot be valid, so the {n} runs not "
+                                                        "stored were not trained"})
     by_group: dict[tuple[str, str], list[dict]] = {}
     for r in runs.values():
         by_group.setdefault((_tag(r["key"]), r["mixer"]), []).append(r)
@@ -220,22 +226,13 @@ def verdict(space, runs: dict[str, dict]) -> dict:
     for p in plan(space):
         expected.setdefault((_tag(p.key), p.mixer), p)
     for (tag, mixer), p in expected.items():
-        got = sorted(by_group.get((tag, mixer), []), key=lambda r: r["seed"])
-        ok = [r for r in got if r["status"] == "ok" and r.get("raw_train_length") is not None]
-        vals = [float(r["raw_train_length"]) for r in ok]
-        bases = [float(r["baseline_train_length"] or 0.0) for r in ok]
-        graded = [graded_value(r) for r in ok]
-        graded = [g for g in graded if g is not None]
-        row = {"role": p.role, "mixer": mixer, "layout": p.layout, "ratio": p.ratio, "seeds": [r["seed"] for r in ok],
-               "recall": vals, "mean": sum(vals) / len(vals) if vals else None, "spread": _spread(vals, cfg.spread_floor),
-               "baseline": max(bases) if bases else None, "failed_runs": [r["key"] for r in got if r not in ok],
-               "lr": [r.get("mqar_lr") for r in ok], "graded": graded,
-               "graded_mean": sum(graded) / len(graded) if graded else None,
-               "graded_spread": _spread(graded, cfg.spread_floor), "by_hop": _mean_by_hop(ok)}
-        rows.append(row)
+        rows.append(_row(p, sorted(by_group.get((tag, mixer), []), key=lambda r: r["seed"]), cfg))
     index = {(r["role"], r["mixer"]): r for r in rows if r["role"] != "ladder"}
     for row in rows:
         if len(row["recall"]) < cfg.seeds:
+            if stopped and not row["failed_runs"]:  # not trained because of the stop: nothing to report
+                row["verdict"] = "missing"
+                continue
             failures.append({"row": row, "kind": "missing",
                              "message": f"{_name(row)} has {len(row['recall'])} of {cfg.seeds} seeds scored "
                                         f"(failed or missing runs: {', '.join(row['failed_runs']) or 'none'})"})
@@ -276,12 +273,12 @@ def verdict(space, runs: dict[str, dict]) -> dict:
             row["pure_below"] = mixers[row["mixer"]]["pure_below"]
     n_below = sum(1 for c in mixers.values() if c["pure_below"])
     n_graded = sum(1 for c in mixers.values() if c["graded"] == "rises")
-    if n_below < cfg.pure_below_min_mixers:
+    if n_below < cfg.pure_below_min_mixers and not stopped:  # a stopped calibration lacks the pairs to judge
         failures.append({"kind": "pure_below", "message": f"the pure model sits below its {cfg.hybrid_ratio} hybrid "
                          f"beyond twice the seed spread, in every seed, for {n_below} mixer(s) "
                          f"({', '.join(m for m, c in mixers.items() if c['pure_below']) or 'none'}); "
                          f"calibration.pure_below_min_mixers={cfg.pure_below_min_mixers}"})
-    if n_graded < cfg.graded_min_mixers:
+    if n_graded < cfg.graded_min_mixers and not stopped:
         failures.append({"kind": "graded", "message": f"the graded measure rises with the attention share, without "
                          f"falling beyond twice the seed spread, for {n_graded} mixer(s) "
                          f"({', '.join(m for m, c in mixers.items() if c['graded'] == 'rises') or 'none'}); "
@@ -289,6 +286,35 @@ def verdict(space, runs: dict[str, dict]) -> dict:
     return {"valid": not failures, "rows": rows, "failures": [f["message"] for f in failures],
             "kinds": sorted({f["kind"] for f in failures}), "config": cfg.to_dict(), "mixers": mixers,
             "pure_below_mixers": n_below, "graded_mixers": n_graded}
+
+
+def _row(p, got: list[dict], cfg) -> dict:
+    """One planned layout's row of the table from its stored runs ``got`` (seeds in order): the scored seeds' recall,
+    mean, spread, baseline and graded measure, and the runs that failed."""
+    ok = [r for r in got if r["status"] == "ok" and r.get("raw_train_length") is not None]
+    vals = [float(r["raw_train_length"]) for r in ok]
+    bases = [float(r["baseline_train_length"] or 0.0) for r in ok]
+    graded = [g for g in (graded_value(r) for r in ok) if g is not None]
+    return {"role": p.role, "mixer": p.mixer, "layout": p.layout, "ratio": p.ratio, "seeds": [r["seed"] for r in ok],
+            "recall": vals, "mean": sum(vals) / len(vals) if vals else None, "spread": _spread(vals, cfg.spread_floor),
+            "baseline": max(bases) if bases else None, "failed_runs": [r["key"] for r in got if r not in ok],
+            "lr": [r.get("mqar_lr") for r in ok], "graded": graded,
+            "graded_mean": sum(graded) / len(graded) if graded else None,
+            "graded_spread": _spread(graded, cfg.spread_floor), "by_hop": _mean_by_hop(ok)}
+
+
+def hopeless(space, runs: dict[str, dict]) -> str | None:
+    """Why the verdict can no longer be valid, whatever the runs not yet stored would score; None while it can. One
+    case is certain from part of the runs: a control seed scored below ``calibration.control_min``, which the verdict
+    asks of every seed (a control that failed to run is not counted: it may run again)."""
+    cfg = space.calibration
+    for r in sorted(runs.values(), key=lambda r: r["key"]):
+        raw = r.get("raw_train_length")
+        if r["role"] == "control" and r["status"] == "ok" and raw is not None and float(raw) < cfg.control_min:
+            return (f"the all-attention control {r['layout']} reached {float(raw):.3f} raw recall at the training length "
+                    f"on seed {r['seed']}, {cfg.control_min - float(raw):.3f} short of "
+                    f"calibration.control_min={cfg.control_min}")
+    return None
 
 
 def _share(ratio: str | None) -> float:
@@ -357,7 +383,7 @@ def advice(space, result: dict) -> str:
     else:
         knobs = "train.tokens, train.recall_every and score.ruler.lengths"
     tips = []
-    if "control" in result["kinds"]:
+    if "control" in result["kinds"] or "stopped" in result["kinds"]:  # only a failed control stops one early
         tips.append("to let the all-attention control learn: train longer or sweep learning rates, or make the task "
                     f"easier ({'fewer chains or hops' if 'vt.hops' in knobs else 'fewer pairs'}, shorter sequences): {knobs}")
     if "separation" in result["kinds"]:

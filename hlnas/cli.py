@@ -307,7 +307,8 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
         "pure model and hybrid is more than twice its seed spread from its baseline or from its partner; per mixer it also "
         "reports whether the pure model sits below its hybrid beyond the seed spread and whether the graded measure "
         "(recall_auc) rises along calibration.graded_ratios, each required where the space's calibration section asks "
-        "(pure_below_min_mixers, graded_min_mixers). The runs are "
+        "(pure_below_min_mixers, graded_min_mixers). The controls run first; once a control seed falls short of "
+        "control_min no other run starts, since the verdict cannot be valid. The runs are "
         "stored in the study, so a following 'hlnas search' with the same space and study reuses them (seed-0 runs "
         "become its trials). Exit code 0 when valid, 1 when not, 3 when --timeout stopped it first (run it again to "
         "continue: runs paused by the timeout continue where they stopped).")

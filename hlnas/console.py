@@ -122,6 +122,9 @@ class SearchProgress:
                            f"{(data.get('error') or '').strip().splitlines()[0] if data.get('error') else ''}")
         elif kind == "calibration_run_paused":
             self.write(f"  control {data['key']:<28} paused    at step {data.get('steps')} (out of time; the next run of the study continues it)")
+        elif kind == "calibration_hopeless":
+            self.write(f"calibration: {data['reason']}, so it cannot pass: {data['skipped']} runs not started"
+                       + (f", {data['running']} running finish first" if data["running"] else ""))
         elif kind == "calibration_paused":
             self.write(f"calibration: out of time with {data['done']} of {data['total']} runs stored, {data['paused']} "
                        "paused; run the same command again to continue")

@@ -288,7 +288,8 @@ def test_invalid_protocol_refuses_to_search_and_keeps_the_controls(monkeypatch, 
     assert not any(c[0] >= 0 for c in calls)  # no search trial
     study = optuna.load_study(study_name="c", storage=url)
     assert study.user_attrs["hlnas_calibration"]["status"] == "invalid"
-    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 5  # the seed-0 controls are kept as trials
+    # one run at a time: the control's seed 0 failed first, and no other run started (its trial is kept)
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 1 and len(calls) == 1
     # --skip-calibration searches anyway on a new study
     s = run_search(space_from_dict(raw_space()), storage=url, study_name="d", n_trials=2, skip_calibration=True)
     assert s.user_attrs["hlnas_calibration"] == {"status": "skipped"}
@@ -405,6 +406,49 @@ def test_a_calibration_out_of_time_pauses_its_runs_and_the_next_call_continues_t
     cal = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]
     assert cal["status"] == "valid" and len(cal["runs"]) == 10
     assert os.listdir(os.path.join(root, "calibration")) == []  # a stored run's paused state is removed
+
+
+def test_a_failed_control_stops_the_calibration_before_the_runs_that_cannot_change_the_verdict(monkeypatch, tmp_path,
+                                                                                                  capsys):
+    """control_min is asked of every seed, so once a control seed scores below it the verdict is decided: no more
+    runs start (those in flight finish and are stored), the verdict is stored invalid with that reason first and the
+    untrained runs not called failures, and the search refuses to start, naming the control."""
+    import yaml
+
+    run, calls = fake_trial({("AAAAAA", 1): 0.4})  # the control's seed 1 stays near the baseline (0.25)
+    monkeypatch.setattr(executors, "run_trial", run)
+    space_file = tmp_path / "cal.yaml"
+    space_file.write_text(yaml.safe_dump(raw_space()))
+    url = f"sqlite:///{tmp_path}/c.db"
+    assert main(["calibrate", str(space_file), "--storage", url, "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "control AAAAAA reached 0.400 raw recall at the training length on seed 1" in err
+    assert "cannot pass: 8 runs not started" in err
+    assert len(calls) == 2  # the two control seeds (run first), nothing after
+    cal = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]
+    v = cal["verdict"]
+    assert cal["status"] == "invalid" and len(cal["runs"]) == 2 and v["valid"] is False
+    assert v["kinds"] == ["control", "stopped"] and v["failures"][0].startswith("the all-attention control")
+    assert "the 8 runs not stored were not trained" in v["failures"][0]
+    assert not any("seeds scored" in f for f in v["failures"])  # the runs never started are not failures
+    # the stored verdict is final: a search on the study refuses at once, training nothing
+    assert main(["search", "--space", str(space_file), "--storage", url, "--study", "cal", "--resume",
+                 "--workers", "1", "--no-progress"]) != 0
+    assert len(calls) == 2 and "train longer or sweep learning rates" in capsys.readouterr().err
+
+
+def test_hopeless_counts_only_a_scored_control_below_control_min():
+    from hlnas.calibrate import hopeless
+
+    space = space_from_dict(raw_space())
+    ok = {"key": "control:transformer:s0", "role": "control", "status": "ok", "raw_train_length": 0.95,
+          "layout": "AAAAAA", "seed": 0}
+    crashed = {**ok, "key": "control:transformer:s1", "status": "failed", "raw_train_length": None, "seed": 1}
+    pure = {**ok, "key": "pure:gla:s0", "role": "pure", "raw_train_length": 0.1, "layout": "GGGGGG"}
+    assert hopeless(space, {r["key"]: r for r in (ok, crashed, pure)}) is None
+    low = {**ok, "raw_train_length": 0.5}
+    assert "control AAAAAA reached 0.500 raw recall at the training length on seed 0, 0.400 short of" in hopeless(
+        space, {low["key"]: low})
 
 
 def test_drain_lets_the_run_in_flight_at_the_timeout_finish_instead_of_pausing(monkeypatch, tmp_path, capsys):
@@ -561,7 +605,8 @@ def test_a_real_calibration_with_replicas_stores_the_runs_verdict_and_trials_it_
     units, real_seeds = [], rr.train_mqar_seeds
     monkeypatch.setattr(rr, "train_mqar_seeds", lambda *a, **k: (units.append(a[3]), real_seeds(*a, **k))[1])
     url = f"sqlite:///{tmp_path}/c.db"
-    space = space_from_dict(real_space())
+    # control_min 0: a control this small fails 0.9, which would stop the calibration before the runs compared here
+    space = space_from_dict(real_space(calibration={"control_min": 0.0}))
     out = {}
     for name, replicas in (("plain", False), ("rep", True), ("paused", True)):
         if name == "paused":  # out of time at once: the first layout's replicas pause at their first check

@@ -133,19 +133,24 @@ class _Calibration:
         # at all), then the pure models: where the protocol separates they train to the step budget, the longest runs,
         # so the last runs before the search (which waits for the verdict) are short and the workers finish together
         queue = self.units(sorted(self.todo, key=lambda r: {"control": 0, "pure": 1}.get(r.role, 2)))
-        while queue or dispatch.pending:
+        # a control that failed decides the verdict: stop starting runs then (the ones in flight finish and are stored)
+        hopeless = calib.hopeless(self.space, self.runs)
+        while (queue and not hopeless) or dispatch.pending:
             dispatch.stops.check()
             if not self.in_time() and not dispatch.pending:
                 break  # out of time: the runs not started stay for the next call
-            while queue and dispatch.free() and self.in_time():
+            while queue and dispatch.free() and self.in_time() and not hopeless:
                 self.submit(queue.pop(0))
             for unit, result in dispatch.finished(timeout=1.0):
                 for run, one in self.results_of(unit, result):
                     self.record(run, one)
-        if len(self.runs) < len(plan):  # stopped by the time limit
+            if not hopeless and (hopeless := calib.hopeless(self.space, self.runs)):
+                emit("calibration_hopeless", {"reason": hopeless, "skipped": sum(len(u) for u in queue),
+                                              "running": len(dispatch.pending)})
+        if len(self.runs) < len(plan) and not hopeless:  # stopped by the time limit
             emit("calibration_paused", {"done": len(self.runs), "total": len(plan), "paused": self.paused})
             return None
-        result = calib.verdict(self.space, self.runs)
+        result = calib.verdict(self.space, self.runs, stopped=hopeless if len(self.runs) < len(plan) else None)
         self.save("valid" if result["valid"] else "invalid", result)
         emit("calibration", result)
         return result
