@@ -203,7 +203,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
                    help="start no new trial after this long; running trials pause at their next recall check, keeping "
                         "their recall models, and --resume continues them")
     p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
-                   help="with --timeout: let the trials running at the timeout go on this many seconds more before pausing, "
+                   help="with --timeout: let the trials in flight at the timeout go on this many seconds more before pausing, "
                         "so those that finish are stored (for a machine that goes back and takes paused runs with it)")
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
     p.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs Ray reserves per trial (default 1 if CUDA is visible, else 0)")
@@ -321,7 +321,7 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
                    help="start no run after this long, and pause those running at their next validation check (their "
                         "recall models are kept, and the same command continues them)")
     p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
-                   help="with --timeout: let the runs running at the timeout go on this many seconds more before pausing, "
+                   help="with --timeout: let the runs in flight at the timeout go on this many seconds more before pausing, "
                         "so those that finish are stored (for a machine that goes back and takes paused runs with it)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--no-progress", action="store_true", help="accepted as by hlnas search (calibrate prints a line per run, no bar)")

@@ -104,7 +104,19 @@ def test_time_limit_pauses_running_trials_and_resume_continues_them(tmp_path, mo
     raw = tiny_raw()
     raw["scale"]["score"]["mqar"].update(steps=40, eval_every=10)  # checks before the end, where a run can pause
     space = space_from_dict(raw)
-    run_search(space, storage=url, study_name="t", n_trials=4, time_limit=0.5,
+    # a run's first recall check waits out the limit, so a trial started within it always pauses there, however fast
+    # the machine; the limit leaves a loaded machine time to start one (0.5 s did not, once, on a 2-core CI runner)
+    import hlnas.score.recall_proxy as rp
+
+    real_check = rp.check_stop
+
+    def check_after_the_limit(cfg, acc, elapsed_s, until, done, limit):
+        if until is not None:
+            time.sleep(max(0.0, until - time.time()) + 0.01)
+        return real_check(cfg, acc, elapsed_s, until, done, limit)
+
+    monkeypatch.setattr(rp, "check_stop", check_after_the_limit)
+    run_search(space, storage=url, study_name="t", n_trials=4, time_limit=4.0,
                on_event=lambda k, d: events.append((k, d)))
     study = load_hlnas_study(url, "t")
     # the trials started within the limit ran past it and paused at their first recall check: told FAIL as
@@ -112,7 +124,7 @@ def test_time_limit_pauses_running_trials_and_resume_continues_them(tmp_path, mo
     paused = [t for t in study.trials if t.user_attrs.get("error_kind") == "paused"]
     assert paused and not trained(study) and not study.get_trials(states=(TrialState.RUNNING,))
     assert all(t.state == TrialState.FAIL and "a resume continues it" in t.user_attrs["error"] for t in paused)
-    assert ("time_limit", {"seconds": 0.5, "trained": 0}) in events
+    assert ("time_limit", {"seconds": 4.0, "trained": 0}) in events
     assert [k for k, _ in events].count("paused") == len(paused)
     root = study.user_attrs["hlnas_rung_root"]
     assert sorted(os.listdir(os.path.join(root, "trials"))) == sorted(t.user_attrs["layout"] for t in paused)
