@@ -213,17 +213,17 @@ def verdict(space, runs: dict[str, dict], stopped: str | None = None) -> dict:
     """Judge stored run summaries (``key -> run_summary``): rows, failures, per-mixer checks, and ``valid``.
     ``stopped``: the calibration stopped early for this reason (:func:`hopeless`), so runs it did not train are
     missing without counting as failures; the reason is the first failure (kind ``stopped``)."""
-    cfg = space.calibration
+    cfg, planned = space.calibration, plan(space)
     rows, failures = [], []
     if stopped:
-        n = len(plan(space)) - len(runs)
+        n = len(planned) - len(runs)
         failures.append({"kind": "stopped", "message": f"{stopped}: the verdict cannot be valid, so the {n} runs not "
                                                         "stored were not trained"})
     by_group: dict[tuple[str, str], list[dict]] = {}
     for r in runs.values():
         by_group.setdefault((_tag(r["key"]), r["mixer"]), []).append(r)
     expected = {}
-    for p in plan(space):
+    for p in planned:
         expected.setdefault((_tag(p.key), p.mixer), p)
     for (tag, mixer), p in expected.items():
         rows.append(_row(p, sorted(by_group.get((tag, mixer), []), key=lambda r: r["seed"]), cfg))
@@ -242,13 +242,10 @@ def verdict(space, runs: dict[str, dict], stopped: str | None = None) -> dict:
             row["verdict"] = "graded"  # on the ladder only: judged by the graded check below
             continue
         if row["role"] == "control":
-            row["verdict"] = "pass" if min(row["recall"]) >= cfg.control_min else "FAIL"
-            if row["verdict"] == "FAIL":
-                worst = min(row["recall"])
-                failures.append({"row": row, "kind": "control",
-                                 "message": f"the all-attention control {row['layout']} reached {worst:.3f} raw recall at the "
-                                            f"training length (seeds {_vals(row)}), {cfg.control_min - worst:.3f} short of "
-                                            f"calibration.control_min={cfg.control_min}"})
+            short = _control_short(row["layout"], min(row["recall"]), f"(seeds {_vals(row)})", cfg)
+            row["verdict"] = "FAIL" if short else "pass"
+            if short:
+                failures.append({"row": row, "kind": "control", "message": short})
             continue
         partner = index.get(("hybrid" if row["role"] == "pure" else "pure", row["mixer"]))
         need = 2 * row["spread"]
@@ -307,14 +304,22 @@ def hopeless(space, runs: dict[str, dict]) -> str | None:
     """Why the verdict can no longer be valid, whatever the runs not yet stored would score; None while it can. One
     case is certain from part of the runs: a control seed scored below ``calibration.control_min``, which the verdict
     asks of every seed (a control that failed to run is not counted: it may run again)."""
-    cfg = space.calibration
     for r in sorted(runs.values(), key=lambda r: r["key"]):
         raw = r.get("raw_train_length")
-        if r["role"] == "control" and r["status"] == "ok" and raw is not None and float(raw) < cfg.control_min:
-            return (f"the all-attention control {r['layout']} reached {float(raw):.3f} raw recall at the training length "
-                    f"on seed {r['seed']}, {cfg.control_min - float(raw):.3f} short of "
-                    f"calibration.control_min={cfg.control_min}")
+        if r["role"] == "control" and r["status"] == "ok" and raw is not None:
+            short = _control_short(r["layout"], float(raw), f"on seed {r['seed']}", space.calibration)
+            if short:
+                return short
     return None
+
+
+def _control_short(layout: str, worst: float, seeds: str, cfg) -> str | None:
+    """The one rule for the control: every seed must reach ``control_min`` raw recall at the training length. How far
+    ``worst`` fell short, as a message (``seeds`` says which), or None when it did not."""
+    if worst >= cfg.control_min:
+        return None
+    return (f"the all-attention control {layout} reached {worst:.3f} raw recall at the training length {seeds}, "
+            f"{cfg.control_min - worst:.3f} short of calibration.control_min={cfg.control_min}")
 
 
 def _share(ratio: str | None) -> float:

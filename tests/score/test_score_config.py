@@ -20,8 +20,8 @@ NESTED = {
     "mqar": {"seq_len": 32, "kv_pairs": 4, "vocab": 32, "steps": 9, "batch": 4, "lr": 2e-3, "test": 16, "test_seed": 3,
              "model": {"d_model": 32, "n_heads": 2}, "lrs": [1e-3, 5e-4], "target": 0.9, "eval_every": 3, "val": 8,
              "beta2": 0.95, "weight_decay": 0.05, "warmup_frac": 0.2, "graph": False, "budget_s": 60.0,
-             "task": "vt", "vt": {"chains": 2, "hops": [1, 3], "query": "any", "curriculum_steps": 128,
-                                                                                     "curriculum": "staged"}, "compile": "aot_eager"},
+             "task": "vt", "vt": {"chains": 2, "hops": [1, 3], "query": "any", "curriculum_steps": 128, "curriculum": "staged"},
+             "compile": "aot_eager"},
     "mqar_mixed": {"scales": [1, 4]},
     "lm_eval": {"tasks": ["piqa"], "limit": 10, "include": "/tmp/tasks", "max_length": 512},
 }
