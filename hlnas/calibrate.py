@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
 from hlnas.overrides import is_int, is_number
+# the verdict as text lives beside it; imported here so ``hlnas.calibrate`` keeps naming every part of the verdict
+from hlnas.calibration_text import TABLE_COLUMNS, format_table, hop_lines, mixer_lines, summary, table_cells
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table", "table_cells",
            "summary", "TABLE_COLUMNS", "graded_value", "mixer_lines",
@@ -270,11 +272,13 @@ def verdict(space, runs: dict[str, dict], stopped: str | None = None) -> dict:
             row["pure_below"] = mixers[row["mixer"]]["pure_below"]
     n_below = sum(1 for c in mixers.values() if c["pure_below"])
     n_graded = sum(1 for c in mixers.values() if c["graded"] == "rises")
-    if n_below < cfg.pure_below_min_mixers and not stopped:  # a stopped calibration lacks the pairs to judge
-        failures.append({"kind": "pure_below", "message": f"the pure model sits below its {cfg.hybrid_ratio} hybrid "
+    # a stopped calibration lacks the pairs to judge, unless what stopped it was this check's certain failure
+    if n_below < cfg.pure_below_min_mixers and (not stopped or _pure_below_short(space, runs)):
+        failures.append({"kind": "pure_below", "message": _pure_below_short(space, runs) if stopped else (
+                         f"the pure model sits below its {cfg.hybrid_ratio} hybrid "
                          f"beyond twice the seed spread, in every seed, for {n_below} mixer(s) "
                          f"({', '.join(m for m, c in mixers.items() if c['pure_below']) or 'none'}); "
-                         f"calibration.pure_below_min_mixers={cfg.pure_below_min_mixers}"})
+                         f"calibration.pure_below_min_mixers={cfg.pure_below_min_mixers}")})
     if n_graded < cfg.graded_min_mixers and not stopped:
         failures.append({"kind": "graded", "message": f"the graded measure rises with the attention share, without "
                          f"falling beyond twice the seed spread, for {n_graded} mixer(s) "
@@ -301,16 +305,56 @@ def _row(p, got: list[dict], cfg) -> dict:
 
 
 def hopeless(space, runs: dict[str, dict]) -> str | None:
-    """Why the verdict can no longer be valid, whatever the runs not yet stored would score; None while it can. One
-    case is certain from part of the runs: a control seed scored below ``calibration.control_min``, which the verdict
-    asks of every seed (a control that failed to run is not counted: it may run again)."""
+    """Why the verdict can no longer be valid, whatever the runs not yet stored would score; None while it can. Two
+    cases are certain from part of the runs (a run that failed to run is not counted: it may run again):
+
+    * a control seed scored below ``calibration.control_min``, which the verdict asks of every seed;
+    * fewer mixers than ``calibration.pure_below_min_mixers`` can still have their pure model below its hybrid
+      (:func:`pure_below_ruled_out` says why each is out)."""
     for r in sorted(runs.values(), key=lambda r: r["key"]):
         raw = r.get("raw_train_length")
         if r["role"] == "control" and r["status"] == "ok" and raw is not None:
             short = _control_short(r["layout"], float(raw), f"on seed {r['seed']}", space.calibration)
             if short:
                 return short
+    return _pure_below_short(space, runs)
+
+
+def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationConfig") -> str | None:
+    """Why ``mixer``'s pure model can no longer sit below its hybrid in the verdict's sense (every seed below the
+    hybrid's, and the means apart by more than twice the seed spread), from its stored runs; None while it can.
+
+    Recall is an accuracy, at most 1. With ``n`` seeds, a pure seed at ``v`` and the spread at least the floor ``f``,
+    the gap ``hybrid mean - pure mean`` can exceed twice the spread only if ``1 - v > (1 + 1/n) f``: a lower other seed
+    adds to the spread twice what it takes off the pure mean. So a pure seed within ``(1 + 1/n) f`` of 1 rules the
+    mixer out, as does a pure seed not below the same seed's hybrid."""
+    scored = {(r["role"], r["seed"]): float(r["raw_train_length"]) for r in runs.values()
+              if r["mixer"] == mixer and r["status"] == "ok" and r.get("raw_train_length") is not None
+              and r["role"] in ("pure", "hybrid")}
+    room = (1 + 1 / cfg.seeds) * cfg.spread_floor
+    for (role, seed), v in sorted(scored.items()):
+        if role != "pure":
+            continue
+        if 1 - v <= room:
+            return f"{mixer} pure scored {v:.3f} on seed {seed}, within {room:.3f} of the ceiling 1"
+        h = scored.get(("hybrid", seed))
+        if h is not None and v >= h:
+            return f"{mixer} pure scored {v:.3f} on seed {seed}, not below its {cfg.hybrid_ratio} hybrid's {h:.3f}"
     return None
+
+
+def _pure_below_short(space, runs: dict[str, dict]) -> str | None:
+    """The pure_below check's certain failure, as a message, or None while enough mixers can still pass it."""
+    cfg = space.calibration
+    if not cfg.pure_below_min_mixers:
+        return None
+    out = {m: why for m in space.mixers if (why := pure_below_ruled_out(m, runs, cfg))}
+    left = [m for m in space.mixers if m not in out]
+    if len(left) >= cfg.pure_below_min_mixers:
+        return None
+    return (f"the pure model can sit below its {cfg.hybrid_ratio} hybrid for at most {len(left)} mixer(s) "
+            f"({', '.join(left) or 'none'}), where calibration.pure_below_min_mixers={cfg.pure_below_min_mixers}: "
+            + "; ".join(out.values()))
 
 
 def _control_short(layout: str, worst: float, seeds: str, cfg) -> str | None:
@@ -388,7 +432,8 @@ def advice(space, result: dict) -> str:
     else:
         knobs = "train.tokens, train.recall_every and score.ruler.lengths"
     tips = []
-    if "control" in result["kinds"] or "stopped" in result["kinds"]:  # only a failed control stops one early
+    # a stop is a failed control's unless the pure_below check's certain failure stopped it
+    if "control" in result["kinds"] or ("stopped" in result["kinds"] and "pure_below" not in result["kinds"]):
         tips.append("to let the all-attention control learn: train longer or sweep learning rates, or make the task "
                     f"easier ({'fewer chains or hops' if 'vt.hops' in knobs else 'fewer pairs'}, shorter sequences): {knobs}")
     if "separation" in result["kinds"]:
@@ -400,76 +445,3 @@ def advice(space, result: dict) -> str:
     if "missing" in result["kinds"]:
         tips.append("fix the failed runs (their errors are in the table)")
     return "; ".join(tips)
-
-
-TABLE_COLUMNS = ("role", "mixer", "layout", "recall per seed", "mean", "seed spread", "no-recall", "verdict")
-
-
-def table_cells(result: dict) -> list[tuple[str, ...]]:
-    """The verdict's rows as text cells under :data:`TABLE_COLUMNS`: what the CLI, the report and the dashboard show."""
-    def num(x) -> str:
-        return "-" if x is None else f"{x:.3f}"
-
-    return [(r["role"], r["mixer"], r["layout"], ", ".join(f"{v:.3f}" for v in r["recall"]) or "-", num(r["mean"]),
-             num(r["spread"]), num(r["baseline"]), r.get("verdict", "-")) for r in result["rows"]]
-
-
-def summary(result: dict) -> str:
-    """'valid', or 'INVALID: ' and what failed."""
-    return "valid" if result["valid"] else "INVALID: " + "; ".join(result["failures"])
-
-
-def format_table(result: dict) -> str:
-    """The verdict as a plain-text table (what ``hlnas calibrate`` and ``hlnas search`` print)."""
-    widths = (8, 15, 26, 22, 6, 11, 9, 8)
-    right = {4, 5, 6, 7}
-
-    def line(cells) -> str:
-        return " ".join(f"{c[:w]:>{w}}" if i in right else f"{c[:w]:<{w}}" for i, (c, w) in enumerate(zip(cells, widths)))
-
-    lines = [line(TABLE_COLUMNS), *(line(cells) for cells in table_cells(result))]
-    cfg = result["config"]
-    lines.append(f"valid: {'yes' if result['valid'] else 'NO'} (control >= {cfg['control_min']} at the training length; "
-                 f"every pure model and {cfg['hybrid_ratio']} hybrid more than 2x its seed spread from its no-recall "
-                 "baseline or from its partner)")
-    lines += mixer_lines(result)
-    lines += hop_lines(result)
-    return "\n".join(lines)
-
-
-def hop_lines(result: dict) -> list[str]:
-    """VT protocols: each row's mean test accuracy by hops of the query (a query h hops from its value needs h + 1
-    lookups), the strongest no-recall baseline of those queries in brackets; [] where no run stores the split."""
-    rows = [r for r in result["rows"] if r.get("by_hop")]
-    if not rows:
-        return []
-    hops = sorted({h for r in rows for h in r["by_hop"]}, key=int)
-    lines = ["test accuracy by hops of the query (h hops: h + 1 lookups; mean over seeds, [no-recall baseline]):",
-             f"  {'layout':<26} " + " ".join(f"{'h=' + h:>14}" for h in hops)]
-    for r in rows:
-        cells = [f"{r['by_hop'][h]['acc']:.3f} [{r['by_hop'][h]['baseline']:.3f}]" if h in r["by_hop"] else "-"
-                 for h in hops]
-        lines.append(f"  {r['layout'][:26]:<26} " + " ".join(f"{c:>14}" for c in cells))
-    return lines
-
-
-def mixer_lines(result: dict) -> list[str]:
-    """The per-mixer checks as text: pure below its hybrid beyond the spread, and the graded ladder."""
-    cfg, mixers = result["config"], result.get("mixers") or {}
-    lines = []
-    below = {m: c for m, c in mixers.items() if c.get("pure_below") is not None}
-    if below:
-        need = cfg.get("pure_below_min_mixers", 0)
-        lines.append(f"pure below its hybrid in every seed, beyond 2x the seed spread ({sum(map(bool, (c['pure_below'] for c in below.values())))}"
-                     f" mixers{f', need {need}' if need else ''}): "
-                     + ", ".join(f"{m} {'yes' if c['pure_below'] else 'no'} ({c['pure_below_gap']:+.3f})" for m, c in below.items()))
-    graded = {m: c for m, c in mixers.items() if c.get("graded")}
-    if graded:
-        need = cfg.get("graded_min_mixers", 0)
-        lines.append(f"graded measure vs attention share ({sum(c['graded'] == 'rises' for c in graded.values())} rise"
-                     f"{f', need {need}' if need else ''}):")
-        for m, c in graded.items():
-            steps = " < ".join(f"{p['ratio']} {p['mean']:.3f}±{p['spread'] / 2:.3f}" for p in c["ladder"])
-            falls = "; falls " + ", ".join(f"{f['from']}->{f['to']} by {f['by']:.3f}" for f in c["falls"]) if c["falls"] else ""
-            lines.append(f"  {m}: {c['graded']} ({steps}){falls}")
-    return lines

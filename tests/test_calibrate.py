@@ -663,3 +663,68 @@ def test_a_unit_whose_replicas_cannot_train_runs_each_seed_alone(monkeypatch):
     for a, g in zip(alone, (got, *got.replicas)):
         assert (g.number, g.status) == (a.number, "ok") and g.metrics["replicas_error"] == "RuntimeError: no room for 2 replicas"
         same_data(a.metrics, {k: v for k, v in g.metrics.items() if k != "replicas_error"}, f"run {a.number}")
+
+
+def test_pure_below_ruled_out_never_rules_out_a_mixer_that_could_still_pass():
+    """The bound behind stopping early: whatever the missing runs score, a mixer ruled out from part of its runs never
+    passes "pure below its hybrid" in the full verdict. Checked on random completions near the ceiling (where the
+    bound bites), for every subset of the stored runs."""
+    import itertools
+    import random
+
+    from hlnas.calibrate import pure_below_ruled_out, verdict
+
+    space = space_from_dict(raw_space())
+    cfg = space.calibration
+    rng = random.Random(0)
+    keys = [(role, s) for role in ("pure", "hybrid") for s in range(cfg.seeds)]
+    seen_out = seen_pass = 0
+    for _ in range(3000):
+        vals = {k: min(1.0, rng.choice([rng.uniform(0.9, 1.0), rng.uniform(0.96, 1.0), 1.0 - rng.choice([0, 1, 2, 3]) * 0.005]))
+                for k in keys}
+        runs = {f"{role}:gla:s{s}": {"key": f"{role}:gla:s{s}", "role": role, "mixer": "gla", "seed": s, "status": "ok",
+                                     "raw_train_length": v, "baseline_train_length": 0.25,
+                                     "layout": "GGGGGG" if role == "pure" else "GGAGGA", "ratio": "pure" if role == "pure" else "3:1"}
+                for (role, s), v in vals.items()}
+        passes = verdict(space, runs)["mixers"]["gla"]["pure_below"]
+        seen_pass += bool(passes)
+        for n in range(len(runs) + 1):
+            for subset in itertools.combinations(runs, n):
+                why = pure_below_ruled_out("gla", {k: runs[k] for k in subset}, cfg)
+                if why:
+                    seen_out += 1
+                    assert not passes, (vals, subset, why)
+    assert seen_out > 1000 and seen_pass > 50  # both sides of the bound were exercised
+
+
+def test_calibration_stops_once_too_few_mixers_can_have_their_pure_model_below_the_hybrid(monkeypatch, tmp_path, capsys):
+    """pure_below_min_mixers=2 of 2 mixers: pure GLA at 0.99 on seed 0 leaves at most 1 (a hybrid cannot beat it by
+    twice the seed spread), so no run starts after it and the verdict names the check, with its own advice."""
+    import yaml
+
+    run, calls = fake_trial({("GGGGGG", 0): 0.99})
+    monkeypatch.setattr(executors, "run_trial", run)
+    space_file = tmp_path / "cal.yaml"
+    space_file.write_text(yaml.safe_dump(raw_space(calibration={"pure_below_min_mixers": 2})))
+    url = f"sqlite:///{tmp_path}/c.db"
+    assert main(["calibrate", str(space_file), "--storage", url, "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert len(calls) == 3  # both controls, then pure GLA seed 0; nothing after it
+    assert "at most 1 mixer(s) (hgrn), where calibration.pure_below_min_mixers=2: gla pure scored 0.990 on seed 0, " \
+           "within 0.015 of the ceiling 1" in err
+    cal = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]
+    v = cal["verdict"]
+    assert cal["status"] == "invalid" and v["kinds"] == ["pure_below", "stopped"]
+    assert "to grade by attention share" in err and "train longer or sweep learning rates" not in err
+
+
+def test_a_pure_seed_not_below_its_hybrid_rules_the_mixer_out():
+    from hlnas.calibrate import pure_below_ruled_out
+
+    cfg = space_from_dict(raw_space()).calibration
+    run = {"role": "pure", "mixer": "hgrn", "seed": 1, "status": "ok", "raw_train_length": 0.5}
+    hyb = {**run, "role": "hybrid", "raw_train_length": 0.45}
+    assert pure_below_ruled_out("hgrn", {"p": run}, cfg) is None  # 0.5 leaves room below 1
+    assert pure_below_ruled_out("hgrn", {"p": run, "h": hyb}, cfg) == \
+        "hgrn pure scored 0.500 on seed 1, not below its 3:1 hybrid's 0.450"
+    assert pure_below_ruled_out("hgrn", {"p": run, "h": {**hyb, "status": "failed"}}, cfg) is None  # may run again

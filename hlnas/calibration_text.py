@@ -1,0 +1,78 @@
+"""A calibration verdict (:func:`hlnas.calibrate.verdict`) as text: the table ``hlnas calibrate`` and ``hlnas search``
+print, its cells for the report and the dashboard, and the per-mixer and per-hop lines under it."""
+
+from __future__ import annotations
+
+__all__ = ["TABLE_COLUMNS", "table_cells", "summary", "format_table", "hop_lines", "mixer_lines"]
+
+TABLE_COLUMNS = ("role", "mixer", "layout", "recall per seed", "mean", "seed spread", "no-recall", "verdict")
+
+
+def table_cells(result: dict) -> list[tuple[str, ...]]:
+    """The verdict's rows as text cells under :data:`TABLE_COLUMNS`: what the CLI, the report and the dashboard show."""
+    def num(x) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    return [(r["role"], r["mixer"], r["layout"], ", ".join(f"{v:.3f}" for v in r["recall"]) or "-", num(r["mean"]),
+             num(r["spread"]), num(r["baseline"]), r.get("verdict", "-")) for r in result["rows"]]
+
+
+def summary(result: dict) -> str:
+    """'valid', or 'INVALID: ' and what failed."""
+    return "valid" if result["valid"] else "INVALID: " + "; ".join(result["failures"])
+
+
+def format_table(result: dict) -> str:
+    """The verdict as a plain-text table (what ``hlnas calibrate`` and ``hlnas search`` print)."""
+    widths = (8, 15, 26, 22, 6, 11, 9, 8)
+    right = {4, 5, 6, 7}
+
+    def line(cells) -> str:
+        return " ".join(f"{c[:w]:>{w}}" if i in right else f"{c[:w]:<{w}}" for i, (c, w) in enumerate(zip(cells, widths)))
+
+    lines = [line(TABLE_COLUMNS), *(line(cells) for cells in table_cells(result))]
+    cfg = result["config"]
+    lines.append(f"valid: {'yes' if result['valid'] else 'NO'} (control >= {cfg['control_min']} at the training length; "
+                 f"every pure model and {cfg['hybrid_ratio']} hybrid more than 2x its seed spread from its no-recall "
+                 "baseline or from its partner)")
+    lines += mixer_lines(result)
+    lines += hop_lines(result)
+    return "\n".join(lines)
+
+
+def hop_lines(result: dict) -> list[str]:
+    """VT protocols: each row's mean test accuracy by hops of the query (a query h hops from its value needs h + 1
+    lookups), the strongest no-recall baseline of those queries in brackets; [] where no run stores the split."""
+    rows = [r for r in result["rows"] if r.get("by_hop")]
+    if not rows:
+        return []
+    hops = sorted({h for r in rows for h in r["by_hop"]}, key=int)
+    lines = ["test accuracy by hops of the query (h hops: h + 1 lookups; mean over seeds, [no-recall baseline]):",
+             f"  {'layout':<26} " + " ".join(f"{'h=' + h:>14}" for h in hops)]
+    for r in rows:
+        cells = [f"{r['by_hop'][h]['acc']:.3f} [{r['by_hop'][h]['baseline']:.3f}]" if h in r["by_hop"] else "-"
+                 for h in hops]
+        lines.append(f"  {r['layout'][:26]:<26} " + " ".join(f"{c:>14}" for c in cells))
+    return lines
+
+
+def mixer_lines(result: dict) -> list[str]:
+    """The per-mixer checks as text: pure below its hybrid beyond the spread, and the graded ladder."""
+    cfg, mixers = result["config"], result.get("mixers") or {}
+    lines = []
+    below = {m: c for m, c in mixers.items() if c.get("pure_below") is not None}
+    if below:
+        need = cfg.get("pure_below_min_mixers", 0)
+        lines.append(f"pure below its hybrid in every seed, beyond 2x the seed spread ({sum(map(bool, (c['pure_below'] for c in below.values())))}"
+                     f" mixers{f', need {need}' if need else ''}): "
+                     + ", ".join(f"{m} {'yes' if c['pure_below'] else 'no'} ({c['pure_below_gap']:+.3f})" for m, c in below.items()))
+    graded = {m: c for m, c in mixers.items() if c.get("graded")}
+    if graded:
+        need = cfg.get("graded_min_mixers", 0)
+        lines.append(f"graded measure vs attention share ({sum(c['graded'] == 'rises' for c in graded.values())} rise"
+                     f"{f', need {need}' if need else ''}):")
+        for m, c in graded.items():
+            steps = " < ".join(f"{p['ratio']} {p['mean']:.3f}±{p['spread'] / 2:.3f}" for p in c["ladder"])
+            falls = "; falls " + ", ".join(f"{f['from']}->{f['to']} by {f['by']:.3f}" for f in c["falls"]) if c["falls"] else ""
+            lines.append(f"  {m}: {c['graded']} ({steps}){falls}")
+    return lines
