@@ -295,7 +295,8 @@ def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--replicas", action="store_true",
                    help="the calibration trains each layout's seeds as replicas of one fresh recall model in one run "
                         "(stacked weights, the seeds in the batch), then the seed-0 LM half as usual: each run's result is "
-                        "the one it gets alone. Recall objective mqar only. Unmeasured on a GPU yet (default off)")
+                        "the one it gets alone. Recall objective mqar only. On the H200 2 replicas ran 1.03x 2 processes and 12 "
+                        "ran 1.51x (experiments/bench/proxy_throughput_h200_2026-12-02b.md; default off)")
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:
@@ -307,8 +308,9 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
         "pure model and hybrid is more than twice its seed spread from its baseline or from its partner; per mixer it also "
         "reports whether the pure model sits below its hybrid beyond the seed spread and whether the graded measure "
         "(recall_auc) rises along calibration.graded_ratios, each required where the space's calibration section asks "
-        "(pure_below_min_mixers, graded_min_mixers). The controls run first; once a control seed falls short of "
-        "control_min no other run starts, since the verdict cannot be valid. The runs are "
+        "(pure_below_min_mixers, graded_min_mixers). The controls run first, then the pure models; no other run "
+        "starts once the verdict cannot be valid: a control seed fell short of control_min, or too few mixers can "
+        "still have their pure model below the hybrid (a pure seed within the seed spread of recall 1). The runs are "
         "stored in the study, so a following 'hlnas search' with the same space and study reuses them (seed-0 runs "
         "become its trials). Exit code 0 when valid, 1 when not, 3 when --timeout stopped it first (run it again to "
         "continue: runs paused by the timeout continue where they stopped).")

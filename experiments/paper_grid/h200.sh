@@ -20,7 +20,7 @@
 # DRAIN=S (the session's last call): runs in flight when a calibrate_by/grid_by/placement_by step's T passes go on up to S
 # seconds more before pausing, so those that finish are stored (a machine that goes back takes paused runs with it)
 # CAL_REPLICAS=1 (or auto: see pick_replicas): calibrate_by trains each layout's seeds as replicas of one recall model
-# in one run (hlnas calibrate --replicas; issue #21). Unmeasured on the GPU: off unless set. Paused solo runs are not
+# in one run (hlnas calibrate --replicas; issue #21). 2 replicas ran 1.03x 2 processes on the H200: off unless set. Paused solo runs are not
 # continued as replicas (their recall starts again, with the same result)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
