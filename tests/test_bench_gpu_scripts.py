@@ -54,6 +54,29 @@ def test_paper_scale_cpu_smoke(tmp_path):
     assert "## plain" in text and "## gla:3:1" in text and "aten::" in text
 
 
+def test_recall_space_rows_time_the_spaces_recall_model_not_the_preset(tmp_path):
+    """--recall-space: the rows build the fresh recall model of the space's score.mqar (its width, vocabulary, mixer
+    options), written as recall_step_* so a paper-scale table of the same day is not overwritten."""
+    from hlnas.layout import Layout
+    from hlnas.model import seeded_model
+    from hlnas.score.recall_proxy import recall_model_config
+    from hlnas.space import builtin_spaces, load_space
+
+    args = ["--recall-space", "tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
+            "--only", "plain,transformer,gla:3:1", "--profile", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert paper_scale.main(args) == 0
+    rows, md = _rows(tmp_path, "recall_step")
+    assert not list(tmp_path.glob("paper_scale_*"))
+    space = load_space(builtin_spaces()["tiny"])
+    mq = space.score.mqar
+    rcfg = recall_model_config(space.model, dict(mq.model), mq.vocab)
+    want = sum(p.numel() for p in seeded_model(Layout.parse(str(build_layout("gla", "3:1", 6))), rcfg, 0).parameters())
+    by = {r["row"]: r for r in rows}
+    assert float(by["gla:3:1"]["params_m"]) == round(want / 1e6, 2) and all(r["status"] == "ok" for r in rows)
+    assert "Recall-model training speed" in md and "the recall model of tiny" in md
+    assert (tmp_path / next(tmp_path.glob("recall_step_profile_cpu_*.md")).name).read_text().count("## ") == 3
+
+
 def test_paper_scale_out_of_memory_is_a_row(tmp_path, monkeypatch):
     import hlnas.training.step
 

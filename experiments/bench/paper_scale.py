@@ -4,6 +4,8 @@ Transformer of the same size, one run.
     python -m experiments.bench.paper_scale                                  # H200: every row below, B=8, T=4096
     python -m experiments.bench.paper_scale --only plain,transformer --profile
     python -m experiments.bench.paper_scale --only gla:3:1 --autotune-compare  # quick vs full Triton autotune
+    python -m experiments.bench.paper_scale --recall-space search_spaces/paper_grid_h200_b256.yaml --mode graph \
+        --profile --only matmul,plain,transformer,gla:3:1,hgrn:pure   # a recall-proxy step at the space's batch, length
     python -m experiments.bench.paper_scale --preset proxy-tiny --layers 6 --batch 2 --seq-len 32 --steps 2 \\
         --warmup 1 --only matmul,plain,transformer,gla:3:1 --profile --device-name cpu --out /tmp/b   # CPU smoke
 
@@ -150,7 +152,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
     from hlnas.model import build_model
     from hlnas.train import lm_loss
 
-    cfg = preset(args.preset)
+    cfg = recall_config(args.recall_space) if args.recall_space else preset(args.preset)
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
     # at context T the cost model's attention term, 2 T d per token (the paper's Table 4: one FLOP per multiply-add),
@@ -212,6 +214,17 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     return row
+
+
+def recall_config(space_path: str):
+    """The fresh recall model a space's ``score.mqar`` trains (its width, heads, vocabulary, init and mixer options:
+    :func:`hlnas.score.recall_proxy.recall_model_config`), as a model config for the rows."""
+    from hlnas.score.recall_proxy import recall_model_config
+    from hlnas.space import builtin_spaces, load_space
+
+    space = load_space(builtin_spaces().get(space_path, space_path))
+    mq = space.score.mqar
+    return recall_model_config(space.model, dict(mq.model), mq.vocab)
 
 
 def profile_steps(step, x, y, dev) -> list[dict]:
@@ -279,20 +292,22 @@ def _cells(r):
 
 def _write(args, rows, command, name="paper_scale"):
     _ratios(rows)
-    note = (f"B={args.batch}, T={args.seq_len}, preset {args.preset}, {args.mode} steps, {args.steps} timed after "
+    model = f"the recall model of {args.recall_space}" if args.recall_space else f"preset {args.preset}"
+    note = (f"B={args.batch}, T={args.seq_len}, {model}, {args.mode} steps, {args.steps} timed after "
             f"{args.warmup} warm-up. MFU: 3 x hlnas.budget's forward FLOPs per token at context T (causal attention at "
             f"2 FLOPs per multiply-add) x tok/s over 989 TFLOP/s. Baseline: the `plain` row (and `matmul`) of the same "
             f"run. {environment()}. {getattr(args, 'setup', '')}" + _summary(rows))
-    return write_results(args.out, name, args.device_name, "Paper-scale training speed", command, note, COLUMNS,
+    title = "Recall-model training speed" if args.recall_space else "Paper-scale training speed"
+    return write_results(args.out, name, args.device_name, title, command, note, COLUMNS,
                          _cells, rows, quiet=True)
 
 
-def write_profile(stem, profile: list) -> None:
+def write_profile(stem, profile: list, name: str = "paper_scale") -> None:
     lines = [f"# Per-op profile beside {stem.name}.md ({PROFILE_STEPS} steps per row, self time)", ""]
     for spec, top in profile:
         lines += [f"## {spec}", "", "| op | calls/step | ms/step | share |", "|---|---|---|---|"]
         lines += [f"| `{t['op']}` | {t['calls']} | {t['ms_per_step']} | {100 * t['share']:.1f}% |" for t in top] + [""]
-    path = stem.parent / stem.name.replace("paper_scale_", "paper_scale_profile_", 1)
+    path = stem.parent / stem.name.replace(f"{name}_", f"{name}_profile_", 1)
     path.with_suffix(".md").write_text("\n".join(lines))
 
 
@@ -335,9 +350,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default=PAPER_ROWS, help=f"rows, comma-separated (default: {PAPER_ROWS})")
     p.add_argument("--preset", default="paper-340m")
+    p.add_argument("--recall-space", default="", metavar="SPACE",
+                   help="instead of --preset: the fresh recall model of this space's score.mqar (a YAML path or a shipped "
+                        "name), e.g. with --batch 256 --seq-len 128 --mode graph for a recall-proxy step (issue #21)")
     p.add_argument("--layers", type=int, default=24)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=None, help="default 8, or the recall space's score.mqar.batch")
+    p.add_argument("--seq-len", type=int, default=None, help="default 4096, or the recall space's score.mqar.seq_len")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--slow-step-s", type=float, default=8.0,
@@ -352,6 +370,13 @@ def main(argv=None) -> int:
     p.add_argument("--device-name", default="h200")
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
+    mq = None
+    if args.recall_space:  # the recall proxy's own shape unless given
+        from hlnas.space import builtin_spaces, load_space
+
+        mq = load_space(builtin_spaces().get(args.recall_space, args.recall_space)).score.mqar
+    args.batch = args.batch or (mq.batch if mq else 8)
+    args.seq_len = args.seq_len or (mq.seq_len if mq else 4096)
     if args.autotune_compare:
         return autotune_compare(args, argv)
 
@@ -373,6 +398,7 @@ def main(argv=None) -> int:
         args.setup = (f"fla: {why} (import {time.perf_counter() - t:.0f} s); GatedDeltaNet's gated backward: "
                       f"{gated}. ")
     rows, profile = [], [] if args.profile else None
+    name = "recall_step" if args.recall_space else "paper_scale"  # a recall-step table never overwrites a paper one
     stem = None
     for spec in args.only.split(","):
         t = time.perf_counter()
@@ -385,12 +411,12 @@ def main(argv=None) -> int:
         row["wall_s"] = round(time.perf_counter() - t, 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        stem = _write(args, rows, command)
+        stem = _write(args, rows, command, name)
         if args.json:
             with open(f"{stem}.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
         if profile:
-            write_profile(stem, profile)
+            write_profile(stem, profile, name)
     print(f"wrote {stem}.csv and .md")
     return 0
 

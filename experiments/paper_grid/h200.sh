@@ -8,7 +8,8 @@
 #   --skip-calibration; refused unless $GRID_STUDY's calibration is valid),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
 #   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
-#   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph),
+#   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph), bench_recall[:T] (the recall model's
+#   step at $SPACE's score.mqar shape vs plain PyTorch, with the per-op profile; RECALL_BATCH, BENCH_ONLY),
 #   bench_paper[:T] (experiments/bench/paper_scale.py: paper-340m vs plain PyTorch, every 3:1 hybrid, Mamba-2, with
 #   the per-op profile; BENCH_ONLY=rows, BENCH_MODE=graph), bench_autotune[:T] (the same rows, default gla:3:1, under
 #   quick and full autotune on empty Triton caches), bench_decode[:T] (experiments/bench/decode_memory.py: decode
@@ -221,6 +222,14 @@ PY
       timeout $(cap $t) python3 -m experiments.bench.paper_scale --out "$OUT/logs" --profile ${BENCH_ONLY:+--only $BENCH_ONLY} \
         ${BENCH_MODE:+--mode $BENCH_MODE} >"$OUT/logs/bench_paper.log" 2>&1
       say "bench_paper rc=$?"; cat "$OUT"/logs/paper_scale_h200_*.md 2>/dev/null ;;
+    bench_recall*)  # issues #20 point 7 and #21: the recall model's training step at the calibrating space's shape
+                    # (CUDA graph, as the proxy) against a plain-PyTorch Transformer of that shape, with the per-op
+                    # profile: what limits a recall-proxy GPU-second (about 2 % MFU at batch 64)
+      [[ $step == bench_recall:* ]] && t=${step#bench_recall:} || t=240
+      timeout $(cap $t) python3 -m experiments.bench.paper_scale --recall-space ${CAL_SPACE:-$SPACE} --mode graph --profile \
+        --only ${BENCH_ONLY:-matmul,plain,transformer,gla:3:1,hgrn:pure,retnet:pure,gla:pure,hgrn2:pure,deltanet:pure,gated_deltanet:pure} \
+        ${RECALL_BATCH:+--batch $RECALL_BATCH} --out "$OUT/logs" >"$OUT/logs/bench_recall.log" 2>&1
+      say "bench_recall rc=$?"; cat "$OUT"/logs/recall_step_h200_*.md 2>/dev/null ;;
     bench_autotune*)  # issue #22 point 2: quick vs full Triton autotune, compile seconds and speed side by side
       [[ $step == bench_autotune:* ]] && t=${step#bench_autotune:} || t=540
       t=$(cap $t)
