@@ -219,6 +219,11 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
                      "The choice is stored with the study: --resume keeps it")
     cal.add_argument("--calibrate", action="store_true",
                      help="with --resume: run the controls now on a study started with --skip-calibration")
+    cal.add_argument("--calibrated-by", metavar="STUDY",
+                     help="take the valid calibration of STUDY (same storage) instead of running the controls again: "
+                          "refused unless it ran the same recall protocol (depth, scale, calibration; the seed, the "
+                          "candidates and the sampler may differ) over these mixers. For a grid's second seed "
+                          "(--set train.seed=1) or a placement extension. Stored with the study")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_search)
 
@@ -256,7 +261,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                            runs_per_worker=args.runs_per_worker, replicas=args.replicas,
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, drain=args.drain,
                            retry_failed=args.retry_failed,
-                           skip_calibration=args.skip_calibration, calibrate=args.calibrate)
+                           skip_calibration=args.skip_calibration, calibrate=args.calibrate,
+                           calibrated_by=args.calibrated_by)
     except KeyboardInterrupt:
         ui.close()
         stored = resumable(storage, name)  # a stop before the study was whole leaves nothing to resume

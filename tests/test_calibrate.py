@@ -3,6 +3,8 @@ the real protocol on CPU is tests/test_cli_search.py::test_plain_hlnas_search_is
 
 from __future__ import annotations
 
+import re
+
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -728,3 +730,62 @@ def test_a_pure_seed_not_below_its_hybrid_rules_the_mixer_out():
     assert pure_below_ruled_out("hgrn", {"p": run, "h": hyb}, cfg) == \
         "hgrn pure scored 0.500 on seed 1, not below its 3:1 hybrid's 0.450"
     assert pure_below_ruled_out("hgrn", {"p": run, "h": {**hyb, "status": "failed"}}, cfg) is None  # may run again
+
+
+def study_names_of(url: str) -> list[str]:
+    return [s.study_name for s in optuna.get_all_study_summaries(url, include_best_trial=False)]
+
+
+def test_calibrated_by_borrows_a_valid_calibration_of_the_same_protocol_and_refuses_any_other(monkeypatch, tmp_path,
+                                                                                             capsys):
+    """A grid's second seed (--set train.seed=1) and a placement study over some of its mixers run the grid's recall
+    protocol: --calibrated-by stores the grid's verdict as theirs (marked borrowed) and trains no control; a study whose
+    protocol, mixers or status differ is refused in one line naming why, with nothing trained."""
+    from hlnas.errors import HlnasError
+
+    run, calls = fake_trial({})
+    monkeypatch.setattr(executors, "run_trial", run)
+    url = f"sqlite:///{tmp_path}/c.db"
+    run_search(space_from_dict(raw_space()), storage=url, study_name="grid", n_trials=7)
+    calls.clear()
+
+    seed1 = space_from_dict(raw_space()).with_sets(["train.seed=1"])
+    events = []
+    s1 = run_search(seed1, storage=url, study_name="grid_s1", n_trials=3, calibrated_by="grid",
+                    on_event=lambda k, d: events.append((k, d)))
+    assert not any(c[0] < 0 for c in calls) and len(calls) == 3  # three search trials, no control run
+    assert all(c[2] == 1 for c in calls)  # on seed 1
+    cal = s1.user_attrs["hlnas_calibration"]
+    grid_cal = optuna.load_study(study_name="grid", storage=url).user_attrs["hlnas_calibration"]
+    assert cal == {"status": "valid", "verdict": grid_cal["verdict"], "borrowed_from": {"study": "grid"}}
+    assert any(k == "calibration" and d.get("borrowed_from") == "grid" for k, d in events)
+    calls.clear()  # a resume keeps the borrowed verdict without the option
+    run_search(None, storage=url, study_name="grid_s1", n_trials=4, resume=True)
+    assert len(calls) == 1 and not any(c[0] < 0 for c in calls)
+
+    place = space_from_dict(raw_space(mixers=["hgrn"], placements=["front"], sampler="random"))
+    assert run_search(place, storage=url, study_name="place", n_trials=1, calibrated_by="grid") \
+        .user_attrs["hlnas_calibration"]["borrowed_from"] == {"study": "grid"}
+
+    calls.clear()
+    refusals = [
+        (raw_space(), "nowhere", "Available: grid, grid_s1, place, place_skip"),
+        (raw_space(name="x"), "place_skip", "calibration is skipped, not valid"),
+        (raw_space(scale={**raw_space()["scale"], "score": {"objectives": ["val_loss", "mqar"], "mqar": {"steps": 7}}}),
+         "grid", "its recall protocol differs from this space's, so its controls do not vouch for it: scale.score.mqar.steps"),
+        (raw_space(mixers=["gla", "deltanet"]), "grid", "it did not calibrate mixer(s) deltanet (it has gla, hgrn)"),
+    ]
+    run_search(space_from_dict(raw_space()), storage=url, study_name="place_skip", n_trials=1, skip_calibration=True)
+    calls.clear()
+    for i, (raw, source, want) in enumerate(refusals):
+        with pytest.raises(HlnasError, match=re.escape(want)):
+            run_search(space_from_dict(raw), storage=url, study_name=f"r{i}", n_trials=1, calibrated_by=source)
+    with pytest.raises(HlnasError, match="has a calibration of its own"):
+        run_search(None, storage=url, study_name="grid", n_trials=7, resume=True, calibrated_by="grid_s1")
+    with pytest.raises(ConfigError, match="--calibrated-by takes a study name and excludes --calibrate"):
+        run_search(space_from_dict(raw_space()), storage=url, study_name="z", n_trials=1, calibrated_by="grid",
+                   skip_calibration=True)
+    assert calls == [] and not any(f"r{i}" in n for n in study_names_of(url) for i in range(4))  # nothing created
+    assert main(["search", "--storage", url, "--study", "grid_s1", "--resume", "--no-progress", "--workers", "1",
+                 "--trials", "4"]) == 0
+    assert "unvalidated" not in capsys.readouterr().out

@@ -5,7 +5,7 @@
 #   grid:SECONDS / grid_by:T, placement:SECONDS / placement_by:T (T: seconds from the script's start),
 #   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs),
 #   grid_s1_by:T (the grid's second seed: the same space with --set train.seed=1 in study ${GRID_STUDY}_s1,
-#   --skip-calibration; refused unless $GRID_STUDY's calibration is valid),
+#   --calibrated-by $GRID_STUDY; refused unless $GRID_STUDY's calibration is valid),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
 #   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
 #   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph), bench_recall[:T] (the recall model's
@@ -189,11 +189,13 @@ print((s.user_attrs.get("hlnas_calibration") or {}).get("status"))
 PY
 )
       if [ "$cal" != valid ]; then say "grid_s1: $GRID_STUDY's calibration is '${cal:-absent}', not valid: seed 1 not started"
-      elif [ $left -gt 30 ]; then search $SPACE ${GRID_STUDY}_s1 $left $(hard_stop $left) --set train.seed=1 --skip-calibration
+      elif [ $left -gt 30 ]; then search $SPACE ${GRID_STUDY}_s1 $left $(hard_stop $left) --set train.seed=1 --calibrated-by $GRID_STUDY
       else say "no time left for the grid's seed 1"; fi ;;
     placement_by:*)
       left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
-      [ $left -gt 30 ] && search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) || say "no time left for placement" ;;
+      # PLACE_CALIBRATED_BY: the grid study whose calibration vouches for the same protocol (hlnas search --calibrated-by)
+      [ $left -gt 30 ] && search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) ${PLACE_SET:+--set $PLACE_SET} \
+        ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY} || say "no time left for placement" ;;
     placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     calibrate_by:*)  # the recall protocol's controls: no run starts after T, and those in flight pause at their next
                      # check (kept on this machine: a back-to-back call continues them); the hard stop 60 s later

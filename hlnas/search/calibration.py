@@ -15,14 +15,14 @@ import optuna
 from optuna.trial import TrialState
 
 import hlnas.calibrate as calib
-from hlnas.errors import ConfigError
+from hlnas.errors import ConfigError, HlnasError
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.records import constraint_values, layout_spec, objective_values, paused_root
 from hlnas.search.trial import TrialResult, layout_metrics
 from hlnas.space import SearchSpace
 
 __all__ = ["RECALL_OBJECTIVES", "PAUSED", "needs_calibration", "check_replicas", "calibrate_if_needed", "run_calibration",
-           "calibration_failed_message"]
+           "calibration_failed_message", "borrow_calibration", "borrowable_calibration", "protocol_differences"]
 
 #: the study objectives that measure recall (the corrected final score and the graded learning AUC)
 RECALL_OBJECTIVES = ("recall", "recall_auc")
@@ -45,12 +45,71 @@ def check_replicas(space: SearchSpace, replicas) -> None:
                           "needs each seed's LM trained: drop --replicas")
 
 
+#: what a recall protocol is, for --calibrated-by: every setting of the space but these (the candidates and how they
+#: are searched; the seed, which the calibration's own seeds already vary)
+_NOT_PROTOCOL = ("name", "source", "mixers", "ratios", "placements", "attention_sets", "transformer", "hetero",
+                 "objectives", "constraints", "sampler", "rungs", "scale.train.seed")
+
+
+def protocol_differences(space: SearchSpace, other: SearchSpace) -> list[str]:
+    """How ``other``'s recall protocol differs from ``space``'s, one ``key: a -> b`` line each ([] when the same): the
+    depth, the scale (model, training, data, scoring) and the calibration's thresholds, not the candidates."""
+    def own(line: str) -> bool:
+        key = line.split(":", 1)[0]
+        return not any(key == k or key.startswith(k + ".") for k in _NOT_PROTOCOL)
+    return [line for line in space.diff(other) if own(line)]
+
+
+def borrowable_calibration(storage, space: SearchSpace, source: str) -> dict:
+    """Study ``source``'s calibration (in ``storage``, an Optuna storage object) if ``space`` may take it as its own:
+    valid, the same recall protocol (:func:`protocol_differences`), ``space``'s mixers among those it calibrated. Else
+    a one-line :class:`~hlnas.errors.HlnasError` saying what stands in the way."""
+    from hlnas.search.storage import load_study
+    from hlnas.space import space_from_dict
+
+    src = load_study(storage, source)  # UnknownStudyError lists the studies there
+    cal = src.user_attrs.get("hlnas_calibration") or {}
+    if cal.get("status") != "valid":
+        raise HlnasError(f"--calibrated-by {source}: that study's calibration is {cal.get('status') or 'absent'}, not "
+                         f"valid; calibrate it first (hlnas calibrate SPACE --study {source})")
+    other = space_from_dict(src.user_attrs["hlnas_space"], where=f"study '{source}'")
+    diffs = protocol_differences(other, space)
+    if diffs:
+        raise HlnasError(f"--calibrated-by {source}: its recall protocol differs from this space's, so its controls do "
+                         f"not vouch for it: {'; '.join(diffs[:3])}{' ...' if len(diffs) > 3 else ''}")
+    missing = [m for m in space.mixers if m not in other.mixers]
+    if missing:
+        raise HlnasError(f"--calibrated-by {source}: it did not calibrate mixer(s) {', '.join(missing)} (it has "
+                         f"{', '.join(other.mixers)})")
+    return cal
+
+
+def borrow_calibration(study: optuna.Study, space: SearchSpace, source: str) -> dict:
+    """``--calibrated-by``: study ``source``'s valid calibration (same storage, :func:`borrowable_calibration`), stored
+    as ``study``'s with ``borrowed_from``; returns what was stored."""
+    from hlnas.search import optuna_adapter
+
+    cal = borrowable_calibration(optuna_adapter.storage_of(study), space, source)
+    borrowed = {"status": "valid", "verdict": cal["verdict"], "borrowed_from": {"study": source}}
+    study.set_user_attr("hlnas_calibration", borrowed)
+    return borrowed
+
+
 def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, storage: str, study_name: str, fresh: bool,
                         calibrate: bool, skip_calibration: bool, inline: bool, time_limit: float | None,
-                        replicas: bool = False, drain: float = 0.0):
-    """Before a search: the stored verdict, a new one, or none (skipped, disabled, not needed: recorded as such);
-    :data:`PAUSED` when ``time_limit`` stopped it first. An invalid protocol raises
-    :class:`~hlnas.calibrate.CalibrationFailed` naming what to change."""
+                        replicas: bool = False, drain: float = 0.0, calibrated_by: str | None = None):
+    """Before a search: the stored verdict, a new one, another study's (``calibrated_by``: :func:`borrow_calibration`),
+    or none (skipped, disabled, not needed: recorded as such); :data:`PAUSED` when ``time_limit`` stopped it first. An
+    invalid protocol raises :class:`~hlnas.calibrate.CalibrationFailed` naming what to change."""
+    if calibrated_by and needs_calibration(space):
+        stored = study.user_attrs.get("hlnas_calibration") or {}
+        if (stored.get("borrowed_from") or {}).get("study") != calibrated_by:
+            if stored.get("status") not in (None, "skipped") or stored.get("runs"):
+                raise HlnasError(f"--calibrated-by {calibrated_by}: study '{study_name}' has a calibration of its own "
+                                 f"({stored.get('status')}); start a new --study to borrow one")
+            stored = borrow_calibration(study, space, calibrated_by)
+        emit("calibration", {**stored["verdict"], "reused": True, "borrowed_from": calibrated_by})
+        return stored["verdict"]
     # a resume keeps the study's own choice: one started with --skip-calibration is not calibrated unless told
     kept_skip = (not fresh and not calibrate and needs_calibration(space)
                  and (study.user_attrs.get("hlnas_calibration") or {}).get("status") == "skipped")

@@ -28,7 +28,7 @@ import hlnas
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.search.executors import Executor, InlineExecutor, make_executor
 from hlnas.search.lease import DriverLease
-from hlnas.search.calibration import PAUSED, calibrate_if_needed, check_replicas, needs_calibration
+from hlnas.search.calibration import PAUSED, borrowable_calibration, calibrate_if_needed, check_replicas, needs_calibration
 from hlnas.search.loop import search_loop
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
 from hlnas.search.samplers import make_sampler
@@ -159,6 +159,7 @@ def run_search(
     runs_per_worker: int = 1,
     replicas: bool = False,
     drain: float = 0.0,
+    calibrated_by: str | None = None,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
@@ -174,6 +175,9 @@ def run_search(
     seed-0 runs of the space's layouts become trials, and an invalid protocol raises
     :class:`~hlnas.calibrate.CalibrationFailed` before the search starts. ``skip_calibration`` opts out, and the
     choice is stored with the study: a resume keeps it unless ``calibrate`` says to run the controls now.
+    ``calibrated_by`` names a study in the same storage whose valid calibration ran the same recall protocol (a second
+    seed of a grid, a placement extension): its verdict is stored as this study's, marked ``borrowed_from``
+    (:func:`hlnas.search.calibration.borrow_calibration`), and no control runs.
     ``calibrate_only`` stops after the calibration (``hlnas calibrate``).
 
     ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
@@ -188,11 +192,16 @@ def run_search(
     _check_runs_per_worker(runs_per_worker, executor)
     if calibrate and skip_calibration:
         raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
+    if calibrated_by is not None and (calibrate or skip_calibration or not isinstance(calibrated_by, str) or not calibrated_by):
+        raise ConfigError(f"--calibrated-by takes a study name and excludes --calibrate and --skip-calibration; got "
+                          f"{calibrated_by!r}{' with one of them' if calibrate or skip_calibration else ''}")
     if calibrate and space is not None:
         _check_calibrate(space)
     if space is not None:
         check_replicas(space, replicas)  # before the storage is opened: a bad option writes nothing
     store = open_or_create_storage(storage)
+    if calibrated_by is not None and space is not None and needs_calibration(space):
+        borrowable_calibration(store, space, calibrated_by)  # refused before a study is created for nothing
     existed = study_name in study_names(store)
     study, space = _create_or_load(space, store, study_name, resume, skip_calibration)
     if calibrate:
@@ -375,6 +384,7 @@ class _Options:
     runs_per_worker: int
     replicas: bool
     drain: float
+    calibrated_by: str | None
 
 
 def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool) -> optuna.Study:
@@ -399,7 +409,8 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
     try:
         verdict = calibrate_if_needed(study, space, ex, emit, storage=o.storage, study_name=o.study_name, fresh=fresh,
                                       calibrate=o.calibrate, skip_calibration=o.skip_calibration, inline=inline,
-                                      time_limit=o.time_limit, replicas=o.replicas, drain=o.drain)
+                                      time_limit=o.time_limit, replicas=o.replicas, drain=o.drain,
+                                      calibrated_by=o.calibrated_by)
         if verdict is PAUSED:  # out of time before every control run finished: a resume continues it
             return study
         if o.calibrate_only:
