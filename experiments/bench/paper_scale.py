@@ -296,7 +296,7 @@ def _write(args, rows, command, name="paper_scale"):
     note = (f"B={args.batch}, T={args.seq_len}, {model}, {args.mode} steps, {args.steps} timed after "
             f"{args.warmup} warm-up. MFU: 3 x hlnas.budget's forward FLOPs per token at context T (causal attention at "
             f"2 FLOPs per multiply-add) x tok/s over 989 TFLOP/s. Baseline: the `plain` row (and `matmul`) of the same "
-            f"run. {environment()}. {getattr(args, 'setup', '')}" + _summary(rows))
+            f"run. {environment()}. {getattr(args, 'setup', '')}" + ("" if args.recall_space else _summary(rows)))
     title = "Recall-model training speed" if args.recall_space else "Paper-scale training speed"
     return write_results(args.out, name, args.device_name, title, command, note, COLUMNS,
                          _cells, rows, quiet=True)

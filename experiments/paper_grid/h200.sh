@@ -48,6 +48,7 @@ mkdir -p "$TRITON_CACHE_DIR"
 # #640) .whl/a (z3-solver, apache-tvm-ffi, torch-c-dlpack-ext) in one call and .whl/b (tilelang) in the next,
 # back to back: together they pass one call's 64 MiB carry (experiments/device/README.md)
 for d in .whl/*/; do
+  [ -d "$d" ] || continue  # nothing carried: what an earlier call installed on this machine, if anything
   w=$(basename "$d"); [ -f /tmp/site/.hlnas_$w ] && continue
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$d"*.whl \
     && touch /tmp/site/.hlnas_$w || exit 1
@@ -55,6 +56,8 @@ for d in .whl/*/; do
 done
 [ -f $STATE/h200.db ] || { [ -f .gpu_state/h200.db ] && cp .gpu_state/h200.db $STATE/ && chmod u+w $STATE/h200.db && say "restored study database"; }
 export PYTHONPATH=/tmp/site:$PWD
+# a fresh machine (the last one went back after 30 s idle) has nothing installed: say so at once
+python3 -c "import optuna" 2>/dev/null || { say "optuna (and fla) not installed on this machine: carry .whl/gpu (and .whl/a) in this call (experiments/device/README.md)"; exit 2; }
 [ -f $STATE/torch_ops ] && export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops)
 NG=$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')
 say "$(nvidia-smi -L | head -4 | tr '\n' ' ') ($NG GPUs)"
