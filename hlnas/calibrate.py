@@ -320,6 +320,15 @@ def hopeless(space, runs: dict[str, dict]) -> str | None:
     return _pure_below_short(space, runs)
 
 
+def progress(space, runs: dict[str, dict]) -> dict:
+    """Where a calibration still running stands: runs stored of those planned, the verdict of the rows so far, why it
+    can no longer pass (:func:`hopeless`, or None), and the mixers whose pure model can still sit below the hybrid."""
+    cfg = space.calibration
+    return {"stored": len(runs), "planned": len(plan(space)), "verdict": verdict(space, runs), "cannot_pass": hopeless(space, runs),
+            "pure_below_open": [m for m in space.mixers if not pure_below_ruled_out(m, runs, cfg)],
+            "pure_below_min_mixers": cfg.pure_below_min_mixers}
+
+
 def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationConfig") -> str | None:
     """Why ``mixer``'s pure model can no longer sit below its hybrid in the verdict's sense (every seed below the
     hybrid's, and the means apart by more than twice the seed spread), from its stored runs; None while it can.

@@ -22,8 +22,9 @@ def summary(result: dict) -> str:
     return "valid" if result["valid"] else "INVALID: " + "; ".join(result["failures"])
 
 
-def format_table(result: dict) -> str:
-    """The verdict as a plain-text table (what ``hlnas calibrate`` and ``hlnas search`` print)."""
+def format_table(result: dict, partial: str | None = None) -> str:
+    """The verdict as a plain-text table (what ``hlnas calibrate`` and ``hlnas search`` print). ``partial``: the
+    verdict of a calibration still running, so this line replaces the 'valid' line (``hlnas status``)."""
     widths = (8, 15, 26, 22, 6, 11, 9, 8)
     right = {4, 5, 6, 7}
 
@@ -32,9 +33,10 @@ def format_table(result: dict) -> str:
 
     lines = [line(TABLE_COLUMNS), *(line(cells) for cells in table_cells(result))]
     cfg = result["config"]
-    lines.append(f"valid: {'yes' if result['valid'] else 'NO'} (control >= {cfg['control_min']} at the training length; "
+    lines.append(partial or (
+                 f"valid: {'yes' if result['valid'] else 'NO'} (control >= {cfg['control_min']} at the training length; "
                  f"every pure model and {cfg['hybrid_ratio']} hybrid more than 2x its seed spread from its no-recall "
-                 "baseline or from its partner)")
+                 "baseline or from its partner)"))
     lines += mixer_lines(result)
     lines += hop_lines(result)
     return "\n".join(lines)

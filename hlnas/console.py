@@ -183,7 +183,21 @@ def status_text(summary: dict) -> str:
 
         lines.append("calibration:\n" + format_table(cal["verdict"]))
     elif cal.get("status") == "running":  # a calibration split over several runs of the study
-        lines.append(f"calibration: running, {len(cal.get('runs') or {})} runs stored (the next run of the study continues it)")
+        pr = summary.get("calibration_progress")
+        if not pr:
+            lines.append(f"calibration: running, {len(cal.get('runs') or {})} runs stored (the next run of the study continues it)")
+        else:
+            from hlnas.calibrate import format_table
+
+            need = pr["pure_below_min_mixers"]
+            lines.append(f"calibration: running, {pr['stored']} of {pr['planned']} runs stored (the next run of the study "
+                         "continues it); the rows so far:\n"
+                         + format_table(pr["verdict"], partial="no verdict yet: rows without every seed are 'missing'"))
+            if need:
+                lines.append(f"pure below its hybrid can still hold for {len(pr['pure_below_open'])} mixer(s) "
+                             f"({', '.join(pr['pure_below_open']) or 'none'}); the space asks {need}")
+            lines.append(f"CANNOT PASS any more: {pr['cannot_pass']}" if pr["cannot_pass"]
+                         else "can still pass: nothing stored so far rules it out")
     elif cal:
         lines.append(f"calibration: {cal.get('status')}")
     lines.append(front_table(summary["front"], summary["calibration"]))

@@ -789,3 +789,29 @@ def test_calibrated_by_borrows_a_valid_calibration_of_the_same_protocol_and_refu
     assert main(["search", "--storage", url, "--study", "grid_s1", "--resume", "--no-progress", "--workers", "1",
                  "--trials", "4"]) == 0
     assert "unvalidated" not in capsys.readouterr().out
+
+
+def test_status_of_a_running_calibration_shows_its_rows_so_far_and_whether_it_can_still_pass(tmp_path):
+    """hlnas status on a calibration split over several GPU calls: how many runs of the plan are stored, the rows so
+    far (no 'valid' line), which mixers can still have their pure model below the hybrid, and a certain failure."""
+    from hlnas.console import status_text
+    from hlnas.search.study import study_summary
+
+    url = f"sqlite:///{tmp_path}/c.db"
+    space = space_from_dict(raw_space(calibration={"pure_below_min_mixers": 2}))
+
+    def study_with(name, values):
+        st = optuna.create_study(study_name=name, storage=url, directions=["maximize", "minimize", "minimize"])
+        st.set_user_attr("hlnas_space", space.to_dict())
+        st.set_user_attr("hlnas_objectives", [o.to_dict() for o in space.objectives])
+        st.set_user_attr("hlnas_calibration", {"status": "running", "runs": runs_of(values)})
+        return status_text(study_summary(st))
+
+    text = study_with("a", {"control:transformer": (0.99, 0.97), "pure:gla": (0.30,)})
+    assert "calibration: running, 3 of 10 runs stored" in text and "no verdict yet" in text and "valid: " not in text
+    assert "pure     gla             GGGGGG                     0.300" in text
+    assert "pure below its hybrid can still hold for 2 mixer(s) (gla, hgrn); the space asks 2" in text
+    assert "can still pass: nothing stored so far rules it out" in text
+    text = study_with("b", {"control:transformer": (0.99, 0.97), "pure:gla": (0.995,)})
+    assert "can still hold for 1 mixer(s) (hgrn)" in text
+    assert "CANNOT PASS any more: the pure model can sit below its 3:1 hybrid for at most 1 mixer(s) (hgrn)" in text

@@ -483,5 +483,10 @@ def study_summary(study: optuna.Study) -> dict:
                                for t in rungs)
         counts["running"] -= counts["paused"]
     front = front_rows(study)
+    cal = study.user_attrs.get("hlnas_calibration") or {}
+    progress = None
+    if cal.get("status") == "running" and "hlnas_space" in study.user_attrs:  # split over several calls: how far along
+        progress = calib.progress(space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{study.study_name}'"),
+                                  cal.get("runs") or {})
     return {"study": study.study_name, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
-            "calibration": study.user_attrs.get("hlnas_calibration"), "front": front}
+            "calibration": study.user_attrs.get("hlnas_calibration"), "calibration_progress": progress, "front": front}
