@@ -273,8 +273,9 @@ def verdict(space, runs: dict[str, dict], stopped: str | None = None) -> dict:
     n_below = sum(1 for c in mixers.values() if c["pure_below"])
     n_graded = sum(1 for c in mixers.values() if c["graded"] == "rises")
     # a stopped calibration lacks the pairs to judge, unless what stopped it was this check's certain failure
-    if n_below < cfg.pure_below_min_mixers and (not stopped or _pure_below_short(space, runs)):
-        failures.append({"kind": "pure_below", "message": _pure_below_short(space, runs) if stopped else (
+    certain = _pure_below_short(space, runs) if stopped else None
+    if n_below < cfg.pure_below_min_mixers and (not stopped or certain):
+        failures.append({"kind": "pure_below", "message": certain or (
                          f"the pure model sits below its {cfg.hybrid_ratio} hybrid "
                          f"beyond twice the seed spread, in every seed, for {n_below} mixer(s) "
                          f"({', '.join(m for m, c in mixers.items() if c['pure_below']) or 'none'}); "
@@ -324,9 +325,9 @@ def progress(space, runs: dict[str, dict]) -> dict:
     """Where a calibration still running stands: runs stored of those planned, the verdict of the rows so far, why it
     can no longer pass (:func:`hopeless`, or None), and the mixers whose pure model can still sit below the hybrid."""
     cfg = space.calibration
-    return {"stored": len(runs), "planned": len(plan(space)), "verdict": verdict(space, runs), "cannot_pass": hopeless(space, runs),
-            "pure_below_open": [m for m in space.mixers if not pure_below_ruled_out(m, runs, cfg)],
-            "pure_below_min_mixers": cfg.pure_below_min_mixers}
+    return {"stored": len(runs), "planned": len(plan(space)), "verdict": verdict(space, runs),
+            "cannot_pass": hopeless(space, runs), "pure_below_min_mixers": cfg.pure_below_min_mixers,
+            "pure_below_open": [m for m in space.mixers if not pure_below_ruled_out(m, runs, cfg)]}
 
 
 def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationConfig") -> str | None:

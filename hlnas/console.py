@@ -131,7 +131,7 @@ class SearchProgress:
         elif kind == "calibration":
             from hlnas.calibrate import format_table
 
-            head = ("calibration (stored with the study, reused):" if data.get("reused") else "calibration:")
+            head = "calibration (stored with the study, reused):" if data.get("reused") else "calibration:"
             if data.get("borrowed_from"):
                 head = f"calibration of study '{data['borrowed_from']}' (the same recall protocol, --calibrated-by):"
             self.write(head + "\n" + format_table(data))

@@ -28,7 +28,8 @@ import hlnas
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.search.executors import Executor, InlineExecutor, make_executor
 from hlnas.search.lease import DriverLease
-from hlnas.search.calibration import PAUSED, borrowable_calibration, calibrate_if_needed, check_replicas, needs_calibration
+from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_if_needed, check_replicas,
+                                     needs_calibration)
 from hlnas.search.loop import search_loop
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
 from hlnas.search.samplers import make_sampler
@@ -192,7 +193,8 @@ def run_search(
     _check_runs_per_worker(runs_per_worker, executor)
     if calibrate and skip_calibration:
         raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
-    if calibrated_by is not None and (calibrate or skip_calibration or not isinstance(calibrated_by, str) or not calibrated_by):
+    bad_source = calibrated_by is not None and (not isinstance(calibrated_by, str) or not calibrated_by)
+    if bad_source or (calibrated_by is not None and (calibrate or skip_calibration)):
         raise ConfigError(f"--calibrated-by takes a study name and excludes --calibrate and --skip-calibration; got "
                           f"{calibrated_by!r}{' with one of them' if calibrate or skip_calibration else ''}")
     if calibrate and space is not None:
