@@ -25,10 +25,21 @@ class CalibrationInfo(NamedTuple):
 
 
 def calibration_info(data: StudyData) -> CalibrationInfo:
+    """The stored verdict; for a calibration still running (split over GPU calls), the rows of its runs so far, and as
+    its 'failures' how many runs are stored and whether it can still pass (:func:`hlnas.calibrate.progress`)."""
     cal = data.user_attrs.get("hlnas_calibration") or {}
     verdict = cal.get("verdict") or {}
+    failures = tuple(verdict.get("failures") or ())
+    if cal.get("status") == "running" and cal.get("runs") and "hlnas_space" in data.user_attrs:
+        import hlnas.calibrate as calib
+        from hlnas.space import space_from_dict
+
+        pr = calib.progress(space_from_dict(data.user_attrs["hlnas_space"], where=f"study '{data.name}'"), cal["runs"])
+        verdict = pr["verdict"]
+        failures = (f"{pr['stored']} of {pr['planned']} runs stored, no verdict yet",
+                    f"CANNOT PASS any more: {pr['cannot_pass']}" if pr["cannot_pass"] else "can still pass")
     return CalibrationInfo(cal.get("status", "absent"), tuple(verdict.get("rows") or ()),
-                           (verdict.get("config") or {}).get("control_min"), tuple(verdict.get("failures") or ()))
+                           (verdict.get("config") or {}).get("control_min"), failures)
 
 
 def _calibration_subtitle(info: CalibrationInfo) -> str:
@@ -55,7 +66,8 @@ def plot_calibration(info: CalibrationInfo):
         if rows:
             fig.add_trace(go.Bar(x=[r["mixer"] for r in rows], y=[r["mean"] for r in rows], name=name, marker_color=color,
                                  error_y=dict(type="data", array=[r["spread"] / 2 for r in rows], visible=True),
-                                 text=[r["layout"] for r in rows], hovertemplate="%{text}: %{y:.3f}<extra>" + name + "</extra>"))
+                                 text=[r["layout"] for r in rows], textposition="none",  # the layout on hover only
+                                 hovertemplate="%{text}: %{y:.3f}<extra>" + name + "</extra>"))
     control = next((r for r in info.rows if r["role"] == "control" and r.get("mean") is not None), None)
     if control is not None:
         fig.add_hline(y=control["mean"], line=dict(color="#444444", dash="dash"),

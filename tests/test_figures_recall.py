@@ -70,3 +70,22 @@ def test_calibration_figure_draws_the_graded_ladder_and_the_report_its_per_mixer
     assert [t.name for t in fig.data] == ["pure", "6:1", "hybrid"] and list(fig.data[1].y) == [0.65]
     html = report_html(d, {})
     assert "hgrn yes (+0.615)" in html and "hgrn: rises (pure 0.000" in html
+
+
+def test_a_calibration_still_running_is_drawn_from_its_runs_so_far():
+    """The dashboard of a calibration split over GPU calls shows the rows stored so far and whether it can still pass,
+    instead of an empty 'running' panel."""
+    from hlnas.space import space_from_dict
+
+    space = space_from_dict({"name": "cal", "mixers": ["hgrn"], "ratios": ["pure", "3:1"], "transformer": True, "layers": 6,
+                             "scale": {"preset": "proxy-tiny", "score": {"objectives": ["val_loss", "mqar"]}}})
+    run = {"key": "control:transformer:s0", "role": "control", "mixer": "transformer", "layout": "AAAAAA", "seed": 0,
+           "ratio": None, "status": "ok", "raw_train_length": 0.5, "baseline_train_length": 0.25}
+    d = data({"status": "running", "runs": {run["key"]: run}})
+    d = StudyData(d.name, d.directions, d.objective_names, d.records, {**d.user_attrs, "hlnas_space": space.to_dict()})
+    info = calibration_info(d)
+    assert info.status == "running" and [r["role"] for r in info.rows][:1] == ["control"] and info.rows[0]["recall"] == [0.5]
+    assert info.failures[0] == "1 of 6 runs stored, no verdict yet"
+    assert info.failures[1].startswith("CANNOT PASS any more: the all-attention control AAAAAA reached 0.500")
+    fig = plot_calibration(info)
+    assert "RUNNING: 1 of 6 runs stored" in fig.layout.title.text
