@@ -306,10 +306,11 @@ def _row(p, got: list[dict], cfg) -> dict:
 
 
 def hopeless(space, runs: dict[str, dict]) -> str | None:
-    """Why the verdict can no longer be valid, whatever the runs not yet stored would score; None while it can. Two
+    """Why the verdict can no longer be valid, whatever the runs not yet stored would score; None while it can. Three
     cases are certain from part of the runs (a run that failed to run is not counted: it may run again):
 
     * a control seed scored below ``calibration.control_min``, which the verdict asks of every seed;
+    * a pure model or hybrid failed its separation with every seed of it and of its partner scored;
     * fewer mixers than ``calibration.pure_below_min_mixers`` can still have their pure model below its hybrid
       (:func:`pure_below_ruled_out` says why each is out)."""
     for r in sorted(runs.values(), key=lambda r: r["key"]):
@@ -318,7 +319,23 @@ def hopeless(space, runs: dict[str, dict]) -> str | None:
             short = _control_short(r["layout"], float(raw), f"on seed {r['seed']}", space.calibration)
             if short:
                 return short
-    return _pure_below_short(space, runs)
+    return _separation_short(space, runs) or _pure_below_short(space, runs)
+
+
+def _separation_short(space, runs: dict[str, dict]) -> str | None:
+    """A pure model or hybrid whose separation failed for good: the row and its partner have every seed scored (a run
+    that failed to run may run again, so its row is not final), and neither the baseline nor the partner is more than
+    twice the seed spread away. The verdict's own message, or None."""
+    seeds = space.calibration.seeds
+    v = verdict(space, runs)
+    final = {(r["role"], r["mixer"]) for r in v["rows"] if len(r["recall"]) >= seeds and not r["failed_runs"]}
+    for row in v["rows"]:  # a pure or hybrid row FAILs only its separation
+        partner = ("hybrid" if row["role"] == "pure" else "pure", row["mixer"])
+        if row["role"] in ("pure", "hybrid") and row.get("verdict") == "FAIL" and (row["role"], row["mixer"]) in final \
+                and partner in final:
+            head = f"{_name(row)} ({row['layout']}) scored"
+            return next(m for m in v["failures"] if m.startswith(head))
+    return None
 
 
 def progress(space, runs: dict[str, dict]) -> dict:
@@ -442,8 +459,9 @@ def advice(space, result: dict) -> str:
     else:
         knobs = "train.tokens, train.recall_every and score.ruler.lengths"
     tips = []
-    # a stop is a failed control's unless the pure_below check's certain failure stopped it
-    if "control" in result["kinds"] or ("stopped" in result["kinds"] and "pure_below" not in result["kinds"]):
+    # a stop is a failed control's unless a certain separation or pure_below failure stopped it
+    decided = {"pure_below", "separation"} & set(result["kinds"])
+    if "control" in result["kinds"] or ("stopped" in result["kinds"] and not decided):
         tips.append("to let the all-attention control learn: train longer or sweep learning rates, or make the task "
                     f"easier ({'fewer chains or hops' if 'vt.hops' in knobs else 'fewer pairs'}, shorter sequences): {knobs}")
     if "separation" in result["kinds"]:

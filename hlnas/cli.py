@@ -315,8 +315,9 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
         "reports whether the pure model sits below its hybrid beyond the seed spread and whether the graded measure "
         "(recall_auc) rises along calibration.graded_ratios, each required where the space's calibration section asks "
         "(pure_below_min_mixers, graded_min_mixers). The controls run first, then the pure models; no other run "
-        "starts once the verdict cannot be valid: a control seed fell short of control_min, or too few mixers can "
-        "still have their pure model below the hybrid (a pure seed within the seed spread of recall 1). The runs are "
+        "starts once the verdict cannot be valid: a control seed fell short of control_min, a pure model or hybrid "
+        "failed its separation with every seed of it and its partner scored, or too few mixers can still have their "
+        "pure model below the hybrid (a pure seed within the seed spread of recall 1). The runs are "
         "stored in the study, so a following 'hlnas search' with the same space and study reuses them (seed-0 runs "
         "become its trials). Exit code 0 when valid, 1 when not, 3 when --timeout stopped it first (run it again to "
         "continue: runs paused by the timeout continue where they stopped).")

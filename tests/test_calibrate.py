@@ -443,10 +443,10 @@ def test_hopeless_counts_only_a_scored_control_below_control_min():
     from hlnas.calibrate import hopeless
 
     space = space_from_dict(raw_space())
-    ok = {"key": "control:transformer:s0", "role": "control", "status": "ok", "raw_train_length": 0.95,
-          "layout": "AAAAAA", "seed": 0}
+    ok = {"key": "control:transformer:s0", "role": "control", "mixer": "transformer", "status": "ok",
+          "raw_train_length": 0.95, "baseline_train_length": 0.25, "layout": "AAAAAA", "seed": 0}
     crashed = {**ok, "key": "control:transformer:s1", "status": "failed", "raw_train_length": None, "seed": 1}
-    pure = {**ok, "key": "pure:gla:s0", "role": "pure", "raw_train_length": 0.1, "layout": "GGGGGG"}
+    pure = {**ok, "key": "pure:gla:s0", "role": "pure", "mixer": "gla", "raw_train_length": 0.1, "layout": "GGGGGG"}
     assert hopeless(space, {r["key"]: r for r in (ok, crashed, pure)}) is None
     low = {**ok, "raw_train_length": 0.5}
     assert "control AAAAAA reached 0.500 raw recall at the training length on seed 0, 0.400 short of" in hopeless(
@@ -815,3 +815,38 @@ def test_status_of_a_running_calibration_shows_its_rows_so_far_and_whether_it_ca
     text = study_with("b", {"control:transformer": (0.99, 0.97), "pure:gla": (0.995,)})
     assert "can still hold for 1 mixer(s) (hgrn)" in text
     assert "CANNOT PASS any more: the pure model can sit below its 3:1 hybrid for at most 1 mixer(s) (hgrn)" in text
+
+
+def test_a_separation_that_failed_for_good_stops_the_calibration_but_not_one_that_may_still_pass():
+    """RetNet on MQAR at batch 64 learned on one seed and not the other: a spread that wide separates the pure model
+    from neither its baseline nor its hybrid. Once the row and its partner have every seed scored, the verdict cannot
+    be valid (hopeless says so); while the partner lacks a seed, or a seed failed to run, it can."""
+    from hlnas.calibrate import hopeless
+
+    space = space_from_dict(raw_space())
+    base = {**GOOD, "pure:gla": (0.98, 0.26)}  # one seed learned, the other did not: spread 0.72
+    assert "gla pure (GGGGGG) scored 0.620 (seeds 0.980, 0.260)" in hopeless(space, runs_of(base))
+    partial = runs_of({**base, "hybrid:gla": (0.98,)})
+    assert hopeless(space, partial) is None  # the hybrid's seed 1 is still to come
+    crashed = runs_of(base)
+    crashed["hybrid:gla:s1"] = {**crashed["hybrid:gla:s1"], "status": "failed", "raw_train_length": None}
+    assert hopeless(space, crashed) is None  # a failed run may run again
+    assert hopeless(space, runs_of(GOOD)) is None
+
+
+def test_a_calibration_stopped_by_a_failed_separation_advises_on_separation_not_on_the_control(monkeypatch, tmp_path,
+                                                                                                capsys):
+    import yaml
+
+    # pure GLA learns on seed 0 only; its hybrid learns on both: once all four are stored nothing else starts
+    run, calls = fake_trial({("GGGGGG", 0): 0.98, ("GGGGGG", 1): 0.26})
+    monkeypatch.setattr(executors, "run_trial", run)
+    space_file = tmp_path / "cal.yaml"
+    space_file.write_text(yaml.safe_dump(raw_space()))
+    url = f"sqlite:///{tmp_path}/c.db"
+    assert main(["calibrate", str(space_file), "--storage", url, "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "gla pure (GGGGGG) scored 0.620 (seeds 0.980, 0.260)" in err and "cannot pass" in err
+    v = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]["verdict"]
+    assert "separation" in v["kinds"] and "stopped" in v["kinds"] and len(calls) < 10
+    assert "to separate the candidates" in err and "train longer or sweep learning rates" not in err
