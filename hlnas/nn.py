@@ -153,7 +153,7 @@ def rotary(x: Tensor, offset: int, theta: float = 10000.0) -> Tensor:
     pos = torch.arange(offset, offset + T, device=x.device, dtype=torch.float32)
     ang = pos[:, None] * inv[None, :]  # [T, half]
     cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
-    xf = x.float() if x.dtype != torch.float64 else x
+    xf = x.to(compute_dtype(x))
     x1, x2 = xf[..., :half], xf[..., half : 2 * half]
     out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., 2 * half :]], dim=-1)
     return out.to(x.dtype)

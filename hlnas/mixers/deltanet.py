@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.delta_rule import delta_rule
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import GatedRMSNorm, RMSNorm, ShortConvolution
+from hlnas.nn import GatedRMSNorm, RMSNorm, ShortConvolution, compute_dtype
 
 _QK_ACTIVATIONS = ("silu", "relu", "elu", "identity")
 _QK_NORMS = ("l2", "sum")
@@ -32,7 +32,7 @@ def state_itemsize(dtype: torch.dtype) -> int:
 
 def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
     """x / sqrt(sum x^2 + eps) over the last dim, in float32 (fla's l2norm, eps 1e-6)."""
-    xf = x if x.dtype == torch.float64 else x.float()
+    xf = x.to(compute_dtype(x))
     return (xf * torch.rsqrt(xf.pow(2).sum(-1, keepdim=True) + eps)).to(x.dtype)
 
 

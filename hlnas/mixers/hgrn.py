@@ -101,7 +101,7 @@ class HGRN(Mixer):
         if self.lower_bound_w is None:
             return None
         w = self.lower_bound_w
-        w = w if w.dtype == torch.float64 else w.float()  # a bf16 w0 would move lb by ~1%
+        w = w.to(compute_dtype(w))  # a bf16 w0 would move lb by ~1%
         return -torch.expm1(-(w + self.lower_bound_w0).square())
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
