@@ -215,6 +215,11 @@ def verdict(space, runs: dict[str, dict], stopped: str | None = None) -> dict:
     """Judge stored run summaries (``key -> run_summary``): rows, failures, per-mixer checks, and ``valid``.
     ``stopped``: the calibration stopped early for this reason (:func:`hopeless`), so runs it did not train are
     missing without counting as failures; the reason is the first failure (kind ``stopped``)."""
+    return _judge(space, runs, stopped)[0]
+
+
+def _judge(space, runs: dict[str, dict], stopped: str | None = None) -> tuple[dict, list[dict]]:
+    """:func:`verdict`, and its failures as found: each with its ``kind``, ``message`` and, for a row's, the ``row``."""
     cfg, planned = space.calibration, plan(space)
     rows, failures = [], []
     if stopped:
@@ -285,9 +290,9 @@ def verdict(space, runs: dict[str, dict], stopped: str | None = None) -> dict:
                          f"falling beyond twice the seed spread, for {n_graded} mixer(s) "
                          f"({', '.join(m for m, c in mixers.items() if c['graded'] == 'rises') or 'none'}); "
                          f"calibration.graded_min_mixers={cfg.graded_min_mixers}"})
-    return {"valid": not failures, "rows": rows, "failures": [f["message"] for f in failures],
+    return ({"valid": not failures, "rows": rows, "failures": [f["message"] for f in failures],
             "kinds": sorted({f["kind"] for f in failures}), "config": cfg.to_dict(), "mixers": mixers,
-            "pure_below_mixers": n_below, "graded_mixers": n_graded}
+            "pure_below_mixers": n_below, "graded_mixers": n_graded}, failures)
 
 
 def _row(p, got: list[dict], cfg) -> dict:
@@ -327,14 +332,14 @@ def _separation_short(space, runs: dict[str, dict]) -> str | None:
     that failed to run may run again, so its row is not final), and neither the baseline nor the partner is more than
     twice the seed spread away. The verdict's own message, or None."""
     seeds = space.calibration.seeds
-    v = verdict(space, runs)
+    v, failures = _judge(space, runs)
     final = {(r["role"], r["mixer"]) for r in v["rows"] if len(r["recall"]) >= seeds and not r["failed_runs"]}
-    for row in v["rows"]:  # a pure or hybrid row FAILs only its separation
-        partner = ("hybrid" if row["role"] == "pure" else "pure", row["mixer"])
-        if row["role"] in ("pure", "hybrid") and row.get("verdict") == "FAIL" and (row["role"], row["mixer"]) in final \
-                and partner in final:
-            head = f"{_name(row)} ({row['layout']}) scored"
-            return next(m for m in v["failures"] if m.startswith(head))
+    for f in failures:
+        row = f.get("row")
+        if f["kind"] != "separation" or (row["role"], row["mixer"]) not in final:
+            continue
+        if ("hybrid" if row["role"] == "pure" else "pure", row["mixer"]) in final:  # its partner is final too
+            return f["message"]
     return None
 
 

@@ -410,24 +410,33 @@ def test_a_calibration_out_of_time_pauses_its_runs_and_the_next_call_continues_t
     assert os.listdir(os.path.join(root, "calibration")) == []  # a stored run's paused state is removed
 
 
+def calibrate_cli(monkeypatch, tmp_path, capsys, scores: dict, **space):
+    """``hlnas calibrate`` of ``raw_space(**space)`` on one worker whose fake trials score ``scores``
+    (:func:`fake_trial`): its exit code, stderr, the fake's calls and the stored calibration."""
+    import yaml
+
+    run, calls = fake_trial(scores)
+    monkeypatch.setattr(executors, "run_trial", run)
+    space_file = tmp_path / "cal.yaml"
+    space_file.write_text(yaml.safe_dump(raw_space(**space)))
+    url = f"sqlite:///{tmp_path}/c.db"
+    rc = main(["calibrate", str(space_file), "--storage", url, "--workers", "1"])
+    cal = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]
+    return rc, capsys.readouterr().err, calls, cal
+
+
 def test_a_failed_control_stops_the_calibration_before_the_runs_that_cannot_change_the_verdict(monkeypatch, tmp_path,
                                                                                                   capsys):
     """control_min is asked of every seed, so once a control seed scores below it the verdict is decided: no more
     runs start (those in flight finish and are stored), the verdict is stored invalid with that reason first and the
     untrained runs not called failures, and the search refuses to start, naming the control."""
-    import yaml
-
-    run, calls = fake_trial({("AAAAAA", 1): 0.4})  # the control's seed 1 stays near the baseline (0.25)
-    monkeypatch.setattr(executors, "run_trial", run)
-    space_file = tmp_path / "cal.yaml"
-    space_file.write_text(yaml.safe_dump(raw_space()))
-    url = f"sqlite:///{tmp_path}/c.db"
-    assert main(["calibrate", str(space_file), "--storage", url, "--workers", "1"]) == 1
-    err = capsys.readouterr().err
+    # the control's seed 1 stays near the baseline (0.25)
+    rc, err, calls, cal = calibrate_cli(monkeypatch, tmp_path, capsys, {("AAAAAA", 1): 0.4})
+    assert rc == 1
+    space_file, url = tmp_path / "cal.yaml", f"sqlite:///{tmp_path}/c.db"
     assert "control AAAAAA reached 0.400 raw recall at the training length on seed 1" in err
     assert "cannot pass: 8 runs not started" in err
     assert len(calls) == 2  # the two control seeds (run first), nothing after
-    cal = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]
     v = cal["verdict"]
     assert cal["status"] == "invalid" and len(cal["runs"]) == 2 and v["valid"] is False
     assert v["kinds"] == ["control", "stopped"] and v["failures"][0].startswith("the all-attention control")
@@ -702,19 +711,11 @@ def test_pure_below_ruled_out_never_rules_out_a_mixer_that_could_still_pass():
 def test_calibration_stops_once_too_few_mixers_can_have_their_pure_model_below_the_hybrid(monkeypatch, tmp_path, capsys):
     """pure_below_min_mixers=2 of 2 mixers: pure GLA at 0.99 on seed 0 leaves at most 1 (a hybrid cannot beat it by
     twice the seed spread), so no run starts after it and the verdict names the check, with its own advice."""
-    import yaml
-
-    run, calls = fake_trial({("GGGGGG", 0): 0.99})
-    monkeypatch.setattr(executors, "run_trial", run)
-    space_file = tmp_path / "cal.yaml"
-    space_file.write_text(yaml.safe_dump(raw_space(calibration={"pure_below_min_mixers": 2})))
-    url = f"sqlite:///{tmp_path}/c.db"
-    assert main(["calibrate", str(space_file), "--storage", url, "--workers", "1"]) == 1
-    err = capsys.readouterr().err
-    assert len(calls) == 3  # both controls, then pure GLA seed 0; nothing after it
+    rc, err, calls, cal = calibrate_cli(monkeypatch, tmp_path, capsys, {("GGGGGG", 0): 0.99},
+                                        calibration={"pure_below_min_mixers": 2})
+    assert rc == 1 and len(calls) == 3  # both controls, then pure GLA seed 0; nothing after it
     assert "at most 1 mixer(s) (hgrn), where calibration.pure_below_min_mixers=2: gla pure scored 0.990 on seed 0, " \
            "within 0.015 of the ceiling 1" in err
-    cal = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]
     v = cal["verdict"]
     assert cal["status"] == "invalid" and v["kinds"] == ["pure_below", "stopped"]
     assert "to grade by attention share" in err and "train longer or sweep learning rates" not in err
@@ -836,17 +837,9 @@ def test_a_separation_that_failed_for_good_stops_the_calibration_but_not_one_tha
 
 def test_a_calibration_stopped_by_a_failed_separation_advises_on_separation_not_on_the_control(monkeypatch, tmp_path,
                                                                                                 capsys):
-    import yaml
-
     # pure GLA learns on seed 0 only; its hybrid learns on both: once all four are stored nothing else starts
-    run, calls = fake_trial({("GGGGGG", 0): 0.98, ("GGGGGG", 1): 0.26})
-    monkeypatch.setattr(executors, "run_trial", run)
-    space_file = tmp_path / "cal.yaml"
-    space_file.write_text(yaml.safe_dump(raw_space()))
-    url = f"sqlite:///{tmp_path}/c.db"
-    assert main(["calibrate", str(space_file), "--storage", url, "--workers", "1"]) == 1
-    err = capsys.readouterr().err
-    assert "gla pure (GGGGGG) scored 0.620 (seeds 0.980, 0.260)" in err and "cannot pass" in err
-    v = optuna.load_study(study_name="cal", storage=url).user_attrs["hlnas_calibration"]["verdict"]
+    rc, err, calls, cal = calibrate_cli(monkeypatch, tmp_path, capsys, {("GGGGGG", 0): 0.98, ("GGGGGG", 1): 0.26})
+    assert rc == 1 and "gla pure (GGGGGG) scored 0.620 (seeds 0.980, 0.260)" in err and "cannot pass" in err
+    v = cal["verdict"]
     assert "separation" in v["kinds"] and "stopped" in v["kinds"] and len(calls) < 10
     assert "to separate the candidates" in err and "train longer or sweep learning rates" not in err
