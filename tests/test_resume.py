@@ -5,6 +5,7 @@ study's calibration choice."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -44,36 +45,46 @@ def _trials(url: str, name: str) -> list:
 
 def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, min_complete: int,
                          group: bool = False) -> None:
-    """Send ``sig`` once the storage shows >= min_complete COMPLETE trials and one RUNNING; ``group``: to the
-    search's whole process group (as Slurm at a time limit, ``timeout`` or a terminal's Ctrl-C do)."""
+    """Send ``sig`` once the storage shows >= min_complete COMPLETE trials and one RUNNING that is training, with
+    most of its training still ahead; ``group``: to the search's whole process group (as Slurm at a time limit,
+    ``timeout`` or a terminal's Ctrl-C do).
+
+    Training: its layout attr (written right after it is asked) is one no COMPLETE trial has, and no RUNNING trial
+    asked before it (a duplicate that waits on that one). A re-proposed layout is told a stored result at once and
+    never trains, yet on a loaded 2-core runner it stays RUNNING for up to 0.3 s (0.08 s idle): the former check,
+    "RUNNING for 0.2 s", let it through, the stop landed after it was told and no trial was left to mark
+    interrupted. Ahead: the trial is younger than a quarter of the quickest trial this study trained (the storage's
+    own start and end times), so a poll that comes late (the poller starved by load) waits for the next trial
+    instead of signalling one about to finish."""
     deadline = time.monotonic() + 120
-    seen: dict[int, float] = {}  # trial number -> when first seen RUNNING with its layout chosen
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"search ended before it could be stopped:\n{proc.communicate()[1][-3000:]}"
         ts = _trials(url, name)
-        now = time.monotonic()
-        # a trial with its layout chosen: one just asked (no params yet) is not training anything, and one that is
-        # told a stored result at once (a re-proposed layout) is RUNNING for a moment only: a trial counts as
-        # training once it has been RUNNING for 0.2 s (stoppable_space's trials take 1-2.5 s on an idle core)
-        running = [t for t in ts if t.state == TrialState.RUNNING and t.params]
-        for t in running:
-            seen.setdefault(t.number, now)
-        training = [t for t in running if now - seen[t.number] >= 0.2]
-        if sum(t.state == TrialState.COMPLETE for t in ts) >= min_complete and training:
-            if group:
-                os.killpg(proc.pid, sig)
-            else:
-                proc.send_signal(sig)
-            return
+        complete = [t for t in ts if t.state == TrialState.COMPLETE]
+        done = {t.user_attrs.get("layout") for t in complete}
+        quickest = min(((t.datetime_complete - t.datetime_start).total_seconds() for t in complete
+                        if "reused_from" not in t.user_attrs), default=None)
+        training: dict = {}  # layout -> the first RUNNING trial of it
+        for t in ts:
+            if t.state == TrialState.RUNNING and t.user_attrs.get("layout") not in (None, *done):
+                training.setdefault(t.user_attrs["layout"], t)
+        if len(complete) >= min_complete and training and quickest is not None:
+            age = min((datetime.datetime.now() - t.datetime_start).total_seconds() for t in training.values())
+            if age < quickest / 4:
+                if group:
+                    os.killpg(proc.pid, sig)
+                else:
+                    proc.send_signal(sig)
+                return
         time.sleep(0.05)
     proc.kill()
-    raise AssertionError("no trial was seen RUNNING within 120 s")
+    raise AssertionError("no trial was seen training early enough within 120 s")
 
 
 def stoppable_space(tmp_path):
     """A space file of 7 layouts whose trials take 1-2.5 s each on an idle core: a wide window to stop a search in.
     Their LM half (256 steps) is what sets the window: the recall half stops at its target, so with 32 LM steps an
-    all-attention trial ended within 0.35 s, before the 0.2 s RUNNING check could catch it mid-trial."""
+    all-attention trial ended within 0.35 s, too soon to catch mid-trial (_stop_while_training)."""
     raw = tiny_raw(mixers=["gla", "hgrn"], sampler="random")
     raw["scale"]["train"]["tokens"] = 32768
     space_file = tmp_path / "space.yaml"
