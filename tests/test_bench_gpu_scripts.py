@@ -77,6 +77,28 @@ def test_recall_space_rows_time_the_spaces_recall_model_not_the_preset(tmp_path)
     assert (tmp_path / next(tmp_path.glob("recall_step_profile_cpu_*.md")).name).read_text().count("## ") == 3
 
 
+def test_a_compile_row_trains_its_model_under_torch_compile_and_is_set_against_its_own_row(tmp_path, monkeypatch):
+    """``row@compile`` (issue #21 point 2): the same model handed to the step through torch.compile (spied here: a
+    real inductor compile costs 20+ s on a CPU), with its tokens/s over the uncompiled row of the same run."""
+    compiled = []
+
+    def spy(model, *a, **k):
+        compiled.append(type(model).__name__)
+        return model
+
+    monkeypatch.setattr(torch, "compile", spy)
+    args = ["--preset", "proxy-tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
+            "--only", "transformer,transformer@compile", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert paper_scale.main(args) == 0
+    rows, md = _rows(tmp_path, "paper_scale")
+    by = {r["row"]: r for r in rows}
+    assert len(compiled) == 1 and by["transformer@compile"]["mode"] == "eager+compile"
+    assert by["transformer"]["tok_s_vs_own"] == "" and float(by["transformer@compile"]["tok_s_vs_own"]) > 0
+    assert by["transformer"]["params_m"] == by["transformer@compile"]["params_m"] and "tok/s vs own row" in md
+    with pytest.raises(SystemExit, match="unknown variant 'jit'; allowed: @compile"):
+        paper_scale.main(args[:-6] + ["--only", "transformer@jit", "--device-name", "cpu", "--out", str(tmp_path)])
+
+
 def test_paper_scale_out_of_memory_is_a_row(tmp_path, monkeypatch):
     import hlnas.training.step
 

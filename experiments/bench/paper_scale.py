@@ -12,7 +12,9 @@ Transformer of the same size, one run.
 Rows (``--only`` picks some, in this syntax): ``matmul`` (a bf16 8192^3 matmul: the best this device does in this run),
 ``plain`` (a plain-PyTorch Transformer: fused QKV, SDPA, RoPE, fused gate-up SwiGLU, ``nn.RMSNorm``; the width, depth,
 heads, vocabulary and MLP width of hlnas's Transformer, so the same parameter count), ``transformer``, each paper
-mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory is a row, not a crash). Every model
+mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory is a row, not a crash). A row with
+``@compile`` (``gla:3:1@compile``) trains that model under ``torch.compile`` (inductor) inside the same step, and its
+``tok/s vs own row`` is its speed over the uncompiled row of the same run (issue #21 point 2). Every model
 trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused AdamW,
 clipping, bf16 autocast, ``lm_loss``) on random tokens of the batch's shape: the rows differ in the model alone.
 
@@ -153,6 +155,9 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
     from hlnas.train import lm_loss
 
     cfg = recall_config(args.recall_space) if args.recall_space else preset(args.preset)
+    spec, _, variant = spec.partition("@")  # "@compile": the model under torch.compile (inductor), then the same step
+    if variant not in ("", "compile"):
+        raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile")
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
     # at context T the cost model's attention term, 2 T d per token (the paper's Table 4: one FLOP per multiply-add),
@@ -174,8 +179,9 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         graph = args.mode == "graph"
         t0 = time.perf_counter()
         opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
-        step, mode = make_step(model, opt, lm_loss, (x, y), graph=graph, clip=1.0,
+        step, mode = make_step(torch.compile(model) if variant else model, opt, lm_loss, (x, y), graph=graph, clip=1.0,
                                autocast=torch.bfloat16 if dev.type == "cuda" else None, rewind_warmup=True)
+        mode += "+compile" if variant else ""
         loss = step(x, y)
         _sync(dev)
         row["first_step_s"] = round(time.perf_counter() - t0, 2)
@@ -260,6 +266,9 @@ def _ratios(rows: list[dict]) -> None:
             r["tok_s_vs_plain"] = round(r["tok_s"] / base["tok_s"], 3)
             if r.get("peak_gib") and base.get("peak_gib"):
                 r["peak_vs_plain"] = round(r["peak_gib"] / base["peak_gib"], 3)
+        own = next((o for o in rows if o["row"] == r["row"].partition("@")[0] and o.get("tok_s")), None)
+        if "@" in r["row"] and r.get("tok_s") and own:  # a variant against its own row of the same run
+            r["tok_s_vs_own"] = round(r["tok_s"] / own["tok_s"], 3)
         if r.get("mfu") and mm and r["row"] != "matmul":
             r["mfu_of_matmul"] = round(r["mfu"] * PEAK_BF16 / (mm["tflops"] * 1e12), 4)
 
@@ -279,7 +288,7 @@ def _summary(rows: list[dict]) -> str:
 
 
 COLUMNS = ["row", "params M", "first step s", "step ms", "tok/s", "MFU", "MFU of matmul", "peak GiB", "tok/s vs plain",
-           "peak vs plain", "status", "notes"]
+           "peak vs plain", "tok/s vs own row", "status", "notes"]
 
 
 def _cells(r):
@@ -287,7 +296,7 @@ def _cells(r):
     tok = f"{r['tok_s']:,}" if r.get("tok_s") else (f"{r['tflops']} TFLOP/s" if r.get("tflops") else "")
     return (r["row"], r.get("params_m", ""), r.get("first_step_s", ""), r.get("step_ms", ""), tok, pct(r.get("mfu", "")),
             pct(r.get("mfu_of_matmul", "")), r.get("peak_gib", ""), r.get("tok_s_vs_plain", ""),
-            r.get("peak_vs_plain", ""), r.get("status", ""), r.get("notes", ""))
+            r.get("peak_vs_plain", ""), r.get("tok_s_vs_own", ""), r.get("status", ""), r.get("notes", ""))
 
 
 def _write(args, rows, command, name="paper_scale"):
