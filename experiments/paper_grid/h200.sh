@@ -24,16 +24,18 @@
 # in one run (hlnas calibrate --replicas; issue #21). 2 replicas ran 1.03x 2 processes on the H200: off unless set. Paused solo runs are not
 # continued as replicas (their recall starts again, with the same result)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
-# cache archived by the previous call), .gpu_state (the study database brought back by the previous call).
+# cache archived by the previous call), .gpu_state (the study database h200.db and its generation h200.gen, both
+# brought back by the previous call: copy both after every call).
 # A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
 # them from the carried copies, so each call resumes where the last stopped, on this machine or another.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT/logs" /tmp/hlnas_state
+STATE=${HLNAS_STATE:-/tmp/hlnas_state}  # HLNAS_STATE: tests only
+mkdir -p "$OUT/logs" "$STATE"
 export TRITON_CACHE_DIR=$HOME/.triton/cache PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 # one Triton config per kernel: a full fla autotune compile of the grid's kernels took > 5 minutes of a lease
 export HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick}
-STATE=/tmp/hlnas_state DB=sqlite:////tmp/hlnas_state/h200.db
+DB=sqlite:///$STATE/h200.db
 # another space: a new study name
 SPACE=${SPACE:-search_spaces/paper_grid_h200.yaml} GRID_STUDY=${GRID_STUDY:-paper_grid_h200}
 PLACE_SPACE=${PLACE_SPACE:-experiments/paper_grid/placement_h200_mqar.yaml} PLACE_STUDY=${PLACE_STUDY:-placement_h200_mqar}
@@ -54,7 +56,18 @@ for d in .whl/*/; do
     && touch /tmp/site/.hlnas_$w || exit 1
   say "installed $(ls "$d" | wc -l) wheels of .whl/$w"
 done
-[ -f $STATE/h200.db ] || { [ -f .gpu_state/h200.db ] && cp .gpu_state/h200.db $STATE/ && chmod u+w $STATE/h200.db && say "restored study database"; }
+# The study database: the machine's own copy (a warm machine continues the last call, paused runs included) unless the
+# carried one is newer. Each call ends by raising the generation stamped beside it (h200.gen, brought back with
+# h200.db): on 2026-12-03 a fresh machine restored a stale carried copy and the next call, on that machine, kept it
+# over the newer one carried, so two calls' runs landed in two databases.
+gen() { [ -f "$1" ] && cat "$1" || echo "${2:-0}"; }
+carried=$(gen .gpu_state/h200.gen 0) mine=$([ -f $STATE/h200.db ] && gen $STATE/h200.gen 0 || echo -1)
+if [ -f .gpu_state/h200.db ] && [ "$carried" -gt "$mine" ]; then
+  cp .gpu_state/h200.db $STATE/h200.db && chmod u+w $STATE/h200.db && echo "$carried" >$STATE/h200.gen
+  say "restored study database (generation $carried; this machine had $([ "$mine" -lt 0 ] && echo none || echo "$mine"))"
+elif [ -f $STATE/h200.db ] && [ "$carried" -lt "$mine" ]; then
+  say "kept this machine's study database (generation $mine; the carried one is $carried)"
+fi
 export PYTHONPATH=/tmp/site:$PWD
 # a fresh machine (the last one went back after 30 s idle) has nothing installed: say so at once
 python3 -c "import optuna" 2>/dev/null || { say "optuna (and fla) not installed on this machine: carry .whl/gpu (and .whl/a) in this call (experiments/device/README.md)"; exit 2; }
@@ -271,9 +284,16 @@ kill $UTIL_PID 2>/dev/null
 [ -n "${MPS_ON:-}" ] && echo quit | nvidia-cuda-mps-control
 # bring back: the study database and logs (one archive), and the Triton cache in 15 MB parts (the return
 # channel takes 8 files of 16 MB)
-cp $STATE/h200.db "$OUT/h200.db" 2>/dev/null
+if [ -f $STATE/h200.db ]; then
+  echo $(( $(gen $STATE/h200.gen 0) + 1 )) >$STATE/h200.gen
+  cp $STATE/h200.db "$OUT/h200.db" && cp $STATE/h200.gen "$OUT/h200.gen"
+fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
-tar czf - -C "$HOME/.triton" cache | split -b 15M - "$OUT/triton_cache.tgz."
-n=$(ls "$OUT"/triton_cache.tgz.* | wc -l)
-[ "$n" -gt 3 ] && { say "triton cache too large to bring back ($(du -sh $HOME/.triton/cache | cut -f1)); dropped"; rm -f "$OUT"/triton_cache.tgz.*; }
+# CACHE_BACK=0: not the Triton cache (a call followed at once by another on the same machine): 19 MB coming back
+# delayed the next call past the machine's 30 s idle window on 2026-12-03 (likely, not proven)
+if [ "${CACHE_BACK:-1}" = 1 ]; then
+  tar czf - -C "$HOME/.triton" cache | split -b 15M - "$OUT/triton_cache.tgz."
+  n=$(ls "$OUT"/triton_cache.tgz.* | wc -l)
+  [ "$n" -gt 3 ] && { say "triton cache too large to bring back ($(du -sh $HOME/.triton/cache | cut -f1)); dropped"; rm -f "$OUT"/triton_cache.tgz.*; }
+fi
 ls -la "$OUT"; say done

@@ -1,0 +1,48 @@
+"""experiments/paper_grid/h200.sh's choice of study database (issue #20's GPU runs resume across device calls): the
+machine's own copy continues the last call unless the carried one is newer, judged by the generation stamped beside
+each copy. Run on the CPU with a python3 that has no optuna, so the script stops right after choosing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "paper_grid" / "h200.sh"
+
+
+def _call(tmp_path: Path, carried: tuple[str, int | None] | None, machine: tuple[str, int | None] | None) -> str:
+    """Run h200.sh's start with a carried .gpu_state (content, generation) and a machine state; return the database
+    the machine holds afterwards."""
+    repo, state, out, bin_ = (tmp_path / n for n in ("repo", "state", "out", "bin"))
+    for d in (repo, state, out, bin_):
+        d.mkdir(exist_ok=True)
+    (bin_ / "python3").write_text("#!/bin/sh\nexit 1\n")  # "optuna not installed": the script stops after the choice
+    (bin_ / "python3").chmod(0o755)
+    for folder, spec in ((repo / ".gpu_state", carried), (state, machine)):
+        if spec is None:
+            continue
+        folder.mkdir(exist_ok=True)
+        (folder / "h200.db").write_text(spec[0])
+        if spec[1] is not None:
+            (folder / "h200.gen").write_text(f"{spec[1]}\n")
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
+           "HOME": str(tmp_path)}
+    r = subprocess.run(["bash", str(SCRIPT), "check"], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "optuna (and fla) not installed" in r.stdout, r.stdout + r.stderr
+    return (state / "h200.db").read_text() if (state / "h200.db").exists() else ""
+
+
+@pytest.mark.parametrize("carried, machine, want", [
+    (("carried", 3), None, "carried"),                  # a fresh machine restores what was carried
+    (("carried", None), None, "carried"),               # a copy from before generations were stamped
+    (("carried", 3), ("machine", 3), "machine"),        # a warm machine continues its own (paused runs live there)
+    (("carried", 2), ("machine", 3), "machine"),        # a stale carried copy never replaces a newer one
+    (("carried", 4), ("machine", 3), "carried"),        # the 2026-12-03 case: the machine's copy is older
+    (("carried", 1), ("machine", None), "carried"),     # a machine copy without a stamp is generation 0
+    (None, ("machine", 3), "machine"),
+])
+def test_the_newer_study_database_wins(tmp_path, carried, machine, want):
+    assert _call(tmp_path, carried, machine) == want
