@@ -288,13 +288,15 @@ def test_tabular_bench_takes_one_seed_of_a_two_seed_table(grid, tmp_path):
         bench.seed_rows(str(out), "2")
 
 
-def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow_its_calibration():
-    """experiments/paper_grid/placement_h200_b256.yaml takes paper_grid_h200_b256's calibration (--calibrated-by), which
-    is honest only while the two spaces' depth, scale and calibration are the same: an edit to one alone fails here."""
+@pytest.mark.parametrize("protocol", ["b256", "k64_b256"])
+def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow_its_calibration(protocol):
+    """experiments/paper_grid/placement_h200_<protocol>.yaml takes paper_grid_h200_<protocol>'s calibration
+    (--calibrated-by), which is honest only while the two spaces' depth, scale and calibration are the same: an edit to
+    one alone fails here."""
     from hlnas.search.calibration import protocol_differences
 
-    grid = load_space(str(ROOT / "search_spaces" / "paper_grid_h200_b256.yaml"))
-    place = load_space(str(ROOT / "experiments" / "paper_grid" / "placement_h200_b256.yaml"))
+    grid = load_space(str(ROOT / "search_spaces" / f"paper_grid_h200_{protocol}.yaml"))
+    place = load_space(str(ROOT / "experiments" / "paper_grid" / f"placement_h200_{protocol}.yaml"))
     assert protocol_differences(grid, place) == [] and set(place.mixers) <= set(grid.mixers)
     assert set(place.mixers) == {"hgrn2", "gated_deltanet"} and set(place.ratios) == {"6:1", "3:1"}
     assert {"paper", "front", "back", "middle", "spread"} <= set(place.placements) and place.attention_sets
