@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 from hlnas.catalog import code_table, linear_mixer_names
@@ -348,6 +349,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     storage = args.storage or DEFAULT_STORAGE
     name = args.study or space.name
     ui = SearchProgress(0, progress=False) if not args.json else None
+    # the same space, overrides included: a resume refuses a space that differs from the stored one
+    again = shlex.join(["hlnas", "calibrate", args.space, "--storage", storage, "--study", name,
+                        *(a for kv in args.set or () for a in ("--set", kv))])
     try:
         verdict, message = calibrate_study(space, storage=storage, study_name=name, workers=args.workers,
                                            executor=args.executor, cpus_per_trial=args.cpus_per_trial,
@@ -355,10 +359,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                            replicas=args.replicas, drain=args.drain,
                                            on_event=ui.event if ui else None)
     except KeyboardInterrupt:
-        print(f"\ninterrupted; finished control runs are stored. Continue with: hlnas calibrate {args.space} "
-              f"--storage {storage} --study {name}", file=sys.stderr)
+        print(f"\ninterrupted; finished control runs are stored. Continue with: {again}", file=sys.stderr)
         return 130
-    again = f"hlnas calibrate {args.space} --storage {storage} --study {name}"
     if args.json:
         print(json.dumps({"study": name, "storage": storage, "verdict": verdict}, indent=1, default=str))
     elif verdict is None:

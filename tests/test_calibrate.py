@@ -4,6 +4,7 @@ the real protocol on CPU is tests/test_cli_search.py::test_plain_hlnas_search_is
 from __future__ import annotations
 
 import re
+import shlex
 
 import optuna
 import pytest
@@ -391,10 +392,12 @@ def test_a_calibration_out_of_time_pauses_its_runs_and_the_next_call_continues_t
     space_file = tmp_path / "cal.yaml"
     space_file.write_text(yaml.safe_dump(raw_space()))
     url = f"sqlite:///{tmp_path}/c.db"
-    cmd = ["calibrate", str(space_file), "--storage", url, "--workers", "1"]
+    cmd = ["calibrate", str(space_file), "--storage", url, "--workers", "1", "--set", "train.seed=0"]
     assert main(cmd + ["--timeout", "3"]) == 3
     out = capsys.readouterr()
     assert "paused    at step 7" in out.err and "continue with: hlnas calibrate" in out.err, out.err
+    # the command it prints is the one that continues: the same space with the same overrides
+    assert shlex.split(out.err.split("continue with: ")[1].splitlines()[0])[1:] == cmd[:4] + ["--study", "cal"] + cmd[6:]
     study = optuna.load_study(study_name="cal", storage=url)
     cal = study.user_attrs["hlnas_calibration"]
     assert cal["status"] == "running" and len(cal["runs"]) == 1  # the second run paused, none started after it
