@@ -46,3 +46,13 @@ def _call(tmp_path: Path, carried: tuple[str, int | None] | None, machine: tuple
 ])
 def test_the_newer_study_database_wins(tmp_path, carried, machine, want):
     assert _call(tmp_path, carried, machine) == want
+
+
+@pytest.mark.parametrize("ask, elapsed, want", [(200, 0, 200), (200, 500, 60), (200, 570, 1), (200, 700, 1)])
+def test_a_bench_steps_time_limit_stays_inside_the_call_and_never_becomes_no_limit(ask, elapsed, want):
+    """cap T: T seconds, but never past CALL_LIMIT less 30 s for the closing archive, and at least 1, since
+    `timeout 0` runs without a limit and a call the device kills brings nothing back."""
+    (line,) = [ln for ln in SCRIPT.read_text().splitlines() if ln.startswith("cap() {")]
+    script = f"{line}\nCALL_LIMIT=590; t0=$(( $(date +%s) - {elapsed} )); cap {ask}"
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10)
+    assert int(out.stdout) == want

@@ -183,7 +183,8 @@ CALL_LIMIT=${CALL_LIMIT:-600}
 # the hard stop of a search or calibration given T: T, DRAIN, then 60 s for the runs to pause and the study to close
 hard_stop() { local cap=$(( CALL_LIMIT - 20 - ($(date +%s) - t0) )) h=$(( $1 + ${DRAIN:-0} + 60 )); echo $(( h < cap ? h : cap )); }
 # a benchmark's timeout: $1 seconds, but never past CALL_LIMIT less 30 s for the closing archive
-cap() { local c=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) )); echo $(( $1 < c ? $1 : c )); }
+# (at least 1: `timeout 0` would mean no limit at all, and a call killed by the device brings nothing back)
+cap() { local c=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) )); c=$(( $1 < c ? $1 : c )); echo $(( c < 1 ? 1 : c )); }
 
 for step in "$@"; do
   case $step in
@@ -228,12 +229,12 @@ PY
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)
       [[ $step == bench_proxy:* ]] && t=${step#bench_proxy:} || t=420
-      timeout $t python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" ${BENCH_PROXY_ARGS:-} >"$OUT/logs/bench_proxy.log" 2>&1
+      timeout $(cap $t) python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" ${BENCH_PROXY_ARGS:-} >"$OUT/logs/bench_proxy.log" 2>&1
       rc=$?; cp "$OUT"/logs/proxy_throughput_*.csv $STATE/ 2>/dev/null  # for CAL_REPLICAS=auto in a later call
       say "bench_proxy rc=$rc"; cat "$OUT"/logs/proxy_throughput_*.md 2>/dev/null ;;
     bench_lm*)  # issue #22 point 1: the LM half's eager vs CUDA-graph step at the proxy shape
       [[ $step == bench_lm:* ]] && t=${step#bench_lm:} || t=300
-      timeout $t python3 -m experiments.bench.lm_step --out "$OUT/logs" >"$OUT/logs/bench_lm.log" 2>&1
+      timeout $(cap $t) python3 -m experiments.bench.lm_step --out "$OUT/logs" >"$OUT/logs/bench_lm.log" 2>&1
       say "bench_lm rc=$?"; cat "$OUT"/logs/lm_step_*.md 2>/dev/null ;;
     bench_paper*)  # issue #22 points 2-3: paper-340m training speed against plain PyTorch, with the per-op profile
       [[ $step == bench_paper:* ]] && t=${step#bench_paper:} || t=540
