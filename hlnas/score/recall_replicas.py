@@ -35,7 +35,8 @@ from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import mqar_accuracy, mqar_loss
 from hlnas.score.recall_proxy import (MqarConfig, RecallSetup, check_stop, compiled, pause_settings,
-                                      recall_setup, run_finished, save_state, sweep_result, validation_instances)
+                                      recall_setup, run_finished, sweep_result, validation_instances)
+from hlnas.training.checkpoint import save_state
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_replicas", "train_mqar_seeds"]
