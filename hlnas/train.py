@@ -32,7 +32,7 @@ from hlnas.model import HybridLM, build_model, seeded_model
 from hlnas.overrides import config_to_dict
 from hlnas.training.checkpoint import resume, save_checkpoint
 from hlnas.training.loop import autocast_dtype, cosine_lr, run_steps  # noqa: F401  (cosine_lr: re-exported)
-from hlnas.training.step import make_optimizer, make_step
+from hlnas.training.step import compiled, make_optimizer, make_step
 from hlnas.training.validation import validation_loss
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device", "cosine_lr", "lr_at"]
@@ -331,7 +331,7 @@ class _Run:
         first = next(batches, None) if start < cfg.steps else None
         if first is None:
             return
-        step_fn, mode = make_step(torch.compile(self.model) if cfg.compile else self.model, self.opt, lm_loss,
+        step_fn, mode = make_step(compiled(self.model, cfg.compile, "train.compile"), self.opt, lm_loss,
                                   self._on_device(first), graph=_graphed(cfg, self.device), clip=cfg.grad_clip,
                                   autocast=autocast_dtype(cfg.autocast, self.device), rewind_warmup=True)
         self.result.step_mode, self.mode = mode, mode

@@ -268,26 +268,12 @@ def _to_device(t: torch.Tensor, device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def compiled(model: torch.nn.Module, cfg: MqarConfig) -> torch.nn.Module:
-    """``model`` as the recall step trains it: itself, or under ``torch.compile`` (``cfg.compile``: true is inductor, a
-    string names the backend); parameters stay the model's own, so the optimizer and a saved state see no difference."""
-    if cfg.compile is False:
-        return model
-    backend = "inductor" if cfg.compile is True else cfg.compile
-    try:
-        return torch.compile(model, backend=backend)
-    except Exception as e:  # an unknown backend name: say which exist
-        from torch._dynamo import list_backends
-
-        raise ConfigError(f"score.mqar.compile={cfg.compile!r}: {str(e).splitlines()[0]}. Allowed: true, false or one "
-                          f"of {', '.join(list_backends(exclude_tags=()))}") from None
-
-
 def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str | None = None, stop_at: int | None = None,
               until: float | None = None) -> dict:
-    from hlnas.training.step import WARMUP_STEPS, make_optimizer, make_step, set_lr
+    from hlnas.training.step import WARMUP_STEPS, compiled, make_optimizer, make_step, set_lr
 
     layout, cfg = setup.layout, setup.cfg
+    batches = setup.train_batches(seed, device=device)  # a generator: nothing is drawn before the model is built
     model = seeded_model(layout, setup.model, seed).to(device)
     model.train()
     use_graph = bool(cfg.graph) and device.type == "cuda"
@@ -296,11 +282,11 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
         return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)
 
-    batches = setup.train_batches(seed, device=device)
     val = tuple(_to_device(t, device) for t in val)  # once, not at every check
     first = next(batches)
     set_lr(opt, lr_at(0))
-    step_fn, mode = make_step(compiled(model, cfg), opt, mqar_loss, first, graph=use_graph, autocast=autocast)
+    step_fn, mode = make_step(compiled(model, cfg.compile, "score.mqar.compile"), opt, mqar_loss, first, graph=use_graph,
+                              autocast=autocast)
     if mode == "graph":  # capture trained its warm-up steps on the first batch: they count as steps
         done, drawn = WARMUP_STEPS, 1
     else:

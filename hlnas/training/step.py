@@ -20,7 +20,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-__all__ = ["make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
+from hlnas.errors import ConfigError
+
+__all__ = ["compiled", "make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
 
 log = logging.getLogger("hlnas.training.step")
 _WARNED: set[str] = set()
@@ -55,6 +57,22 @@ def make_optimizer(model: nn.Module, lr: float, *, betas=(0.9, 0.98), weight_dec
     # that loop and ~0.5 ms fused (experiments/bench/cpu_recall_step.py). The same AdamW within float rounding.
     fused = cuda or dev.type == "cpu"
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused, foreach=None if fused else True)
+
+
+def compiled(model: nn.Module, setting: bool | str, key: str) -> nn.Module:
+    """``model`` as a step trains it: itself (``setting`` false), or under ``torch.compile`` (true: inductor, a string
+    names the backend); parameters stay the model's own, so the optimizer and a saved state see no difference.
+    ``key``: the setting's name (``train.compile``, ``score.mqar.compile``), for an unknown backend's error."""
+    if not setting:
+        return model
+    backend = "inductor" if setting is True else setting
+    try:
+        return torch.compile(model, backend=backend)
+    except Exception as e:  # an unknown backend name: say which exist
+        from torch._dynamo import list_backends
+
+        raise ConfigError(f"{key}={setting!r}: {str(e).splitlines()[0]}. Allowed: true, false or one "
+                          f"of {', '.join(list_backends(exclude_tags=()))}") from None
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
