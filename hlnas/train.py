@@ -282,7 +282,11 @@ def train(
     run.finish(stream)
     if out_dir is not None:
         (Path(out_dir) / "train_metrics.json").write_text(json.dumps(result.to_dict(), indent=1))
-    result.model = model  # type: ignore[attr-defined]  # handed to scoring in the same process
+    # handed to scoring in the same process: the model, and the validation batches it was measured on (the stream's
+    # rows, tokenized once for training and scoring)
+    result.model = model  # type: ignore[attr-defined]
+    if result.status == "ok":
+        result.val_batches = stream.val_batches(train_cfg.batch_size, train_cfg.val_batches)  # type: ignore[attr-defined]
     return result
 
 
