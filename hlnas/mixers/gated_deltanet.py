@@ -32,6 +32,7 @@ from hlnas.nn import compute_dtype, GatedRMSNorm, RMSNorm, ShortConvolution
 
 class GatedDeltaNet(Mixer):
     name = "gated_deltanet"
+    bare_parameters = ("A_log", "dt_bias")
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Hparams:
