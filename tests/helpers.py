@@ -1,8 +1,22 @@
-"""Comparison helpers shared by kernel and mixer tests."""
+"""Helpers shared by the tests: comparisons for kernel and mixer tests, torch threads, a worker killer."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch on ``n`` threads for the block, then as it was (the one_thread fixture, and module fixtures, which run
+    before it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
