@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from hlnas.space import space_from_dict
 
-__all__ = ["tiny_raw", "tiny_space", "trained", "storage_url", "search_cli", "stored_trials", "stop_while_training",
+__all__ = ["tiny_raw", "tiny_space", "trained", "sampler_space", "storage_url", "search_cli", "stored_trials", "stop_while_training",
            "stoppable_space"]
 
 
@@ -51,6 +51,20 @@ def tiny_space(**top):
 def trained(study) -> list:
     """COMPLETE trials that trained (not copies of another trial's result)."""
     return [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]
+
+
+def sampler_space(sampler: str):
+    """The samplers' space: GLA, DeltaNet and HGRN-2 at four ratios and two placements, and the Transformer (6 layers),
+    which its KV bytes make infeasible; searched with ``sampler`` (tests/test_samplers.py, tests/test_search_loop.py)."""
+    return space_from_dict({
+        "name": f"s-{sampler}", "mixers": ["gla", "deltanet", "hgrn2"], "ratios": ["pure", "6:1", "3:1", "2:1"],
+        "placements": ["paper", "front"], "transformer": True, "layers": 6,
+        "scale": {"preset": "proxy-tiny", "train": {"tokens": 512, "seq_len": 32, "batch_size": 2},
+                  "score": {"objectives": ["val_loss", "mqar"]}},
+        "objectives": [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}],
+        "constraints": {"max_kv_bytes": 5 * 2**20},  # excludes the Transformer (6 attention layers)
+        "sampler": sampler, "calibration": {"enabled": False},
+    })
 
 
 def storage_url(kind: str, tmp_path, request) -> str:
