@@ -15,9 +15,11 @@ import sqlalchemy.exc
 import yaml
 from optuna.trial import TrialState
 
+from hlnas.layout import Layout
+from hlnas.search.trial import TrialResult, layout_metrics
 from hlnas.space import space_from_dict
 
-__all__ = ["tiny_raw", "tiny_space", "trained", "sampler_space", "storage_url", "search_cli", "stored_trials", "stop_while_training",
+__all__ = ["tiny_raw", "tiny_space", "trained", "sampler_space", "raw_space", "fake_trial", "storage_url", "search_cli", "stored_trials", "stop_while_training",
            "stoppable_space"]
 
 
@@ -65,6 +67,35 @@ def sampler_space(sampler: str):
         "constraints": {"max_kv_bytes": 5 * 2**20},  # excludes the Transformer (6 attention layers)
         "sampler": sampler, "calibration": {"enabled": False},
     })
+
+
+def raw_space(**top) -> dict:
+    """The calibration tests' space: GLA and HGRN at pure, 6:1 and 3:1, and the Transformer (6 layers), on a grid."""
+    raw = {"name": "cal", "mixers": ["gla", "hgrn"], "ratios": ["pure", "6:1", "3:1"], "transformer": True, "layers": 6,
+           "scale": {"preset": "proxy-tiny", "train": {"tokens": 512, "seq_len": 32, "batch_size": 2},
+                     "score": {"objectives": ["val_loss", "mqar"]}},
+           "sampler": "grid"}
+    raw.update(top)
+    return raw
+
+
+def fake_trial(scores: dict):
+    """A run_trial whose recall is scores[(layout, seed)] (default: by attention count), baseline 0.25."""
+    calls = []
+
+    def run(spec):
+        calls.append((spec.number, spec.layout, spec.recipe.train.seed, spec.recall_only))
+        m = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
+        n_attn = len(Layout.parse(spec.layout).attention_layers)
+        raw = scores.get((spec.layout, spec.recipe.train.seed), min(0.99, 0.28 + 0.35 * n_attn))
+        m.update(status="ok", val_loss=3.0, mqar_acc=raw, mqar_baseline=0.25, mqar_baseline_name="copy_any",
+                 mqar_baselines={"copy_any": 0.25, "uniform": 0.03})
+        from hlnas.search.trial import recall_metrics
+
+        m.update(recall_metrics(m, ["mqar_acc"]))
+        return TrialResult(spec.number, "ok", m)
+
+    return run, calls
 
 
 def storage_url(kind: str, tmp_path, request) -> str:

@@ -155,7 +155,7 @@ def _killed_skipped_study(kind: str, tmp_path, monkeypatch):
     from hlnas.space import space_from_dict
     from hlnas.search.storage import load_study
     from hlnas.search.study import run_search
-    from tests.test_calibrate import fake_trial, raw_space
+    from tests.searches import fake_trial, raw_space
     from tests.searches import storage_url
 
     run, calls = fake_trial({})
