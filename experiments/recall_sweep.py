@@ -97,7 +97,7 @@ def _by_hop(by_hop: dict | None) -> str:
     return ", ".join(f"h{h} {v['acc']:.3f} [{v['baseline']:.3f}]" for h, v in sorted(by_hop.items(), key=lambda kv: int(kv[0])))
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", help="JSON file of cases (see the module docstring)")
     p.add_argument("--layouts", help="comma-separated layouts or mixer:ratio (instead of --cases), crossed with --lrs")
@@ -131,9 +131,11 @@ def main(argv=None) -> int:
                    "stopped at deadline + --grace and reported as unfinished")
     p.add_argument("--grace", type=float, default=60.0)
     p.add_argument("--out", default="recall_sweep")
-    args = p.parse_args(argv)
-    os.environ.setdefault("HLNAS_RECALL_PROGRESS", "1")  # workers inherit it: a line per check in the log
+    return p
 
+
+def _cases(args) -> list[dict]:
+    """The cases to run: --cases' file, or --layouts crossed with --lrs; each with its layout string, lr and seed."""
     if args.cases:
         cases = json.loads(Path(args.cases).read_text())
     else:
@@ -143,11 +145,14 @@ def main(argv=None) -> int:
         c["layout"] = _layout(c["layout"], args.layers)
         c.setdefault("lr", float(args.lrs.split(",")[0]))
         c.setdefault("seed", 0)
+    return cases
+
+
+def _run(cases: list[dict], args, log) -> list[dict]:
+    """Every case through the worker processes (a group of seeds as replicas with --replicas): a row each, printed and
+    appended to ``log`` as it comes; the cases not done by --deadline + --grace as unfinished rows."""
     from hlnas.search.executors import make_executor
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = open(out / "recall_sweep.jsonl", "a")
     groups = _groups(cases, args.replicas)
     jobs = max(1, min(args.jobs, len(groups)))
     ex = make_executor("processes", -(-jobs // args.runs_per_worker), runs_per_worker=args.runs_per_worker)
@@ -176,6 +181,11 @@ def main(argv=None) -> int:
         ex.shutdown()
     for i, case in [*running.items(), *(ic for g in queue for ic in g)]:
         rows.append({**case, "status": "unfinished"})
+    return rows
+
+
+def _table(rows: list[dict]) -> list[str]:
+    """The sweep's markdown table, a row per case, sorted by tag, layout, lr and seed."""
     lines = ["| layout | tag | seed | K | L | lr | acc | no-recall | steps | to target | wall s | mode | VT by hop: acc [no-recall] |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r.get("tag", ""), r["layout"], r.get("lr", 0), r.get("seed", 0))):
@@ -184,6 +194,18 @@ def main(argv=None) -> int:
         lines.append(f"| {r['layout']} | {r.get('tag', '')} | {r['seed']} | {r.get('kv_pairs', '')} | {r.get('seq_len', '')} | "
                      f"{r['lr']:g} | {acc} | {base} | {r.get('steps', '')} | {r.get('steps_to_target') or '-'} | "
                      f"{r.get('wall_s', '')} | {r.get('mode', r['status'])} | {_by_hop(r.get('by_hop'))} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    os.environ.setdefault("HLNAS_RECALL_PROGRESS", "1")  # workers inherit it: a line per check in the log
+    cases = _cases(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "recall_sweep.jsonl", "a") as log:
+        rows = _run(cases, args, log)
+    lines = _table(rows)
     (out / "recall_sweep.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -295,7 +295,7 @@ def _bool(value, text, lenient):
 
 
 def _int(value, text, lenient):
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         return value
     if not lenient or not isinstance(value, (float, str)):
         raise _Mismatch
@@ -309,7 +309,7 @@ def _int(value, text, lenient):
 
 
 def _float(value, text, lenient):
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_number(value):
         return float(value)
     if not lenient or not isinstance(value, str):
         raise _Mismatch

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-__all__ = ["RunResult", "run", "score_model", "score_checkpoint", "checkpoint_dir", "checkpoint_score_config"]
+__all__ = ["RunResult", "run", "score_model", "validation_batches", "score_checkpoint", "checkpoint_dir", "checkpoint_score_config"]
 
 
 @dataclass
@@ -36,21 +36,29 @@ class RunResult:
         return d
 
 
-def score_model(model, recipe, tokenizer, mixed_mqar, *, device=None, progress=None, recall: dict | None = None) -> dict:
+def score_model(model, recipe, tokenizer, mixed_mqar, val_batches, *, device=None, progress=None,
+                recall: dict | None = None) -> dict:
     """Every objective of ``recipe.score`` on a trained ``model``, plus the study's recall summary. ``tokenizer``: the
     recipe's data tokenizer; ``mixed_mqar``: the MQAR instances mixed into its training
-    (:func:`hlnas.score.mixed.mqar_recall_config`); ``recall``: the fresh-model MQAR result already trained (see :func:`run`)."""
-    from hlnas.data.packing import TokenStream
+    (:func:`hlnas.score.mixed.mqar_recall_config`); ``val_batches``: the recipe's validation batches (its training's,
+    or :func:`validation_batches`); ``recall``: the fresh-model MQAR result already trained (see :func:`run`)."""
     from hlnas.score.objectives import score
     from hlnas.score.baselines import recall_metrics
 
-    tcfg, dcfg, scfg = recipe.train, recipe.data, recipe.score
-    val = (TokenStream(dcfg, tcfg.seq_len, tokenizer=tokenizer).val_batches(tcfg.batch_size, tcfg.val_batches)
-           if "val_loss" in scfg.objectives else None)
-    out = score(model, tokenizer, scfg, val_batches=val, device=device, seed=tcfg.seed, progress=progress,
+    scfg = recipe.score
+    val = val_batches if "val_loss" in scfg.objectives else None
+    out = score(model, tokenizer, scfg, val_batches=val, device=device, seed=recipe.train.seed, progress=progress,
                 mixed_mqar=mixed_mqar, mqar=recall)
     out.update(recall_metrics(out))
     return out
+
+
+def validation_batches(recipe, tokenizer) -> list:
+    """The validation batches a training of ``recipe`` measures its loss on (a model scored without training first)."""
+    from hlnas.data.packing import TokenStream
+
+    tcfg = recipe.train
+    return TokenStream(recipe.data, tcfg.seq_len, tokenizer=tokenizer).val_batches(tcfg.batch_size, tcfg.val_batches)
 
 
 def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = False, score: bool = True,
@@ -83,7 +91,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
     model = getattr(tr, "model", None)
     if tr.status != "ok" or not score:
         return RunResult(tr.status, metrics, {}, tr, model, tr.error_kind, tr.error)
-    scores = score_model(model, recipe, tok, mixed, recall=recall)
+    scores = score_model(model, recipe, tok, mixed, tr.val_batches, recall=recall)
     return RunResult("ok", {**metrics, **scores}, scores, tr, model)
 
 
@@ -101,7 +109,8 @@ def score_checkpoint(ckpt_dir, score_cfg, *, progress=None) -> dict:
     model.to(device)
     recipe = RunConfig(layout=model.layout, model=model.cfg, train=tcfg, data=dcfg, score=score_cfg)
     tok = load_tokenizer(dcfg.tokenizer)
-    return score_model(model, recipe, tok, mqar_recall_config(tcfg, tok), device=device, progress=progress)
+    val = validation_batches(recipe, tok) if "val_loss" in score_cfg.objectives else None
+    return score_model(model, recipe, tok, mqar_recall_config(tcfg, tok), val, device=device, progress=progress)
 
 
 def checkpoint_dir(path: str | os.PathLike):

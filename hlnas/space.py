@@ -128,6 +128,11 @@ class SearchSpace:
         """Parameter combinations before deduplication (cheap; grid() refuses more than GRID_LIMIT)."""
         return math.prod(len(v) for v in self.params().values())
 
+    def countable(self, limit: int) -> int | None:
+        """How many distinct layouts the space has, when no more than ``limit`` (else None)."""
+        n = len(self.grid())
+        return n if n <= limit else None
+
     def grid(self) -> list[dict]:
         """Every combination, first one kept per distinct layout (the Transformer appears once)."""
         dims = self.params()

@@ -29,8 +29,10 @@ from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model, seeded_model
+from hlnas.overrides import config_to_dict
+from hlnas.training.checkpoint import resume, save_checkpoint
 from hlnas.training.loop import autocast_dtype, cosine_lr, run_steps  # noqa: F401  (cosine_lr: re-exported)
-from hlnas.training.step import make_optimizer, make_step
+from hlnas.training.step import compiled, make_optimizer, make_step
 from hlnas.training.validation import validation_loss
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device", "cosine_lr", "lr_at"]
@@ -166,11 +168,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_frac, cfg.min_lr_ratio)
 
 
-def _optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    return make_optimizer(model, cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
-                          graph=_graphed(cfg, device))
-
-
 def _graphed(cfg: TrainConfig, device: torch.device) -> bool:
     return cfg.graph and device.type == "cuda" and not cfg.compile
 
@@ -189,12 +186,6 @@ def _oom_message(e: BaseException) -> str:
 def evaluate_loss(model: HybridLM, batches: list[torch.Tensor], cfg: TrainConfig, device: torch.device) -> float:
     """The run's held-out loss, under its own autocast (:func:`validation_loss`)."""
     return validation_loss(model, batches, device, autocast_dtype(cfg.autocast, device))["loss"]
-
-
-def _save(path: Path, model, opt, step: int, losses, meta: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step, "losses": losses, "meta": meta}, tmp)
-    os.replace(tmp, path)  # atomic: a kill during the save leaves the previous checkpoint intact
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> tuple[HybridLM, dict]:
@@ -264,19 +255,23 @@ def train(
     model = seeded_model(layout, model_cfg, train_cfg.seed).to(device)
     result = TrainResult(status="ok", layout=str(layout), params=model.num_params(), device=str(device),
                          out_dir=None if out_dir is None else str(out_dir))
-    meta = {"layout": str(layout), "model": model.cfg.to_dict(), "train": train_cfg.to_dict(), "data": data_cfg.to_dict()}
     ckpt = Path(out_dir) / CHECKPOINT if out_dir is not None else None
-    opt = _optimizer(model, train_cfg, device)
-    start = _resume(ckpt, layout, train_cfg, model, opt, device, result)
+    opt = make_optimizer(model, train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2),
+                         weight_decay=train_cfg.weight_decay, graph=_graphed(train_cfg, device))
+    start, losses = resume(ckpt, layout, train_cfg, model, opt, device)
+    if losses is not None:
+        result.losses = losses
     mix = ({"extra_docs": extra_docs, "extra_every": train_cfg.recall_every, "extra_count": train_cfg.recall_count}
            if extra_docs and train_cfg.recall_every else {})
     stream = TokenStream(data_cfg, train_cfg.seq_len, tokenizer=tokenizer, **mix)
+    # what a checkpoint records of the run (load_checkpoint, resume): the configs as their to_dict writes them
+    meta = {"layout": str(layout), **{k: config_to_dict(c) for k, c in (("model", model.cfg), ("train", train_cfg),
+                                                                        ("data", data_cfg))}}
     run = _Run(model=model, opt=opt, cfg=train_cfg, device=device, result=result, start=start, ckpt=ckpt, meta=meta,
-               stop_after=stop_after)
-    bar = _bar(progress, train_cfg, start)
+               stop_after=stop_after, progress=progress)
     try:
         with _Interrupt() as interrupt:
-            run.interrupt, run.bar = interrupt, bar
+            run.interrupt = interrupt
             run.train(stream)
     except NonFiniteLoss as e:
         result.status, result.error_kind, result.error = "failed", "nan", str(e)
@@ -284,29 +279,15 @@ def train(
         result.status, result.error_kind, result.error = "infeasible", "oom", _oom_message(e)
         del e
         torch.cuda.empty_cache()
-    finally:
-        if bar is not None:
-            bar.close()
     run.finish(stream)
     if out_dir is not None:
         (Path(out_dir) / "train_metrics.json").write_text(json.dumps(result.to_dict(), indent=1))
-    result.model = model  # type: ignore[attr-defined]  # handed to scoring in the same process
+    # handed to scoring in the same process: the model, and the validation batches it was measured on (the stream's
+    # rows, tokenized once for training and scoring)
+    result.model = model  # type: ignore[attr-defined]
+    if result.status == "ok":
+        result.val_batches = stream.val_batches(train_cfg.batch_size, train_cfg.val_batches)  # type: ignore[attr-defined]
     return result
-
-
-def _resume(ckpt: Path | None, layout: Layout, cfg: TrainConfig, model, opt, device, result: TrainResult) -> int:
-    """The steps already done: those of ``ckpt``'s run, loaded into ``model`` and ``opt`` (0 without one)."""
-    start = 0
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        if state["meta"]["layout"] != str(layout) or TrainConfig.from_dict(state["meta"]["train"]) != cfg:
-            raise HlnasError(f"checkpoint {ckpt} belongs to another run (layout {state['meta']['layout']}); use a new out_dir")
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
-        start, result.losses = state["step"], [tuple(x) for x in state["losses"]]
-    if ckpt is not None:
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
-    return start
 
 
 @dataclass(kw_only=True)
@@ -323,6 +304,7 @@ class _Run:
     ckpt: Path | None
     meta: dict
     stop_after: int | None
+    progress: bool = False  # a progress bar over the run's tokens (tqdm), shown while it trains
     interrupt: _Interrupt | None = None
     bar: object = None
     done: int = 0
@@ -338,13 +320,22 @@ class _Run:
         return tokens[:, :-1].to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
 
     def train(self, stream: TokenStream) -> None:
+        """Train from ``start`` to the configured steps (or a stop), under the run's progress bar."""
+        self.bar = _bar(self.progress, self.cfg, self.start)
+        try:
+            self._steps(stream)
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+
+    def _steps(self, stream: TokenStream) -> None:
         cfg, start = self.cfg, self.start
         self.t0, self.done = time.perf_counter(), start
         batches = stream.train_batches(cfg.batch_size, start_step=start)
         first = next(batches, None) if start < cfg.steps else None
         if first is None:
             return
-        step_fn, mode = make_step(torch.compile(self.model) if cfg.compile else self.model, self.opt, lm_loss,
+        step_fn, mode = make_step(compiled(self.model, cfg.compile, "train.compile"), self.opt, lm_loss,
                                   self._on_device(first), graph=_graphed(cfg, self.device), clip=cfg.grad_clip,
                                   autocast=autocast_dtype(cfg.autocast, self.device), rewind_warmup=True)
         self.result.step_mode, self.mode = mode, mode
@@ -373,7 +364,7 @@ class _Run:
             self.bar.update(cfg.tokens_per_step)
             self.bar.set_postfix(loss=f"{self.loss_val:.3f}", refresh=False)
         if self.ckpt is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
-            _save(self.ckpt, self.model, self.opt, done, result.losses, self.meta)
+            save_checkpoint(self.ckpt, self.model, self.opt, done, result.losses, self.meta)
         if self.interrupt.hit or (self.stop_after is not None and done - start >= self.stop_after):
             result.status = "interrupted"
             return True
@@ -391,7 +382,7 @@ class _Run:
             steady_wall = (self.t0 + wall) - self.t_steady
             result.steady_tokens_per_s = round((step - start - STEADY_AFTER) * cfg.tokens_per_step / steady_wall, 1)
         if result.status in ("ok", "interrupted") and self.ckpt is not None:
-            _save(self.ckpt, self.model, self.opt, step, result.losses, self.meta)
+            save_checkpoint(self.ckpt, self.model, self.opt, step, result.losses, self.meta)
         if result.status == "ok":
             try:
                 result.val_loss = evaluate_loss(self.model, stream.val_batches(cfg.batch_size, cfg.val_batches), cfg, self.device)

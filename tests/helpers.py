@@ -1,8 +1,22 @@
-"""Comparison helpers shared by kernel and mixer tests."""
+"""Helpers shared by the tests: comparisons for kernel and mixer tests, torch threads, a worker killer."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch on ``n`` threads for the block, then as it was (the one_thread fixture, and module fixtures, which run
+    before it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
@@ -20,6 +34,32 @@ def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, tol: float) ->
     err = rel_err(ref, out)
     abs_err = (out.detach().double() - ref.detach().double()).abs().max().item()
     assert err < tol, f"{name}: relative error {err:.3e} >= {tol:.1e} (max abs {abs_err:.3e})"
+
+
+def assert_runs_close(ref: tuple, out: tuple, tol: float, *, state: str = "final_state", name: str = "") -> None:
+    """Two ``(o, final_state, {input: grad})`` runs (:func:`forward_and_grads`): the output, the final state and every
+    gradient of ``ref`` within ``tol`` (``state`` names the state in messages, ``name`` prefixes them all)."""
+    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
+    assert_close(f"{name}o", o_ref, o, tol)
+    assert_close(f"{name}{state}", s_ref, s, tol)
+    for n in g_ref:
+        assert_close(f"{name}d{n}", g_ref[n], g[n], tol)
+
+
+def assert_decode_matches_parallel(op, inputs: dict, state, tol: float = 1e-10) -> None:
+    """One call of ``op`` over all T tokens of ``inputs`` (``[B, T, ...]`` each) == a call over a prefix, then one token
+    at a time carrying its final state (``state``: the initial one, or None)."""
+    T = next(iter(inputs.values())).shape[1]
+    full, s_full = op(**inputs, initial_state=state, output_final_state=True)
+    P = T // 2 + 3
+    cut = lambda lo, hi: {n: t[:, lo:hi] for n, t in inputs.items()}  # noqa: E731
+    o, state = op(**cut(0, P), initial_state=state, output_final_state=True)
+    parts = [o]
+    for t in range(P, T):
+        o, state = op(**cut(t, t + 1), initial_state=state, output_final_state=True)
+        parts.append(o)
+    assert_close("decode o", full, torch.cat(parts, 1), tol)
+    assert_close("decode state", s_full, state, tol)
 
 
 def forward_and_grads(fn, inputs: dict, const=(), **kw):

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import optuna
 import pytest
-import torch
 import yaml
 
 from hlnas.cli import main
 from hlnas.search.study import run_search
-from tests.test_study import tiny_raw, tiny_space
+from tests.helpers import torch_threads
+from tests.searches import tiny_raw, tiny_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -22,14 +22,10 @@ def ws(tmp_path_factory):
     folder without a checkpoint, a plain file, a stored hlnas study and a study hlnas did not create, a search
     space with a changed learning rate."""
     ws = tmp_path_factory.mktemp("bad")
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):  # module fixtures run before the one_thread fixture
         assert main(["train", "gla", "--ratio", "6:1", "--tokens", "512", "--seq-len", "32", "--batch-size", "2",
                      "--out", str(ws / "run"), "--no-progress", "--set", "model.n_layers=6"]) == 0
         run_search(tiny_space(), storage=f"sqlite:///{ws}/s.db", study_name="st", n_trials=1)
-    finally:
-        torch.set_num_threads(n)
     (ws / "run" / "notes.txt").write_text("my notes\n")
     (ws / "empty").mkdir()
     (ws / "afile").write_text("x")

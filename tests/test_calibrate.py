@@ -15,19 +15,10 @@ from hlnas.search import executors
 from hlnas.calibrate import CalibrationFailed, plan, verdict
 from hlnas.cli import main
 from hlnas.errors import ConfigError
-from hlnas.layout import Layout
 from hlnas.space import SpaceError, space_from_dict
 from hlnas.search.study import run_search
-from hlnas.search.trial import TrialResult, layout_metrics
-
-
-def raw_space(**top) -> dict:
-    raw = {"name": "cal", "mixers": ["gla", "hgrn"], "ratios": ["pure", "6:1", "3:1"], "transformer": True, "layers": 6,
-           "scale": {"preset": "proxy-tiny", "train": {"tokens": 512, "seq_len": 32, "batch_size": 2},
-                     "score": {"objectives": ["val_loss", "mqar"]}},
-           "sampler": "grid"}
-    raw.update(top)
-    return raw
+from hlnas.search.trial import TrialResult
+from tests.searches import fake_trial, raw_space
 
 
 def test_plan_covers_control_pure_and_hybrid_for_every_seed():
@@ -229,25 +220,6 @@ def test_verdict_counts_failed_runs_as_missing_seeds():
 
 
 # -- the search's calibration step, with fake trials ----------------------------------------------------------------
-def fake_trial(scores: dict):
-    """A run_trial whose recall is scores[(layout, seed)] (default: by attention count), baseline 0.25."""
-    calls = []
-
-    def run(spec):
-        calls.append((spec.number, spec.layout, spec.recipe.train.seed, spec.recall_only))
-        m = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
-        n_attn = len(Layout.parse(spec.layout).attention_layers)
-        raw = scores.get((spec.layout, spec.recipe.train.seed), min(0.99, 0.28 + 0.35 * n_attn))
-        m.update(status="ok", val_loss=3.0, mqar_acc=raw, mqar_baseline=0.25, mqar_baseline_name="copy_any",
-                 mqar_baselines={"copy_any": 0.25, "uniform": 0.03})
-        from hlnas.search.trial import recall_metrics
-
-        m.update(recall_metrics(m, ["mqar_acc"]))
-        return TrialResult(spec.number, "ok", m)
-
-    return run, calls
-
-
 def test_search_calibrates_first_and_reuses_seed_0_runs_as_trials(monkeypatch, tmp_path):
     run, calls = fake_trial({})
     monkeypatch.setattr(executors, "run_trial", run)

@@ -17,13 +17,13 @@ import time
 
 import optuna
 import pytest
-import torch
 import yaml
 from optuna.trial import TrialState
 
 from hlnas.cli import main
 from hlnas.search.study import run_search
-from tests.test_study import tiny_raw, tiny_space
+from tests.helpers import torch_threads
+from tests.searches import tiny_raw, tiny_space
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,12 +34,8 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RAY_AUTH_
 @pytest.fixture(scope="module")
 def done_study(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('status')}/s.db"
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # module fixtures run before the one_thread fixture
-    try:
+    with torch_threads(1):  # module fixtures run before the one_thread fixture
         run_search(tiny_space(), storage=url, study_name="st", n_trials=4)
-    finally:
-        torch.set_num_threads(n)
     return url
 
 

@@ -224,7 +224,7 @@ def test_search_progress_counts_the_layouts_trained_before_the_loop(capsys):
 
 def test_search_loop_reports_what_was_trained_before_it_started(tmp_path):
     from hlnas.search.study import run_search
-    from tests.test_study import tiny_space
+    from tests.searches import tiny_space
 
     url, events = f"sqlite:///{tmp_path}/s.db", []
     run_search(tiny_space(), storage=url, study_name="s", n_trials=2)

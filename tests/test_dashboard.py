@@ -30,7 +30,7 @@ from hlnas.figures import (
 from hlnas.layout import build_layout
 from hlnas.pareto import pareto_info, study_data
 from hlnas.report import find_chromium
-from tests.test_pareto import add_trial, make_study, trial_attrs
+from tests.studies import add_trial, make_study, trial_attrs
 
 REPO = Path(__file__).resolve().parents[1]
 

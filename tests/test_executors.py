@@ -16,7 +16,7 @@ from hlnas.search.executors import InlineExecutor, make_executor
 from hlnas.search.records import trial_spec as _spec
 from hlnas.search.study import load_hlnas_study, run_search
 from tests.helpers import kill_first_worker_at_next_start
-from tests.test_study import tiny_space, trained
+from tests.searches import tiny_space, trained
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -16,10 +16,9 @@ from hlnas.errors import ConfigError
 from hlnas.search.executors import ProcessExecutor, make_executor
 from hlnas.search.records import trial_spec as _spec
 from hlnas.search.study import load_hlnas_study, run_search
-from tests.test_resume import _cli, _stop_while_training, _trials, stoppable_space
 from tests.helpers import kill_first_worker_at_next_start
 from hlnas.space import space_from_dict
-from tests.test_study import tiny_raw, tiny_space, trained
+from tests.searches import search_cli, stop_while_training, stoppable_space, stored_trials, tiny_raw, tiny_space, trained
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -140,13 +139,13 @@ def test_time_limit_pauses_running_trials_and_resume_continues_them(tmp_path, mo
 def test_sigterm_stops_a_search_like_ctrl_c(tmp_path):
     space_file = stoppable_space(tmp_path)
     url, name = f"sqlite:///{tmp_path}/term.db", "term"
-    p = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "5",
+    p = search_cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "5",
               "--executor", "processes", "--workers", "2"], tmp_path)
-    _stop_while_training(p, url, name, signal.SIGTERM, min_complete=1)
+    stop_while_training(p, url, name, signal.SIGTERM, min_complete=1)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-3000:]
     assert f"hlnas search --resume --storage {url} --study {name}" in err
-    ts = _trials(url, name)
+    ts = stored_trials(url, name)
     assert not [t for t in ts if t.state == TrialState.RUNNING]
     stopped = [t.number for t in ts if t.user_attrs.get("error_kind") == "interrupted"]
     assert stopped and all(ts[n].state == TrialState.FAIL for n in stopped)
@@ -164,12 +163,12 @@ def test_a_signal_to_the_whole_process_group_requeues_running_trials_instead_of_
     ``worker_died`` and its layout as failed, so a resume skipped it (experiments/paper_grid, trial 20)."""
     space_file = stoppable_space(tmp_path)
     url, name = f"sqlite:///{tmp_path}/group.db", "group"
-    p = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "5",
+    p = search_cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "5",
               "--executor", "processes", "--workers", "2"], tmp_path, own_group=True)
-    _stop_while_training(p, url, name, sig, min_complete=1, group=True)
+    stop_while_training(p, url, name, sig, min_complete=1, group=True)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-3000:]
-    ts = _trials(url, name)
+    ts = stored_trials(url, name)
     kinds = [t.user_attrs.get("error_kind") for t in ts if t.state == TrialState.FAIL]
     assert "worker_died" not in kinds and "interrupted" in kinds, kinds
     assert not [t for t in ts if t.state == TrialState.RUNNING]

@@ -24,8 +24,7 @@ from hlnas.search.lease import ATTR, DriverLease, StudyBusy, holder_alive
 from hlnas.search.storage import StorageError
 from hlnas.search.study import MAX_REQUEUES, load_hlnas_study, run_search
 from hlnas.search.trial import TrialResult, layout_metrics, run_trial
-from tests.test_resume import _cli, _stop_while_training, _trials
-from tests.test_study import pg_url, tiny_raw, tiny_space  # noqa: F401  (pg_url: the throw-away PostgreSQL fixture)
+from tests.searches import search_cli, stop_while_training, stored_trials, tiny_raw, tiny_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -47,11 +46,11 @@ def trained(study):
 def test_a_second_driver_refuses_at_once_while_the_first_lives(tmp_path):
     space_file = slow_space(tmp_path)
     url, name = f"sqlite:///{tmp_path}/two.db", "two"
-    first = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "3"], tmp_path)
+    first = search_cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "3"], tmp_path)
     try:
-        _stop_while_training(first, url, name, 0, min_complete=1)  # signal 0: only wait for a RUNNING trial
+        stop_while_training(first, url, name, 0, min_complete=1)  # signal 0: only wait for a RUNNING trial
         t0 = time.monotonic()
-        second = _cli(["--resume", "--storage", url, "--study", name], tmp_path)
+        second = search_cli(["--resume", "--storage", url, "--study", name], tmp_path)
         out, err = second.communicate(timeout=120)
         assert second.returncode == 2, err[-2000:]
         assert f"is being searched by another driver: host {socket.gethostname()}, pid {first.pid}, last heartbeat" in err
@@ -61,7 +60,7 @@ def test_a_second_driver_refuses_at_once_while_the_first_lives(tmp_path):
     finally:
         if first.poll() is None:
             first.kill()
-    ts = _trials(url, name)
+    ts = stored_trials(url, name)
     assert not [t for t in ts if t.user_attrs.get("error_kind") == "interrupted"]
     layouts = [t.user_attrs["layout"] for t in ts if t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs]
     assert len(layouts) == 3 == len(set(layouts))
@@ -72,14 +71,14 @@ def test_a_second_driver_refuses_at_once_while_the_first_lives(tmp_path):
 def test_two_drivers_started_together_one_searches_the_other_refuses(tmp_path):
     space_file = slow_space(tmp_path, tokens=16384)
     url, name = f"sqlite:///{tmp_path}/pair.db", "pair"
-    p = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "1"], tmp_path)
+    p = search_cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", "1"], tmp_path)
     assert p.wait(timeout=300) == 0
-    a, b = (_cli(["--resume", "--storage", url, "--study", name, "--trials", "3"], tmp_path) for _ in range(2))
+    a, b = (search_cli(["--resume", "--storage", url, "--study", name, "--trials", "3"], tmp_path) for _ in range(2))
     results = [(q.wait(timeout=300), q.communicate()[1]) for q in (a, b)]
     codes = sorted(rc for rc, _ in results)
     assert codes == [0, 2], [e[-1500:] for _, e in results]
     assert "is being searched by another driver" in next(e for rc, e in results if rc == 2)
-    layouts = [t.user_attrs["layout"] for t in _trials(url, name) if t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs]
+    layouts = [t.user_attrs["layout"] for t in stored_trials(url, name) if t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs]
     assert len(layouts) == 3 == len(set(layouts))
 
 

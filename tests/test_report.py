@@ -14,7 +14,7 @@ from hlnas.layout import build_layout
 from hlnas.pareto import front, study_data
 from hlnas.report import ReportError, find_chromium, write_report
 from hlnas.pareto import StorageError, UnknownStudyError
-from tests.test_pareto import make_study
+from tests.studies import make_study
 
 
 @pytest.fixture

@@ -5,91 +5,18 @@ study's calibration choice."""
 
 from __future__ import annotations
 
-import datetime
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import optuna
 import pytest
-import sqlalchemy.exc
 import yaml
 from optuna.trial import TrialState
 
-from tests.test_study import tiny_raw
+from tests.searches import search_cli, stop_while_training, stoppable_space, stored_trials, tiny_raw
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 N_TRIALS = 5
-
-
-def _cli(args: list[str], cwd, own_group: bool = False) -> subprocess.Popen:
-    """``own_group``: the search leads its own process group, so a signal can go to all of it, workers included."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # 1 thread: tiny models, busy 2-core CI
-    if "--workers" not in args:  # one inline trial at a time (the CLI's default on a 2-core CPU is 2 processes)
-        args = [*args, "--workers", "1"]
-    return subprocess.Popen([sys.executable, "-m", "hlnas.cli", "search", *args, "--no-progress"], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=own_group)
-
-
-def _trials(url: str, name: str) -> list:
-    """The study's trials as another process sees them; [] while it does not exist yet or the search holds
-    SQLite's lock (a poll must stay quick and never fail the test: the next poll reads again)."""
-    try:
-        return optuna.load_study(study_name=name, storage=url).get_trials()
-    except (KeyError, sqlalchemy.exc.OperationalError):
-        return []
-
-
-def _stop_while_training(proc: subprocess.Popen, url: str, name: str, sig: int, min_complete: int,
-                         group: bool = False) -> None:
-    """Send ``sig`` once the storage shows >= min_complete COMPLETE trials and one RUNNING that is training, with
-    most of its training still ahead; ``group``: to the search's whole process group (as Slurm at a time limit,
-    ``timeout`` or a terminal's Ctrl-C do).
-
-    Training: its layout attr (written right after it is asked) is one no COMPLETE trial has, and no RUNNING trial
-    asked before it (a duplicate that waits on that one). A re-proposed layout is told a stored result at once and
-    never trains, yet on a loaded 2-core runner it stays RUNNING for up to 0.3 s (0.08 s idle): the former check,
-    "RUNNING for 0.2 s", let it through, the stop landed after it was told and no trial was left to mark
-    interrupted. Ahead: the trial is younger than a quarter of the quickest trial this study trained (the storage's
-    own start and end times), so a poll that comes late (the poller starved by load) waits for the next trial
-    instead of signalling one about to finish."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"search ended before it could be stopped:\n{proc.communicate()[1][-3000:]}"
-        ts = _trials(url, name)
-        complete = [t for t in ts if t.state == TrialState.COMPLETE]
-        done = {t.user_attrs.get("layout") for t in complete}
-        quickest = min(((t.datetime_complete - t.datetime_start).total_seconds() for t in complete
-                        if "reused_from" not in t.user_attrs), default=None)
-        training: dict = {}  # layout -> the first RUNNING trial of it
-        for t in ts:
-            if t.state == TrialState.RUNNING and t.user_attrs.get("layout") not in (None, *done):
-                training.setdefault(t.user_attrs["layout"], t)
-        if len(complete) >= min_complete and training and quickest is not None:
-            age = min((datetime.datetime.now() - t.datetime_start).total_seconds() for t in training.values())
-            if age < quickest / 4:
-                if group:
-                    os.killpg(proc.pid, sig)
-                else:
-                    proc.send_signal(sig)
-                return
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("no trial was seen training early enough within 120 s")
-
-
-def stoppable_space(tmp_path):
-    """A space file of 7 layouts whose trials take 1-2.5 s each on an idle core: a wide window to stop a search in.
-    Their LM half (256 steps) is what sets the window: the recall half stops at its target, so with 32 LM steps an
-    all-attention trial ended within 0.35 s, too soon to catch mid-trial (_stop_while_training)."""
-    raw = tiny_raw(mixers=["gla", "hgrn"], sampler="random")
-    raw["scale"]["train"]["tokens"] = 32768
-    space_file = tmp_path / "space.yaml"
-    space_file.write_text(yaml.safe_dump(raw))
-    return space_file
 
 
 def test_interrupt_then_kill_9_then_resume_finishes_without_duplicates(tmp_path):
@@ -97,35 +24,35 @@ def test_interrupt_then_kill_9_then_resume_finishes_without_duplicates(tmp_path)
     url, name = f"sqlite:///{tmp_path}/crash.db", "crash"
 
     # 1. Ctrl-C while a trial trains: exits 130, says how to resume, leaves nothing RUNNING
-    p = _cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", str(N_TRIALS)], tmp_path)
-    _stop_while_training(p, url, name, signal.SIGINT, min_complete=1)
+    p = search_cli(["--space", str(space_file), "--storage", url, "--study", name, "--trials", str(N_TRIALS)], tmp_path)
+    stop_while_training(p, url, name, signal.SIGINT, min_complete=1)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-3000:]
     assert f"hlnas search --resume --storage {url} --study {name}" in err
-    ts = _trials(url, name)
+    ts = stored_trials(url, name)
     assert not [t for t in ts if t.state == TrialState.RUNNING]
     (interrupted,) = [t.number for t in ts if t.user_attrs.get("error_kind") == "interrupted"]
     assert ts[interrupted].state == TrialState.FAIL
     assert [t.state for t in ts if t.user_attrs.get("requeued_from") == interrupted] == [TrialState.WAITING]
 
     # 2. resume (storage + study only), then kill -9 mid-trial: the trial stays RUNNING in storage
-    p = _cli(["--resume", "--storage", url, "--study", name], tmp_path)
-    complete_before = sum(t.state == TrialState.COMPLETE for t in _trials(url, name))
-    _stop_while_training(p, url, name, signal.SIGKILL, min_complete=complete_before + 1)
+    p = search_cli(["--resume", "--storage", url, "--study", name], tmp_path)
+    complete_before = sum(t.state == TrialState.COMPLETE for t in stored_trials(url, name))
+    stop_while_training(p, url, name, signal.SIGKILL, min_complete=complete_before + 1)
     p.communicate(timeout=60)
     assert p.returncode == -signal.SIGKILL
-    ts = _trials(url, name)
+    ts = stored_trials(url, name)
     (killed,) = [t.number for t in ts if t.state == TrialState.RUNNING]  # what a crash leaves behind
     kept = {t.number: t.values for t in ts if t.state == TrialState.COMPLETE}
 
     # 3. resume again: the orphan is failed and re-queued, the study reaches N_TRIALS trained layouts
-    p = _cli(["--resume", "--storage", url, "--study", name], tmp_path)
+    p = search_cli(["--resume", "--storage", url, "--study", name], tmp_path)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, err[-3000:]
     assert "re-queued 1 trial(s) left running by an earlier process" in err
     assert "Pareto front" in out and f"study '{name}' stored in {url}" in out
 
-    ts = _trials(url, name)
+    ts = stored_trials(url, name)
     assert not [t for t in ts if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     for n, values in kept.items():  # completed results are never lost or changed
         assert ts[n].state == TrialState.COMPLETE and ts[n].values == values
@@ -199,7 +126,7 @@ def test_requeued_trials_run_before_candidates_queued_earlier(tmp_path):
     """The grid sampler queues every candidate first; a trial re-queued after them is still the next one run, and
     the target is met with it rather than with a candidate that happened to be queued earlier."""
     from hlnas.search.study import load_hlnas_study, run_search
-    from tests.test_study import tiny_space
+    from tests.searches import tiny_space
 
     url = f"sqlite:///{tmp_path}/g.db"
     space = tiny_space()  # grid: 4 candidates queued, then one trained
@@ -228,12 +155,12 @@ def _killed_skipped_study(kind: str, tmp_path, monkeypatch):
     from hlnas.space import space_from_dict
     from hlnas.search.storage import load_study
     from hlnas.search.study import run_search
-    from tests.test_calibrate import fake_trial, raw_space
-    from tests.test_study import _url
+    from tests.searches import fake_trial, raw_space
+    from tests.searches import storage_url
 
     run, calls = fake_trial({})
     monkeypatch.setattr(executors, "run_trial", run)
-    url = _url(kind, tmp_path, None)
+    url = storage_url(kind, tmp_path, None)
     space = space_from_dict(raw_space(sampler="random"))
     run_search(space, storage=url, study_name="a", n_trials=1, skip_calibration=True)
     study = load_study(url, "a")

@@ -10,9 +10,10 @@ import pytest
 from optuna.trial import TrialState
 
 from hlnas.search.executors import InlineExecutor
-from hlnas.space import SAMPLERS, space_from_dict
+from hlnas.space import SAMPLERS
 from hlnas.search.study import run_search
 from hlnas.search.trial import TrialResult, layout_metrics
+from tests.searches import sampler_space
 
 
 def fake_trial(spec):
@@ -22,21 +23,9 @@ def fake_trial(spec):
     return TrialResult(spec.number, "ok", m)
 
 
-def space(sampler: str):
-    return space_from_dict({
-        "name": f"s-{sampler}", "mixers": ["gla", "deltanet", "hgrn2"], "ratios": ["pure", "6:1", "3:1", "2:1"],
-        "placements": ["paper", "front"], "transformer": True, "layers": 6,
-        "scale": {"preset": "proxy-tiny", "train": {"tokens": 512, "seq_len": 32, "batch_size": 2},
-                  "score": {"objectives": ["val_loss", "mqar"]}},
-        "objectives": [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}],
-        "constraints": {"max_kv_bytes": 5 * 2**20},  # excludes the Transformer (6 attention layers)
-        "sampler": sampler, "calibration": {"enabled": False},
-    })
-
-
 @pytest.mark.parametrize("sampler", SAMPLERS)
 def test_sampler_runs_multi_objective_with_constraints(sampler, tmp_path):
-    sp = space(sampler)
+    sp = sampler_space(sampler)
     url = f"sqlite:///{tmp_path}/s.db"
     n = 8
     study = run_search(sp, storage=url, study_name="s", n_trials=n, sampler=sampler, seed=1,

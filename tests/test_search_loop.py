@@ -14,7 +14,7 @@ from hlnas.search.records import MAX_REPEATS, REPEATS_BEFORE_FALLBACK
 from hlnas.search.study import run_search
 from hlnas.tabular import LookupExecutor, TabularBenchmark, run_sampler
 from hlnas.search.trial import layout_metrics
-from tests.test_samplers import space as search_space
+from tests.searches import sampler_space as search_space
 
 def fixed_table(sp) -> TabularBenchmark:
     """Fixed metrics for every candidate: recall grows with attention layers and with the mixer's index."""

@@ -20,43 +20,12 @@ import hlnas.train
 from hlnas.errors import HlnasError
 from hlnas.space import space_from_dict
 from hlnas.search.study import StorageError, front_rows, load_hlnas_study, open_or_create_storage, run_search
+from tests.searches import storage_url, tiny_raw, tiny_space, trained
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def tiny_raw(**top) -> dict:
-    """A 4-layer GLA space: pure, 2:1, 4:1 and the Transformer (4 layouts), real tiny training."""
-    raw = {
-        "name": "tiny-test",
-        "mixers": ["gla"],
-        "ratios": ["pure", "2:1", "4:1"],
-        "transformer": True,
-        "layers": 4,
-        "scale": {
-            "preset": "proxy-tiny",
-            "model": {"d_model": 32, "n_heads": 2, "mlp_hidden": 64},
-            "train": {"tokens": 1024, "batch_size": 4, "seq_len": 32, "val_batches": 2, "log_every": 4, "lr": 3e-3},
-            "score": {"objectives": ["val_loss", "mqar"], "mqar": {"steps": 5, "test": 16, "batch": 8, "seq_len": 32,
-                                                                   "kv_pairs": 4}},
-            "kv_context": 256,
-        },
-        "sampler": "grid",
-        "calibration": {"enabled": False},  # these tests are about the search loop; tests/test_calibrate.py runs controls
-    }
-    raw.update(top)
-    return raw
-
-
-def tiny_space(**top):
-    return space_from_dict(tiny_raw(**top))
-
-
-def trained(study) -> list:
-    """COMPLETE trials that trained (not copies of another trial's result)."""
-    return [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "reused_from" not in t.user_attrs]
 
 
 @pytest.fixture
@@ -73,30 +42,9 @@ def train_calls(monkeypatch):
     return calls
 
 
-@pytest.fixture(scope="module")
-def pg_url():
-    from tests.pg import PostgresUnavailable, postgres_server
-
-    try:
-        with postgres_server() as url:
-            yield url
-    except PostgresUnavailable as e:
-        if os.environ.get("CI"):
-            raise  # CI installs PostgreSQL (.ci/run): a missing server there is a failure, not a skip
-        pytest.skip(str(e))
-
-
-def _url(kind: str, tmp_path, request) -> str:
-    if kind == "sqlite":
-        return f"sqlite:///{tmp_path}/study.db"
-    if kind == "journal":
-        return f"journal:///{tmp_path}/study.log"
-    return request.getfixturevalue("pg_url")
-
-
 @pytest.mark.parametrize("kind", ["sqlite", "journal", "postgresql"])
 def test_same_search_on_every_storage_then_resume(kind, tmp_path, request):
-    url = _url(kind, tmp_path, request)
+    url = storage_url(kind, tmp_path, request)
     space = tiny_space()
     name = f"s-{kind}-{os.getpid()}"
     run_search(space, storage=url, study_name=name, n_trials=3)

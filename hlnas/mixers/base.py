@@ -37,6 +37,9 @@ def cache_nbytes(cache: dict[str, Any]) -> int:
 class Mixer(nn.Module):
     #: short registry name (hlnas.catalog)
     name: ClassVar[str]
+    #: the nn.Parameters this mixer uses bare in its math (not inside a Linear, norm or convolution), each broadcast
+    #: against ``[B, T, *shape]`` activations: hlnas.training.replicas reads them as one row per sequence
+    bare_parameters: ClassVar[tuple[str, ...]] = ()
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Hparams:

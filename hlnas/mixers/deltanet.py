@@ -30,6 +30,17 @@ def state_itemsize(dtype: torch.dtype) -> int:
     return 8 if dtype == torch.float64 else torch.empty((), dtype=STATE_DTYPE).element_size()
 
 
+def delta_state_bytes(batch: int, key_dim: int, value_dim: int, head_v: int, hp, dtype: torch.dtype) -> int:
+    """A delta-rule layer's decode state (DeltaNet, Gated DeltaNet): H x dk x dv per sequence at
+    :func:`state_itemsize`, and with short convolutions (``hp.use_short_conv``) their windows over q, k and v at the
+    activation ``dtype``."""
+    state = batch * key_dim * head_v * state_itemsize(dtype)  # H * dk * dv per sequence
+    if hp.use_short_conv:
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        state += ShortConvolution.state_bytes(2 * key_dim + value_dim, hp.conv_size, batch, itemsize)
+    return state
+
+
 def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
     """x / sqrt(sum x^2 + eps) over the last dim, in float32 (fla's l2norm, eps 1e-6)."""
     xf = x.to(compute_dtype(x))
@@ -92,11 +103,7 @@ class DeltaNet(Mixer):
     @classmethod
     def state_bytes(cls, d_model: int, hp: Hparams, *, batch: int, seq_len: int, dtype: torch.dtype) -> int:
         key_dim, value_dim = cls._dims(d_model, hp)
-        state = batch * key_dim * (value_dim // hp.num_heads) * state_itemsize(dtype)  # H * dk * dv per sequence
-        if hp.use_short_conv:
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            state += ShortConvolution.state_bytes(2 * key_dim + value_dim, hp.conv_size, batch, itemsize)
-        return state
+        return delta_state_bytes(batch, key_dim, value_dim, value_dim // hp.num_heads, hp, dtype)
 
     @classmethod
     def flops_per_token(cls, d_model: int, hp: Hparams, seq_len: int) -> int:

@@ -26,12 +26,13 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.gated_delta_rule import gated_delta_rule
 from hlnas.mixers.base import Mixer
-from hlnas.mixers.deltanet import l2norm, state_itemsize
+from hlnas.mixers.deltanet import delta_state_bytes, l2norm
 from hlnas.nn import compute_dtype, GatedRMSNorm, RMSNorm, ShortConvolution
 
 
 class GatedDeltaNet(Mixer):
     name = "gated_deltanet"
+    bare_parameters = ("A_log", "dt_bias")
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Hparams:
@@ -85,11 +86,7 @@ class GatedDeltaNet(Mixer):
     @classmethod
     def state_bytes(cls, d_model: int, hp: Hparams, *, batch: int, seq_len: int, dtype: torch.dtype) -> int:
         key_dim, value_dim, head_v = cls._dims(hp)
-        state = batch * key_dim * head_v * state_itemsize(dtype)  # H * dk * dv per sequence
-        if hp.use_short_conv:
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            state += ShortConvolution.state_bytes(2 * key_dim + value_dim, hp.conv_size, batch, itemsize)
-        return state
+        return delta_state_bytes(batch, key_dim, value_dim, head_v, hp, dtype)
 
     @classmethod
     def flops_per_token(cls, d_model: int, hp: Hparams, seq_len: int) -> int:

@@ -33,6 +33,7 @@ from hlnas.nn import compute_dtype, GatedRMSNorm, ShortConvolution
 
 class HGRN(Mixer):
     name = "hgrn"
+    bare_parameters = ("lower_bound_w",)
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Hparams:

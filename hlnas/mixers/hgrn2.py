@@ -37,6 +37,7 @@ from hlnas.nn import RMSNorm, ShortConvolution
 
 class HGRN2(Mixer):
     name = "hgrn2"
+    bare_parameters = ("lower_bound",)
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Hparams:

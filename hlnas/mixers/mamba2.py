@@ -47,6 +47,7 @@ class _GroupedGatedRMSNorm(nn.Module):
 
 class Mamba2(Mixer):
     name = "mamba2"
+    bare_parameters = ("A_log", "dt_bias", "D")
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Hparams:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from hlnas.errors import ConfigError
+from hlnas.training.validation import evaluating, model_device
 
 __all__ = ["greedy_generate", "greedy_generate_ids"]
 
@@ -43,13 +44,9 @@ def greedy_generate_ids(
     for i, ids in enumerate(prompt_ids):
         if len(ids) == 0:
             raise ConfigError(f"prompt {i} encodes to no tokens; greedy decoding needs at least one")
-    if device is None:
-        p = next(model.parameters(), None)
-        device = p.device if p is not None else torch.device("cpu")
-    was_training = model.training
-    model.eval()
+    device = model_device(model) if device is None else device
     out: list[list[int]] = [[] for _ in prompt_ids]
-    try:
+    with evaluating(model):
         by_len: dict[int, list[int]] = {}
         for i, ids in enumerate(prompt_ids):
             by_len.setdefault(len(ids), []).append(i)
@@ -59,8 +56,6 @@ def greedy_generate_ids(
                 gen = _decode_batch(model, [prompt_ids[i] for i in chunk], max_new_tokens, eos_id, device, stop_check)
                 for i, g in zip(chunk, gen):
                     out[i] = g
-    finally:
-        model.train(was_training)
     return out
 
 

@@ -42,6 +42,7 @@ from torch import nn
 
 from hlnas.data.tokenizer import Tokenizer
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.overrides import is_number
 from hlnas.score.generate import greedy_generate_ids
 from hlnas.score.loss import autocast_context, model_device, validation_loss
 
@@ -302,7 +303,7 @@ def _compact(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     for task, metrics in results.items():
         row = {}
         for key, value in metrics.items():
-            if "," not in key or not isinstance(value, (int, float)) or isinstance(value, bool):
+            if "," not in key or not is_number(value):
                 continue
             metric, filt = key.split(",", 1)
             if metric.endswith("_stderr"):

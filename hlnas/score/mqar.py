@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from hlnas.data.packing import not_a_target
 from hlnas.errors import ConfigError
+from hlnas.training.validation import evaluating, model_device
 
 __all__ = ["MqarTask", "make_mqar", "mqar_accuracy", "label_hits", "hits_accuracy", "mqar_loss", "mqar_documents", "mqar_token_map", "as_documents", "TEST_SEED_OFFSET"]
 
@@ -170,21 +171,15 @@ def label_hits(model: nn.Module, inputs: Tensor, labels: Tensor, batch_size: int
         raise ConfigError(f"inputs and labels must both be [n, L], got {tuple(inputs.shape)} and {tuple(labels.shape)}")
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-    if device is None:
-        p = next(model.parameters(), None)
-        device = p.device if p is not None else torch.device("cpu")
-    was_training = model.training
-    model.eval()
+    device = model_device(model) if device is None else device
     hits = []
-    try:
+    with evaluating(model):
         for s in range(0, inputs.shape[0], batch_size):
             x, y = inputs[s : s + batch_size].to(device), labels[s : s + batch_size].to(device)
             logits = model(x)
             if logits.shape[-1] <= int(y.max()):
                 raise ConfigError(f"label token {int(y.max())} is outside the model's vocabulary of {logits.shape[-1]}; lower MqarTask.vocab_size or map tokens")
             hits.append(((logits.argmax(-1) == y) & (y != IGNORE)).cpu())
-    finally:
-        model.train(was_training)
     return torch.cat(hits)
 
 

@@ -47,12 +47,13 @@ from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of, 
 from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MqarTask, hits_accuracy, label_hits, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VtConfig, VtTask, accuracy_by_hop, make_vt, vt_baselines
+from hlnas.training.checkpoint import load_run_state, save_run_state
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
 
 __all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "RecallSetup", "recall_setup", "recall_task", "make_task",
            "task_baselines", "recall_model_config",
            "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target", "paused_at", "pause_settings",
-           "mqar_train_batches", "validation_instances", "sweep_result", "check_stop", "run_finished", "save_state",
+           "mqar_train_batches", "validation_instances", "sweep_result", "check_stop", "run_finished",
            "RECALL_MODEL_KEYS"]
 
 #: the tasks the fresh recall model may train on (``score.mqar.task``): Zoology's MQAR, or multi-hop variable tracking
@@ -267,55 +268,12 @@ def _to_device(t: torch.Tensor, device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def compiled(model: torch.nn.Module, cfg: MqarConfig) -> torch.nn.Module:
-    """``model`` as the recall step trains it: itself, or under ``torch.compile`` (``cfg.compile``: true is inductor, a
-    string names the backend); parameters stay the model's own, so the optimizer and a saved state see no difference."""
-    if cfg.compile is False:
-        return model
-    backend = "inductor" if cfg.compile is True else cfg.compile
-    try:
-        return torch.compile(model, backend=backend)
-    except Exception as e:  # an unknown backend name: say which exist
-        from torch._dynamo import list_backends
-
-        raise ConfigError(f"score.mqar.compile={cfg.compile!r}: {str(e).splitlines()[0]}. Allowed: true, false or one "
-                          f"of {', '.join(list_backends(exclude_tags=()))}") from None
-
-
-def save_state(path: str, state: dict) -> None:
-    """A paused recall run's ``state`` to ``path``, atomically: a run killed while saving leaves the previous state
-    (the solo proxy's and hlnas.score.recall_replicas' runs)."""
-    tmp = path + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def _save_state(path: str, model, opt, state: dict) -> None:
-    save_state(path, {**state, "model": model.state_dict(), "opt": opt.state_dict()})
-
-
-def _load_state(path: str, model, opt) -> dict:
-    """Copy a saved state into ``model`` and ``opt`` in place (a captured CUDA graph keeps its tensors)."""
-    saved = torch.load(path, map_location="cpu", weights_only=False)
-    with torch.no_grad():
-        for k, v in model.state_dict().items():
-            v.copy_(saved["model"][k])
-    params = [p for g in opt.param_groups for p in g["params"]]
-    for i, p in enumerate(params):
-        for k, v in saved["opt"]["state"].get(i, {}).items():
-            cur = opt.state[p].get(k)
-            if isinstance(cur, torch.Tensor) and isinstance(v, torch.Tensor):
-                cur.copy_(v)
-            else:
-                opt.state[p][k] = v.to(p.device) if isinstance(v, torch.Tensor) and k != "step" else v
-    return saved
-
-
 def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str | None = None, stop_at: int | None = None,
               until: float | None = None) -> dict:
-    from hlnas.training.step import WARMUP_STEPS, make_optimizer, make_step, set_lr
+    from hlnas.training.step import WARMUP_STEPS, compiled, make_optimizer, make_step, set_lr
 
     layout, cfg = setup.layout, setup.cfg
+    batches = setup.train_batches(seed, device=device)  # a generator: nothing is drawn before the model is built
     model = seeded_model(layout, setup.model, seed).to(device)
     model.train()
     use_graph = bool(cfg.graph) and device.type == "cuda"
@@ -324,18 +282,18 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
     def lr_at(step: int) -> float:  # warmup, then cosine to 0
         return cosine_lr(step, cfg.steps, lr, cfg.warmup_frac, 0.0)
 
-    batches = setup.train_batches(seed, device=device)
     val = tuple(_to_device(t, device) for t in val)  # once, not at every check
     first = next(batches)
     set_lr(opt, lr_at(0))
-    step_fn, mode = make_step(compiled(model, cfg), opt, mqar_loss, first, graph=use_graph, autocast=autocast)
+    step_fn, mode = make_step(compiled(model, cfg.compile, "score.mqar.compile"), opt, mqar_loss, first, graph=use_graph,
+                              autocast=autocast)
     if mode == "graph":  # capture trained its warm-up steps on the first batch: they count as steps
         done, drawn = WARMUP_STEPS, 1
     else:
         done, drawn, batches = 0, 0, itertools.chain([first], batches)
     curve, t0, error, finished, before_s = [], time.perf_counter(), None, False, 0.0
     if state is not None and os.path.exists(state):  # continue a paused run: its weights, optimizer, batches
-        saved = _load_state(state, model, opt)
+        saved = load_run_state(state, model, opt)
         done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
         before_s = saved.get("wall_s", 0.0)  # the time the earlier parts took: a run's wall_s is the whole run's
         batches = setup.train_batches(seed, start=drawn, device=device)
@@ -366,7 +324,7 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
     finished = run_finished(cfg, finished, error, done, limit, stop["out_of_time"], stop["reached"])
     wall_s = before_s + time.perf_counter() - t0
     if state is not None:
-        _save_state(state, model, opt, {"done": done, "drawn": drawn, "curve": curve, "error": error, "finished": finished,
+        save_run_state(state, model, opt, {"done": done, "drawn": drawn, "curve": curve, "error": error, "finished": finished,
                                         "wall_s": wall_s})
     return {"finished": finished, "lr": lr, "val_acc": curve[-1][1] if curve else 0.0, "steps": done, "curve": curve, "mode": mode,
             "final_loss": curve[-1][2] if curve else None, "wall_s": round(wall_s, 2), "resumed_s": before_s,

@@ -34,8 +34,9 @@ from hlnas.errors import ConfigError
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.score.mqar import mqar_accuracy, mqar_loss
-from hlnas.score.recall_proxy import (MqarConfig, RecallSetup, check_stop, compiled, pause_settings,
-                                      recall_setup, run_finished, save_state, sweep_result, validation_instances)
+from hlnas.score.recall_proxy import (MqarConfig, RecallSetup, check_stop, pause_settings,
+                                      recall_setup, run_finished, sweep_result, validation_instances)
+from hlnas.training.checkpoint import save_state
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_replicas", "train_mqar_seeds"]
@@ -175,7 +176,7 @@ class _Replicas:
         first step's batches and rates when they are already drawn, else None."""
         from hlnas.training.replica_step import ReplicaAdamW, per_replica
         from hlnas.training.replicas import replicate
-        from hlnas.training.step import make_step
+        from hlnas.training.step import compiled, make_step
 
         cfg = self.cfg
         self.replicas = len(active)
@@ -186,8 +187,9 @@ class _Replicas:
         firsts = [next(run.feed) for run in active]
         self.last = [xy for xy, _ in firsts]  # a frozen slot with no run left goes on computing on its last batch
         self.opt.set_lrs([lr for _, lr in firsts])
-        self.step, self.mode = make_step(compiled(self.rep, cfg), self.opt, per_replica(mqar_loss, self.replicas),
-                                         self._batch(self.last), graph=self.use_graph, autocast=self.autocast)
+        self.step, self.mode = make_step(compiled(self.rep, cfg.compile, "score.mqar.compile"), self.opt,
+                                         per_replica(mqar_loss, self.replicas), self._batch(self.last),
+                                         graph=self.use_graph, autocast=self.autocast)
         self.slot: list[_Run | None] = list(active)
         pending = None
         if self.mode == "graph":  # capture trained the warm-up steps on each run's first batch: they count as steps

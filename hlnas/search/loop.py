@@ -31,10 +31,11 @@ from optuna.trial import TrialState
 from hlnas.rungs import RUNG_ATTR
 from hlnas.search import optuna_adapter
 from hlnas.search.dispatch import Dispatch, StopSignals
-from hlnas.search.records import (MAX_REPEATS, REPEATS_BEFORE_FALLBACK, RETRY_KINDS, ask_trial, completed_by_layout,
-                                  constraint_values, countable, failed_by_layout, front_rows, paused_root, repeat_failure,
-                                  repeat_stopped, requeue, requeued_waiting, reuse, rung_result, rung_scheduler, settle_waiting,
-                                  stop_record, recover, tell_paused, tell_result, trial_spec)
+from hlnas.search.records import (COUNTABLE, MAX_REPEATS, REPEATS_BEFORE_FALLBACK, RETRY_KINDS, ask_trial,
+                                  completed_by_layout, constraint_values, failed_by_layout, front_rows, paused_root,
+                                  repeat_failure, repeat_stopped, requeue, requeued_waiting, reuse, rung_result,
+                                  rung_scheduler, settle_waiting, stop_record, recover, tell_paused, tell_result,
+                                  trial_spec)
 from hlnas.search.trial import layout_metrics
 from hlnas.space import SearchSpace
 
@@ -56,7 +57,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     ``enqueue_grid``: enqueue every candidate first (sampler ``grid``) unless the study already holds search
     trials. ``interruptible``: ``executor.submit`` runs the trial in this process (inline), so a signal raises at
     once instead of waiting for the next storage write. ``unique``: how many distinct layouts exist (None: too
-    many to count; default :func:`countable`). ``stop``: an extra end condition, checked with the target.
+    many to count; default: the space's own count, up to :data:`~hlnas.search.records.COUNTABLE`). ``stop``: an extra
+    end condition, checked with the target.
     ``retry_failed``: re-queue the layouts that failed (infeasible ones stay out), raising the target if needed.
     Re-queued trials (a resume's, a lost worker's) are asked before anything else and always run before the target
     is judged met, raising it when they would pass it (event ``target_raised`` with ``requeued``).
@@ -76,7 +78,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     for up to this many seconds past ``time_limit`` before pausing, so those that finish in time are told."""
     search = _Search(study, space, executor, n_trials=n_trials, seed=seed, out_root=out_root, time_limit=time_limit,
                      metrics_names=list(objectives) if objectives is not None else [o.metric for o in space.objectives],
-                     emit=on_event or (lambda kind, data: None), unique=countable(space) if unique is _COUNT else unique,
+                     emit=on_event or (lambda kind, data: None),
+                     unique=space.countable(COUNTABLE) if unique is _COUNT else unique,
                      stop=stop or (lambda: False), rung_root=rung_root, interruptible=interruptible)
     search.prepare(retry_failed=retry_failed, enqueue_grid=enqueue_grid, clock_start=clock_start, drain=drain)
     search.run()

@@ -21,7 +21,7 @@ from hlnas.search import optuna_adapter
 from hlnas.search.trial import TrialResult, TrialSpec
 from hlnas.space import CONSTRAINTS, SearchSpace
 
-__all__ = ["layout_spec", "trial_spec", "countable", "objective_values", "constraint_values", "tell_result", "stop_record",
+__all__ = ["layout_spec", "trial_spec", "objective_values", "constraint_values", "tell_result", "stop_record",
            "requeue", "requeued_waiting", "tell_paused", "rung_kept", "recover", "front_rows", "paused_root", "REPEATS_BEFORE_FALLBACK",
            "MAX_REPEATS", "MAX_REQUEUES", "COUNTABLE", "RETRY_KINDS", "ask_trial", "failed_by_layout", "completed_by_layout",
            "reuse", "repeat_failure", "repeat_stopped", "settle_waiting", "rung_scheduler", "rung_result"]  # fmt: skip
@@ -58,12 +58,6 @@ def layout_spec(space: SearchSpace, number: int, layout: str, *, placement: str 
 def trial_spec(space: SearchSpace, number: int, params: dict, out_root: str | None = None) -> TrialSpec:
     """The spec of the layout of the space point ``params``."""
     return layout_spec(space, number, str(space.layout(params)), placement=params.get("placement"), out_root=out_root)
-
-
-def countable(space: SearchSpace) -> int | None:
-    """How many distinct layouts the space has, when small enough to enumerate (else None)."""
-    n = len(space.grid())
-    return n if n <= COUNTABLE else None
 
 
 def objective_values(metrics_names: Sequence[str], metrics: dict) -> list[float] | None:

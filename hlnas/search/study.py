@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
+from hlnas.overrides import is_number
 from hlnas.search.executors import Executor, InlineExecutor, make_executor
 from hlnas.search.lease import DriverLease
 from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_if_needed, check_replicas,
@@ -328,7 +329,7 @@ def validate_options(*, n_trials: int, workers: int, executor: str | Executor, c
         raise ConfigError(f"--gpus-per-trial must be >= 0, got {gpus_per_trial}")
     if time_limit is not None and not time_limit > 0:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {time_limit}")
-    if isinstance(drain, bool) or not isinstance(drain, (int, float)) or not drain >= 0:
+    if not is_number(drain) or not drain >= 0:
         raise ConfigError(f"--drain must be a number of seconds >= 0, got {drain!r}")
     if drain and time_limit is None:
         raise ConfigError(f"--drain {drain} lets runs in flight at --timeout finish; it needs --timeout")

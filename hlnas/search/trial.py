@@ -103,41 +103,42 @@ def _classify(e: BaseException) -> str:
 
 
 def run_trial(spec: TrialSpec) -> TrialResult:
-    if spec.replicas:
-        return _run_with_replicas(spec)
-    return _run_one(spec)
-
-
-def _run_with_replicas(spec: TrialSpec) -> TrialResult:
-    """``spec`` and its :attr:`~TrialSpec.replicas`: their recall halves first, as replicas of one model in ``spec``'s
-    state folder (a unit paused by ``pause_by`` pauses whole, before any LM half is trained), then each run with its
-    recall given. Replicas that cannot train (out of memory where one run fits, a module with no replicated form) leave
-    each run to train alone, as without replicas (``replicas_error`` in its metrics says why)."""
+    """``spec`` and its :attr:`~TrialSpec.replicas`: with replicas, their recall halves first, as replicas of one model
+    in ``spec``'s state folder (a unit paused by ``pause_by`` pauses whole, before any LM half is trained), then each
+    run with its recall given; without, the one run trains its own recall."""
     t0 = time.perf_counter()
     specs = (spec, *spec.replicas)
-    try:
-        from hlnas.errors import ConfigError
-        from hlnas.score.recall_replicas import train_mqar_seeds
-
-        for other in spec.replicas:
-            if (other.layout != spec.layout or other.recipe.model != spec.recipe.model or not other.recall_only
-                    or other.recipe.score.mqar != spec.recipe.score.mqar or other.replicas):
-                raise ConfigError(f"trial {other.number} is no recall-only run of trial {spec.number}'s layout and recall "
-                                  "settings: it cannot be its replica")
-        with _paused(spec):
-            recall = train_mqar_seeds(spec.recipe.layout, spec.recipe.model, spec.recipe.score.mqar,
-                                      [s.recipe.train.seed for s in specs])
-    except Exception as e:
-        why = f"{type(e).__name__}: {e}"[:500]
-        results = [_run_one(s) for s in specs]
-        results = [dataclasses.replace(r, metrics={**r.metrics, "replicas_error": why}) for r in results]
-        return dataclasses.replace(results[0], replicas=tuple(results[1:]))
-    if any(r.get("mqar_finished") is False for r in recall):  # paused: the next call continues every seed's recall
+    recall, why = [None] * len(specs), None
+    if spec.replicas:
+        try:
+            recall = _replica_recall(spec)
+        except Exception as e:  # each run trains its own recall, as without replicas
+            why = f"{type(e).__name__}: {e}"[:500]
+    if any(r is not None and r.get("mqar_finished") is False for r in recall):  # paused: the next call continues them
         wall = time.perf_counter() - t0
         paused = [TrialResult(s.number, "paused", {"status": "paused", **r}, wall_s=wall) for s, r in zip(specs, recall)]
         return dataclasses.replace(paused[0], replicas=tuple(paused[1:]))
-    results = [_run_one(s, r) for s, r in zip(specs, recall)]
+    results = [_run_one(spec, recall[0]), *(_run_one(s, r) for s, r in zip(spec.replicas, recall[1:]))]
+    if why is not None:
+        results = [dataclasses.replace(r, metrics={**r.metrics, "replicas_error": why}) for r in results]
     return dataclasses.replace(results[0], replicas=tuple(results[1:]))
+
+
+def _replica_recall(spec: TrialSpec) -> list[dict]:
+    """The fresh-model recall of ``spec`` and of its replicas, trained as replicas of one model: one result a run, in
+    order. Raises where replicas cannot train (out of memory where one run fits, a module with no replicated form, a
+    replica that is no recall-only run of the same layout and settings): each run then trains alone."""
+    from hlnas.errors import ConfigError
+    from hlnas.score.recall_replicas import train_mqar_seeds
+
+    for other in spec.replicas:
+        if (other.layout != spec.layout or other.recipe.model != spec.recipe.model or not other.recall_only
+                or other.recipe.score.mqar != spec.recipe.score.mqar or other.replicas):
+            raise ConfigError(f"trial {other.number} is no recall-only run of trial {spec.number}'s layout and recall "
+                              "settings: it cannot be its replica")
+    with _paused(spec):
+        return train_mqar_seeds(spec.recipe.layout, spec.recipe.model, spec.recipe.score.mqar,
+                                [s.recipe.train.seed for s in (spec, *spec.replicas)])
 
 
 def _paused(spec: TrialSpec):
@@ -161,17 +162,15 @@ def _run_one(spec: TrialSpec, recall: dict | None = None) -> TrialResult:
         from hlnas.run import run
 
         metrics.update(layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement))
-        if spec.state_dir is not None:
-            with _paused(spec):
-                result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only or spec.rung_steps is not None,
-                             recall=recall)
-            if spec.rung_steps is not None:
-                metrics["rung_steps"] = spec.rung_steps
-            elif result.status == "ok" and result.metrics.get("mqar_finished") is False:
-                metrics.update(result.metrics, status="paused", finished_at=time.time())
-                return TrialResult(spec.number, "paused", metrics, wall_s=time.perf_counter() - t0)
-        else:
-            result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only, recall=recall)
+        # a rung trains the recall model alone, up to its steps, kept in state_dir (_paused)
+        rung = spec.state_dir is not None and spec.rung_steps is not None
+        with _paused(spec):
+            result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only or rung, recall=recall)
+        if rung:
+            metrics["rung_steps"] = spec.rung_steps
+        elif spec.state_dir is not None and result.status == "ok" and result.metrics.get("mqar_finished") is False:
+            metrics.update(result.metrics, status="paused", finished_at=time.time())
+            return TrialResult(spec.number, "paused", metrics, wall_s=time.perf_counter() - t0)
         metrics.update(result.metrics)
         if result.status != "ok":
             metrics.update(status=result.status, error_kind=result.error_kind, error=result.error, finished_at=time.time())

@@ -14,8 +14,8 @@ has a replicated form here:
   per-replica taps on CPU, the replicas folded into the channels (groups) of one ``conv1d`` elsewhere;
 * the norms (:class:`~hlnas.nn.RMSNorm`, :class:`~hlnas.nn.GatedRMSNorm`, Mamba-2's grouped gated norm): their
   ``_scale`` hook applies each replica's weight to its rows;
-* bare parameters a mixer uses in its math (:data:`BARE_PARAMETERS`: HGRN's ``lower_bound_w``, HGRN-2's
-  ``lower_bound``, Gated DeltaNet's and Mamba-2's ``A_log``/``dt_bias``, Mamba-2's ``D``): read through a
+* bare parameters a mixer uses in its math (those its class lists as ``bare_parameters``: HGRN's ``lower_bound_w``,
+  HGRN-2's ``lower_bound``, Gated DeltaNet's and Mamba-2's ``A_log``/``dt_bias``, Mamba-2's ``D``): read through a
   parametrization as one row per sequence, ``[R*B, 1, *shape]``, which broadcasts against the ``[B, T, *shape]``
   activations they act on.
 
@@ -43,16 +43,9 @@ from torch.nn.utils import parametrize
 
 from hlnas.errors import ConfigError
 from hlnas.nn import ShortConvolution
+from hlnas.training.step import weight_decays
 
-__all__ = ["ReplicaError", "ReplicatedLM", "ReplicatedLinear", "ReplicatedEmbedding", "BARE_PARAMETERS", "replicate"]
-
-#: mixer name -> the bare nn.Parameters it uses in its math, each broadcast against ``[B, T, *shape]`` activations
-BARE_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "hgrn": ("lower_bound_w",),
-    "hgrn2": ("lower_bound",),
-    "gated_deltanet": ("A_log", "dt_bias"),
-    "mamba2": ("A_log", "dt_bias", "D"),
-}
+__all__ = ["ReplicaError", "ReplicatedLM", "ReplicatedLinear", "ReplicatedEmbedding", "replicate"]
 
 
 # the parameters are views of one [R, N] storage, their gradients views of another, on purpose (one op per update):
@@ -194,7 +187,7 @@ class ReplicatedLM(nn.Module):
                 torch.cat([s[k].detach().reshape(-1) for k in self.names], out=self.flat[r])
         self.flat_grad = torch.zeros_like(self.flat)
         # weight decay as hlnas.training.step.make_optimizer decides it on the solo parameter: matrices, unless marked
-        decays = [p.ndim >= 2 and not getattr(p, "_no_weight_decay", False) for p in (solo[0][k] for k in self.names)]
+        decays = [weight_decays(solo[0][k]) for k in self.names]
         self.decays = torch.cat([torch.full((n,), d, dtype=torch.bool, device=p0.device) for n, d in zip(sizes, decays)])
         self.stacked: dict[str, nn.Parameter] = {}
         by_id: dict[int, nn.Parameter] = {}
@@ -209,8 +202,6 @@ class ReplicatedLM(nn.Module):
 
     def _swap(self, first: nn.Module, by_id: dict[int, nn.Parameter]) -> None:
         """Replace every parameterised module of ``inner`` (a copy of ``first``) by its replicated form."""
-        from hlnas.mixers.base import Mixer
-
         rep_modules = dict(self.inner.named_modules())
         for name, solo_mod in first.named_modules():
             direct = dict(solo_mod.named_parameters(recurse=False))
@@ -235,12 +226,11 @@ class ReplicatedLM(nn.Module):
             elif callable(getattr(solo_mod, "_scale", None)) and set(direct) == {"weight"} and solo_mod.weight.ndim == 1:
                 mod.__class__ = _with_replicated_scale(t)
                 mod.weight = stacked["weight"]
-            elif isinstance(solo_mod, Mixer):
-                allowed = BARE_PARAMETERS.get(solo_mod.name, ())
-                extra = sorted(set(direct) - set(allowed))
+            elif hasattr(solo_mod, "bare_parameters"):  # a mixer (hlnas.mixers.base.Mixer), which lists them
+                extra = sorted(set(direct) - set(solo_mod.bare_parameters))
                 if extra:
                     raise ReplicaError(f"replicate: mixer '{solo_mod.name}' ({name}) has parameters {extra} with no "
-                                       "replicated form (hlnas.training.replicas.BARE_PARAMETERS)")
+                                       "replicated form (not among its class's bare_parameters)")
                 for k, p in stacked.items():
                     setattr(mod, k, p)
                     parametrize.register_parametrization(mod, k, _PerRow(self.fold), unsafe=True)

@@ -20,7 +20,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-__all__ = ["make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
+from hlnas.errors import ConfigError
+
+__all__ = ["compiled", "weight_decays", "make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
 
 log = logging.getLogger("hlnas.training.step")
 _WARNED: set[str] = set()
@@ -34,19 +36,21 @@ def _warn_once(reason: str) -> None:
         log.warning("CUDA graph step not used: %s; running eagerly", reason)
 
 
+def weight_decays(p: Tensor) -> bool:
+    """Whether AdamW decays parameter ``p``: weight matrices, unless a mixer marks one ``_no_weight_decay`` (norms,
+    biases and 1-d gates/decays never). The one rule of every hlnas optimizer, solo and replicated."""
+    return p.ndim >= 2 and not getattr(p, "_no_weight_decay", False)
+
+
 def make_optimizer(model: nn.Module, lr: float, *, betas=(0.9, 0.98), weight_decay: float = 0.1,
                    graph: bool) -> torch.optim.AdamW:
     """AdamW as every hlnas training uses it: no weight decay on norms, biases and 1-d gates/decays (the usual
     LLM recipe; mixers mark decay-rate parameters such as A_log, dt_bias with ``_no_weight_decay``, as fla does);
     fused (CUDA and CPU), and with a tensor learning rate and ``capturable=True`` when the step will be captured."""
     dev = next(model.parameters()).device
-
-    def decays(p) -> bool:
-        return p.ndim >= 2 and not getattr(p, "_no_weight_decay", False)
-
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if decays(p)], "weight_decay": weight_decay},
-              {"params": [p for p in params if not decays(p)], "weight_decay": 0.0}]
+    groups = [{"params": [p for p in params if weight_decays(p)], "weight_decay": weight_decay},
+              {"params": [p for p in params if not weight_decays(p)], "weight_decay": 0.0}]
     cuda = dev.type == "cuda"
     if cuda and graph:
         return torch.optim.AdamW(groups, lr=torch.tensor(lr, device=dev), betas=betas, fused=True, capturable=True)
@@ -55,6 +59,22 @@ def make_optimizer(model: nn.Module, lr: float, *, betas=(0.9, 0.98), weight_dec
     # that loop and ~0.5 ms fused (experiments/bench/cpu_recall_step.py). The same AdamW within float rounding.
     fused = cuda or dev.type == "cpu"
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused, foreach=None if fused else True)
+
+
+def compiled(model: nn.Module, setting: bool | str, key: str) -> nn.Module:
+    """``model`` as a step trains it: itself (``setting`` false), or under ``torch.compile`` (true: inductor, a string
+    names the backend); parameters stay the model's own, so the optimizer and a saved state see no difference.
+    ``key``: the setting's name (``train.compile``, ``score.mqar.compile``), for an unknown backend's error."""
+    if not setting:
+        return model
+    backend = "inductor" if setting is True else setting
+    try:
+        return torch.compile(model, backend=backend)
+    except Exception as e:  # an unknown backend name: say which exist
+        from torch._dynamo import list_backends
+
+        raise ConfigError(f"{key}={setting!r}: {str(e).splitlines()[0]}. Allowed: true, false or one "
+                          f"of {', '.join(list_backends(exclude_tags=()))}") from None
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable
 
@@ -12,13 +13,24 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.training.loop import autocast_context
 
-__all__ = ["validation_loss", "model_device"]
+__all__ = ["validation_loss", "model_device", "evaluating"]
 
 
 def model_device(model: nn.Module) -> torch.device:
     """Where the model's parameters are (CPU for a model without any)."""
     p = next(model.parameters(), None)
     return p.device if p is not None else torch.device("cpu")
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module):
+    """``model`` in eval mode for the block, then back in the mode it was in (a measure taken during training)."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 @torch.no_grad()
@@ -38,10 +50,8 @@ def validation_loss(
     Returns ``{"loss": nats/token, "ppl": exp(loss), "tokens": target token count}``.
     """
     dev = torch.device(device) if device is not None else model_device(model)
-    was_training = model.training
-    model.eval()
     total_nats, tokens = 0.0, 0
-    try:
+    with evaluating(model):
         for i, batch in enumerate(batches):
             if not isinstance(batch, Tensor) or batch.dim() != 2 or batch.shape[1] < 2 or batch.dtype.is_floating_point:
                 shape = tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
@@ -53,8 +63,6 @@ def validation_loss(
             nats = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
             total_nats += nats.item()
             tokens += batch[:, 1:].numel()
-    finally:
-        model.train(was_training)
     if tokens == 0:
         raise ConfigError("validation_loss got no batches; give at least one LongTensor [B, T + 1]")
     loss = total_nats / tokens

@@ -1,68 +1,14 @@
-"""delta_rule: the chunked PyTorch path against the token loop (float64, outputs, final state and
-every gradient), decode == parallel, input checks; on GPU, fla against the PyTorch path."""
+"""delta_rule: scale, input checks; on GPU, fla against the PyTorch path. (The chunked path against the token loop
+and decode == parallel: test_delta_family.py, with the gated rule.)"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from hlnas.kernels.delta_rule import chunk_delta_rule_torch, delta_rule, naive_delta_rule
+from hlnas.kernels.delta_rule import delta_rule, naive_delta_rule
 from tests.helpers import assert_close
-from tests.helpers import forward_and_grads as _run
-from tests.kernels.inputs import DELTA_SHAPES, delta_case, delta_shape_id
 from tests.kernels.inputs import delta_rule_inputs as make_inputs
-
-SHAPES, _id = DELTA_SHAPES, delta_shape_id
-
-
-def _inputs(B, T, H, K, V, h0, dtype=torch.float64, seed=0):
-    return delta_case(make_inputs, B, T, H, K, V, h0, dtype=dtype, seed=seed)
-
-
-
-
-@pytest.mark.parametrize("shape", SHAPES, ids=_id)
-def test_chunk_matches_naive(shape):
-    B, T, H, K, V, C, h0 = shape
-    inp = _inputs(B, T, H, K, V, h0)
-    o_ref, s_ref, g_ref = _run(naive_delta_rule, inp)
-    o, s, g = _run(chunk_delta_rule_torch, inp, chunk_size=C)
-    assert o.dtype == torch.float64 and s.dtype == torch.float64
-    assert_close("o", o_ref, o, 1e-6)
-    assert_close("final_state", s_ref, s, 1e-6)
-    for n in g_ref:
-        assert_close(f"d{n}", g_ref[n], g[n], 1e-6)
-
-
-@pytest.mark.parametrize("shape", [(2, 50, 2, 16, 8, 16, True), (1, 70, 3, 8, 8, 64, False)], ids=_id)
-def test_decode_matches_parallel(shape):
-    """One call over T tokens == a prefix call, then one token at a time carrying final_state."""
-    B, T, H, K, V, C, h0 = shape
-    inp = make_inputs(B, T, H, K, V, dtype=torch.float64)
-    state = 0.1 * torch.randn(B, H, K, V, dtype=torch.float64) if h0 else None
-    full, s_full = delta_rule(**inp, initial_state=state, output_final_state=True)
-    P = T // 2 + 3
-    cut = lambda lo, hi: {n: t[:, lo:hi] for n, t in inp.items()}  # noqa: E731
-    parts = []
-    o, state = delta_rule(**cut(0, P), initial_state=state, output_final_state=True)
-    parts.append(o)
-    for t in range(P, T):
-        o, state = delta_rule(**cut(t, t + 1), initial_state=state, output_final_state=True)
-        parts.append(o)
-    assert_close("decode o", full, torch.cat(parts, 1), 1e-10)
-    assert_close("decode state", s_full, state, 1e-10)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_low_precision_dtypes(dtype):
-    """Output keeps the input dtype, the state is float32, and both track the float64 reference."""
-    inp = make_inputs(2, 90, 2, 16, 16, dtype=dtype)
-    o, s = delta_rule(**inp, output_final_state=True, backend="torch")
-    assert o.dtype == dtype and s.dtype == torch.float32
-    o_ref, s_ref = naive_delta_rule(**{n: t.double() for n, t in inp.items()}, output_final_state=True)
-    tol = 1e-5 if dtype == torch.float32 else 1e-2
-    assert_close("o", o_ref, o, tol)
-    assert_close("state", s_ref, s, tol)
 
 
 def test_no_final_state_by_default_and_scale():

@@ -1,5 +1,5 @@
-"""gated_delta_rule: the chunked PyTorch path against the token loop (float64, outputs, final state and
-every gradient), decode == parallel, the fla-on-Hopper backward guard; on GPU, fla against PyTorch."""
+"""gated_delta_rule: strong decays, input checks, the fla-on-Hopper backward guard; on GPU, fla against PyTorch. (The
+chunked path against the token loop and decode == parallel: test_delta_family.py, with the delta rule.)"""
 
 from __future__ import annotations
 
@@ -15,29 +15,8 @@ from hlnas.kernels.gated_delta_rule import (
     naive_gated_delta_rule,
 )
 from tests.helpers import assert_close
-from tests.helpers import forward_and_grads as _run
-from tests.kernels.inputs import DELTA_SHAPES, delta_case, delta_shape_id
 from tests.kernels.inputs import gated_delta_rule_inputs as make_inputs
 
-SHAPES, _id = DELTA_SHAPES, delta_shape_id
-
-
-def _inputs(B, T, H, K, V, h0, dtype=torch.float64, seed=0):
-    return delta_case(make_inputs, B, T, H, K, V, h0, dtype=dtype, seed=seed)
-
-
-
-
-@pytest.mark.parametrize("shape", SHAPES, ids=_id)
-def test_chunk_matches_naive(shape):
-    B, T, H, K, V, C, h0 = shape
-    inp = _inputs(B, T, H, K, V, h0)
-    o_ref, s_ref, g_ref = _run(naive_gated_delta_rule, inp)
-    o, s, g = _run(chunk_gated_delta_rule_torch, inp, chunk_size=C)
-    assert_close("o", o_ref, o, 1e-6)
-    assert_close("final_state", s_ref, s, 1e-6)
-    for n in g_ref:
-        assert_close(f"d{n}", g_ref[n], g[n], 1e-6)
 
 
 def test_strong_decay_stays_finite():
@@ -48,36 +27,6 @@ def test_strong_decay_stays_finite():
     o, s = chunk_gated_delta_rule_torch(**inp, output_final_state=True)
     assert_close("o", o_ref, o, 1e-6)
     assert_close("state", s_ref, s, 1e-6)
-
-
-@pytest.mark.parametrize("shape", [(2, 50, 2, 16, 8, 16, True), (1, 70, 3, 8, 8, 64, False)], ids=_id)
-def test_decode_matches_parallel(shape):
-    """One call over T tokens == a prefix call, then one token at a time carrying final_state."""
-    B, T, H, K, V, C, h0 = shape
-    inp = make_inputs(B, T, H, K, V, dtype=torch.float64)
-    state = 0.1 * torch.randn(B, H, K, V, dtype=torch.float64) if h0 else None
-    full, s_full = gated_delta_rule(**inp, initial_state=state, output_final_state=True)
-    P = T // 2 + 3
-    cut = lambda lo, hi: {n: t[:, lo:hi] for n, t in inp.items()}  # noqa: E731
-    parts = []
-    o, state = gated_delta_rule(**cut(0, P), initial_state=state, output_final_state=True)
-    parts.append(o)
-    for t in range(P, T):
-        o, state = gated_delta_rule(**cut(t, t + 1), initial_state=state, output_final_state=True)
-        parts.append(o)
-    assert_close("decode o", full, torch.cat(parts, 1), 1e-10)
-    assert_close("decode state", s_full, state, 1e-10)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_low_precision_dtypes(dtype):
-    inp = make_inputs(2, 90, 2, 16, 16, dtype=dtype)
-    o, s = gated_delta_rule(**inp, output_final_state=True, backend="torch")
-    assert o.dtype == dtype and s.dtype == torch.float32
-    o_ref, s_ref = naive_gated_delta_rule(**{n: t.double() for n, t in inp.items()}, output_final_state=True)
-    tol = 1e-5 if dtype == torch.float32 else 1e-2
-    assert_close("o", o_ref, o, tol)
-    assert_close("state", s_ref, s, tol)
 
 
 def test_shape_errors_quote_values():

@@ -10,7 +10,7 @@ import torch
 
 from hlnas.errors import KernelUnavailable
 from hlnas.kernels.gla import chunk_gla_torch, gla, naive_gla
-from tests.helpers import assert_close
+from tests.helpers import assert_close, assert_runs_close
 from tests.kernels.inputs import gla_inputs as make_inputs
 
 SHAPES = [  # (B, T, H, K, V)
@@ -59,10 +59,7 @@ def test_chunk_matches_naive(shape, h0, gate, path):
     x = inputs(shape, GATES[gate], h0)
     o_ref, s_ref, g_ref = run_with_grads(naive_gla, x)
     o, s, g = run_with_grads(chunk_gla_torch, x, max_fast_decay=PATHS[path])
-    assert_close("o", o_ref, o, 1e-6)
-    assert_close("final_state", s_ref, s, 1e-6)
-    for name in g_ref:
-        assert_close(f"d{name}", g_ref[name], g[name], 1e-6)
+    assert_runs_close((o_ref, s_ref, g_ref), (o, s, g), 1e-6)
 
 
 @pytest.mark.parametrize("chunk_size", [4, 16, 32, 128])
@@ -70,10 +67,7 @@ def test_chunk_sizes(chunk_size):
     x = inputs((1, 150, 2, 8, 8), 1.0, True)
     o_ref, s_ref, g_ref = run_with_grads(naive_gla, x)
     o, s, g = run_with_grads(chunk_gla_torch, x, chunk_size=chunk_size)
-    assert_close("o", o_ref, o, 1e-6)
-    assert_close("final_state", s_ref, s, 1e-6)
-    for name in g_ref:
-        assert_close(f"d{name}", g_ref[name], g[name], 1e-6)
+    assert_runs_close((o_ref, s_ref, g_ref), (o, s, g), 1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["fp64", "fp32"])
@@ -92,10 +86,7 @@ def test_strong_decay_is_finite(dtype, step):
     for name, t in [("o", o), ("final_state", s), *((f"d{n}", t) for n, t in g.items())]:
         assert torch.isfinite(t).all(), f"{name} has inf/nan"
     tol = 1e-6 if dtype == torch.float64 else 1e-4
-    assert_close("o", o_ref, o, tol)
-    assert_close("final_state", s_ref, s, tol)
-    for name in g_ref:
-        assert_close(f"d{name}", g_ref[name], g[name], tol)
+    assert_runs_close((o_ref, s_ref, g_ref), (o, s, g), tol)
 
 
 @pytest.mark.parametrize("shape", [(2, 45, 2, 8, 16), (1, 130, 3, 16, 8)], ids=sid)
@@ -154,7 +145,4 @@ def test_fla_matches_torch(T, h0, g32):
     ref_in = {n: t.detach().float().requires_grad_() for n, t in x.items()}
     o_ref, s_ref, g_ref = run_with_grads(gla, ref_in, backend="torch")
     assert s.dtype == torch.float32 and s.shape == (B, H, K, V)
-    assert_close(f"T{T} o", o_ref, o, 1e-2)
-    assert_close(f"T{T} final_state", s_ref, s, 1e-2)
-    for name in g_ref:
-        assert_close(f"T{T} d{name}", g_ref[name], g[name], 1e-2)
+    assert_runs_close((o_ref, s_ref, g_ref), (o, s, g), 1e-2, name=f"T{T} ")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hlnas.kernels.hgrn import chunk_hgrn_torch, hgrn, naive_hgrn
-from tests.helpers import assert_close
+from tests.helpers import assert_close, assert_runs_close
 from tests.helpers import forward_and_grads as _run
 from tests.kernels.inputs import hgrn_inputs as make_inputs
 
@@ -38,10 +38,7 @@ def test_chunked_matches_naive(B, T, H, K, C, with_h0):
     inputs = _inputs(B, T, H, K, with_h0)
     o_ref, ht_ref, g_ref = _run(naive_hgrn, inputs)
     o, ht, g = _run(chunk_hgrn_torch, inputs, chunk_size=C)
-    assert_close("o", o_ref, o, 1e-6)
-    assert_close("ht", ht_ref, ht, 1e-6)
-    for name in inputs:
-        assert_close(f"d{name}", g_ref[name], g[name], 1e-6)
+    assert_runs_close((o_ref, ht_ref, g_ref), (o, ht, g), 1e-6, state="ht")
 
 
 @pytest.mark.parametrize("C", [8, 64])
@@ -51,10 +48,7 @@ def test_strong_decay_stays_exact(C):
     inputs["g"] = inputs["g"] * 100 - 20
     o_ref, ht_ref, g_ref = _run(naive_hgrn, inputs)
     o, ht, g = _run(chunk_hgrn_torch, inputs, chunk_size=C)
-    assert_close("o", o_ref, o, 1e-6)
-    assert_close("ht", ht_ref, ht, 1e-6)
-    for name in inputs:
-        assert_close(f"d{name}", g_ref[name], g[name], 1e-6)
+    assert_runs_close((o_ref, ht_ref, g_ref), (o, ht, g), 1e-6, state="ht")
 
 
 @pytest.mark.parametrize("B,T,H,K,C,with_h0", CASES[:2], ids=IDS[:2])
@@ -92,10 +86,7 @@ def test_fla_matches_torch(T, h0):
     o_ref, ht_ref, g_ref = _run(hgrn, ref_inputs, const, backend="torch")
     o, ht, g = _run(hgrn, inputs, const, backend="fla")
     assert ht.dtype == torch.float32
-    assert_close("o", o_ref, o, 1e-2)
-    assert_close("ht", ht_ref, ht, 1e-2)
-    for name in g:
-        assert_close(f"d{name}", g_ref[name], g[name], 1e-2)
+    assert_runs_close((o_ref, ht_ref, g_ref), (o, ht, g), 1e-2, state="ht")
     with torch.no_grad():  # the decode kernel (fused_recurrent) on a few tokens
         short = {n: t[:, :16] if t.ndim == 3 else t for n, t in inputs.items()}
         o_short, ht_short = hgrn(**short, output_final_state=True, backend="fla")

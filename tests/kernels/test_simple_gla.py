@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hlnas.kernels.simple_gla import chunk_simple_gla_torch, naive_simple_gla, simple_gla
-from tests.helpers import assert_close
+from tests.helpers import assert_close, assert_runs_close
 from tests.helpers import forward_and_grads as _run
 from tests.kernels.inputs import simple_gla_inputs as make_inputs
 
@@ -43,10 +43,7 @@ def test_chunked_matches_naive(B, T, H, K, V, C, decay, with_h0, scale):
     inputs = _inputs(B, T, H, K, V, decay, with_h0)
     o_ref, ht_ref, g_ref = _run(naive_simple_gla, inputs, scale=scale)
     o, ht, g = _run(chunk_simple_gla_torch, inputs, scale=scale, chunk_size=C)
-    assert_close("o", o_ref, o, 1e-6)
-    assert_close("ht", ht_ref, ht, 1e-6)
-    for name in inputs:
-        assert_close(f"d{name}", g_ref[name], g[name], 1e-6)
+    assert_runs_close((o_ref, ht_ref, g_ref), (o, ht, g), 1e-6, state="ht")
 
 
 @pytest.mark.parametrize("decay", ["g", "g_gamma"])
@@ -92,10 +89,7 @@ def test_fla_matches_torch(T, decay, h0):
     o_ref, ht_ref, g_ref = _run(simple_gla, ref_inputs, backend="torch")
     o, ht, g = _run(simple_gla, inputs, backend="fla")
     assert ht.dtype == torch.float32
-    assert_close("o", o_ref, o, 1e-2)
-    assert_close("ht", ht_ref, ht, 1e-2)
-    for name in g:
-        assert_close(f"d{name}", g_ref[name], g[name], 1e-2)
+    assert_runs_close((o_ref, ht_ref, g_ref), (o, ht, g), 1e-2, state="ht")
     with torch.no_grad():  # the decode kernel (fused_recurrent) on a few tokens, constant g_gamma
         short = {n: t[:, :16] if n in ("q", "k", "v", "g") else t for n, t in inputs.items()}
         o_s, ht_s = simple_gla(**short, output_final_state=True, backend="fla")
