@@ -10,7 +10,7 @@ import csv
 import pytest
 import torch
 
-from experiments.bench import decode_memory, paper_scale, trial_overhead
+from experiments.bench import decode_memory, lm_step, paper_scale, trial_overhead
 from hlnas.budget import layout_cost, resolve_config
 from hlnas.config import preset
 from hlnas.layout import build_layout
@@ -97,6 +97,22 @@ def test_a_compile_row_trains_its_model_under_torch_compile_and_is_set_against_i
     assert by["transformer"]["params_m"] == by["transformer@compile"]["params_m"] and "tok/s vs own row" in md
     with pytest.raises(SystemExit, match="unknown variant 'jit'; allowed: @compile"):
         paper_scale.main(args[:-6] + ["--only", "transformer@jit", "--device-name", "cpu", "--out", str(tmp_path)])
+
+
+def test_lm_step_sets_the_graph_and_the_compiled_model_against_eager(tmp_path, monkeypatch):
+    """lm_step (issue #22 point 1): per layout the eager step first, then the graph and the compiled model in the graph,
+    each with its ratio to eager; on a CPU the graph runs eager (step_mode says so). torch.compile is spied here."""
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model, *a, **k: compiled.append(1) or model)
+    args = ["--layouts", "transformer,gla:4:1", "--layers", "4", "--steps", "4", "--d-model", "32", "--heads", "2",
+            "--seq-len", "16", "--batch", "2", "--modes", "compile,graph", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert lm_step.main(args) == 0
+    rows, md = _rows(tmp_path, "lm_step")
+    assert [(r["layout"], r["mode"]) for r in rows] == [(lay, m) for lay in ("AAAA", "GGGA") for m in ("eager", "compile", "graph")]
+    assert len(compiled) == 2 and all(r["step_mode"] == "eager" for r in rows) and "mfu" in rows[0]
+    assert all((r["ratio"] == "") == (r["mode"] == "eager") for r in rows) and "vs eager" in md
+    with pytest.raises(SystemExit, match="--modes: unknown jit; allowed: eager, graph, compile"):
+        lm_step.main(args[:-6] + ["--modes", "jit", "--device-name", "cpu", "--out", str(tmp_path)])
 
 
 def test_paper_scale_out_of_memory_is_a_row(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@
 #   --calibrated-by $GRID_STUDY; refused unless $GRID_STUDY's calibration is valid),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
 #   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
-#   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph), bench_recall[:T] (the recall model's
+#   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph vs the compiled model in the graph), bench_recall[:T] (the recall model's
 #   step at $SPACE's score.mqar shape vs plain PyTorch, with the per-op profile; RECALL_BATCH, BENCH_ONLY),
 #   bench_paper[:T] (experiments/bench/paper_scale.py: paper-340m vs plain PyTorch, every 3:1 hybrid, Mamba-2, with
 #   the per-op profile; BENCH_ONLY=rows, BENCH_MODE=graph), bench_autotune[:T] (the same rows, default gla:3:1, under
@@ -232,7 +232,7 @@ PY
       timeout $(cap $t) python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" ${BENCH_PROXY_ARGS:-} >"$OUT/logs/bench_proxy.log" 2>&1
       rc=$?; cp "$OUT"/logs/proxy_throughput_*.csv $STATE/ 2>/dev/null  # for CAL_REPLICAS=auto in a later call
       say "bench_proxy rc=$rc"; cat "$OUT"/logs/proxy_throughput_*.md 2>/dev/null ;;
-    bench_lm*)  # issue #22 point 1: the LM half's eager vs CUDA-graph step at the proxy shape
+    bench_lm*)  # issue #22 point 1: the LM half's eager vs CUDA-graph vs compiled-in-graph step at the proxy shape
       [[ $step == bench_lm:* ]] && t=${step#bench_lm:} || t=300
       timeout $(cap $t) python3 -m experiments.bench.lm_step --out "$OUT/logs" >"$OUT/logs/bench_lm.log" 2>&1
       say "bench_lm rc=$?"; cat "$OUT"/logs/lm_step_*.md 2>/dev/null ;;
