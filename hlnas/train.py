@@ -283,11 +283,8 @@ def train(
     run.finish(stream)
     if out_dir is not None:
         (Path(out_dir) / "train_metrics.json").write_text(json.dumps(result.to_dict(), indent=1))
-    # handed to scoring in the same process: the model, and the validation batches it was measured on (the stream's
-    # rows, tokenized once for training and scoring)
+    # handed to scoring in the same process: the model, and (set by finish) the validation batches it was measured on
     result.model = model  # type: ignore[attr-defined]
-    if result.status == "ok":
-        result.val_batches = stream.val_batches(train_cfg.batch_size, train_cfg.val_batches)  # type: ignore[attr-defined]
     return result
 
 
@@ -385,10 +382,13 @@ class _Run:
         if result.status in ("ok", "interrupted") and self.ckpt is not None:
             save_checkpoint(self.ckpt, self.model, self.opt, step, result.losses, self.meta)
         if result.status == "ok":
+            batches = stream.val_batches(cfg.batch_size, cfg.val_batches)
             try:
-                result.val_loss = evaluate_loss(self.model, stream.val_batches(cfg.batch_size, cfg.val_batches), cfg, self.device)
+                result.val_loss = evaluate_loss(self.model, batches, cfg, self.device)
             except torch.cuda.OutOfMemoryError as e:
                 result.status, result.error_kind, result.error = "infeasible", "oom", _oom_message(e)
+            else:  # scoring in the same process measures on the same batches (hlnas.run.score_model)
+                result.val_batches = batches  # type: ignore[attr-defined]
 
 
 def _bar(progress: bool, cfg: TrainConfig, start: int):
