@@ -266,9 +266,10 @@ def _ratios(rows: list[dict]) -> None:
             r["tok_s_vs_plain"] = round(r["tok_s"] / base["tok_s"], 3)
             if r.get("peak_gib") and base.get("peak_gib"):
                 r["peak_vs_plain"] = round(r["peak_gib"] / base["peak_gib"], 3)
-        own = next((o for o in rows if o["row"] == r["row"].partition("@")[0] and o.get("tok_s")), None)
-        if "@" in r["row"] and r.get("tok_s") and own:  # a variant against its own row of the same run
-            r["tok_s_vs_own"] = round(r["tok_s"] / own["tok_s"], 3)
+        if "@" in r["row"] and r.get("tok_s"):  # a variant against its own row of the same run
+            own = next((o for o in rows if o["row"] == r["row"].partition("@")[0] and o.get("tok_s")), None)
+            if own:
+                r["tok_s_vs_own"] = round(r["tok_s"] / own["tok_s"], 3)
         if r.get("mfu") and mm and r["row"] != "matmul":
             r["mfu_of_matmul"] = round(r["mfu"] * PEAK_BF16 / (mm["tflops"] * 1e12), 4)
 
