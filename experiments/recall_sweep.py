@@ -66,12 +66,13 @@ def _spec(i: int, case: dict, args):
 
 def _groups(cases: list[dict], replicas: bool) -> list[list[tuple[int, dict]]]:
     """The cases as units of work, ``[(index, case), ...]`` each: one case each, or with ``replicas`` the cases that
-    differ only in their seed together (trained as replicas of one recall model, hlnas.score.recall_replicas)."""
+    differ only in their seed (and their ``tag``, a label) together (trained as replicas of one recall model,
+    hlnas.score.recall_replicas)."""
     if not replicas:
         return [[(i, c)] for i, c in enumerate(cases)]
     by: dict[str, list] = {}
     for i, c in enumerate(cases):
-        by.setdefault(json.dumps({k: v for k, v in c.items() if k != "seed"}, sort_keys=True), []).append((i, c))
+        by.setdefault(json.dumps({k: v for k, v in c.items() if k not in ("seed", "tag")}, sort_keys=True), []).append((i, c))
     return list(by.values())
 
 
@@ -125,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-per-worker", type=int, default=1,
                    help="cases at once in each worker process, each on its own CUDA stream (hlnas.search.executors)")
     p.add_argument("--replicas", action="store_true",
-                   help="cases that differ only in their seed train as replicas of one recall model in one worker "
+                   help="cases that differ only in their seed (and tag) train as replicas of one recall model in one worker "
                         "(stacked weights, the seeds in the batch; each result the one it gets alone; issue #21)")
     p.add_argument("--deadline", type=float, default=None, help="seconds after which no case starts; running ones are "
                    "stopped at deadline + --grace and reported as unfinished")

@@ -84,6 +84,12 @@ class HybridLM(nn.Module):
             init = getattr(m, "reset_special_parameters", None)
             if callable(init):
                 init()
+        for m in self.modules():
+            # inits that overwrite a weight the pass above set on a child module (the attention-input conv's shift
+            # start): a pass of their own, after it; they draw no random numbers, so every other weight is as before
+            init = getattr(m, "reset_structured_parameters", None)
+            if callable(init):
+                init()
         if self.cfg.residual_init == "zero":  # every block starts as the identity: x + 0 + 0
             for block in self.blocks:
                 for proj in (block.mixer.residual_out(), block.mlp.down_proj):

@@ -42,6 +42,16 @@ def test_a_vt_case_reports_its_accuracy_per_hop_beside_each_hops_baseline(tmp_pa
     assert f"h0 {row['by_hop']['0']['acc']:.3f} [{row['by_hop']['0']['baseline']:.3f}]" in line
 
 
+def test_replica_groups_are_the_cases_that_differ_only_in_seed_or_tag():
+    import experiments.recall_sweep as sweep
+
+    cases = [{"layout": "GA", "lr": 1e-3, "seed": s, "tag": f"s{s}"} for s in range(3)]
+    cases += [{"layout": "GA", "lr": 2e-3, "seed": 0, "tag": "s0"}, {"layout": "AA", "lr": 1e-3, "seed": 0}]
+    groups = sweep._groups(cases, True)
+    assert [[i for i, _ in g] for g in groups] == [[0, 1, 2], [3], [4]]  # another rate or layout: its own model
+    assert [[i for i, _ in g] for g in sweep._groups(cases, False)] == [[0], [1], [2], [3], [4]]
+
+
 def test_replicas_give_each_seed_the_result_it_gets_alone(tmp_path):
     """--replicas trains the cases that differ only in seed as replicas of one model in one worker; each row is the
     run it is alone (float32 on the CPU), and a case with other settings still runs by itself."""

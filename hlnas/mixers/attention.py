@@ -4,7 +4,14 @@ q/k/v/o projections without bias).
 ``input_conv=w`` (0: off, fla's layer) adds ``h + conv_w(h)`` on the layer's input, a causal depthwise
 convolution of width ``w`` ("Canon" layers, Allen-Zhu, Physics of Language Models part 4.1): it hands attention
 the previous tokens, as the linear mixers' short convolutions do. With it (and zero-initialised residual
-outputs) a 24-layer all-attention recall model learned MQAR at K=64 (reference/deep-recall-control.md)."""
+outputs) a 24-layer all-attention recall model learned MQAR at K=64 (reference/deep-recall-control.md).
+
+``input_conv_init`` says how that conv starts: ``normal`` (the model's init, std 0.02 as every fla weight) or
+``shift`` (the previous token's tap at 1, the others at 0: the layer sees ``h_t + h_{t-1}`` from step 0). Why: at
+normal init the previous token reaches attention at about 2 % of its weight, and the 24-layer control's take-off
+from the copy-any plateau at MQAR K=64 came anywhere from step 1600 to beyond 4300 over 8 seeds
+(experiments/results/control_take_off_h200_2026-12-03/); shift hands attention the key next to each value from
+the start."""
 
 from __future__ import annotations
 
@@ -20,6 +27,10 @@ from hlnas.nn import ShortConvolution, rotary
 from hlnas.overrides import is_int
 
 
+#: how the attention-input conv may start (``input_conv_init``)
+CONV_INITS = ("normal", "shift")
+
+
 class Attention(Mixer):
     name = "attention"
 
@@ -30,6 +41,7 @@ class Attention(Mixer):
         window: int | None = None
         rope_theta: float = 10000.0
         input_conv: int = 0  # width of the causal depthwise conv added to the input; 0 = none
+        input_conv_init: str = "normal"  # how that conv starts: normal (the model's init) or shift (h_t + h_{t-1})
 
     @classmethod
     def defaults(cls, cfg) -> dict:
@@ -45,6 +57,12 @@ class Attention(Mixer):
         if not is_int(hp.input_conv) or not 0 <= hp.input_conv <= 16:
             raise ConfigError(f"attention: input_conv={hp.input_conv!r} is not allowed; allowed: 0 (off) or a conv "
                               "width from 1 to 16")
+        if hp.input_conv_init not in CONV_INITS:
+            raise ConfigError(f"attention: input_conv_init={hp.input_conv_init!r} is not allowed; allowed: "
+                              + ", ".join(CONV_INITS))
+        if hp.input_conv_init == "shift" and hp.input_conv < 2:
+            raise ConfigError(f"attention: input_conv_init='shift' needs input_conv >= 2 (a tap for the previous token), "
+                              f"got input_conv={hp.input_conv!r}")
 
     @staticmethod
     def _dims(d_model: int, hp: Hparams) -> tuple[int, int]:
@@ -80,6 +98,15 @@ class Attention(Mixer):
         self.v_proj = nn.Linear(d_model, kv_dim, bias=False)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
         self.input_conv = ShortConvolution(d_model, hp.input_conv, activation=None) if hp.input_conv else None
+        self.reset_structured_parameters()
+
+    def reset_structured_parameters(self) -> None:
+        """The input conv's ``shift`` start, applied after the model's generic init of every weight
+        (hlnas.model.HybridLM.reset_parameters), which would otherwise draw it normal again."""
+        if self.input_conv is not None and self.hp.input_conv_init == "shift":
+            with torch.no_grad():
+                self.input_conv.weight.zero_()
+                self.input_conv.weight[:, 0, self.input_conv.size - 2] = 1.0  # tap size-1 is token t, size-2 is t-1
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         B, T, _ = x.shape

@@ -62,10 +62,33 @@ def test_attention_input_conv_is_causal_and_adds_its_weights():
         assert not torch.allclose(model(changed)[0, t + 1], out[0, t + 1])
 
 
+def test_shift_init_hands_attention_the_previous_token_at_step_0():
+    cfg = preset("proxy-tiny").replace(mixer_hparams={"attention": {"input_conv": 4, "input_conv_init": "shift"}})
+    model = build_model(Layout.parse("AGA"), cfg).double()  # built through the model's whole init
+    x = torch.randn(2, 9, cfg.d_model, dtype=torch.double)
+    for i in (0, 2):
+        conv = model.blocks[i].mixer.input_conv
+        previous = torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)
+        assert torch.equal(conv(x), previous)  # so the layer sees h_t + h_{t-1}
+    # the default start is unchanged: the model's normal init (std 0.02), no tap singled out
+    normal = build_model(Layout.parse("AGA"), preset("proxy-tiny").replace(
+        mixer_hparams={"attention": {"input_conv": 4}})).blocks[0].mixer.input_conv.weight
+    assert 0.01 < normal.std().item() < 0.03 and normal.abs().max().item() < 0.2
+    # a fresh seed re-initialises it the same way (replicas and reset_parameters keep the start)
+    model.reset_parameters()
+    assert model.blocks[0].mixer.input_conv.weight[:, 0, 2].eq(1).all()
+    assert model.blocks[0].mixer.input_conv.weight.abs().sum().item() == cfg.d_model
+
+
 @pytest.mark.parametrize(("over", "message"), [
     ({"residual_init": "ones"}, "residual_init='ones' is not allowed; allowed: fla, zero"),
     ({"mixer_hparams": {"attention": {"input_conv": -1}}}, r"attention: input_conv=-1 is not allowed; allowed: 0 \(off\)"),
     ({"mixer_hparams": {"attention": {"input_conv": True}}}, "attention: input_conv=True is not allowed"),
+    ({"mixer_hparams": {"attention": {"input_conv": 4, "input_conv_init": "ones"}}},
+     "attention: input_conv_init='ones' is not allowed; allowed: normal, shift"),
+    ({"mixer_hparams": {"attention": {"input_conv": 1, "input_conv_init": "shift"}}},
+     r"input_conv_init='shift' needs input_conv >= 2 \(a tap for the previous token\), got input_conv=1"),
+    ({"mixer_hparams": {"attention": {"input_conv_init": "shift"}}}, "needs input_conv >= 2"),
 ])
 def test_bad_protocol_options_are_named(over, message):
     with pytest.raises(ConfigError, match=message):
