@@ -288,7 +288,7 @@ def test_tabular_bench_takes_one_seed_of_a_two_seed_table(grid, tmp_path):
         bench.seed_rows(str(out), "2")
 
 
-@pytest.mark.parametrize("protocol", ["b256", "k64_b256"])
+@pytest.mark.parametrize("protocol", ["b256", "k64_b256", "shift"])
 def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow_its_calibration(protocol):
     """experiments/paper_grid/placement_h200_<protocol>.yaml takes paper_grid_h200_<protocol>'s calibration
     (--calibrated-by), which is honest only while the two spaces' depth, scale and calibration are the same: an edit to
@@ -300,5 +300,5 @@ def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow
     assert protocol_differences(grid, place) == [] and set(place.mixers) <= set(grid.mixers)
     assert set(place.mixers) == {"hgrn2", "gated_deltanet"} and set(place.ratios) == {"6:1", "3:1"}
     assert {"paper", "front", "back", "middle", "spread"} <= set(place.placements) and place.attention_sets
-    changed = place.with_sets(["score.mqar.batch=64"])
-    assert protocol_differences(grid, changed) == ["scale.score.mqar.batch: 256 -> 64"]
+    changed = place.with_sets(["score.mqar.batch=32"])
+    assert protocol_differences(grid, changed) == [f"scale.score.mqar.batch: {grid.score.mqar.batch} -> 32"]
