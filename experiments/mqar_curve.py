@@ -5,6 +5,8 @@ the one a trial gets. One torch thread on CPU.
 
     python experiments/mqar_curve.py --L 64 --K 8 --V 64 --layers 2 --lr 1e-3 --steps 3000 --cand transformer
     python experiments/mqar_curve.py --cand gla:3:1 --layers 6 --residual-init zero --attention-conv 4
+    python experiments/mqar_curve.py --layers 6 --L 64 --K 16 --V 64 --lr 1e-3 --residual-init zero --attention-conv 4 \
+        --attention-conv-init shift --seed 1
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cand", default="transformer", help="mixer[:ratio] at --layers")
     ap.add_argument("--residual-init", default="fla", choices=("fla", "zero"))
     ap.add_argument("--attention-conv", type=int, default=0, help="width of the attention-input conv (0: none)")
+    ap.add_argument("--attention-conv-init", default="normal", choices=("normal", "shift"),
+                    help="how that conv starts: the model's init, or the previous-token shift h_t + h_{t-1}")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
 
@@ -46,7 +50,7 @@ def main(argv=None) -> int:
     layout = build_layout(mixer, None if mixer == "transformer" else (ratio or "pure"), a.layers)
     model = {"d_model": a.d, "n_heads": a.heads, "mlp_hidden": 2 * a.d, "residual_init": a.residual_init}
     if a.attention_conv:
-        model["mixer_hparams"] = {"attention": {"input_conv": a.attention_conv}}
+        model["mixer_hparams"] = {"attention": {"input_conv": a.attention_conv, "input_conv_init": a.attention_conv_init}}
     cfg = MqarConfig(seq_len=a.L, kv_pairs=a.K, vocab=a.V, steps=a.steps, batch=a.bs, lr=a.lr, eval_every=a.every,
                      test=256, val=256, warmup_frac=a.warm, weight_decay=a.wd, model=model)
     out = train_mqar(layout, ModelConfig(d_model=a.d, vocab_size=256, n_heads=a.heads), cfg, seed=a.seed)

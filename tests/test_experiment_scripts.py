@@ -58,3 +58,19 @@ def test_the_cpu_step_bench_child_runs_against_this_tree():
     assert out.returncode == 0, out.stderr[-3000:]
     (row,) = [json.loads(line[len(RESULT):]) for line in out.stdout.splitlines() if line.startswith(RESULT)]
     assert row["layout"] == "HHAHHA" and row["ms_per_step"] > 0 and row["loss"] > 0
+
+
+def test_mqar_curve_trains_the_shift_started_attention_conv(capsys, monkeypatch):
+    """experiments/mqar_curve.py's --attention-conv-init reaches the recall model (the CPU analog of issue #20's
+    take-off question): a 2-step run prints its summary, and its model starts with the shift."""
+    import hlnas.score.recall_proxy as proxy
+    from experiments import mqar_curve
+
+    seen = []
+    real = proxy.train_mqar
+    monkeypatch.setattr(proxy, "train_mqar", lambda layout, mcfg, cfg, **kw: seen.append(cfg) or real(layout, mcfg, cfg, **kw))
+    assert mqar_curve.main(["--L", "16", "--K", "2", "--V", "16", "--layers", "2", "--d", "32", "--steps", "2",
+                            "--every", "1", "--bs", "4", "--residual-init", "zero", "--attention-conv", "4",
+                            "--attention-conv-init", "shift"]) == 0
+    assert "AA: test accuracy" in capsys.readouterr().out
+    assert seen[0].model["mixer_hparams"]["attention"] == {"input_conv": 4, "input_conv_init": "shift"}
