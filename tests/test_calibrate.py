@@ -651,6 +651,25 @@ def test_a_unit_whose_replicas_cannot_train_runs_each_seed_alone(monkeypatch):
         same_data(a.metrics, {k: v for k, v in g.metrics.items() if k != "replicas_error"}, f"run {a.number}")
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_a_replica_runs_wall_time_includes_the_recall_it_shared():
+    """Runs trained as replicas get their recall before their LM halves; their stored wall_s (what the grid reports
+    as a candidate's seconds, and what the tabular benchmark splits into recall and LM time) still holds both."""
+    import dataclasses
+
+    from hlnas.search.records import layout_spec
+    from hlnas.search.trial import run_trial
+
+    space = space_from_dict(real_space())
+    # as the calibration's units: seed 0 with its LM half (a trial of the search), seed 1 recall only
+    specs = [layout_spec(space, -1 - s, "HHA", seed=s, recall_only=s == 1) for s in (0, 1)]
+    got = run_trial(dataclasses.replace(specs[0], replicas=(specs[1],)))
+    for r in (got, *got.replicas):
+        assert r.status == "ok" and r.metrics.get("replicas_error") is None
+        assert r.wall_s >= r.metrics["mqar_s"] > 0
+    assert got.metrics["train_wall_s"] > 0 and got.wall_s >= got.metrics["mqar_s"] + got.metrics["train_wall_s"]
+
+
 def test_pure_below_ruled_out_never_rules_out_a_mixer_that_could_still_pass():
     """The bound behind stopping early: whatever the missing runs score, a mixer ruled out from part of its runs never
     passes "pure below its hybrid" in the full verdict. Checked on random completions near the ceiling (where the

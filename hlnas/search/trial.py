@@ -118,7 +118,10 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         wall = time.perf_counter() - t0
         paused = [TrialResult(s.number, "paused", {"status": "paused", **r}, wall_s=wall) for s, r in zip(specs, recall)]
         return dataclasses.replace(paused[0], replicas=tuple(paused[1:]))
+    recall_wall = time.perf_counter() - t0  # each run's recall took the unit's whole recall time, shared
     results = [_run_one(spec, recall[0]), *(_run_one(s, r) for s, r in zip(spec.replicas, recall[1:]))]
+    if spec.replicas and why is None:  # the runs timed only their LM halves: their wall time includes their recall
+        results = [dataclasses.replace(r, wall_s=r.wall_s + recall_wall) for r in results]
     if why is not None:
         results = [dataclasses.replace(r, metrics={**r.metrics, "replicas_error": why}) for r in results]
     return dataclasses.replace(results[0], replicas=tuple(results[1:]))
