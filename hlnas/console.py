@@ -33,6 +33,15 @@ def recall_text(m: dict) -> str:
             f"no-recall {format_value(m.get('recall_baseline'))})")
 
 
+#: the events :meth:`SearchProgress.event` prints as one line of their data
+_LINES = {
+    "reused": "  trial {number:>3} reused    {layout} (same layout as trial {from})",
+    "infeasible": "  trial {number:>3} skipped   {layout}: {error}",
+    "longest_first": "  the target ({target} layouts) covers the {n} untried candidates: each is trained whatever is proposed, "
+                     "so they start longest expected first",
+}
+
+
 class SearchProgress:
     """Progress bar over trained trials plus a line per finished trial and the front when it changes; pass
     :meth:`event` as ``on_event`` of :func:`hlnas.search.study.run_search`. Calibration runs print a line each."""
@@ -57,7 +66,9 @@ class SearchProgress:
 
     def event(self, kind: str, data: dict) -> None:
         self._start_bar()
-        if kind == "started":
+        if kind in _LINES:
+            self.write(_LINES[kind].format(**data))
+        elif kind == "started":
             self.write(f"  trial {data['number']:>3} started   {data['layout']}")
         elif kind == "finished":
             m = data.get("metrics") or {}
@@ -78,10 +89,6 @@ class SearchProgress:
                 self.bar.total = max(self.bar.total or 0, data["of"])
                 self.bar.n = data["n"]
                 self.bar.refresh()
-        elif kind == "reused":
-            self.write(f"  trial {data['number']:>3} reused    {data['layout']} (same layout as trial {data['from']})")
-        elif kind == "infeasible":
-            self.write(f"  trial {data['number']:>3} skipped   {data['layout']}: {data['error']}")
         elif kind == "front":
             rows = data["rows"]
             shown = ", ".join(f"{r['layout']} (recall {format_value(r['recall'])}, KV {(r['kv_cache_bytes'] or 0) / 2**20:.1f} MiB)"

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 import hlnas.calibrate as calib
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.search.dispatch import Dispatch, StopSignals
+from hlnas.search.order import expected_length
 from hlnas.search.records import constraint_values, layout_spec, objective_values, paused_root
 from hlnas.search.trial import TrialResult, layout_metrics
 from hlnas.space import SearchSpace
@@ -190,8 +191,11 @@ class _Calibration:
                                          "replicas": self.replicas})
         # the controls first (a calibration spread over several GPU calls learns soonest whether its protocol can pass
         # at all), then the pure models: where the protocol separates they train to the step budget, the longest runs,
-        # so the last runs before the search (which waits for the verdict) are short and the workers finish together
-        queue = self.units(sorted(self.todo, key=lambda r: {"control": 0, "pure": 1}.get(r.role, 2)))
+        # so the last runs before the search (which waits for the verdict) are short and the workers finish together.
+        # Within a role, longest expected first (hlnas.search.order: the costlier mixer's runs before the cheaper one's,
+        # so one worker is not left with both slow pure models while the other finishes early and waits)
+        rank = {"control": 0, "pure": 1}
+        queue = self.units(sorted(self.todo, key=lambda r: (rank.get(r.role, 2), expected_length(self.space, r.layout))))
         # a control that failed decides the verdict: stop starting runs then (the ones in flight finish and are stored)
         hopeless = calib.hopeless(self.space, self.runs)
         while (queue and not hopeless) or dispatch.pending:

@@ -31,6 +31,7 @@ from optuna.trial import TrialState
 from hlnas.rungs import RUNG_ATTR
 from hlnas.search import optuna_adapter
 from hlnas.search.dispatch import Dispatch, StopSignals
+from hlnas.search.order import longest_first
 from hlnas.search.records import (COUNTABLE, MAX_REPEATS, REPEATS_BEFORE_FALLBACK, RETRY_KINDS, ask_trial,
                                   completed_by_layout, constraint_values, failed_by_layout, front_rows, paused_root,
                                   repeat_failure, repeat_stopped, requeue, requeued_waiting, reuse, rung_result,
@@ -49,7 +50,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                 on_event: Callable[[str, dict], None] | None = None, time_limit: float | None = None,
                 retry_failed: bool = False, enqueue_grid: bool = False, interruptible: bool = False,
                 unique=_COUNT, stop: Callable[[], bool] | None = None, rung_root: str | None = None,
-                clock_start: float | None = None, drain: float = 0.0) -> None:
+                clock_start: float | None = None, drain: float = 0.0, longest_first: bool = False) -> None:
     """Ask, dedupe, submit and tell on ``study`` (its sampler already set) until ``n_trials`` distinct layouts of
     ``space`` are trained and COMPLETE; see the module docstring for the rules. Does not shut ``executor`` down.
 
@@ -75,12 +76,21 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     With ``time_limit``, trials in flight when it passes pause at their next recall check instead of finishing:
     told FAIL as ``paused`` (no failure of the layout), re-queued, their recall models kept in the study's folder of
     paused runs (:func:`~hlnas.search.records.paused_root`); a resume trains them on from there. ``drain``: they go on
-    for up to this many seconds past ``time_limit`` before pausing, so those that finish in time are told."""
+    for up to this many seconds past ``time_limit`` before pausing, so those that finish in time are told.
+
+    ``longest_first``: once the target covers every untried candidate of a countable space (the search will train each
+    of them whatever the sampler proposes, e.g. the default space's 11 trials over 11 candidates), each new trial is the
+    untried candidate expected to train longest (:mod:`hlnas.search.order`), enqueued before it is asked: the workers
+    finish together, and no repeat proposals are asked and told on the way (event ``longest_first``, once). The
+    layouts trained and their results are the same; only the order differs. ``hlnas search`` turns it on where trials
+    run several at once (with one at a time the order changes no wall time); the sampler benchmark leaves it off, its
+    measure being the order a sampler finds good layouts in."""
     search = _Search(study, space, executor, n_trials=n_trials, seed=seed, out_root=out_root, time_limit=time_limit,
                      metrics_names=list(objectives) if objectives is not None else [o.metric for o in space.objectives],
                      emit=on_event or (lambda kind, data: None),
                      unique=space.countable(COUNTABLE) if unique is _COUNT else unique,
-                     stop=stop or (lambda: False), rung_root=rung_root, interruptible=interruptible)
+                     stop=stop or (lambda: False), rung_root=rung_root, interruptible=interruptible,
+                     longest_first=longest_first)
     search.prepare(retry_failed=retry_failed, enqueue_grid=enqueue_grid, clock_start=clock_start, drain=drain)
     search.run()
 
@@ -90,7 +100,7 @@ class _Search:
     trial between them."""
 
     def __init__(self, study: optuna.Study, space: SearchSpace, executor, *, n_trials: int, seed: int, out_root, time_limit,
-                 metrics_names: list, emit, unique, stop, rung_root, interruptible: bool):
+                 metrics_names: list, emit, unique, stop, rung_root, interruptible: bool, longest_first: bool = False):
         self.study, self.space, self.ex, self.n_trials, self.out_root = study, space, executor, n_trials, out_root
         self.time_limit, self.metrics_names, self.emit, self.unique, self.stop = time_limit, metrics_names, emit, unique, stop
         self.rung_root = rung_root
@@ -102,6 +112,8 @@ class _Search:
         self.rng = random.Random(seed)
         self.last_front: tuple = ()
         self.dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()}
+        self.longest_first = longest_first and unique is not None
+        self.covering = False  # the target covers every untried candidate: they start longest expected first
 
     def _raise_target(self, to: int, **why) -> None:
         self.emit("target_raised", {"from": self.n_trials, "to": to, **why})
@@ -275,7 +287,23 @@ class _Search:
                 fresh = [p for p in self.space.grid() if str(self.space.layout(p)) not in seen]
                 if fresh:
                     self.study.enqueue_trial(fresh[self.rng.randrange(len(fresh))])
+            elif self.longest_first and self.sched is None and not self.requeued:
+                self._enqueue_longest(trained)
             self._start(ask_trial(self.study, self.dists, self.requeued))
+
+    def _enqueue_longest(self, trained: int) -> None:
+        """Where the target covers every untried candidate, enqueue the one expected to train longest (the next ask
+        takes it; one at a time, so a stop leaves at most one WAITING, which a resume's ask takes like any other)."""
+        seen = set(self.done_by_layout) | set(self.dead) | self.open_layouts()
+        untried = [p for p in self.space.grid() if str(self.space.layout(p)) not in seen]
+        if not untried or trained + len(self.pending) + len(untried) > self.n_trials:
+            return
+        if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return  # one is queued already (a fallback's, an earlier enqueue): the ask takes that first
+        if not self.covering:
+            self.covering = True
+            self.emit("longest_first", {"n": len(untried), "target": self.n_trials})
+        self.study.enqueue_trial(longest_first(self.space, untried, lambda p: str(self.space.layout(p)))[0])
 
     def _start(self, trial: optuna.trial.Trial) -> None:
         """A trial asked: reused, repeated, waiting for its twin, infeasible, or submitted."""

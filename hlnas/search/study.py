@@ -423,7 +423,9 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
             return study
         search_loop(study, space, ex, n_trials=o.n_trials, seed=o.seed, out_root=o.out_root, on_event=emit,
                     time_limit=o.time_limit, drain=o.drain, clock_start=t_start, retry_failed=o.retry_failed,
-                    enqueue_grid=sampler_name == "grid", interruptible=inline)
+                    enqueue_grid=sampler_name == "grid", interruptible=inline,
+                    # several trials at once: the order decides when the workers finish (one worker: the sampler's)
+                    longest_first=getattr(ex, "capacity", 1) > 1)
     finally:
         ex.shutdown()
     return study

@@ -1,0 +1,78 @@
+"""Longest expected first (hlnas.search.order): the calibration's runs within a role, and a search whose target covers
+every untried candidate, start the runs expected to train longest first; what is trained, and every result, is the
+same as in any other order."""
+
+from __future__ import annotations
+
+from hlnas.search import executors
+from hlnas.search.executors import InlineExecutor
+from hlnas.search.order import expected_length, longest_first
+from hlnas.search.study import run_search
+from hlnas.space import builtin_spaces, load_space, space_from_dict
+from tests.searches import fake_trial, raw_space, trained
+
+
+def test_the_default_space_ranks_little_attention_and_the_costlier_mixer_first():
+    sp = load_space(builtin_spaces()["tiny"])
+    order = longest_first(sp, [str(sp.layout(p)) for p in sp.grid()])
+    # no attention (pure: they train the whole budget where the protocol separates), then one attention layer, then
+    # two, then the Transformer; at equal attention HGRN-2 (the costlier step) before HGRN; equals keep their order
+    assert order == ["NNNNNN", "HHHHHH", "NNNNNA", "ANNNNN", "HHHHHA", "AHHHHH", "NNANNA", "AANNNN", "HHAHHA", "AAHHHH",
+                     "AAAAAA"]
+    assert expected_length(sp, "NNNNNN") < expected_length(sp, "HHHHHH") < expected_length(sp, "AAAAAA")
+
+
+def test_the_calibration_starts_controls_then_pure_models_then_hybrids_each_longest_first(monkeypatch, tmp_path):
+    run, calls = fake_trial({})
+    monkeypatch.setattr(executors, "run_trial", run)
+    sp = space_from_dict(raw_space())
+    run_search(sp, storage=f"sqlite:///{tmp_path}/c.db", study_name="c", n_trials=5, calibrate=True,
+               calibrate_only=True)
+    started = [(c[1], c[2]) for c in calls]
+    pure = sorted(["GGGGGG", "HHHHHH"], key=lambda lay: expected_length(sp, lay))
+    hybrid = sorted(["GGAGGA", "HHAHHA"], key=lambda lay: expected_length(sp, lay))
+    assert started == [("AAAAAA", 0), ("AAAAAA", 1), *[(lay, s) for lay in pure for s in (0, 1)],
+                       *[(lay, s) for lay in hybrid for s in (0, 1)]]
+
+
+class _TwoAtOnce(InlineExecutor):
+    """Trials answered in the calling process, two submitted before the loop collects: the order a 2-worker search
+    starts them in, without processes."""
+
+    capacity = 2
+
+
+def _search(tmp_path, name: str, ex):
+    events = []
+    sp = space_from_dict(raw_space(sampler="nsga2", calibration={"enabled": False}))
+    study = run_search(sp, storage=f"sqlite:///{tmp_path}/{name}.db", study_name=name, n_trials=len(sp.grid()),
+                       executor=ex, on_event=lambda k, d: events.append((k, d)))
+    return sp, study, events
+
+
+def test_a_search_covering_every_candidate_starts_them_longest_first_with_the_same_results(monkeypatch, tmp_path):
+    run, calls = fake_trial({})
+    sp, study, events = _search(tmp_path, "two", _TwoAtOnce(run))
+    started = [d["layout"] for k, d in events if k == "started"]
+    assert started == longest_first(sp, [str(sp.layout(p)) for p in sp.grid()])  # every candidate, longest first
+    assert [k for k, _ in events].count("longest_first") == 1
+    assert not any(k == "reused" for k, _ in events)  # no repeat proposal was asked on the way
+    assert len(study.get_trials(deepcopy=False)) == len(sp.grid())
+
+    # one trial at a time (the sampler benchmark's case too): the sampler's own order, repeats and all
+    run1, _ = fake_trial({})
+    _, study1, events1 = _search(tmp_path, "one", InlineExecutor(run1))
+    assert not any(k == "longest_first" for k, _ in events1)
+    # the same layouts trained, with the same results, whichever order they started in
+    by_layout = {t.user_attrs["layout"]: t.values for t in trained(study)}
+    assert by_layout == {t.user_attrs["layout"]: t.values for t in trained(study1)}
+
+
+def test_a_target_short_of_the_untried_candidates_leaves_the_order_to_the_sampler(monkeypatch, tmp_path):
+    run, _ = fake_trial({})
+    events = []
+    sp = space_from_dict(raw_space(sampler="nsga2", calibration={"enabled": False}))
+    run_search(sp, storage=f"sqlite:///{tmp_path}/s.db", study_name="s", n_trials=len(sp.grid()) - 1,
+               executor=_TwoAtOnce(run), on_event=lambda k, d: events.append((k, d)))
+    assert not any(k == "longest_first" for k, _ in events)
+    assert len([k for k, _ in events if k == "started"]) == len(sp.grid()) - 1
