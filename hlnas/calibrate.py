@@ -56,6 +56,10 @@ class CalibrationConfig:
     graded_ratios: tuple[str, ...] = ()  # further ratios per mixer (paper placement) on the graded ladder
     graded_min_mixers: int = 0  # mixers whose graded measure must rise with the attention share (0: report only)
     pure_below_min_mixers: int = 0  # mixers whose pure model must sit below its hybrid beyond the spread (0: report)
+    # the order runs start in within a role (controls, pure, the rest): "longest" (expected longest first, so the
+    # workers finish together: a calibration done in one go) or "listed" (the space's mixer order: one spread over
+    # several calls lists first the mixers that decide soonest whether it can pass). Results are the same either way
+    order: str = "longest"
 
     def __post_init__(self) -> None:
         if isinstance(self.graded_ratios, list):
@@ -66,6 +70,9 @@ class CalibrationConfig:
                 raise ConfigError(f"calibration.{name}={v!r} is not allowed; allowed: an integer >= 0 (0: reported only)")
         if not isinstance(self.enabled, bool):
             raise ConfigError(f"calibration.enabled must be true or false, got {self.enabled!r}")
+        if self.order not in ("longest", "listed"):
+            raise ConfigError(f"calibration.order={self.order!r} is not allowed; allowed: longest (expected longest "
+                              "first within a role), listed (the space's mixer order)")
         if not is_int(self.seeds) or not 2 <= self.seeds <= 10:
             raise ConfigError(f"calibration.seeds={self.seeds!r} is not allowed; allowed: an integer from 2 to 10 "
                               "(a seed spread needs two seeds)")

@@ -35,6 +35,33 @@ def test_the_calibration_starts_controls_then_pure_models_then_hybrids_each_long
                        *[(lay, s) for lay in hybrid for s in (0, 1)]]
 
 
+def test_a_calibration_spread_over_calls_can_keep_the_spaces_mixer_order(monkeypatch, tmp_path):
+    """calibration.order: listed (the H200 spaces: the mixers that decide soonest whether the protocol can pass are
+    listed first) starts each role's runs in the space's mixer order; it is no part of the recall protocol."""
+    from hlnas.search.calibration import protocol_differences
+
+    run, calls = fake_trial({})
+    monkeypatch.setattr(executors, "run_trial", run)
+    raw = raw_space(mixers=["hgrn", "gla"], calibration={"order": "listed"})
+    sp = space_from_dict(raw)
+    listed = [lay for m in sp.mixers for lay in (str(sp.layout({"mixer": m, "ratio": "pure", "placement": "paper"})),)]
+    assert listed != sorted(listed, key=lambda lay: expected_length(sp, lay))  # the two orders differ here
+    run_search(sp, storage=f"sqlite:///{tmp_path}/c.db", study_name="c", n_trials=5, calibrate=True,
+               calibrate_only=True)
+    started = [(c[1], c[2]) for c in calls]
+    assert started[2:6] == [(lay, s) for s in (0, 1) for lay in listed]  # as the plan lists them: seed by seed
+    assert protocol_differences(space_from_dict(raw_space(mixers=["hgrn", "gla"])), sp) == []
+
+
+def test_a_bad_calibration_order_is_named():
+    import pytest
+
+    from hlnas.errors import HlnasError
+
+    with pytest.raises(HlnasError, match="calibration.order='random' is not allowed; allowed: longest"):
+        space_from_dict(raw_space(calibration={"order": "random"}))
+
+
 class _TwoAtOnce(InlineExecutor):
     """Trials answered in the calling process, two submitted before the loop collects: the order a 2-worker search
     starts them in, without processes."""

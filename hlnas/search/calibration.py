@@ -49,7 +49,7 @@ def check_replicas(space: SearchSpace, replicas) -> None:
 #: what a recall protocol is, for --calibrated-by: every setting of the space but these (the candidates and how they
 #: are searched; the seed, which the calibration's own seeds already vary)
 _NOT_PROTOCOL = ("name", "source", "mixers", "ratios", "placements", "attention_sets", "transformer", "hetero",
-                 "objectives", "constraints", "sampler", "rungs", "scale.train.seed")
+                 "objectives", "constraints", "sampler", "rungs", "scale.train.seed", "calibration.order")
 
 
 def protocol_differences(space: SearchSpace, other: SearchSpace) -> list[str]:
@@ -193,9 +193,12 @@ class _Calibration:
         # at all), then the pure models: where the protocol separates they train to the step budget, the longest runs,
         # so the last runs before the search (which waits for the verdict) are short and the workers finish together.
         # Within a role, longest expected first (hlnas.search.order: the costlier mixer's runs before the cheaper one's,
-        # so one worker is not left with both slow pure models while the other finishes early and waits)
+        # so one worker is not left with both slow pure models while the other finishes early and waits), or in the
+        # space's listed mixer order (calibration.order: listed)
         rank = {"control": 0, "pure": 1}
-        queue = self.units(sorted(self.todo, key=lambda r: (rank.get(r.role, 2), expected_length(self.space, r.layout))))
+        longest = self.space.calibration.order == "longest"
+        queue = self.units(sorted(self.todo, key=lambda r: (rank.get(r.role, 2),
+                                                             expected_length(self.space, r.layout) if longest else 0)))
         # a control that failed decides the verdict: stop starting runs then (the ones in flight finish and are stored)
         hopeless = calib.hopeless(self.space, self.runs)
         while (queue and not hopeless) or dispatch.pending:
