@@ -167,6 +167,10 @@ class _Search:
     def open_layouts(self) -> set:  # layouts training, or paused at a rung
         return {lay for _, lay in self.pending.values()} | {lay for _, lay in self.open_trials.values()}
 
+    def untried(self) -> list[dict]:  # the space's candidates not trained, failed, stopped or training, in grid order
+        seen = set(self.done_by_layout) | set(self.dead) | set(self.stopped_by_layout) | self.open_layouts()
+        return [p for p in self.space.grid() if str(self.space.layout(p)) not in seen]
+
     def exhausted(self) -> bool:  # every distinct layout is trained, failed/infeasible, stopped, or training
         return self.unique is not None and (len(self.done_by_layout) + len(self.dead) + len(self.stopped_by_layout)
                                             + len(self.open_layouts()) >= self.unique)
@@ -283,8 +287,7 @@ class _Search:
             if self.dup_streak and self.dup_streak % REPEATS_BEFORE_FALLBACK == 0 and self.unique is not None:
                 # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
                 # queue an untried candidate so the search keeps covering the space
-                seen = set(self.done_by_layout) | set(self.dead) | set(self.stopped_by_layout) | self.open_layouts()
-                fresh = [p for p in self.space.grid() if str(self.space.layout(p)) not in seen]
+                fresh = self.untried()
                 if fresh:
                     self.study.enqueue_trial(fresh[self.rng.randrange(len(fresh))])
             elif self.longest_first and self.sched is None and not self.requeued:
@@ -294,8 +297,7 @@ class _Search:
     def _enqueue_longest(self, trained: int) -> None:
         """Where the target covers every untried candidate, enqueue the one expected to train longest (the next ask
         takes it; one at a time, so a stop leaves at most one WAITING, which a resume's ask takes like any other)."""
-        seen = set(self.done_by_layout) | set(self.dead) | self.open_layouts()
-        untried = [p for p in self.space.grid() if str(self.space.layout(p)) not in seen]
+        untried = self.untried()
         if not untried or trained + len(self.pending) + len(untried) > self.n_trials:
             return
         if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
