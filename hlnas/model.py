@@ -100,14 +100,20 @@ class HybridLM(nn.Module):
     def new_cache(self) -> Cache:
         return Cache(len(self.blocks))
 
-    def forward(self, input_ids: Tensor, cache: Cache | None = None) -> Tensor:
-        """input_ids ``[B, T]`` -> logits ``[B, T, vocab]``. With ``cache``, continues from its state."""
+    def forward(self, input_ids: Tensor, cache: Cache | None = None, blocks=None) -> Tensor:
+        """input_ids ``[B, T]`` -> logits ``[B, T, vocab]``. With ``cache``, continues from its state. ``blocks``:
+        callables run in place of :attr:`blocks`, one each (their compiled forms: :func:`hlnas.training.step.compiled`)."""
         x = self.embed(input_ids)
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.blocks if blocks is None else blocks):
             x = block(x, None if cache is None else cache.layers[i])
         if cache is not None:
             cache.seen_tokens += input_ids.shape[1]
         return self.lm_head(self.norm(x))
+
+    @property
+    def compile_regions(self) -> nn.ModuleList:
+        """The repeated blocks that :func:`hlnas.training.step.compiled` compiles one by one."""
+        return self.blocks
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

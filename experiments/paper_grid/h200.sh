@@ -8,6 +8,7 @@
 #   --calibrated-by $GRID_STUDY; refused unless $GRID_STUDY's calibration is valid),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
 #   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
+#   bench_compile[:T] (experiments/bench/compile_regions.py: the recall model compiled whole vs block by block; COMPILE_ARGS),
 #   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph vs the compiled model in the graph), bench_recall[:T] (the recall model's
 #   step at $SPACE's score.mqar shape vs plain PyTorch, with the per-op profile; RECALL_BATCH, BENCH_ONLY),
 #   bench_paper[:T] (experiments/bench/paper_scale.py: paper-340m vs plain PyTorch, every 3:1 hybrid, Mamba-2, with
@@ -236,6 +237,10 @@ PY
       [[ $step == bench_lm:* ]] && t=${step#bench_lm:} || t=300
       timeout $(cap $t) python3 -m experiments.bench.lm_step --out "$OUT/logs" >"$OUT/logs/bench_lm.log" 2>&1
       say "bench_lm rc=$?"; cat "$OUT"/logs/lm_step_*.md 2>/dev/null ;;
+    bench_compile*)  # issue #21: the recall model compiled whole vs block by block, cold caches (COMPILE_ARGS: its options)
+      [[ $step == bench_compile:* ]] && t=${step#bench_compile:} || t=240
+      timeout $(cap $t) python3 -m experiments.bench.compile_regions --out "$OUT/logs" ${COMPILE_ARGS:-} >"$OUT/logs/bench_compile.log" 2>&1
+      say "bench_compile rc=$?"; cat "$OUT"/logs/compile_regions_*.md 2>/dev/null ;;
     bench_paper*)  # issue #22 points 2-3: paper-340m training speed against plain PyTorch, with the per-op profile
       [[ $step == bench_paper:* ]] && t=${step#bench_paper:} || t=540
       timeout $(cap $t) python3 -m experiments.bench.paper_scale --out "$OUT/logs" --profile ${BENCH_ONLY:+--only $BENCH_ONLY} \

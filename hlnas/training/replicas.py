@@ -240,14 +240,20 @@ class ReplicatedLM(nn.Module):
             if p.untyped_storage().data_ptr() != self.flat.untyped_storage().data_ptr():
                 raise ReplicaError(f"replicate: parameter {k} was left out of the replicated storage")
 
-    def forward(self, input_ids: Tensor) -> Tensor:
-        """``input_ids [R*B, T]`` (replica-major) -> logits ``[R*B, T, vocab]``."""
+    @property
+    def compile_regions(self) -> nn.ModuleList:
+        """The replicated blocks, for :func:`hlnas.training.step.compiled` (as :attr:`HybridLM.compile_regions`)."""
+        return self.inner.compile_regions
+
+    def forward(self, input_ids: Tensor, blocks=None) -> Tensor:
+        """``input_ids [R*B, T]`` (replica-major) -> logits ``[R*B, T, vocab]``; ``blocks`` as in
+        :meth:`HybridLM.forward`."""
         n = input_ids.shape[0]
         if n % self.replicas:
             raise ReplicaError(f"a batch of {n} rows does not split into {self.replicas} replicas")
         self.fold.batch = n // self.replicas
         with parametrize.cached():  # each bare parameter expanded once per forward
-            return self.inner(input_ids)
+            return self.inner(input_ids, blocks=blocks)
 
     # -- one replica's weights -------------------------------------------------------------------------------------
     def replica_state(self, r: int) -> dict[str, Tensor]:

@@ -1,0 +1,121 @@
+"""What compiling the recall model block by block saves (hlnas.training.step.RegionalCompiled, issue #21): per layout,
+the recall model's step set up and trained uncompiled (``eager``), compiled whole (``torch.compile`` of the model, as
+``score.mqar.compile`` did until 2026-12-03) and compiled block by block (``regional``, what it does now). Each mode
+runs in a process of its own on empty inductor and Triton caches, so ``setup s`` is a cold compile (plus, on a GPU,
+the CUDA-graph capture): build, compile, capture and the first step, to the first loss on the host. ``steps/s`` is
+the steady rate over ``--steps`` steps after it. Ratios are against ``whole`` measured in the same run.
+
+    python -m experiments.bench.compile_regions                                  # H200: the control and GLA 3:1
+    python -m experiments.bench.compile_regions --layouts transformer --layers 4 --steps 5 --device-name cpu  # smoke
+
+Shape: search_spaces/paper_grid_h200_shift.yaml's recall model (24 layers, d=128, 2 heads, zero residual outputs,
+the shift-started attention-input conv) at MQAR K=64, L=256, batch 64. Writes ``OUT/compile_regions_<device>_<date>``
+``.csv`` (layout, mode, setup_s, steps_per_s, setup_vs_whole, speed_vs_whole, step_mode) and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from experiments.bench.results import write_results
+
+MODES = ("eager", "whole", "regional")
+
+
+def one(args) -> dict:
+    """One mode of one layout, in this process: the row's fields."""
+    import torch
+
+    from hlnas.config import ModelConfig
+    from hlnas.model import seeded_model
+    from hlnas.layout import build_layout
+    from hlnas.score.mqar import MqarTask, mqar_loss
+    from hlnas.score.recall_proxy import make_task
+    from hlnas.training.step import compiled, make_optimizer, make_step
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    t0 = time.perf_counter()
+    cfg = ModelConfig(d_model=args.d_model, n_layers=args.layers, vocab_size=args.vocab, n_heads=2, residual_init="zero",
+                      mixer_hparams={"attention": {"input_conv": 4, "input_conv_init": "shift"}})
+    mixer, _, ratio = args.layout.partition(":")
+    layout = build_layout(mixer, ratio or None, args.layers)
+    model = seeded_model(layout, cfg, 0).to(dev)
+    graph = dev.type == "cuda"
+    opt = make_optimizer(model, 1e-3, betas=(0.9, 0.98), weight_decay=0.1, graph=graph)
+    x, y = make_task(MqarTask(vocab_size=args.vocab, seq_len=args.seq_len, num_kv_pairs=args.kv_pairs), args.batch, 0, split="train")
+    x, y = x.to(dev), y.to(dev)
+    model_for_step = model if args.mode == "eager" else (
+        torch.compile(model) if args.mode == "whole" else compiled(model, True, "score.mqar.compile"))
+    autocast = torch.bfloat16 if graph else None
+    step, step_mode = make_step(model_for_step, opt, mqar_loss, (x, y), graph=graph, autocast=autocast)
+    first = step(x, y).item()  # to the host: every kernel of the first step has run
+    setup = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step(x, y)
+    loss.item()
+    rate = args.steps / (time.perf_counter() - t1)
+    return {"layout": str(layout), "mode": args.mode, "setup_s": round(setup, 2), "steps_per_s": round(rate, 2),
+            "step_mode": step_mode, "first_loss": round(first, 4), "loss": round(loss.item(), 4)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layouts", default="transformer,gla:3:1", help="comma-separated layouts (hlnas layout specs)")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    p.add_argument("--layers", type=int, default=24)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--kv-pairs", type=int, default=64)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=200, help="timed steps after the first")
+    p.add_argument("--device-name", default="h200")
+    p.add_argument("--out", default="experiments/bench")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one mode of one layout in this process
+    p.add_argument("--mode", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one:
+        args.layout = args.one
+        print(json.dumps(one(args)))
+        return 0
+    modes = args.modes.split(",")
+    if unknown := [m for m in modes if m not in MODES]:
+        raise SystemExit(f"--modes: unknown {', '.join(unknown)}; allowed: {', '.join(MODES)}")
+    rows = []
+    shape = ["--layers", str(args.layers), "--d-model", str(args.d_model), "--seq-len", str(args.seq_len),
+             "--kv-pairs", str(args.kv_pairs), "--vocab", str(args.vocab), "--batch", str(args.batch), "--steps", str(args.steps)]
+    for layout in args.layouts.split(","):
+        for mode in modes:
+            with tempfile.TemporaryDirectory() as cache:  # a cold compile: nothing from another mode or an earlier call
+                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor", "TRITON_CACHE_DIR": f"{cache}/triton"}
+                r = subprocess.run([sys.executable, "-m", "experiments.bench.compile_regions", "--one", layout, "--mode", mode,
+                                    *shape], env=env, capture_output=True, text=True)
+            if r.returncode:
+                rows.append({"layout": layout, "mode": mode, "error": (r.stderr.strip().splitlines() or ["?"])[-1][:200]})
+            else:
+                rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+            print(rows[-1], flush=True)
+    for r in rows:
+        base = next((b for b in rows if b["layout"] == r["layout"] and b["mode"] == "whole" and "error" not in b), None)
+        ok = base is not None and "error" not in r
+        r["setup_vs_whole"] = round(r["setup_s"] / base["setup_s"], 3) if ok else ""
+        r["speed_vs_whole"] = round(r["steps_per_s"] / base["steps_per_s"], 3) if ok else ""
+    cols = ["layout", "mode", "setup s", "steps/s", "setup vs whole", "speed vs whole", "step mode", "note"]
+    write_results(args.out, "compile_regions", args.device_name, "Recall-model compile: whole vs block by block",
+                  "python -m experiments.bench.compile_regions " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  "Each mode in its own process on empty inductor and Triton caches; setup s: build, compile, capture "
+                  "and the first step; steps/s: the steady rate after. Ratios against `whole` in the same run.", cols,
+                  lambda r: [r["layout"], r["mode"], r.get("setup_s", ""), r.get("steps_per_s", ""), r["setup_vs_whole"],
+                             r["speed_vs_whole"], r.get("step_mode", ""), r.get("error", "")], rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

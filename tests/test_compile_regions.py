@@ -1,0 +1,97 @@
+"""hlnas.training.step.compiled compiles a model block by block (RegionalCompiled): blocks of one mixer share one
+compiled graph, the outputs and gradients are the eager model's, the model's own call stays eager, and a replicated
+model (hlnas.training.replicas) goes the same way. A counting backend stands in for inductor (a CPU inductor compile
+costs 10+ s); experiments/bench/compile_regions.py measures the real one."""
+
+import pytest
+import torch
+
+from hlnas.config import ModelConfig
+from hlnas.errors import ConfigError
+from hlnas.layout import Layout
+from hlnas.model import seeded_model
+from hlnas.training.replicas import replicate
+from hlnas.training.step import RegionalCompiled, compiled
+
+CFG = ModelConfig(d_model=32, n_layers=6, vocab_size=64, n_heads=2, mlp_hidden=64,
+                  mixer_hparams={"attention": {"input_conv": 4, "input_conv_init": "shift"}})
+
+
+class Counting:
+    """A torch.compile backend that runs the traced graph as it is and counts the graphs it was given and their nodes
+    (the work a real backend would compile)."""
+
+    def __init__(self):
+        self.graphs = self.nodes = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        self.nodes += len(gm.graph.nodes)
+        return gm.forward
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def traced(layout: str, whole: bool = False) -> tuple[int, int]:
+    """(graphs, nodes) the backend was given for one forward of ``layout``'s model, compiled block by block or whole."""
+    torch._dynamo.reset()
+    backend, model = Counting(), seeded_model(Layout.parse(layout), CFG, 0)
+    (torch.compile(model, backend=backend) if whole else compiled(model, backend, "k"))(torch.randint(0, 64, (2, 16)))
+    return backend.graphs, backend.nodes
+
+
+@pytest.mark.parametrize("short, deep", [("AA", "AAAAAA"), ("RR", "RRRRRR"), ("GGA", "GGAGGAGGA")])
+def test_blocks_of_one_mixer_share_compiled_graphs_whatever_the_depth(short, deep):
+    """Compiled whole, a deeper model is a longer graph to trace and compile (the 24-layer recall model's first step
+    took 49 s on the CPU); block by block, three times the layers compile no more graphs and no more nodes."""
+    assert traced(deep) == traced(short) and traced(short)[0] >= 1
+    if traced(short, whole=True)[0] == 1:  # what it saves: whole, one graph as long as the model
+        assert traced(deep, whole=True)[1] > 2 * traced(short, whole=True)[1]
+    # (GLA's PyTorch kernel breaks every GLA block's graph, so compiled whole its blocks already came apart)
+
+
+def test_the_regional_model_is_the_eager_model_in_outputs_and_gradients():
+    model, ref = (seeded_model(Layout.parse("GGAGGA"), CFG, 0) for _ in range(2))
+    backend = Counting()
+    step_model = compiled(model, backend, "score.mqar.compile")
+    assert isinstance(step_model, RegionalCompiled) and list(step_model.parameters()) == list(model.parameters())
+    x = torch.randint(0, 64, (2, 16))
+    out, want = step_model(x), ref(x)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    out.square().mean().backward()
+    want.square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+    before = backend.graphs
+    model(x)  # the model's own call (evaluation) is not compiled
+    assert backend.graphs == before >= 1
+
+
+def test_a_replicated_model_compiles_block_by_block_too():
+    models = [seeded_model(Layout.parse("GGA"), CFG, s) for s in (0, 1)]
+    solo = [seeded_model(Layout.parse("GGA"), CFG, s) for s in (0, 1)]
+    rep = replicate(models)
+    backend = Counting()
+    step_model = compiled(rep, backend, "score.mqar.compile")
+    assert isinstance(step_model, RegionalCompiled)
+    x = torch.randint(0, 64, (4, 16))
+    out = step_model(x)
+    assert backend.graphs >= 1
+    want = torch.cat([solo[0](x[:2]), solo[1](x[2:])])
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_without_blocks_compiles_whole_and_a_bad_backend_is_named():
+    lin = torch.nn.Linear(4, 4)
+    backend = Counting()
+    whole = compiled(lin, backend, "train.compile")
+    assert not isinstance(whole, RegionalCompiled)
+    whole(torch.randn(2, 4))
+    assert backend.graphs == 1
+    with pytest.raises(ConfigError, match=r"train.compile='nope'.*Allowed: true, false or one of"):
+        compiled(seeded_model(Layout.parse("AA"), CFG, 0), "nope", "train.compile")
