@@ -13,7 +13,8 @@ Rows (``--only`` picks some, in this syntax): ``matmul`` (a bf16 8192^3 matmul: 
 ``plain`` (a plain-PyTorch Transformer: fused QKV, SDPA, RoPE, fused gate-up SwiGLU, ``nn.RMSNorm``; the width, depth,
 heads, vocabulary and MLP width of hlnas's Transformer, so the same parameter count), ``transformer``, each paper
 mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory is a row, not a crash). A row with
-``@compile`` (``gla:3:1@compile``) trains that model under ``torch.compile`` (inductor) inside the same step, and its
+``@compile`` (``gla:3:1@compile``) trains that model under ``torch.compile`` (inductor, block by block as
+``train.compile`` does) inside the same step, and its
 ``tok/s vs own row`` is its speed over the uncompiled row of the same run (issue #21 point 2). Every model
 trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused AdamW,
 clipping, bf16 autocast, ``lm_loss``) on random tokens of the batch's shape: the rows differ in the model alone.
@@ -149,13 +150,13 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 
     from hlnas.budget import layout_cost, resolve_config
     from hlnas.config import preset
-    from hlnas.training.step import make_optimizer, make_step
+    from hlnas.training.step import compiled, make_optimizer, make_step
     from hlnas.layout import build_layout
     from hlnas.model import build_model
     from hlnas.train import lm_loss
 
     cfg = recall_config(args.recall_space) if args.recall_space else preset(args.preset)
-    spec, _, variant = spec.partition("@")  # "@compile": the model under torch.compile (inductor), then the same step
+    spec, _, variant = spec.partition("@")  # "@compile": the model as train.compile compiles it (inductor, block by block), then the same step
     if variant not in ("", "compile"):
         raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile")
     mixer, _, ratio = spec.partition(":")
@@ -179,7 +180,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         graph = args.mode == "graph"
         t0 = time.perf_counter()
         opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
-        step, mode = make_step(torch.compile(model) if variant else model, opt, lm_loss, (x, y), graph=graph, clip=1.0,
+        step, mode = make_step(compiled(model, True, "train.compile") if variant else model, opt, lm_loss, (x, y), graph=graph, clip=1.0,
                                autocast=torch.bfloat16 if dev.type == "cuda" else None, rewind_warmup=True)
         mode += "+compile" if variant else ""
         loss = step(x, y)
