@@ -22,14 +22,10 @@ import time
 import torch
 
 from hlnas.kernels import OPS
+from tests.helpers import rel_err
 from tests.kernels.inputs import make_inputs  # run as python -m experiments.gpu_check (the tree travels whole to the GPU)
 
 TOL = 1e-2
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 def run_op(name: str, mod, inputs: dict, backend: str | None):
@@ -74,7 +70,7 @@ def check(name: str, B: int, T: int, H: int, K: int, V: int) -> dict:
     first_call_s = time.perf_counter() - t0
     ref, rleaves = run_op(name, mod, x32, "ref" if name == "attention" else "torch")
     rg = grads(ref, rleaves, cot.float())
-    errs = {"o": rel(out, ref), **{f"d{k}": rel(g[k], rg[k]) for k in rg}}
+    errs = {"o": rel_err(ref, out), **{f"d{k}": rel_err(rg[k], g[k]) for k in rg}}
 
     def step(backend):
         def f():

@@ -15,15 +15,16 @@ import sys
 import torch
 
 from hlnas.catalog import linear_mixer_names
-from tests.test_model_gpu import _model, _run, rel  # the GPU test's model, inputs and step
+from tests.helpers import rel_err
+from tests.test_model_gpu import _model, _run  # the GPU test's model, inputs and step
 
 
 def compare(a: tuple, b: tuple) -> str:
     (la, ga), (lb, gb) = a, b
     names = sorted(ga)
-    whole = rel(torch.cat([ga[n].flatten() for n in names]), torch.cat([gb[n].flatten() for n in names]))
-    worst = max(names, key=lambda n: rel(ga[n], gb[n]))
-    return f"{rel(la, lb):.1e} | {whole:.1e} | {rel(ga[worst], gb[worst]):.1e} `{worst.removeprefix('blocks.')}`"
+    whole = rel_err(torch.cat([gb[n].flatten() for n in names]), torch.cat([ga[n].flatten() for n in names]))
+    worst = max(names, key=lambda n: rel_err(gb[n], ga[n]))
+    return f"{rel_err(lb, la):.1e} | {whole:.1e} | {rel_err(gb[worst], ga[worst]):.1e} `{worst.removeprefix('blocks.')}`"
 
 
 def main() -> int:

@@ -14,15 +14,12 @@ from hlnas.config import ModelConfig
 from hlnas.kernels import use_backend
 from hlnas.layout import Layout, build_layout
 from hlnas.model import build_model
+from tests.helpers import rel_err
 
 pytestmark = pytest.mark.gpu
 
 CFG = ModelConfig(d_model=128, n_layers=2, vocab_size=256, n_heads=2)
 TOL = 2e-2
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
 def _run(model, ids, backend: str, bf16: bool):
@@ -53,11 +50,11 @@ def test_fla_model_matches_the_pytorch_model(mixer, bf16):
     model, ids = _model(mixer)
     ref_logits, ref_grads = _run(model, ids, "torch", bf16=bf16)
     logits, grads = _run(model, ids, "fla", bf16=bf16)
-    assert rel(logits, ref_logits) < TOL
+    assert rel_err(ref_logits, logits) < TOL
     assert set(grads) == set(ref_grads)
-    errs = {n: rel(grads[n], ref_grads[n]) for n in grads}
+    errs = {n: rel_err(ref_grads[n], grads[n]) for n in grads}
     worst = max(errs, key=errs.get)
-    print(f"{mixer} {'bf16' if bf16 else 'fp32'}: logits {rel(logits, ref_logits):.1e}, worst gradient {worst} {errs[worst]:.1e}")
+    print(f"{mixer} {'bf16' if bf16 else 'fp32'}: logits {rel_err(ref_logits, logits):.1e}, worst gradient {worst} {errs[worst]:.1e}")
     assert errs[worst] < TOL, f"{mixer}: gradient of {worst} off by {errs[worst]:.2e}"
 
 
@@ -71,4 +68,4 @@ def test_cached_decoding_on_the_gpu_matches_the_parallel_forward(mixer):
         full = model(ids)
         cache = model.new_cache()
         parts = [model(ids[:, :64], cache)] + [model(ids[:, t : t + 1], cache) for t in range(64, 80)]
-    assert rel(torch.cat(parts, 1), full) < 1e-3  # fp32 throughout: chunked prefill + recurrent steps
+    assert rel_err(full, torch.cat(parts, 1)) < 1e-3  # fp32 throughout: chunked prefill + recurrent steps

@@ -17,6 +17,7 @@ from hlnas.config import ModelConfig
 from hlnas.kernels import use_backend
 from hlnas.layout import Layout, build_layout
 from hlnas.model import build_model
+from tests.helpers import rel_err
 from tests.kernels.inputs import make_inputs
 
 OPS = {  # op -> (function, the make_inputs keys it takes positionally)
@@ -26,10 +27,6 @@ OPS = {  # op -> (function, the make_inputs keys it takes positionally)
     "delta_rule": ("chunk_delta_rule_torch", ("q", "k", "v", "beta")),
     "gated_delta_rule": ("chunk_gated_delta_rule_torch", ("q", "k", "v", "g", "beta")),
 }
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -46,8 +43,8 @@ def test_torch_paths_keep_float32_under_a_bf16_autocast(op, path):
         o, _ = fn(*args)
     g = torch.autograd.grad(o.square().sum(), args)  # backward outside the region, as the trainer does
     assert o.dtype == torch.float32  # the input's dtype, not autocast's
-    assert rel(o, o_ref) < 1e-6
-    errs = [rel(a, b) for a, b in zip(g, g_ref, strict=True)]
+    assert rel_err(o_ref, o) < 1e-6
+    errs = [rel_err(b, a) for a, b in zip(g, g_ref, strict=True)]
     assert max(errs) < 1e-5, errs
 
 
