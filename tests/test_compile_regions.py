@@ -95,3 +95,29 @@ def test_a_model_without_blocks_compiles_whole_and_a_bad_backend_is_named():
     assert backend.graphs == 1
     with pytest.raises(ConfigError, match=r"train.compile='nope'.*Allowed: true, false or one of"):
         compiled(seeded_model(Layout.parse("AA"), CFG, 0), "nope", "train.compile")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["AAAA", "GZAH"])
+def test_a_recall_run_compiled_block_by_block_in_the_cuda_graph_follows_the_uncompiled_one(layout):
+    """On CUDA (bf16 autocast, fla kernels inside the compiled blocks, the whole step captured): a recall run with
+    score.mqar.compile (inductor, block by block) and one without, same seed and data, stop at the same steps with
+    the same curve within bf16 tolerance; two runs as compiled replicas give the same too."""
+    from hlnas.score.mqar import MqarTask, make_mqar
+    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
+    from hlnas.score.recall_replicas import train_mqar_replicas
+
+    base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
+    hp = {"attention": {"input_conv": 4, "input_conv_init": "shift"}, "hgrn": {"use_short_conv": True}}
+    kw = dict(seq_len=64, kv_pairs=4, vocab=64, batch=16, steps=40, eval_every=10, val=64, test=64,
+              model={"residual_init": "zero", "mixer_hparams": hp})
+    plain, comp = MqarConfig(**kw), MqarConfig(**kw, compile=True)
+    mcfg = MqarTask(vocab_size=plain.vocab, seq_len=plain.seq_len, num_kv_pairs=plain.kv_pairs)
+    val = make_mqar(mcfg, plain.val, 2**31 - 2, split="train")
+    a = _one_rate(recall_setup(Layout.parse(layout), base, plain), 1e-3, 1, torch.device("cuda"), val)
+    b = _one_rate(recall_setup(Layout.parse(layout), base, comp), 1e-3, 1, torch.device("cuda"), val)
+    reps = train_mqar_replicas(Layout.parse(layout), base, comp, [(1, 1e-3), (1, 1e-3)], device="cuda")
+    for got in (b, *reps):
+        assert got["mode"] == a["mode"] == "graph" and got["steps"] == a["steps"]
+        assert [c[2] for c in got["curve"]] == pytest.approx([c[2] for c in a["curve"]], rel=0.02)
+        assert [c[1] for c in got["curve"]] == pytest.approx([c[1] for c in a["curve"]], abs=0.05)
