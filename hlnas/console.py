@@ -69,7 +69,8 @@ class SearchProgress:
         if kind in _LINES:
             self.write(_LINES[kind].format(**data))
         elif kind == "started":
-            self.write(f"  trial {data['number']:>3} started   {data['layout']}")
+            taken = f"  (recall: calibration run {data['recall_from']}; LM half only)" if data.get("recall_from") else ""
+            self.write(f"  trial {data['number']:>3} started   {data['layout']}{taken}")
         elif kind == "finished":
             m = data.get("metrics") or {}
             if data["status"] == "ok":

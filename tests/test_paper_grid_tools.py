@@ -63,7 +63,8 @@ HGRN_31, T = str(build_layout("hgrn", "3:1")), str(build_layout("transformer", N
 @pytest.fixture()
 def grid(tmp_path):
     """Seed 0: three trials (GLA 3:1, the Transformer ok; HGRN 3:1 failed). Calibration: seed-1 runs of GLA pure and
-    GLA 3:1 (recall only). A seed-1 study: GLA 3:1 (LM and recall) and the Transformer."""
+    GLA 3:1 (recall only). A seed-1 study: GLA 3:1 (LM and recall) and the Transformer (its LM, and the calibration
+    control's seed-1 recall)."""
     url = f"sqlite:///{tmp_path}/g.db"
     space = load_space(SPACE)
     s0 = _study(url, "grid", space, {
@@ -77,7 +78,8 @@ def grid(tmp_path):
             "hybrid:gla:s0": {"key": "hybrid:gla:s0", "layout": GLA_31, "seed": 0, "status": "ok", "recall_raw": 0.85,
                               "recall_baseline": 0.25, "recall": 0.8, "mqar_s": 30.0, "trial": 0}}})
     s1 = _study(url, "grid_s1", space.with_sets(["train.seed=1"]), {
-        GLA_31: _attrs(0.88, 0.45, 1.62, 25.0, 13.0), T: _attrs(0.97, 0.28, 1.71, 44.0, 21.0)})
+        GLA_31: _attrs(0.88, 0.45, 1.62, 25.0, 13.0),
+        T: {**_attrs(0.97, 0.28, 1.71, 44.0, 21.0), "recall_from": "grid:control:transformer:s1"}})
     return url, space, s0, s1
 
 
@@ -98,6 +100,8 @@ def test_collect_gives_a_row_per_candidate_and_seed_from_trials_the_seed_study_a
     # seed 1: the seed study's full trial wins over calibration's recall-only run of the same layout
     r1 = by[(1, GLA_31)]
     assert (r1["recall_raw"], r1["val_loss"], r1["gpu_s"], r1["source"]) == (0.88, 1.62, 38.0, "grid_s1#0")
+    # a seed-1 trial that trained its LM and took the calibration's seed-1 recall names that run
+    assert by[(1, T)]["source"] == "grid_s1#1 (recall of grid:control:transformer:s1)" and by[(1, T)]["gpu_s"] == 65.0
     # a layout only calibration ran at seed 1: recall only, no LM
     c = by[(1, GLA_PURE)]
     assert (c["status"], c["recall_raw"], c["recall_baseline"], c["val_loss"], c["train_wall_s"], c["gpu_s"]) == \

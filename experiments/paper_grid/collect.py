@@ -13,7 +13,9 @@ Seeds (``seed``, ``source`` columns):
   space's layouts are trials too);
 * each other seed ``s``, per layout, the first of:
   1. ``--seed-study``: a second study of the same space trained with ``--set train.seed=s`` (its stored space
-     must equal the study's except ``train.seed``): the full candidate, LM and recall;
+     must equal the study's except ``train.seed``): the full candidate, LM and recall. Where the calibration ran
+     the layout at seed ``s``, that study trained only the LM and took the calibration run's recall (the same
+     layout, protocol and seed; ``source`` names the run, ``mqar_s`` is that run's, spent once);
   2. the study's calibration run of that layout at seed ``s`` (``hlnas_calibration``; it covers the control, each
      mixer's pure model, 3:1 hybrid and graded ratios): **recall only** (a fresh recall model; no LM was
      trained, so ``val_loss`` and ``train_wall_s`` are blank and ``source`` says ``recall only``);
@@ -115,7 +117,8 @@ def _trial_row(study_name: str, t: optuna.trial.FrozenTrial | None, baseline, co
            "tokens_per_s": a.get("tokens_per_s"), "steady_tokens_per_s": a.get("steady_tokens_per_s"),
            "status": ("not run" if t is None else a.get("status") or t.state.name.lower()),
            "error_kind": a.get("error_kind"), "trial": None if t is None else t.number,
-           "source": None if t is None else f"{study_name}#{t.number}"}
+           "source": None if t is None else f"{study_name}#{t.number}"
+                     + (f" (recall of {a['recall_from']})" if a.get("recall_from") else "")}
     if t is not None and t.state == optuna.trial.TrialState.RUNNING:
         row["status"] = "running when the lease ended"
     row.update({f"ruler_{k}": v for k, v in tasks.items()})

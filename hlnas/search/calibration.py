@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 import hlnas.calibrate as calib
 from hlnas.errors import ConfigError, HlnasError
+from hlnas.score.recall_result import finished_result
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.order import expected_length
 from hlnas.search.records import constraint_values, layout_spec, objective_values, paused_root
@@ -23,12 +24,16 @@ from hlnas.search.trial import TrialResult, layout_metrics
 from hlnas.space import SearchSpace
 
 __all__ = ["RECALL_OBJECTIVES", "PAUSED", "needs_calibration", "check_replicas", "calibrate_if_needed", "run_calibration",
-           "calibration_failed_message", "borrow_calibration", "borrowable_calibration", "protocol_differences"]
+           "calibration_failed_message", "borrow_calibration", "borrowable_calibration", "protocol_differences",
+           "RECALL_ATTR", "calibrated_recall"]
 
 #: the study objectives that measure recall (the corrected final score and the graded learning AUC)
 RECALL_OBJECTIVES = ("recall", "recall_auc")
 #: what :func:`calibrate_if_needed` returns when the time limit paused the calibration
 PAUSED = "paused"
+#: study user attr prefix: ``RECALL_ATTR + run key`` holds a finished calibration run's fresh-model recall result
+#: (:func:`hlnas.score.recall_result.finished_result`), one attr a run so the calibration's own attr stays small
+RECALL_ATTR = "hlnas_calibration_recall:"
 
 
 def needs_calibration(space: SearchSpace) -> bool:
@@ -94,6 +99,27 @@ def borrow_calibration(study: optuna.Study, space: SearchSpace, source: str) -> 
     borrowed = {"status": "valid", "verdict": cal["verdict"], "borrowed_from": {"study": source}}
     study.set_user_attr("hlnas_calibration", borrowed)
     return borrowed
+
+
+def calibrated_recall(study: optuna.Study, space: SearchSpace) -> dict[str, tuple[str, dict]]:
+    """The fresh-model recall results that the calibration ``study`` relies on (its own, or the one it borrowed with
+    ``--calibrated-by``) finished at ``space``'s training seed: ``{layout: (where, result)}``, ``where`` naming the run
+    (``study:key``). A trial of such a layout takes that result instead of training its recall again: the same layout,
+    recall protocol (a borrowed calibration's is checked equal but for the seed) and seed give the same measurement.
+    Seed 1 of the paper grid (``--set train.seed=1 --calibrated-by``) so trains only the LM half of the 19 layouts the
+    calibration covered. Runs stored before such results were kept have none: their layouts train as before."""
+    from hlnas.search import optuna_adapter
+    from hlnas.search.storage import load_study
+
+    cal = study.user_attrs.get("hlnas_calibration") or {}
+    source_name = (cal.get("borrowed_from") or {}).get("study")
+    source = study if source_name is None else load_study(optuna_adapter.storage_of(study), source_name)
+    name = source_name or study.study_name
+    out = {}
+    for attr, rec in source.user_attrs.items():
+        if attr.startswith(RECALL_ATTR) and isinstance(rec, dict) and rec.get("seed") == space.train.seed:
+            out.setdefault(rec["layout"], (f"{name}:{attr[len(RECALL_ATTR):]}", rec["result"]))
+    return out
 
 
 def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, storage: str, study_name: str, fresh: bool,
@@ -269,6 +295,9 @@ class _Calibration:
         summary = calib.run_summary(run, result.status, result.metrics)
         if run.params is not None and result.status in ("ok", "failed", "infeasible"):
             summary["trial"] = _tell_calibration_trial(self.study, self.space, run, result)
+        given = finished_result(result.metrics) if result.ok else None
+        if given is not None:  # a search of this protocol at this seed takes it (calibrated_recall), not trains it again
+            self.study.set_user_attr(RECALL_ATTR + run.key, {"layout": run.layout, "seed": run.seed, "result": given})
         self.runs[run.key] = summary
         self.save()
         if self.state_dir(run) is not None:  # stored: its paused state (if any) is of no more use

@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 
 from hlnas.rungs import RUNG_ATTR
 from hlnas.search import optuna_adapter
+from hlnas.search.calibration import calibrated_recall
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.order import longest_first
 from hlnas.search.records import (COUNTABLE, MAX_REPEATS, REPEATS_BEFORE_FALLBACK, RETRY_KINDS, ask_trial,
@@ -136,6 +137,8 @@ class _Search:
         if space.rungs is None:  # the rung scheduler keeps its own paused models
             root = paused_root(study, out_root=self.out_root, given=self.rung_root, create=self.time_limit is not None)
             self.paused_dir = None if root is None else (lambda layout: os.path.join(root, "trials", layout))
+        # layouts whose recall the calibration measured at this seed already: their trials train only the LM half
+        self.measured_recall = calibrated_recall(study, space) if space.rungs is None else {}
         self.done_by_layout = completed_by_layout(study)
         self.dead = failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
         if retry_failed:
@@ -347,8 +350,11 @@ class _Search:
         else:  # a signal while submitting: this trial is pending, so it is re-queued
             if self.paused_dir is not None:
                 spec = dataclasses.replace(spec, state_dir=self.paused_dir(spec.layout), pause_by=self.pause_by)
-            self.dispatch.submit(spec, (trial, spec.layout),
-                                 lambda: self.emit("started", {"number": trial.number, "layout": spec.layout}))
+            where, result = self.measured_recall.get(spec.layout, (None, None))
+            if result is not None:
+                spec = dataclasses.replace(spec, recall=result, recall_from=where)
+            started = {"number": trial.number, "layout": spec.layout, **({"recall_from": where} if where else {})}
+            self.dispatch.submit(spec, (trial, spec.layout), lambda: self.emit("started", started))
 
     def _collect(self) -> None:
         """Tell each trial that finished (a rung trial paused at its rung stays open)."""

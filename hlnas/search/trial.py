@@ -50,6 +50,10 @@ class TrialSpec:
     # recall of this spec and of these is trained as replicas of one model (hlnas.score.recall_replicas), then each
     # run goes on as it would alone with its recall given; their results come back in TrialResult.replicas
     replicas: tuple[TrialSpec, ...] = ()
+    # this layout's fresh-model recall at this seed and protocol, measured already (a calibration run:
+    # hlnas.search.calibration.calibrated_recall), taken instead of training it again; recall_from names that run
+    recall: dict | None = None
+    recall_from: str | None = None
 
     @property
     def layout(self) -> str:
@@ -167,6 +171,9 @@ def _run_one(spec: TrialSpec, recall: dict | None = None) -> TrialResult:
         metrics.update(layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement))
         # a rung trains the recall model alone, up to its steps, kept in state_dir (_paused)
         rung = spec.state_dir is not None and spec.rung_steps is not None
+        if recall is None and spec.recall is not None:
+            recall = spec.recall
+            metrics["recall_from"] = spec.recall_from
         with _paused(spec):
             result = run(spec.recipe, out_dir=spec.out_dir, recall_only=spec.recall_only or rung, recall=recall)
         if rung:
