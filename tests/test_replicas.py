@@ -74,12 +74,13 @@ def assert_same_run(solo_losses, solo_model, rep_losses, rep, r, what):
     # measured: losses within 5e-7, weights mostly within 6e-7 after 6 steps (float32 rounding of the batched
     # matmuls); Adam's m/sqrt(v) magnifies the rounding of a near-zero gradient (a zero-initialised model's first
     # ones): up to 5e-6 on one element, 0.2% of a step at lr 3e-3. The solo runs use torch's fused AdamW on CPU (its
-    # own order of operations): up to 1.1e-5 on one element of 8192, 0.4% of a step. A wrong gradient, rate or
-    # decay moves weights by a whole step (1e-3..3e-3)
+    # own order of operations): up to 1.1e-5 on one element of 8192, 0.4% of a step; on another CPU of the same kind
+    # (2026-12-03, torch 2.13.0) 3.04e-5 on one element of HGRN's down_proj, 1% of a step. A wrong gradient, rate or
+    # decay moves weights by a whole step (1e-3..3e-3): 1e-4 keeps a 10x margin to that
     assert rep_losses == pytest.approx(solo_losses, rel=1e-6, abs=2e-6), what
     state = rep.replica_state(r)
     for k, p in solo_model.named_parameters():
-        torch.testing.assert_close(state[k], p.detach(), rtol=1e-5, atol=3e-5, msg=lambda m: f"{what} {k}: {m}")
+        torch.testing.assert_close(state[k], p.detach(), rtol=1e-5, atol=1e-4, msg=lambda m: f"{what} {k}: {m}")
 
 
 @pytest.mark.parametrize("mixer", list(CODES))
