@@ -75,3 +75,24 @@ def test_replicas_give_each_seed_the_result_it_gets_alone(tmp_path):
         for (s1, a1, l1), (s2, a2, l2) in zip(alone["curve"], rep["curve"]):
             assert s1 == s2 and abs(a1 - a2) < 1e-3 and abs(l1 - l2) < 1e-3, (key, alone["curve"], rep["curve"])
     assert rows["solo"][("GA", 0)]["curve"] != rows["solo"][("GA", 1)]["curve"]  # the seeds are different runs
+
+
+def test_every_committed_case_file_builds_its_recall_runs():
+    """The case files a GPU session runs (experiments/paper_grid/*_cases.json): every case's spec and recall setup
+    build here, so a bad key or an impossible task (K=128 pairs in a 256-symbol vocabulary) is found on the CPU, not in
+    a device call."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        import recall_sweep
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+    from hlnas.score.recall_proxy import recall_setup
+
+    files = sorted((ROOT / "experiments" / "paper_grid").glob("*_cases.json"))
+    assert len(files) >= 3
+    for f in files:
+        args = recall_sweep._parser().parse_args(["--cases", str(f)])
+        for i, case in enumerate(recall_sweep._cases(args)):
+            spec = recall_sweep._spec(i, case, args)
+            setup = recall_setup(spec.recipe.layout, spec.recipe.model, spec.recipe.score.mqar)
+            assert setup.task.seq_len == case.get("seq_len", args.seq_len), (f.name, i)
