@@ -77,10 +77,19 @@ def _groups(cases: list[dict], replicas: bool) -> list[list[tuple[int, dict]]]:
 
 
 def _row(case: dict, r, at_s: float) -> dict:
-    """One finished case's line of recall_sweep.jsonl (``r``: its TrialResult)."""
+    """One finished case's line of recall_sweep.jsonl (``r``: its TrialResult). ``auc`` is over the whole step
+    schedule, as a protocol scores it: a case its time budget (``budget_s``) cut short counts 0 for the steps it never
+    had, so such a row also carries ``cut_at`` (its steps) and ``auc_steps_done``, the area over the steps it had."""
+    from hlnas.score.recall_proxy import learning_auc
+
     m = r.metrics
     mq = m.get("mqar") or {}
     run = (mq.get("runs") or [{}])[-1]
+    steps, schedule = m.get("mqar_steps_done"), mq.get("steps")
+    cut = {}
+    if (r.status == "ok" and steps is not None and schedule and steps < schedule and m.get("mqar_steps_to_target") is None
+            and not m.get("mqar_error") and run.get("curve") and m.get("mqar_val_baseline") is not None):
+        cut = {"cut_at": steps, "auc_steps_done": round(learning_auc(run["curve"], steps, m["mqar_val_baseline"], False), 4)}
     return {**case, "status": r.status, "acc": m.get("mqar_acc"), "baseline": m.get("mqar_baseline"),
             "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"),
             "auc": m.get("mqar_auc"), "steps_to_target": m.get("mqar_steps_to_target"),
@@ -88,7 +97,7 @@ def _row(case: dict, r, at_s: float) -> dict:
             "curve": run.get("curve"), "error": (r.error or m.get("mqar_error") or "")[-300:] or None,
             "kv_pairs": mq.get("kv_pairs"), "seq_len": mq.get("seq_len"), "model": mq.get("model"),
             "task": mq.get("task"), "vt": mq.get("vt"), "by_hop": m.get("mqar_by_hop"),
-            "replicas_error": m.get("replicas_error"), "at_s": round(at_s, 1)}
+            "replicas_error": m.get("replicas_error"), "at_s": round(at_s, 1), **cut}
 
 
 def _by_hop(by_hop: dict | None) -> str:
@@ -187,13 +196,17 @@ def _run(cases: list[dict], args, log) -> list[dict]:
 
 def _table(rows: list[dict]) -> list[str]:
     """The sweep's markdown table, a row per case, sorted by tag, layout, lr and seed."""
-    lines = ["| layout | tag | seed | K | L | lr | acc | no-recall | steps | to target | wall s | mode | VT by hop: acc [no-recall] |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| layout | tag | seed | K | L | lr | acc | no-recall | steps | to target | auc | wall s | mode | VT by hop: acc [no-recall] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r.get("tag", ""), r["layout"], r.get("lr", 0), r.get("seed", 0))):
         acc = "-" if r.get("acc") is None else f"{r['acc']:.3f}"
         base = "-" if r.get("baseline") is None else f"{r['baseline']:.3f}"
+        # a case cut by its time budget: its steps as "done (cut)", its area over the steps it had
+        steps = f"{r['cut_at']} (cut by budget_s)" if "cut_at" in r else r.get("steps", "")
+        auc = (f"{r['auc_steps_done']:.3f} over {r['cut_at']} steps" if "cut_at" in r
+               else "-" if r.get("auc") is None else f"{r['auc']:.3f}")
         lines.append(f"| {r['layout']} | {r.get('tag', '')} | {r['seed']} | {r.get('kv_pairs', '')} | {r.get('seq_len', '')} | "
-                     f"{r['lr']:g} | {acc} | {base} | {r.get('steps', '')} | {r.get('steps_to_target') or '-'} | "
+                     f"{r['lr']:g} | {acc} | {base} | {steps} | {r.get('steps_to_target') or '-'} | {auc} | "
                      f"{r.get('wall_s', '')} | {r.get('mode', r['status'])} | {_by_hop(r.get('by_hop'))} |")
     return lines
 

@@ -96,3 +96,26 @@ def test_every_committed_case_file_builds_its_recall_runs():
             spec = recall_sweep._spec(i, case, args)
             setup = recall_setup(spec.recipe.layout, spec.recipe.model, spec.recipe.score.mqar)
             assert setup.task.seq_len == case.get("seq_len", args.seq_len), (f.name, i)
+
+
+def test_a_case_cut_by_its_time_budget_says_so_and_gets_its_area_over_the_steps_it_had():
+    """recall_auc counts the steps a run never had as 0: a seed the budget cut at step 1500 of 6000 while at 0.98 read
+    0.07 beside 0.85-0.91 for seeds that finished (2026-12-03). Its row keeps that auc and adds the cut and the area
+    over the steps it had; a run that reached its target or trained its whole schedule gets neither."""
+    import experiments.recall_sweep as sweep
+    from hlnas.search.trial import TrialResult
+
+    curve = [[500, 0.02, 4.0], [1000, 0.90, 1.0], [1500, 0.979, 0.2]]
+    m = {"mqar_acc": 0.98, "mqar_baseline": 0.016, "mqar_steps_done": 1500, "mqar_steps_to_target": None,
+         "mqar_auc": 0.1, "mqar_val_baseline": 0.016, "mqar": {"steps": 6000, "runs": [{"curve": curve}]}}
+    cut = sweep._row({"layout": "AA", "lr": 1e-3, "seed": 0}, TrialResult(0, "ok", m), 10.0)
+    assert cut["cut_at"] == 1500 and cut["auc"] == 0.1
+    assert 0.4 < cut["auc_steps_done"] < 0.7  # 0 -> 0.02 -> 0.90 -> 0.98 over 1500 steps, corrected
+    done = sweep._row({"layout": "AA", "lr": 1e-3, "seed": 1}, TrialResult(1, "ok", {
+        **m, "mqar_steps_to_target": 1500}), 10.0)
+    full = sweep._row({"layout": "AA", "lr": 1e-3, "seed": 2}, TrialResult(2, "ok", {
+        **m, "mqar_steps_done": 6000}), 10.0)
+    assert "cut_at" not in done and "cut_at" not in full
+    table = "\n".join(sweep._table([cut, done]))
+    assert "1500 (cut by budget_s)" in table and f"{cut['auc_steps_done']:.3f} over 1500 steps" in table
+    assert "| 0.100 |" in table  # the reached run's auc as stored
