@@ -224,7 +224,8 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
                      help="take the valid calibration of STUDY (same storage) instead of running the controls again: "
                           "refused unless it ran the same recall protocol (depth, scale, calibration; the seed, the "
                           "candidates and the sampler may differ) over these mixers. For a grid's second seed "
-                          "(--set train.seed=1) or a placement extension. Stored with the study")
+                          "(--set train.seed=1) or a placement extension. Stored with the study. Layouts it ran at "
+                          "this study's seed take its recall result and train only their LM half")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_search)
 
