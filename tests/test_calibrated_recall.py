@@ -117,3 +117,29 @@ def test_the_second_seed_of_a_grid_takes_the_calibration_s_seed_1_recall_for_the
     old.set_user_attr("hlnas_calibration", {"status": "running", "runs": {"pure:gla:s1": grid.user_attrs[
         "hlnas_calibration"]["runs"]["pure:gla:s1"]}})
     assert calibrated_recall(old, s1_space) == {}
+
+
+def test_layouts_with_a_measured_recall_start_last_when_every_candidate_trains(monkeypatch, tmp_path):
+    """Where the target covers every candidate and trials run two at a time (longest expected first), the layouts that
+    train only their LM half start after those that train their recall too, so the workers finish together."""
+    from hlnas.search.executors import InlineExecutor
+    from hlnas.search.order import longest_first
+
+    class TwoAtOnce(InlineExecutor):
+        capacity = 2
+
+    calls = []
+    monkeypatch.setattr(executors, "run_trial", fake_with_results(calls))
+    url = f"sqlite:///{tmp_path}/c.db"
+    run_search(space_from_dict(raw_space()), storage=url, study_name="grid", n_trials=7)
+    calls.clear()
+    s1_space = space_from_dict(raw_space()).with_sets(["train.seed=1"])
+    events = []
+    run_search(s1_space, storage=url, study_name="grid_s1", n_trials=7, calibrated_by="grid",
+               executor=TwoAtOnce(fake_with_results(calls)), on_event=lambda k, d: events.append((k, d)))
+    started = [d for k, d in events if k == "started"]
+    assert [d.get("recall_from") is None for d in started] == [True, True] + [False] * 5
+    layouts = [str(s1_space.layout(p)) for p in s1_space.grid()]
+    measured = {"AAAAAA", "GGGGGG", "GGAGGA", "HHHHHH", "HHAHHA"}
+    assert [d["layout"] for d in started] == longest_first(s1_space, layouts, measured=measured)
+    assert longest_first(s1_space, layouts)[:2] != [d["layout"] for d in started][:2]  # without: pure models first

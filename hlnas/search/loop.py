@@ -83,7 +83,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     of them whatever the sampler proposes, e.g. the default space's 11 trials over 11 candidates), each new trial is the
     untried candidate expected to train longest (:mod:`hlnas.search.order`), enqueued before it is asked: the workers
     finish together, and no repeat proposals are asked and told on the way (event ``longest_first``, once). The
-    layouts trained and their results are the same; only the order differs. ``hlnas search`` turns it on where trials
+    layouts trained and their results are the same; only the order differs. A grid sampler's enqueued candidates
+    take that order too, those whose recall a calibration run measured (LM half only) last. ``hlnas search`` turns it on where trials
     run several at once (with one at a time the order changes no wall time); the sampler benchmark leaves it off, its
     measure being the order a sampler finds good layouts in."""
     search = _Search(study, space, executor, n_trials=n_trials, seed=seed, out_root=out_root, time_limit=time_limit,
@@ -125,8 +126,13 @@ class _Search:
                 drain: float = 0.0) -> None:
         """Read the study: what is trained, failed, re-queued (raising the target to run it), paused at a rung."""
         study, space, emit = self.study, self.space, self.emit
+        # layouts whose recall the calibration measured at this seed already: their trials train only the LM half
+        self.measured_recall = calibrated_recall(study, space) if space.rungs is None else {}
         if enqueue_grid and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
-            for params in space.grid():
+            grid = space.grid()
+            if self.longest_first:  # several at once: the grid in the order that finishes the workers together
+                grid = longest_first(space, grid, lambda p: str(space.layout(p)), measured=self.measured_recall.keys())
+            for params in grid:
                 study.enqueue_trial(params)
         self.t_start = time.monotonic() if clock_start is None else clock_start  # the time limit's clock
         # with a time limit, trials in flight pause at their next recall check past it, keeping their recall model in
@@ -137,8 +143,6 @@ class _Search:
         if space.rungs is None:  # the rung scheduler keeps its own paused models
             root = paused_root(study, out_root=self.out_root, given=self.rung_root, create=self.time_limit is not None)
             self.paused_dir = None if root is None else (lambda layout: os.path.join(root, "trials", layout))
-        # layouts whose recall the calibration measured at this seed already: their trials train only the LM half
-        self.measured_recall = calibrated_recall(study, space) if space.rungs is None else {}
         self.done_by_layout = completed_by_layout(study)
         self.dead = failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
         if retry_failed:
@@ -308,7 +312,8 @@ class _Search:
         if not self.covering:
             self.covering = True
             self.emit("longest_first", {"n": len(untried), "target": self.n_trials})
-        self.study.enqueue_trial(longest_first(self.space, untried, lambda p: str(self.space.layout(p)))[0])
+        self.study.enqueue_trial(longest_first(self.space, untried, lambda p: str(self.space.layout(p)),
+                                               measured=self.measured_recall.keys())[0])
 
     def _start(self, trial: optuna.trial.Trial) -> None:
         """A trial asked: reused, repeated, waiting for its twin, infeasible, or submitted."""

@@ -15,6 +15,9 @@ A recall run's length is not known before it trains, so :func:`expected_length` 
 * then the costlier step first: forward FLOPs per token of the recall model at the recall task's length
   (:func:`hlnas.budget.layout_cost`; HGRN-2's step is the slower of the default space's two mixers).
 
+A layout whose recall was measured already (a calibration run at the study's seed:
+:func:`hlnas.search.calibration.calibrated_recall`) trains only its LM half, the shortest work there is: those go last.
+
 Only the order changes: each run trains and scores as it would in any other order (its seed, its data).
 """
 
@@ -38,6 +41,7 @@ def expected_length(space: SearchSpace, layout: str) -> tuple[int, int]:
     return len(lay.attention_layers), -cost.flops_per_token
 
 
-def longest_first(space: SearchSpace, items: list, layout_of=str) -> list:
-    """``items`` sorted by :func:`expected_length` of ``layout_of(item)`` (stable: equals keep their order)."""
-    return sorted(items, key=lambda it: expected_length(space, layout_of(it)))
+def longest_first(space: SearchSpace, items: list, layout_of=str, measured=frozenset()) -> list:
+    """``items`` sorted by :func:`expected_length` of ``layout_of(item)`` (stable: equals keep their order), those
+    whose layout is in ``measured`` (recall already measured: the LM half only) last."""
+    return sorted(items, key=lambda it: (layout_of(it) in measured, expected_length(space, layout_of(it))))
