@@ -160,6 +160,8 @@ class ProcessExecutor:
             poisoned = any(r.error_kind == "cuda_error" for r in results)
             out += results
             if dead or poisoned:  # every trial still held dies with the process
+                if dead:  # its pipe can close before the process is reaped: wait for the exit code the message names
+                    proc.join(timeout=5)
                 why = (f"(exit code {proc.exitcode})" if dead else
                        "(a CUDA fault in another trial of the same worker poisoned the process)")
                 out += [_worker_died(spec, f"worker died while running trial {spec.number} {why}") for spec in held.values()]
