@@ -87,7 +87,11 @@ class HGRN(Mixer):
             self.i_conv = ShortConvolution(D, hp.conv_size, activation=None)
             self.f_conv = ShortConvolution(D, hp.conv_size, activation=None)
         L = hp.num_layers
-        self.lower_bound_w0 = math.sqrt(-math.log1p(-min(layer_idx, L - 1) / L))  # 1 - exp(-w0^2) = i / L
+        # 1 - exp(-w0^2) = i / L. A tensor, not a Python float: torch.compile guards on a module's float attributes, so
+        # 24 layers of distinct floors compiled a graph each (8 at most, the rest ran eager); as a (non-saved) buffer
+        # every layer shares one graph. float64, as the float it replaces; read in the computation's dtype
+        w0 = math.sqrt(-math.log1p(-min(layer_idx, L - 1) / L))
+        self.register_buffer("lower_bound_w0", torch.tensor(w0, dtype=torch.float64), persistent=False)
         self.lower_bound_w = nn.Parameter(torch.zeros(D)) if hp.use_lower_bound else None
         self.g_norm = GatedRMSNorm(D, hp.norm_eps, act="swish")
         self.o_proj = nn.Linear(D, d_model, bias=False)
@@ -103,7 +107,7 @@ class HGRN(Mixer):
             return None
         w = self.lower_bound_w
         w = w.to(compute_dtype(w))  # a bf16 w0 would move lb by ~1%
-        return -torch.expm1(-(w + self.lower_bound_w0).square())
+        return -torch.expm1(-(w + self.lower_bound_w0.to(w.dtype)).square())
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; cache: "state" ``[B, D]`` float32 (+ conv windows)."""

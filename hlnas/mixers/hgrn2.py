@@ -116,7 +116,10 @@ class HGRN2(Mixer):
             self.lower_bound = nn.Parameter(torch.zeros(fdim))
             # a layer past n_layers (a layout deeper than the config says) gets the top layer's bound
             frac = min(layer_idx, hp.n_layers - 1) / hp.n_layers
-            self._lb_offset = math.log(frac / (1 - frac)) if frac > 0 else -math.inf
+            # a (non-saved) buffer, not a Python float: torch.compile guards on a module's float attributes, so layers
+            # of distinct offsets compiled a graph each; as a tensor every layer shares one (hlnas.mixers.hgrn: the same)
+            offset = math.log(frac / (1 - frac)) if frac > 0 else -math.inf
+            self.register_buffer("_lb_offset", torch.tensor(offset, dtype=torch.float64), persistent=False)
         self.g_norm = RMSNorm(d_model, hp.norm_eps)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
 
@@ -137,7 +140,7 @@ class HGRN2(Mixer):
         # log forget gate, kept in float32 (float64 in tests); fla's chunk_gla accepts a float32 g
         g = F.logsigmoid(f.to(torch.promote_types(f.dtype, torch.float32)))
         if hp.use_lower_bound:  # log(lb + (1 - lb) * f) in log space; layer 0: logit -inf -> g unchanged
-            z = self.lower_bound.to(g.dtype) + self._lb_offset
+            z = self.lower_bound.to(g.dtype) + self._lb_offset.to(g.dtype)
             g = torch.logaddexp(F.logsigmoid(z), F.logsigmoid(-z) + g)
         k = -torch.expm1(g)  # 1 - f without cancellation when f is near 1
         H, E = self.heads, hp.expand_ratio
