@@ -87,9 +87,9 @@ class HGRN(Mixer):
             self.i_conv = ShortConvolution(D, hp.conv_size, activation=None)
             self.f_conv = ShortConvolution(D, hp.conv_size, activation=None)
         L = hp.num_layers
-        # 1 - exp(-w0^2) = i / L. A tensor, not a Python float: torch.compile guards on a module's float attributes, so
-        # 24 layers of distinct floors compiled a graph each (8 at most, the rest ran eager); as a (non-saved) buffer
-        # every layer shares one graph. float64, as the float it replaces; read in the computation's dtype
+        # 1 - exp(-w0^2) = i / L. A tensor, not a Python float: torch.compile guarded on the float and recompiled the
+        # block at the second layer (TORCH_LOGS=recompiles); as a (non-saved) buffer every layer shares one graph.
+        # float64, as the float it replaces; read in the computation's dtype
         w0 = math.sqrt(-math.log1p(-min(layer_idx, L - 1) / L))
         self.register_buffer("lower_bound_w0", torch.tensor(w0, dtype=torch.float64), persistent=False)
         self.lower_bound_w = nn.Parameter(torch.zeros(D)) if hp.use_lower_bound else None

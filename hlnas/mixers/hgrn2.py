@@ -116,8 +116,8 @@ class HGRN2(Mixer):
             self.lower_bound = nn.Parameter(torch.zeros(fdim))
             # a layer past n_layers (a layout deeper than the config says) gets the top layer's bound
             frac = min(layer_idx, hp.n_layers - 1) / hp.n_layers
-            # a (non-saved) buffer, not a Python float: torch.compile guards on a module's float attributes, so layers
-            # of distinct offsets compiled a graph each; as a tensor every layer shares one (hlnas.mixers.hgrn: the same)
+            # a (non-saved) buffer, not a Python float: torch.compile guarded on the float and recompiled the block at
+            # the second layer; as a tensor every layer shares one graph (hlnas.mixers.hgrn: the same)
             offset = math.log(frac / (1 - frac)) if frac > 0 else -math.inf
             self.register_buffer("_lb_offset", torch.tensor(offset, dtype=torch.float64), persistent=False)
         self.g_norm = RMSNorm(d_model, hp.norm_eps)

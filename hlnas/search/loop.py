@@ -83,10 +83,10 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     of them whatever the sampler proposes, e.g. the default space's 11 trials over 11 candidates), each new trial is the
     untried candidate expected to train longest (:mod:`hlnas.search.order`), enqueued before it is asked: the workers
     finish together, and no repeat proposals are asked and told on the way (event ``longest_first``, once). The
-    layouts trained and their results are the same; only the order differs. A grid sampler's enqueued candidates
-    take that order too, those whose recall a calibration run measured (LM half only) last. ``hlnas search`` turns it on where trials
-    run several at once (with one at a time the order changes no wall time); the sampler benchmark leaves it off, its
-    measure being the order a sampler finds good layouts in."""
+    layouts trained and their results are the same; only the order differs. A grid sampler's enqueued candidates take
+    that order too, those whose recall a calibration run measured (LM half only) last. ``hlnas search`` turns it on
+    where trials run several at once (with one at a time the order changes no wall time); the sampler benchmark leaves
+    it off, its measure being the order a sampler finds good layouts in."""
     search = _Search(study, space, executor, n_trials=n_trials, seed=seed, out_root=out_root, time_limit=time_limit,
                      metrics_names=list(objectives) if objectives is not None else [o.metric for o in space.objectives],
                      emit=on_event or (lambda kind, data: None),
