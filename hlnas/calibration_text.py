@@ -72,9 +72,9 @@ def mixer_lines(result: dict) -> list[str]:
     if graded:
         need = cfg.get("graded_min_mixers", 0)
         lines.append(f"graded measure vs attention share ({sum(c['graded'] == 'rises' for c in graded.values())} rise"
-                     f"{f', need {need}' if need else ''}):")
+                     f"{f', need {need}' if need else ''}; mean ± half the seed spread per ratio):")
         for m, c in graded.items():
-            steps = " < ".join(f"{p['ratio']} {p['mean']:.3f}±{p['spread'] / 2:.3f}" for p in c["ladder"])
+            steps = " -> ".join(f"{p['ratio']} {p['mean']:.3f}±{p['spread'] / 2:.3f}" for p in c["ladder"])
             falls = "; falls " + ", ".join(f"{f['from']}->{f['to']} by {f['by']:.3f}" for f in c["falls"]) if c["falls"] else ""
             lines.append(f"  {m}: {c['graded']} ({steps}){falls}")
     return lines

@@ -189,7 +189,7 @@ def test_graded_check_rises_flat_and_falls_per_mixer():
     assert v["valid"] and v["mixers"]["gla"]["graded"] == "rises" and v["mixers"]["hgrn"]["graded"] == "flat"
     assert [p["ratio"] for p in v["mixers"]["gla"]["ladder"]] == ["pure", "6:1", "3:1"]
     table = calibrate.format_table(v)
-    assert "graded measure vs attention share (1 rise, need 1):" in table and "gla: rises (pure 0.010" in table
+    assert "graded measure vs attention share (1 rise, need 1; mean ± half the seed spread per ratio):" in table and "gla: rises (pure 0.010" in table
     assert "hgrn: flat" in table
     # a fall beyond twice the spread on the way up: not graded, though the ends rise
     falls = {**rises, "ladder6to1:gla": (0.90, 0.92)}

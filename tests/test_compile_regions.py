@@ -124,3 +124,26 @@ def test_a_recall_run_compiled_block_by_block_in_the_cuda_graph_follows_the_unco
         assert got["mode"] == a["mode"] == "graph" and got["steps"] == a["steps"]
         assert [c[2] for c in got["curve"]] == pytest.approx([c[2] for c in a["curve"]], rel=0.02)
         assert [c[1] for c in got["curve"]] == pytest.approx([c[1] for c in a["curve"]], abs=0.05)
+
+
+def test_hlnas_compiles_hand_fla_kernels_python_floats_as_fp32(monkeypatch):
+    """Inductor types a Python float argument of a user-defined Triton kernel (fla's ``scale``) as fp64 unless told
+    otherwise, and Triton then refuses fla's loop-carried fp32 state (H200, 2026-12-03); every hlnas compile passes
+    INDUCTOR_OPTIONS, under which inductor's signature types it fp32, as Triton's own launcher does."""
+    from torch._inductor import config
+    from torch._inductor.codegen.common import SizeArg
+    from torch._inductor.codegen.triton_utils import signature_of
+
+    from hlnas.training import step
+
+    assert step.INDUCTOR_OPTIONS, "this torch no longer has the flag: find what replaced it"
+    with config.patch(step.INDUCTOR_OPTIONS):
+        assert signature_of(SizeArg("scale", 0.125), size_dtype=None) == "fp32"
+    seen = []
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(kw) or real(m, **kw))
+    model = seeded_model(Layout.parse("AG"), CFG, 0)
+    compiled(model, True, "score.mqar.compile")
+    compiled(model, Counting(), "score.mqar.compile")
+    assert seen and all(kw["options"] == step.INDUCTOR_OPTIONS for kw in seen if kw["backend"] == "inductor")
+    assert any(kw["backend"] == "inductor" for kw in seen) and any(kw["options"] is None for kw in seen)

@@ -41,7 +41,7 @@ def one(args) -> dict:
     from hlnas.score.mqar import mqar_loss
     from hlnas.score.recall_proxy import make_task, recall_setup
     from hlnas.space import load_space
-    from hlnas.training.step import compiled, make_optimizer, make_step
+    from hlnas.training.step import compile_module, compiled, make_optimizer, make_step
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     t0 = time.perf_counter()
@@ -56,7 +56,7 @@ def one(args) -> dict:
     x, y = make_task(setup.task, setup.cfg.batch, 0, split="train")
     x, y = x.to(dev), y.to(dev)
     model_for_step = model if args.mode == "eager" else (
-        torch.compile(model, backend=args.backend) if args.mode == "whole"
+        compile_module(model, args.backend) if args.mode == "whole"
         else compiled(model, args.backend, "score.mqar.compile"))
     autocast = torch.bfloat16 if graph else None
     step, step_mode = make_step(model_for_step, opt, mqar_loss, (x, y), graph=graph, autocast=autocast)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
 
-__all__ = ["compiled", "weight_decays", "make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
+__all__ = ["compiled", "compile_module", "INDUCTOR_OPTIONS", "weight_decays", "make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
 
 log = logging.getLogger("hlnas.training.step")
 _WARNED: set[str] = set()
@@ -61,6 +61,28 @@ def make_optimizer(model: nn.Module, lr: float, *, betas=(0.9, 0.98), weight_dec
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused, foreach=None if fused else True)
 
 
+def _inductor_options() -> dict:
+    """Inductor settings every hlnas compile uses (see INDUCTOR_OPTIONS)."""
+    import torch._inductor.config as inductor_config
+
+    # Inductor types a Python float handed to a user-defined Triton kernel as fp64 (to keep its precision), where
+    # Triton's own launcher types it fp32. fla's kernels multiply by such floats (`scale`) inside loops, and Triton
+    # refuses a loop-carried value that turns fp64: on the H200 (2026-12-03) a compiled GLA layer at T <= 64 failed
+    # in fused_recurrent_bwd_kernel ("b_dh has initial type fp32 but is re-assigned to fp64"). fp32, as in eager.
+    flag = "_use_fp64_for_unbacked_floats"
+    return {flag: False} if hasattr(inductor_config, flag) else {}
+
+
+#: passed to torch.compile(options=) with the inductor backend (tests/test_compile_regions.py checks its effect)
+INDUCTOR_OPTIONS = _inductor_options()
+
+
+def compile_module(module: nn.Module, backend: str = "inductor") -> nn.Module:
+    """``torch.compile(module)`` with :data:`INDUCTOR_OPTIONS` when the backend is inductor."""
+    options = INDUCTOR_OPTIONS if backend == "inductor" and INDUCTOR_OPTIONS else None
+    return torch.compile(module, backend=backend, options=options)
+
+
 def compiled(model: nn.Module, setting: bool | str, key: str) -> nn.Module:
     """``model`` as a step trains it: itself (``setting`` false), or under ``torch.compile`` (true: inductor, a string
     names the backend), block by block where the model lists its repeated blocks (:class:`RegionalCompiled`), else
@@ -72,7 +94,7 @@ def compiled(model: nn.Module, setting: bool | str, key: str) -> nn.Module:
     try:
         if getattr(model, "compile_regions", None) is not None:
             return RegionalCompiled(model, backend)
-        return torch.compile(model, backend=backend)
+        return compile_module(model, backend)
     except Exception as e:  # an unknown backend name: say which exist
         from torch._dynamo import list_backends
 
@@ -91,7 +113,7 @@ class RegionalCompiled(nn.Module):
         super().__init__()
         self.model = model
         # a plain list, not a ModuleList: each compiled wrapper holds a block that is already registered under model
-        self.compiled_blocks = [torch.compile(b, backend=backend) for b in model.compile_regions]
+        self.compiled_blocks = [compile_module(b, backend) for b in model.compile_regions]
 
     def forward(self, *args, **kwargs):
         return self.model(*args, blocks=self.compiled_blocks, **kwargs)
