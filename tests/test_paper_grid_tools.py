@@ -306,3 +306,20 @@ def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow
     assert {"paper", "front", "back", "middle", "spread"} <= set(place.placements) and place.attention_sets
     changed = place.with_sets(["score.mqar.batch=32"])
     assert protocol_differences(grid, changed) == [f"scale.score.mqar.batch: {grid.score.mqar.batch} -> 32"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "search_spaces").glob("paper_grid_h200*.yaml")), ids=lambda p: p.stem)
+def test_every_h200_protocol_builds_its_recall_models_and_task(path):
+    """A GPU session calibrates these as they are: each loads, every candidate's recall setup builds, the task's
+    instances fit its length, and the first hybrid's recall model builds (its attention-input conv start valid)."""
+    from hlnas.model import seeded_model
+    from hlnas.score.recall_proxy import make_task, recall_setup
+
+    space = load_space(str(path))
+    setups = [recall_setup(layout, space.model, space.score.mqar) for layout in space.candidates()]
+    assert len(setups) == 31 and all(s.task.seq_len == space.score.mqar.seq_len for s in setups)
+    x, y = make_task(setups[0].task, 4, 0, split="train")
+    assert x.shape == (4, space.score.mqar.seq_len) and (y != -100).any()
+    hybrid = next(s for s in setups if "A" in str(s.layout) and len(set(str(s.layout))) > 1)
+    model = seeded_model(hybrid.layout, hybrid.model, 0)
+    assert model(x).shape[:2] == x.shape

@@ -6,12 +6,14 @@ convolution of width ``w`` ("Canon" layers, Allen-Zhu, Physics of Language Model
 the previous tokens, as the linear mixers' short convolutions do. With it (and zero-initialised residual
 outputs) a 24-layer all-attention recall model learned MQAR at K=64 (reference/deep-recall-control.md).
 
-``input_conv_init`` says how that conv starts: ``normal`` (the model's init, std 0.02 as every fla weight) or
-``shift`` (the previous token's tap at 1, the others at 0: the layer sees ``h_t + h_{t-1}`` from step 0). Why: at
+``input_conv_init`` says how that conv starts: ``normal`` (the model's init, std 0.02 as every fla weight),
+``shift`` (the previous token's tap at 1, the others at 0: the layer sees ``h_t + h_{t-1}`` from step 0) or
+``shift2`` (the two previous tokens' taps at 1: ``h_t + h_{t-1} + h_{t-2}``). Why: at
 normal init the previous token reaches attention at about 2 % of its weight, and the 24-layer control's take-off
 from the copy-any plateau at MQAR K=64 came anywhere from step 1600 to beyond 4300 over 8 seeds
 (experiments/results/control_take_off_h200_2026-12-03/); shift hands attention the key next to each value from
-the start."""
+the start. ``shift2`` is the same start for tasks whose value sits two tokens after its key: variable tracking's
+``x = v`` (hlnas.score.vt), where the previous-token shift hands the value's position the ``=``."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from hlnas.overrides import is_int
 
 
 #: how the attention-input conv may start (``input_conv_init``)
-CONV_INITS = ("normal", "shift")
+CONV_INITS = ("normal", "shift", "shift2")
+#: the previous tokens each start hands attention at tap 1 (a conv of width w has taps t-w+1 .. t)
+_SHIFTS = {"shift": (1,), "shift2": (1, 2)}
 
 
 class Attention(Mixer):
@@ -41,7 +45,7 @@ class Attention(Mixer):
         window: int | None = None
         rope_theta: float = 10000.0
         input_conv: int = 0  # width of the causal depthwise conv added to the input; 0 = none
-        input_conv_init: str = "normal"  # how that conv starts: normal (the model's init) or shift (h_t + h_{t-1})
+        input_conv_init: str = "normal"  # how that conv starts: normal, shift (h_t + h_{t-1}) or shift2 (+ h_{t-2})
 
     @classmethod
     def defaults(cls, cfg) -> dict:
@@ -60,9 +64,11 @@ class Attention(Mixer):
         if hp.input_conv_init not in CONV_INITS:
             raise ConfigError(f"attention: input_conv_init={hp.input_conv_init!r} is not allowed; allowed: "
                               + ", ".join(CONV_INITS))
-        if hp.input_conv_init == "shift" and hp.input_conv < 2:
-            raise ConfigError(f"attention: input_conv_init='shift' needs input_conv >= 2 (a tap for the previous token), "
-                              f"got input_conv={hp.input_conv!r}")
+        back = max(_SHIFTS.get(hp.input_conv_init, (0,)))
+        if back and hp.input_conv < back + 1:
+            what = "the previous token" if back == 1 else f"each of the {back} previous tokens"
+            raise ConfigError(f"attention: input_conv_init={hp.input_conv_init!r} needs input_conv >= {back + 1} (a tap "
+                              f"for {what}), got input_conv={hp.input_conv!r}")
 
     @staticmethod
     def _dims(d_model: int, hp: Hparams) -> tuple[int, int]:
@@ -101,12 +107,14 @@ class Attention(Mixer):
         self.reset_structured_parameters()
 
     def reset_structured_parameters(self) -> None:
-        """The input conv's ``shift`` start, applied after the model's generic init of every weight
+        """The input conv's ``shift``/``shift2`` start, applied after the model's generic init of every weight
         (hlnas.model.HybridLM.reset_parameters), which would otherwise draw it normal again."""
-        if self.input_conv is not None and self.hp.input_conv_init == "shift":
+        back = _SHIFTS.get(self.hp.input_conv_init)
+        if self.input_conv is not None and back:
             with torch.no_grad():
                 self.input_conv.weight.zero_()
-                self.input_conv.weight[:, 0, self.input_conv.size - 2] = 1.0  # tap size-1 is token t, size-2 is t-1
+                for b in back:  # tap size-1 is token t, size-1-b is t-b
+                    self.input_conv.weight[:, 0, self.input_conv.size - 1 - b] = 1.0
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         B, T, _ = x.shape

@@ -80,15 +80,32 @@ def test_shift_init_hands_attention_the_previous_token_at_step_0():
     assert model.blocks[0].mixer.input_conv.weight.abs().sum().item() == cfg.d_model
 
 
+def test_shift2_init_hands_attention_the_two_previous_tokens_at_step_0():
+    """For variable tracking's ``x = v``: the value's position sees its variable two tokens back."""
+    cfg = preset("proxy-tiny").replace(mixer_hparams={"attention": {"input_conv": 4, "input_conv_init": "shift2"}})
+    model = build_model(Layout.parse("AGA"), cfg).double()
+    x = torch.randn(2, 9, cfg.d_model, dtype=torch.double)
+    zero = torch.zeros_like(x[:, :1])
+    previous = torch.cat([zero, x[:, :-1]], dim=1)
+    two_back = torch.cat([zero, zero, x[:, :-2]], dim=1)
+    for i in (0, 2):
+        assert torch.equal(model.blocks[i].mixer.input_conv(x), previous + two_back)  # h_t + h_{t-1} + h_{t-2}
+    model.reset_parameters()
+    w = model.blocks[0].mixer.input_conv.weight
+    assert w[:, 0, 1:3].eq(1).all() and w.abs().sum().item() == 2 * cfg.d_model
+
+
 @pytest.mark.parametrize(("over", "message"), [
     ({"residual_init": "ones"}, "residual_init='ones' is not allowed; allowed: fla, zero"),
     ({"mixer_hparams": {"attention": {"input_conv": -1}}}, r"attention: input_conv=-1 is not allowed; allowed: 0 \(off\)"),
     ({"mixer_hparams": {"attention": {"input_conv": True}}}, "attention: input_conv=True is not allowed"),
     ({"mixer_hparams": {"attention": {"input_conv": 4, "input_conv_init": "ones"}}},
-     "attention: input_conv_init='ones' is not allowed; allowed: normal, shift"),
+     "attention: input_conv_init='ones' is not allowed; allowed: normal, shift, shift2"),
     ({"mixer_hparams": {"attention": {"input_conv": 1, "input_conv_init": "shift"}}},
      r"input_conv_init='shift' needs input_conv >= 2 \(a tap for the previous token\), got input_conv=1"),
     ({"mixer_hparams": {"attention": {"input_conv_init": "shift"}}}, "needs input_conv >= 2"),
+    ({"mixer_hparams": {"attention": {"input_conv": 2, "input_conv_init": "shift2"}}},
+     r"input_conv_init='shift2' needs input_conv >= 3 \(a tap for each of the 2 previous tokens\), got input_conv=2"),
 ])
 def test_bad_protocol_options_are_named(over, message):
     with pytest.raises(ConfigError, match=message):
