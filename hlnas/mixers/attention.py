@@ -29,10 +29,10 @@ from hlnas.nn import ShortConvolution, rotary
 from hlnas.overrides import is_int
 
 
-#: how the attention-input conv may start (``input_conv_init``)
-CONV_INITS = ("normal", "shift", "shift2")
-#: the previous tokens each start hands attention at tap 1 (a conv of width w has taps t-w+1 .. t)
+#: the previous tokens each shift start hands attention at tap 1 (a conv of width w has taps t-w+1 .. t)
 _SHIFTS = {"shift": (1,), "shift2": (1, 2)}
+#: how the attention-input conv may start (``input_conv_init``)
+CONV_INITS = ("normal", *_SHIFTS)
 
 
 class Attention(Mixer):
@@ -64,8 +64,8 @@ class Attention(Mixer):
         if hp.input_conv_init not in CONV_INITS:
             raise ConfigError(f"attention: input_conv_init={hp.input_conv_init!r} is not allowed; allowed: "
                               + ", ".join(CONV_INITS))
-        back = max(_SHIFTS.get(hp.input_conv_init, (0,)))
-        if back and hp.input_conv < back + 1:
+        back = max(_SHIFTS.get(hp.input_conv_init, (0,)))  # the farthest tap the start sets; 0 for normal
+        if back and hp.input_conv <= back:
             what = "the previous token" if back == 1 else f"each of the {back} previous tokens"
             raise ConfigError(f"attention: input_conv_init={hp.input_conv_init!r} needs input_conv >= {back + 1} (a tap "
                               f"for {what}), got input_conv={hp.input_conv!r}")

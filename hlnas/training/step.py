@@ -22,7 +22,8 @@ from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
 
-__all__ = ["compiled", "compile_module", "INDUCTOR_OPTIONS", "weight_decays", "make_optimizer", "make_step", "set_lr", "snapshot", "rewind"]
+__all__ = ["compiled", "compile_module", "INDUCTOR_OPTIONS", "weight_decays", "make_optimizer", "make_step", "set_lr",
+           "snapshot", "rewind"]
 
 log = logging.getLogger("hlnas.training.step")
 _WARNED: set[str] = set()
