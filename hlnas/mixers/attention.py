@@ -13,7 +13,12 @@ normal init the previous token reaches attention at about 2 % of its weight, and
 from the copy-any plateau at MQAR K=64 came anywhere from step 1600 to beyond 4300 over 8 seeds
 (experiments/results/control_take_off_h200_2026-12-03/); shift hands attention the key next to each value from
 the start. ``shift2`` is the same start for tasks whose value sits two tokens after its key: variable tracking's
-``x = v`` (hlnas.score.vt), where the previous-token shift hands the value's position the ``=``."""
+``x = v`` (hlnas.score.vt), where the previous-token shift hands the value's position the ``=``. ``split2`` splits
+the channels in three contiguous groups that see ``h_t``, ``h_{t-1}`` and ``h_{t-2}`` alone (taps -1 at t and +1 at
+the earlier token, added to the residual): where shift2's sum mixes the three tokens in every channel, so a value read
+at ``x``'s position in ``y = x`` carries ``y`` and ``=`` as well, split2 keeps them apart in separate channels and a
+projection can key on one and read another. Why: with shift2 a 24-layer all-attention control learned VT's 0-hop
+queries and never its 1-hop ones (h200, experiments/results/vt_shift_probe_h200_2026-12-03/)."""
 
 from __future__ import annotations
 
@@ -31,8 +36,10 @@ from hlnas.overrides import is_int
 
 #: the previous tokens each shift start hands attention at tap 1 (a conv of width w has taps t-w+1 .. t)
 _SHIFTS = {"shift": (1,), "shift2": (1, 2)}
+#: the token each contiguous channel group sees alone under a split start (0: the token itself)
+_SPLITS = {"split2": (0, 1, 2)}
 #: how the attention-input conv may start (``input_conv_init``)
-CONV_INITS = ("normal", *_SHIFTS)
+CONV_INITS = ("normal", *_SHIFTS, *_SPLITS)
 
 
 class Attention(Mixer):
@@ -45,7 +52,7 @@ class Attention(Mixer):
         window: int | None = None
         rope_theta: float = 10000.0
         input_conv: int = 0  # width of the causal depthwise conv added to the input; 0 = none
-        input_conv_init: str = "normal"  # how that conv starts: normal, shift (h_t + h_{t-1}) or shift2 (+ h_{t-2})
+        input_conv_init: str = "normal"  # normal, shift (h_t + h_{t-1}), shift2 (+ h_{t-2}), split2 (CONV_INITS)
 
     @classmethod
     def defaults(cls, cfg) -> dict:
@@ -64,7 +71,7 @@ class Attention(Mixer):
         if hp.input_conv_init not in CONV_INITS:
             raise ConfigError(f"attention: input_conv_init={hp.input_conv_init!r} is not allowed; allowed: "
                               + ", ".join(CONV_INITS))
-        back = max(_SHIFTS.get(hp.input_conv_init, (0,)))  # the farthest tap the start sets; 0 for normal
+        back = max(_SHIFTS.get(hp.input_conv_init) or _SPLITS.get(hp.input_conv_init) or (0,))  # farthest tap set
         if back and hp.input_conv <= back:
             what = "the previous token" if back == 1 else f"each of the {back} previous tokens"
             raise ConfigError(f"attention: input_conv_init={hp.input_conv_init!r} needs input_conv >= {back + 1} (a tap "
@@ -107,14 +114,22 @@ class Attention(Mixer):
         self.reset_structured_parameters()
 
     def reset_structured_parameters(self) -> None:
-        """The input conv's ``shift``/``shift2`` start, applied after the model's generic init of every weight
+        """The input conv's shift or split start, applied after the model's generic init of every weight
         (hlnas.model.HybridLM.reset_parameters), which would otherwise draw it normal again."""
-        back = _SHIFTS.get(self.hp.input_conv_init)
-        if self.input_conv is not None and back:
-            with torch.no_grad():
-                self.input_conv.weight.zero_()
-                for b in back:  # tap size-1 is token t, size-1-b is t-b
-                    self.input_conv.weight[:, 0, self.input_conv.size - 1 - b] = 1.0
+        start = self.hp.input_conv_init
+        if self.input_conv is None or start == "normal":
+            return
+        w, now = self.input_conv.weight, self.input_conv.size - 1  # w[c, 0, now - b] is channel c's tap at t-b
+        with torch.no_grad():
+            w.zero_()
+            for b in _SHIFTS.get(start, ()):
+                w[:, 0, now - b] = 1.0
+            offsets = _SPLITS.get(start, ())
+            groups = torch.tensor_split(torch.arange(w.shape[0]), len(offsets)) if offsets else ()
+            for group, b in zip(groups, offsets):
+                if b:  # h + conv(h) in this group is h_{t-b} alone: cancel t, copy t-b
+                    w[group, 0, now] = -1.0
+                    w[group, 0, now - b] = 1.0
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         B, T, _ = x.shape

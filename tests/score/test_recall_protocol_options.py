@@ -95,17 +95,39 @@ def test_shift2_init_hands_attention_the_two_previous_tokens_at_step_0():
     assert w[:, 0, 1:3].eq(1).all() and w.abs().sum().item() == 2 * cfg.d_model
 
 
+def test_split2_init_gives_each_channel_group_one_token_alone_at_step_0():
+    """Where shift2 sums h_t, h_{t-1} and h_{t-2} in every channel, split2 hands each third of the channels one of
+    them alone, so attention can key on one token of ``y = x`` and read another."""
+    cfg = preset("proxy-tiny").replace(mixer_hparams={"attention": {"input_conv": 4, "input_conv_init": "split2"}})
+    model = build_model(Layout.parse("AGA"), cfg).double()
+    d = cfg.d_model
+    x = torch.randn(2, 9, d, dtype=torch.double)
+    zero = torch.zeros_like(x[:, :1])
+    tokens = [x, torch.cat([zero, x[:, :-1]], dim=1), torch.cat([zero, zero, x[:, :-2]], dim=1)]
+    for i in (0, 2):
+        seen = x + model.blocks[i].mixer.input_conv(x)  # what the layer's projections see
+        for group, token in zip(torch.tensor_split(torch.arange(d), 3), tokens):
+            torch.testing.assert_close(seen[..., group], token[..., group], rtol=0, atol=1e-12)  # x - x + h_{t-b}
+    # 2/3 of the channels cancel t and copy one earlier token: 4 taps of weight 1 per such channel pair
+    model.reset_parameters()
+    w = model.blocks[0].mixer.input_conv.weight
+    moved = d - len(torch.tensor_split(torch.arange(d), 3)[0])
+    assert w.abs().sum().item() == 2 * moved and w[:, 0, :1].eq(0).all()
+
+
 @pytest.mark.parametrize(("over", "message"), [
     ({"residual_init": "ones"}, "residual_init='ones' is not allowed; allowed: fla, zero"),
     ({"mixer_hparams": {"attention": {"input_conv": -1}}}, r"attention: input_conv=-1 is not allowed; allowed: 0 \(off\)"),
     ({"mixer_hparams": {"attention": {"input_conv": True}}}, "attention: input_conv=True is not allowed"),
     ({"mixer_hparams": {"attention": {"input_conv": 4, "input_conv_init": "ones"}}},
-     "attention: input_conv_init='ones' is not allowed; allowed: normal, shift, shift2"),
+     "attention: input_conv_init='ones' is not allowed; allowed: normal, shift, shift2, split2"),
     ({"mixer_hparams": {"attention": {"input_conv": 1, "input_conv_init": "shift"}}},
      r"input_conv_init='shift' needs input_conv >= 2 \(a tap for the previous token\), got input_conv=1"),
     ({"mixer_hparams": {"attention": {"input_conv_init": "shift"}}}, "needs input_conv >= 2"),
     ({"mixer_hparams": {"attention": {"input_conv": 2, "input_conv_init": "shift2"}}},
      r"input_conv_init='shift2' needs input_conv >= 3 \(a tap for each of the 2 previous tokens\), got input_conv=2"),
+    ({"mixer_hparams": {"attention": {"input_conv": 2, "input_conv_init": "split2"}}},
+     r"input_conv_init='split2' needs input_conv >= 3 \(a tap for each of the 2 previous tokens\), got input_conv=2"),
 ])
 def test_bad_protocol_options_are_named(over, message):
     with pytest.raises(ConfigError, match=message):
