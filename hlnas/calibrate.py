@@ -476,6 +476,9 @@ def advice(space, result: dict) -> str:
     if "control" in result["kinds"] or ("stopped" in result["kinds"] and not decided):
         tips.append("to let the all-attention control learn: train longer or sweep learning rates, or make the task "
                     f"easier ({'fewer chains or hops' if 'vt.hops' in knobs else 'fewer pairs'}, shorter sequences): {knobs}")
+        chain = _chaining_tip(space, result)
+        if chain:
+            tips.append(chain)
     if "separation" in result["kinds"]:
         tips.append("to separate the candidates: a harder task (more pairs than a fixed-size state holds) or more training")
     if "pure_below" in result["kinds"] or "graded" in result["kinds"]:
@@ -485,3 +488,24 @@ def advice(space, result: dict) -> str:
     if "missing" in result["kinds"]:
         tips.append("fix the failed runs (their errors are in the table)")
     return "; ".join(tips)
+
+
+def _chaining_tip(space, result: dict) -> str | None:
+    """For a VT protocol whose control learned its 0-hop queries and failed a longer chain: the attention-input conv's
+    split2 start, unless the space has it. Why: with shift2 the 24-layer control learned every 0-hop query and no 1-hop
+    one on the H200, and split2 let 4 attention layers learn 2-hop queries on the CPU (hlnas.mixers.attention)."""
+    mq = space.score.mqar
+    control = next((r for r in result.get("rows", []) if r["role"] == "control"), None)
+    hops = (control or {}).get("by_hop") or {}
+    if mq.task != "vt" or "0" not in hops:
+        return None
+    need = space.calibration.control_min
+    short = [(h, v) for h, v in hops.items() if h != "0" and v["acc"] < need]
+    attention = dict((mq.model or {}).get("mixer_hparams", {}).get("attention", {}))
+    if hops["0"]["acc"] < need or not short or attention.get("input_conv_init") == "split2":
+        return None
+    h, v = short[0]
+    return (f"the control learned the 0-hop queries ({hops['0']['acc']:.3f}) and not the {h}-hop ones "
+            f"({v['acc']:.3f} [{v['baseline']:.3f}]): its attention does one lookup and does not chain them; start the "
+            "attention-input conv as split2 (score.mqar.model.mixer_hparams.attention: {input_conv: 4, "
+            f"input_conv_init: split2}}, now {attention or 'no conv'})")

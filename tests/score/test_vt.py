@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -338,3 +339,34 @@ def test_a_recall_run_on_the_gpu_scores_its_checks_and_test_set(task):
     assert [c[0] for c in out["mqar"]["runs"][0]["curve"]] == [64, 128]
     assert 0.0 <= out["mqar_acc"] <= 1.0 and out["mqar_baseline"] > 0
     assert ("mqar_by_hop" in out) == (task == "vt")
+
+
+def test_a_vt_control_that_does_one_lookup_and_never_chains_is_told_to_try_split2(tmp_path):
+    """The H200 calibration of paper_grid_h200_vt_shift.yaml (committed study database): its control learned every
+    0-hop query and no 1-hop one. The advice names that and the split2 start; a space that already has split2, or
+    a control that did not learn its 0-hop queries, gets no such line."""
+    import pathlib
+    import shutil
+
+    import optuna
+
+    import hlnas.calibrate as calib
+    from hlnas.space import load_space
+
+    root = pathlib.Path(__file__).parents[2]
+    db = tmp_path / "h200.db"
+    shutil.copy(root / "experiments" / "paper_grid" / "results" / "h200_2026-12-03.db", db)
+    study = optuna.load_study(study_name="paper_grid_h200_vt_shift", storage=f"sqlite:///{db}")
+    runs = study.user_attrs["hlnas_calibration"]["runs"]
+    shift2 = load_space(str(root / "search_spaces" / "paper_grid_h200_vt_shift.yaml"))
+    result = calib.verdict(shift2, runs)
+    assert not result["valid"] and "control" in result["kinds"]
+    tip = calib.advice(shift2, result)
+    assert re.search(r"the control learned the 0-hop queries \(1\.000\) and not the 1-hop ones \(0\.0\d\d \[0\.062\]\)",
+                     tip), tip
+    assert "input_conv_init: split2}, now {'input_conv': 4, 'input_conv_init': 'shift2'}" in tip
+    split2 = load_space(str(root / "search_spaces" / "paper_grid_h200_vt_split.yaml"))
+    assert "0-hop" not in calib.advice(split2, calib.verdict(split2, runs))  # it has the start already
+    unlearned = {k: {**r, "mqar_by_hop": {h: {**v, "acc": 0.06} for h, v in r["mqar_by_hop"].items()}}
+                 for k, r in runs.items() if r.get("mqar_by_hop")}
+    assert "0-hop" not in calib.advice(shift2, calib.verdict(shift2, unlearned))
