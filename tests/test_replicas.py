@@ -93,15 +93,16 @@ def test_two_replicas_train_as_their_solo_runs(mixer):
         assert_same_run(solo_losses, solo_model, losses[r], rep, r, f"{mixer} replica {r} (seed {seed}, lr {lr})")
 
 
-def test_shift_started_attention_conv_replicas_train_as_their_solo_runs():
-    # issue #20's next protocol: the attention-input conv starting as h_t + h_{t-1}, zero residual outputs
-    hp = {**HP, "attention": {"input_conv": 4, "input_conv_init": "shift"}}
+@pytest.mark.parametrize("start", ["shift", "shift2", "split2"])
+def test_shift_started_attention_conv_replicas_train_as_their_solo_runs(start):
+    # issue #20's protocols: the attention-input conv started as a shift (or split2), zero residual outputs
+    hp = {**HP, "attention": {"input_conv": 4, "input_conv_init": start}}
     layout, cfg = _setup("gla", mixer_hparams=hp, residual_init="zero")
     losses, rep, _ = replica_run(layout, cfg, [0, 1], [1e-3, 1e-3])
     for r in (0, 1):
         solo_losses, solo_model = solo_run(layout, cfg, r, 1e-3)
         assert solo_model.blocks[1].mixer.input_conv.weight.shape[-1] == 4
-        assert_same_run(solo_losses, solo_model, losses[r], rep, r, f"shift replica {r}")
+        assert_same_run(solo_losses, solo_model, losses[r], rep, r, f"{start} replica {r}")
 
 
 def test_same_seed_two_learning_rates_and_tied_zero_init_model():
