@@ -1,9 +1,10 @@
 """A calibration verdict (:func:`hlnas.calibrate.verdict`) as text: the table ``hlnas calibrate`` and ``hlnas search``
-print, its cells for the report and the dashboard, and the per-mixer and per-hop lines under it."""
+print, its cells for the report and the dashboard, the per-mixer and per-hop lines under it, and the advice on what to
+change when it failed."""
 
 from __future__ import annotations
 
-__all__ = ["TABLE_COLUMNS", "table_cells", "summary", "format_table", "hop_lines", "mixer_lines"]
+__all__ = ["TABLE_COLUMNS", "table_cells", "summary", "format_table", "hop_lines", "mixer_lines", "advice"]
 
 TABLE_COLUMNS = ("role", "mixer", "layout", "recall per seed", "mean", "seed spread", "no-recall", "verdict")
 
@@ -78,3 +79,61 @@ def mixer_lines(result: dict) -> list[str]:
             falls = "; falls " + ", ".join(f"{f['from']}->{f['to']} by {f['by']:.3f}" for f in c["falls"]) if c["falls"] else ""
             lines.append(f"  {m}: {c['graded']} ({steps}){falls}")
     return lines
+
+
+def advice(space, result: dict) -> str:
+    """Which settings to change, for the kinds of failure in ``result``."""
+    sc = space.score
+    objectives = sc.objectives
+    if "mqar" in objectives and "mqar_mixed" not in objectives and "ruler" not in objectives:
+        mq = sc.mqar
+        size = (f"score.mqar.vt.chains (now {mq.vt.chains}), score.mqar.vt.hops (now {mq.vt.to_dict()['hops']})"
+                if mq.task == "vt" else f"score.mqar.kv_pairs (now {mq.kv_pairs})")
+        knobs = (f"score.mqar.steps (now {mq.steps}), score.mqar.lrs (now {list(mq.lrs) or [mq.lr]}), "
+                 f"{size} and score.mqar.seq_len (now {mq.seq_len}), "
+                 f"score.mqar.model (the recall model's width, now {mq.model or 'the candidate'})")
+    elif "mqar_mixed" in objectives:
+        tc = space.train
+        knobs = (f"train.tokens (now {tc.tokens}), train.lr (now {tc.lr}), train.recall_count (now {tc.recall_count}), "
+                 f"train.recall_kv_pairs (now {tc.recall_kv_pairs})")
+    else:
+        knobs = "train.tokens, train.recall_every and score.ruler.lengths"
+    tips = []
+    # a stop is a failed control's unless a certain separation or pure_below failure stopped it
+    decided = {"pure_below", "separation"} & set(result["kinds"])
+    if "control" in result["kinds"] or ("stopped" in result["kinds"] and not decided):
+        tips.append("to let the all-attention control learn: train longer or sweep learning rates, or make the task "
+                    f"easier ({'fewer chains or hops' if 'vt.hops' in knobs else 'fewer pairs'}, shorter sequences): {knobs}")
+        chain = _chaining_tip(space, result)
+        if chain:
+            tips.append(chain)
+    if "separation" in result["kinds"]:
+        tips.append("to separate the candidates: a harder task (more pairs than a fixed-size state holds) or more training")
+    if "pure_below" in result["kinds"] or "graded" in result["kinds"]:
+        tips.append("to grade by attention share: a harder task (more pairs, or a narrower recall model: "
+                    "score.mqar.model.d_model) so pure models fail, or a smaller step budget (score.mqar.steps) so "
+                    "the steps to learn differ")
+    if "missing" in result["kinds"]:
+        tips.append("fix the failed runs (their errors are in the table)")
+    return "; ".join(tips)
+
+
+def _chaining_tip(space, result: dict) -> str | None:
+    """For a VT protocol whose control learned its 0-hop queries and failed a longer chain: the attention-input conv's
+    split2 start, unless the space has it. Why: with shift2 the 24-layer control learned every 0-hop query and no 1-hop
+    one on the H200, and split2 let 4 attention layers learn 2-hop queries on the CPU (hlnas.mixers.attention)."""
+    mq = space.score.mqar
+    control = next((r for r in result.get("rows", []) if r["role"] == "control"), None)
+    hops = (control or {}).get("by_hop") or {}
+    if mq.task != "vt" or "0" not in hops:
+        return None
+    need = space.calibration.control_min
+    short = [(h, v) for h, v in hops.items() if h != "0" and v["acc"] < need]
+    attention = dict((mq.model or {}).get("mixer_hparams", {}).get("attention", {}))
+    if hops["0"]["acc"] < need or not short or attention.get("input_conv_init") == "split2":
+        return None
+    h, v = short[0]
+    return (f"the control learned the 0-hop queries ({hops['0']['acc']:.3f}) and not the {h}-hop ones "
+            f"({v['acc']:.3f} [{v['baseline']:.3f}]): its attention does one lookup and does not chain them; start the "
+            "attention-input conv as split2 (score.mqar.model.mixer_hparams.attention: {input_conv: 4, "
+            f"input_conv_init: split2}}, now {attention or 'no conv'})")
