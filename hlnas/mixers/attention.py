@@ -34,12 +34,11 @@ from hlnas.nn import ShortConvolution, rotary
 from hlnas.overrides import is_int
 
 
-#: the previous tokens each shift start hands attention at tap 1 (a conv of width w has taps t-w+1 .. t)
-_SHIFTS = {"shift": (1,), "shift2": (1, 2)}
-#: the token each contiguous channel group sees alone under a split start (0: the token itself)
-_SPLITS = {"split2": (0, 1, 2)}
+#: each start as what ``h + conv(h)`` hands attention: the channels in len(groups) contiguous groups, each seeing the
+#: sum of the tokens its tuple names (b: token t-b; a conv of width w has taps t-w+1 .. t)
+_STARTS = {"shift": ((0, 1),), "shift2": ((0, 1, 2),), "split2": ((0,), (1,), (2,))}
 #: how the attention-input conv may start (``input_conv_init``)
-CONV_INITS = ("normal", *_SHIFTS, *_SPLITS)
+CONV_INITS = ("normal", *_STARTS)
 
 
 class Attention(Mixer):
@@ -71,7 +70,7 @@ class Attention(Mixer):
         if hp.input_conv_init not in CONV_INITS:
             raise ConfigError(f"attention: input_conv_init={hp.input_conv_init!r} is not allowed; allowed: "
                               + ", ".join(CONV_INITS))
-        back = max(_SHIFTS.get(hp.input_conv_init) or _SPLITS.get(hp.input_conv_init) or (0,))  # farthest tap set
+        back = max((b for g in _STARTS.get(hp.input_conv_init, ()) for b in g), default=0)  # the farthest tap set
         if back and hp.input_conv <= back:
             what = "the previous token" if back == 1 else f"each of the {back} previous tokens"
             raise ConfigError(f"attention: input_conv_init={hp.input_conv_init!r} needs input_conv >= {back + 1} (a tap "
@@ -116,20 +115,16 @@ class Attention(Mixer):
     def reset_structured_parameters(self) -> None:
         """The input conv's shift or split start, applied after the model's generic init of every weight
         (hlnas.model.HybridLM.reset_parameters), which would otherwise draw it normal again."""
-        start = self.hp.input_conv_init
-        if self.input_conv is None or start == "normal":
+        groups = _STARTS.get(self.hp.input_conv_init)
+        if self.input_conv is None or groups is None:
             return
         w, now = self.input_conv.weight, self.input_conv.size - 1  # w[c, 0, now - b] is channel c's tap at t-b
         with torch.no_grad():
             w.zero_()
-            for b in _SHIFTS.get(start, ()):
-                w[:, 0, now - b] = 1.0
-            offsets = _SPLITS.get(start, ())
-            groups = torch.tensor_split(torch.arange(w.shape[0]), len(offsets)) if offsets else ()
-            for group, b in zip(groups, offsets):
-                if b:  # h + conv(h) in this group is h_{t-b} alone: cancel t, copy t-b
-                    w[group, 0, now] = -1.0
-                    w[group, 0, now - b] = 1.0
+            for channels, taps in zip(torch.tensor_split(torch.arange(w.shape[0]), len(groups)), groups):
+                w[channels, 0, now] = -1.0  # the residual already adds h_t: cancel it, then add each named token
+                for b in taps:
+                    w[channels, 0, now - b] += 1.0
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         B, T, _ = x.shape

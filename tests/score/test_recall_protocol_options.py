@@ -108,7 +108,7 @@ def test_split2_init_gives_each_channel_group_one_token_alone_at_step_0():
         seen = x + model.blocks[i].mixer.input_conv(x)  # what the layer's projections see
         for group, token in zip(torch.tensor_split(torch.arange(d), 3), tokens):
             torch.testing.assert_close(seen[..., group], token[..., group], rtol=0, atol=1e-12)  # x - x + h_{t-b}
-    # 2/3 of the channels cancel t and copy one earlier token: 4 taps of weight 1 per such channel pair
+    # 2/3 of the channels cancel t and copy one earlier token: two taps of weight 1 in size each such channel
     model.reset_parameters()
     w = model.blocks[0].mixer.input_conv.weight
     moved = d - len(torch.tensor_split(torch.arange(d), 3)[0])
