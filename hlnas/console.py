@@ -129,13 +129,15 @@ class SearchProgress:
                 self.write(f"  control {data['key']:<28} {data['status']:<9} {data['layout']}  {data.get('error_kind')}: "
                            f"{(data.get('error') or '').strip().splitlines()[0] if data.get('error') else ''}")
         elif kind == "calibration_run_paused":
-            self.write(f"  control {data['key']:<28} paused    at step {data.get('steps')} (out of time; the next run of the study continues it)")
+            self.write(f"  control {data['key']:<28} paused    at step {data.get('steps')} (out of time; the next run of the study on this "
+                       "machine continues it, elsewhere it starts again)")
         elif kind == "calibration_hopeless":
             self.write(f"calibration: {data['reason']}, so it cannot pass: {data['skipped']} runs not started"
                        + (f", {data['running']} running finish first" if data["running"] else ""))
         elif kind == "calibration_paused":
             self.write(f"calibration: out of time with {data['done']} of {data['total']} runs stored, {data['paused']} "
-                       "paused; run the same command again to continue")
+                       "paused; run the same command again to continue (paused runs are kept on this machine only: "
+                       "on the last call of a lease, give --drain the time a whole run takes)")
         elif kind == "calibration":
             from hlnas.calibrate import format_table
 
@@ -190,6 +192,9 @@ def status_text(summary: dict) -> str:
         from hlnas.calibrate import format_table
 
         lines.append("calibration:\n" + format_table(cal["verdict"]))
+        if summary.get("calibration_advice"):  # an invalid verdict: why, and what to change (as hlnas calibrate said)
+            lines += ["why not valid:", *(f"  - {m}" for m in cal["verdict"].get("failures") or ()),
+                      f"change: {summary['calibration_advice']}"]
     elif cal.get("status") == "running":  # a calibration split over several runs of the study
         pr = summary.get("calibration_progress")
         if not pr:

@@ -816,6 +816,33 @@ def test_status_of_a_running_calibration_shows_its_rows_so_far_and_whether_it_ca
     assert "CANNOT PASS any more: the pure model can sit below its 3:1 hybrid for at most 1 mixer(s) (hgrn)" in text
 
 
+def test_status_of_a_failed_calibration_says_why_and_what_to_change(tmp_path):
+    """A verdict read back later (hlnas status) carries what hlnas calibrate printed when it failed: the failures and
+    the settings to change; a valid one, and a borrowed one (the other study says why), print neither."""
+    from hlnas.calibrate import advice, verdict
+    from hlnas.console import status_text
+    from hlnas.search.study import study_summary
+
+    url = f"sqlite:///{tmp_path}/c.db"
+    space = space_from_dict(raw_space())
+
+    def status(name, values, **extra):
+        v = verdict(space, runs_of(values))
+        st = optuna.create_study(study_name=name, storage=url, directions=["maximize", "minimize", "minimize"])
+        st.set_user_attr("hlnas_space", space.to_dict())
+        st.set_user_attr("hlnas_objectives", [o.to_dict() for o in space.objectives])
+        st.set_user_attr("hlnas_calibration", {"status": "valid" if v["valid"] else "invalid", "verdict": v, **extra})
+        return v, status_text(study_summary(st))
+
+    v, text = status("bad", {**GOOD, "control:transformer": (0.99, 0.50)})
+    assert not v["valid"] and "why not valid:" in text
+    assert f"  - {v['failures'][0]}" in text and "0.500" in v["failures"][0]
+    assert f"change: {advice(space, v)}" in text and "score.mqar.steps" in text
+    assert "why not valid" not in status("good", GOOD)[1]
+    assert "why not valid" not in status("lent", {**GOOD, "control:transformer": (0.99, 0.50)},
+                                         borrowed_from={"study": "other"})[1]
+
+
 def test_a_separation_that_failed_for_good_stops_the_calibration_but_not_one_that_may_still_pass():
     """RetNet on MQAR at batch 64 learned on one seed and not the other: a spread that wide separates the pure model
     from neither its baseline nor its hybrid. Once the row and its partner have every seed scored, the verdict cannot

@@ -489,9 +489,14 @@ def study_summary(study: optuna.Study) -> dict:
         counts["running"] -= counts["paused"]
     front = front_rows(study)
     cal = study.user_attrs.get("hlnas_calibration") or {}
-    progress = None
-    if cal.get("status") == "running" and "hlnas_space" in study.user_attrs:  # split over several calls: how far along
-        progress = calib.progress(space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{study.study_name}'"),
-                                  cal.get("runs") or {})
+    progress = advice = None
+    space = (space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{study.study_name}'")
+             if "hlnas_space" in study.user_attrs else None)
+    if cal.get("status") == "running" and space is not None:  # split over several calls: how far along
+        progress = calib.progress(space, cal.get("runs") or {})
+    verdict = cal.get("verdict")
+    if cal.get("status") == "invalid" and verdict and space is not None and not cal.get("borrowed_from"):
+        advice = calib.advice(space, verdict)  # what hlnas calibrate printed when it failed, for a later reader
     return {"study": study.study_name, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
-            "calibration": study.user_attrs.get("hlnas_calibration"), "calibration_progress": progress, "front": front}
+            "calibration": study.user_attrs.get("hlnas_calibration"), "calibration_progress": progress,
+            "calibration_advice": advice, "front": front}
