@@ -58,21 +58,30 @@ class CalibrationConfig:
     pure_below_min_mixers: int = 0  # mixers whose pure model must sit below its hybrid beyond the spread (0: report)
     # the order runs start in within a role (controls, pure, the rest): "longest" (expected longest first, so the
     # workers finish together: a calibration done in one go) or "listed" (the space's mixer order: one spread over
-    # several calls lists first the mixers that decide soonest whether it can pass). Results are the same either way
+    # several calls lists first the mixers that decide soonest whether it can pass) or "pairs" (mixer by mixer, its pure
+    # model and hybrid seed by seed before any ladder run: each pair decides "pure below" as soon as it can, so a
+    # calibration that cannot pass stops before the pure models that never learn have spent their budgets).
+    # mixer_order: the mixers "listed" and "pairs" take first (the others after, in the space's order). Results are
+    # the same whatever the order: neither is part of the space's fingerprint, so a study resumes under another
     order: str = "longest"
+    mixer_order: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.graded_ratios, list):
-            object.__setattr__(self, "graded_ratios", tuple(self.graded_ratios))
+        for name in ("graded_ratios", "mixer_order"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("graded_min_mixers", "pure_below_min_mixers"):
             v = getattr(self, name)
             if not is_int(v) or v < 0:
                 raise ConfigError(f"calibration.{name}={v!r} is not allowed; allowed: an integer >= 0 (0: reported only)")
         if not isinstance(self.enabled, bool):
             raise ConfigError(f"calibration.enabled must be true or false, got {self.enabled!r}")
-        if self.order not in ("longest", "listed"):
+        if self.order not in ("longest", "listed", "pairs"):
             raise ConfigError(f"calibration.order={self.order!r} is not allowed; allowed: longest (expected longest "
-                              "first within a role), listed (the space's mixer order)")
+                              "first within a role), listed (the space's mixer order), pairs (mixer by mixer, pure and "
+                              "hybrid seed by seed)")
+        if len(set(self.mixer_order)) != len(self.mixer_order):
+            raise ConfigError(f"calibration.mixer_order={list(self.mixer_order)} names a mixer twice")
         if not is_int(self.seeds) or not 2 <= self.seeds <= 10:
             raise ConfigError(f"calibration.seeds={self.seeds!r} is not allowed; allowed: an integer from 2 to 10 "
                               "(a seed spread needs two seeds)")
@@ -154,6 +163,10 @@ def plan(space) -> list[CalibrationRun]:
         if space.n_layers % parse_ratio(g):
             raise ConfigError(f"calibration.graded_ratios: {g!r} needs a depth that is a multiple of {parse_ratio(g)}; "
                               f"the space has layers={space.n_layers}")
+    stray = [m for m in cfg.mixer_order if m not in space.mixers]
+    if stray:
+        raise ConfigError(f"calibration.mixer_order: {', '.join(map(repr, stray))} not among the space's mixers; "
+                          f"allowed: {', '.join(space.mixers)}")
     groups = [("control", TRANSFORMER, str(build_layout(TRANSFORMER, None, space.n_layers)), None)]
     for m in space.mixers:
         groups.append(("pure", m, str(build_layout(m, "pure", space.n_layers)), "pure"))

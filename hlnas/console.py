@@ -129,15 +129,13 @@ class SearchProgress:
                 self.write(f"  control {data['key']:<28} {data['status']:<9} {data['layout']}  {data.get('error_kind')}: "
                            f"{(data.get('error') or '').strip().splitlines()[0] if data.get('error') else ''}")
         elif kind == "calibration_run_paused":
-            self.write(f"  control {data['key']:<28} paused    at step {data.get('steps')} (out of time; the next run of the study on this "
-                       "machine continues it, elsewhere it starts again)")
+            self.write(f"  control {data['key']:<28} paused    at step {data.get('steps')} (out of time; the next run of the study on this machine continues it)")
         elif kind == "calibration_hopeless":
             self.write(f"calibration: {data['reason']}, so it cannot pass: {data['skipped']} runs not started"
                        + (f", {data['running']} running finish first" if data["running"] else ""))
         elif kind == "calibration_paused":
             self.write(f"calibration: out of time with {data['done']} of {data['total']} runs stored, {data['paused']} "
-                       "paused; run the same command again to continue (paused runs are kept on this machine only: "
-                       "on the last call of a lease, give --drain the time a whole run takes)")
+                       "paused; run the same command again to continue (on this machine: paused runs are kept here only)")
         elif kind == "calibration":
             from hlnas.calibrate import format_table
 

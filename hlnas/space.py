@@ -180,8 +180,18 @@ class SearchSpace:
             d["rungs"] = self.rungs.to_dict()
         return json.loads(json.dumps(d, default=list))  # plain JSON types all the way down
 
+    def with_start_order(self, given: "SearchSpace | None") -> "SearchSpace":
+        """This space run in ``given``'s calibration start order (calibration.order, mixer_order: how runs are
+        scheduled, no part of the fingerprint), so a resume can reorder what is left; itself when ``given`` is None."""
+        if given is None:
+            return self
+        order = {k: v for k, v in given.calibration.to_dict().items() if k in ("order", "mixer_order")}
+        return self.with_overrides(calibration={**self.calibration.to_dict(), **order})
+
     def fingerprint(self) -> str:
         body = {k: v for k, v in self.to_dict().items() if k not in ("name", "source")}
+        # the calibration's start order is how its runs are scheduled, not what they measure: a resume may change it
+        body["calibration"] = {k: v for k, v in body["calibration"].items() if k not in ("order", "mixer_order")}
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def diff(self, other: "SearchSpace") -> list[str]:

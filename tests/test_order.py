@@ -53,6 +53,47 @@ def test_a_calibration_spread_over_calls_can_keep_the_spaces_mixer_order(monkeyp
     assert protocol_differences(space_from_dict(raw_space(mixers=["hgrn", "gla"])), sp) == []
 
 
+def test_pairs_decide_each_mixers_pure_below_before_the_next_mixer_and_a_resume_may_change_the_order(monkeypatch,
+                                                                                                      tmp_path):
+    """calibration.order: pairs with mixer_order: controls, then mixer by mixer (the named ones first) its pure model
+    and hybrid seed by seed, ladders last. A study started in one order resumes in another (the order is no part of
+    the fingerprint), and the runs already stored are not trained again."""
+    run, calls = fake_trial({})
+    monkeypatch.setattr(executors, "run_trial", run)
+    url = f"sqlite:///{tmp_path}/c.db"
+    raw = raw_space(mixers=["hgrn", "gla"], calibration={"order": "pairs", "mixer_order": ["gla"],
+                                                         "graded_ratios": ["6:1"]}, layers=12)
+    sp = space_from_dict(raw)
+    run_search(sp, storage=url, study_name="c", n_trials=5, calibrate=True, calibrate_only=True)
+    g, h = "GGGGGGGGGGGG", "HHHHHHHHHHHH"
+    gh, hh, g6, h6 = "GGAGGAGGAGGA", "HHAHHAHHAHHA", "GGGGGAGGGGGA", "HHHHHAHHHHHA"
+    assert [(c[1], c[2]) for c in calls] == [(12 * "A", 0), (12 * "A", 1), (g, 0), (gh, 0), (g, 1), (gh, 1), (h, 0),
+                                             (hh, 0), (h, 1), (hh, 1), (g6, 0), (g6, 1), (h6, 0), (h6, 1)]
+    other = space_from_dict(raw_space(mixers=["hgrn", "gla"], calibration={"graded_ratios": ["6:1"]}, layers=12))
+    assert other.fingerprint() == sp.fingerprint() and other.calibration.order != sp.calibration.order
+    calls.clear()
+    run_search(other, storage=url, study_name="c", n_trials=5, resume=True, calibrate=True, calibrate_only=True)
+    assert calls == []  # every run stored: nothing trained again
+    # started in the default order and stopped before any run, then resumed in pairs: the resume's order holds
+    run_search(other, storage=url, study_name="d", n_trials=5, calibrate=True, calibrate_only=True, time_limit=1e-9)
+    assert calls == []
+    run_search(sp, storage=url, study_name="d", n_trials=5, resume=True, calibrate=True, calibrate_only=True)
+    assert [(c[1], c[2]) for c in calls][:6] == [(12 * "A", 0), (12 * "A", 1), (g, 0), (gh, 0), (g, 1), (gh, 1)]
+    assert other.fingerprint() != space_from_dict(raw_space(mixers=["hgrn", "gla"], layers=12)).fingerprint()
+
+
+def test_a_bad_mixer_order_is_named():
+    import pytest
+
+    from hlnas.calibrate import plan
+    from hlnas.errors import HlnasError
+
+    with pytest.raises(HlnasError, match=r"calibration.mixer_order: 'retnet' not among the space's mixers; allowed: "):
+        plan(space_from_dict(raw_space(calibration={"mixer_order": ["retnet"]})))
+    with pytest.raises(HlnasError, match=r"calibration.mixer_order=\['gla', 'gla'\] names a mixer twice"):
+        space_from_dict(raw_space(calibration={"mixer_order": ["gla", "gla"]}))
+
+
 def test_a_bad_calibration_order_is_named():
     import pytest
 

@@ -54,7 +54,8 @@ def check_replicas(space: SearchSpace, replicas) -> None:
 #: what a recall protocol is, for --calibrated-by: every setting of the space but these (the candidates and how they
 #: are searched; the seed, which the calibration's own seeds already vary)
 _NOT_PROTOCOL = ("name", "source", "mixers", "ratios", "placements", "attention_sets", "transformer", "hetero",
-                 "objectives", "constraints", "sampler", "rungs", "scale.train.seed", "calibration.order")
+                 "objectives", "constraints", "sampler", "rungs", "scale.train.seed", "calibration.order",
+                 "calibration.mixer_order")
 
 
 def protocol_differences(space: SearchSpace, other: SearchSpace) -> list[str]:
@@ -221,10 +222,7 @@ class _Calibration:
         # Within a role, longest expected first (hlnas.search.order: the costlier mixer's runs before the cheaper one's,
         # so one worker is not left with both slow pure models while the other finishes early and waits), or in the
         # space's listed mixer order (calibration.order: listed)
-        rank = {"control": 0, "pure": 1}
-        longest = self.space.calibration.order == "longest"
-        queue = self.units(sorted(self.todo, key=lambda r: (rank.get(r.role, 2),
-                                                             expected_length(self.space, r.layout) if longest else 0)))
+        queue = self.units(sorted(self.todo, key=self.start_key))
         # a control that failed decides the verdict: stop starting runs then (the ones in flight finish and are stored)
         hopeless = calib.hopeless(self.space, self.runs)
         while (queue and not hopeless) or dispatch.pending:
@@ -246,6 +244,19 @@ class _Calibration:
         self.save("valid" if result["valid"] else "invalid", result)
         emit("calibration", result)
         return result
+
+    def start_key(self, run) -> tuple:
+        """Where ``run`` starts in the queue (calibration.order, calibration.mixer_order): controls first, then by
+        role and expected length or listed mixer, or (pairs) mixer by mixer its pure model and hybrid seed by seed."""
+        cfg = self.space.calibration
+        first = [*cfg.mixer_order, *(m for m in self.space.mixers if m not in cfg.mixer_order)]
+        mixer = first.index(run.mixer) if run.mixer in first else -1
+        if run.role == "control":
+            return (0,)
+        if cfg.order == "pairs":
+            return (1, mixer, run.seed, run.role != "pure") if run.role in ("pure", "hybrid") else (2, mixer, run.seed)
+        rank = 1 if run.role == "pure" else 2
+        return (rank, expected_length(self.space, run.layout)) if cfg.order == "longest" else (rank, run.seed, mixer)
 
     def units(self, runs: list) -> list[list]:
         """What goes to the executor as one spec: each run alone, or with ``replicas`` each layout's runs to do (its

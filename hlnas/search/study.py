@@ -98,14 +98,14 @@ def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool,
                 + "\n  ".join(stored.diff(space)) + "\nResume without --space to use the stored one, or start a new --study."
             )
         _repair(study, stored)
-        return study, stored
+        return study, stored.with_start_order(space)
     if exists:
         stored = space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{name}'")
         # a study holding only a calibration (``hlnas calibrate``) of this very space continues into its search
         only_calibrated = all("calibration" in t.user_attrs for t in study.get_trials(deepcopy=False))
         if only_calibrated and space is not None and stored.fingerprint() == space.fingerprint():
             _repair(study, stored)
-            return study, stored
+            return study, stored.with_start_order(space)
         raise HlnasError(f"study '{name}' already exists in this storage; pass --resume to continue it, or choose another --study name")
     assert space is not None
     with _deferred_stop_signals():  # Ctrl-C/SIGTERM land after the study is whole; kill -9 leaves a husk, repaired above
@@ -490,13 +490,11 @@ def study_summary(study: optuna.Study) -> dict:
     front = front_rows(study)
     cal = study.user_attrs.get("hlnas_calibration") or {}
     progress = advice = None
-    space = (space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{study.study_name}'")
-             if "hlnas_space" in study.user_attrs else None)
-    if cal.get("status") == "running" and space is not None:  # split over several calls: how far along
+    space = space_from_dict(study.user_attrs["hlnas_space"], where=f"study '{study.study_name}'")
+    if cal.get("status") == "running":  # split over several calls: how far along
         progress = calib.progress(space, cal.get("runs") or {})
-    verdict = cal.get("verdict")
-    if cal.get("status") == "invalid" and verdict and space is not None and not cal.get("borrowed_from"):
-        advice = calib.advice(space, verdict)  # what hlnas calibrate printed when it failed, for a later reader
+    if cal.get("status") == "invalid" and cal.get("verdict") and not cal.get("borrowed_from"):
+        advice = calib.advice(space, cal["verdict"])  # what hlnas calibrate printed when it failed, for a later reader
     return {"study": study.study_name, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
             "calibration": study.user_attrs.get("hlnas_calibration"), "calibration_progress": progress,
             "calibration_advice": advice, "front": front}
