@@ -379,10 +379,18 @@ def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationCon
     Recall is an accuracy, at most 1. With ``n`` seeds, a pure seed at ``v`` and the spread at least the floor ``f``,
     the gap ``hybrid mean - pure mean`` can exceed twice the spread only if ``1 - v > (1 + 1/n) f``: a lower other seed
     adds to the spread twice what it takes off the pure mean. So a pure seed within ``(1 + 1/n) f`` of 1 rules the
-    mixer out, as does a pure seed not below the same seed's hybrid."""
+    mixer out, as does a pure seed not below the same seed's hybrid, and a pair with every seed scored that is not
+    apart by more than twice the spread (the verdict's own test: those runs are final)."""
     scored = {(r["role"], r["seed"]): float(r["raw_train_length"]) for r in runs.values()
               if r["mixer"] == mixer and r["status"] == "ok" and r.get("raw_train_length") is not None
               and r["role"] in ("pure", "hybrid")}
+    pure, hyb = ([v for (role, _), v in sorted(scored.items()) if role == want] for want in ("pure", "hybrid"))
+    if len(pure) >= cfg.seeds and len(hyb) >= cfg.seeds:
+        gap, need = sum(hyb) / len(hyb) - sum(pure) / len(pure), 2 * max(_spread(pure, cfg.spread_floor),
+                                                                         _spread(hyb, cfg.spread_floor))
+        if not gap > need:
+            return (f"{mixer} pure ({_join(pure)}) and its {cfg.hybrid_ratio} hybrid ({_join(hyb)}) are {gap:+.3f} "
+                    f"apart, not more than twice the seed spread ({need:.3f})")
     room = (1 + 1 / cfg.seeds) * cfg.spread_floor
     for (role, seed), v in sorted(scored.items()):
         if role != "pure":
@@ -393,6 +401,10 @@ def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationCon
         if h is not None and v >= h:
             return f"{mixer} pure scored {v:.3f} on seed {seed}, not below its {cfg.hybrid_ratio} hybrid's {h:.3f}"
     return None
+
+
+def _join(values: list[float]) -> str:
+    return ", ".join(f"{v:.3f}" for v in values)
 
 
 def _pure_below_short(space, runs: dict[str, dict]) -> str | None:

@@ -703,7 +703,23 @@ def test_pure_below_ruled_out_never_rules_out_a_mixer_that_could_still_pass():
                 if why:
                     seen_out += 1
                     assert not passes, (vals, subset, why)
+                if n == len(runs):  # every run in: ruled out exactly when the verdict says no
+                    assert bool(why) == (not passes), (vals, why)
     assert seen_out > 1000 and seen_pass > 50  # both sides of the bound were exercised
+
+
+def test_a_finished_pair_inside_the_spread_rules_the_mixer_out_below_the_ceiling():
+    """VT at 8000 steps: pure and hybrid both stop at the 0.98 target, every pure seed a little below its hybrid's but
+    the means not apart by twice the spread. Once the four runs are in, the mixer is out (hopeless counts it), though
+    no seed is near 1 or above its hybrid; with a seed missing it is not."""
+    from hlnas.calibrate import pure_below_ruled_out
+
+    cfg = space_from_dict(raw_space()).calibration
+    runs = {f"{role}{s}": {"role": role, "mixer": "gla", "seed": s, "status": "ok", "raw_train_length": v}
+            for role, vals in (("pure", (0.975, 0.98)), ("hybrid", (0.983, 0.99))) for s, v in enumerate(vals)}
+    assert pure_below_ruled_out("gla", runs, cfg) == ("gla pure (0.975, 0.980) and its 3:1 hybrid (0.983, 0.990) are "
+                                                      "+0.009 apart, not more than twice the seed spread (0.020)")
+    assert pure_below_ruled_out("gla", {k: v for k, v in runs.items() if k != "hybrid1"}, cfg) is None
 
 
 def test_calibration_stops_once_too_few_mixers_can_have_their_pure_model_below_the_hybrid(monkeypatch, tmp_path, capsys):
