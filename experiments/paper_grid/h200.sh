@@ -21,8 +21,8 @@
 # auto: chosen by a bench_proxy step earlier in the call (BENCH_PROXY_ARGS: its options, e.g. fewer runs and steps)
 # DRAIN=S (the session's last call): runs in flight when a calibrate_by/grid_by/placement_by step's T passes go on up to S
 # seconds more before pausing, so those that finish are stored (a machine that goes back takes paused runs with it):
-# S must cover a whole run at this call's WORKERS (processes time-slice the GPU: 4 workers run each 4x slower; on
-# 2026-12-03 8000-step runs at 4 workers needed about 800 s and were lost); WORKERS=1 finishes them in about 230 s
+# S must cover a whole run at this call's WORKERS (processes time-slice the GPU: 4 workers run each about 4x slower;
+# on 2026-12-03 8000-step runs at 4 workers needed about 800 s and were lost; at 2 workers about 440 s)
 # CAL_REPLICAS=1 (or auto: see pick_replicas): calibrate_by trains each layout's seeds as replicas of one recall model
 # in one run (hlnas calibrate --replicas; issue #21). 2 replicas ran 1.03x 2 processes on the H200: off unless set. Paused solo runs are not
 # continued as replicas (their recall starts again, with the same result)
