@@ -59,8 +59,9 @@ class CalibrationConfig:
     # the order runs start in within a role (controls, pure, the rest): "longest" (expected longest first, so the
     # workers finish together: a calibration done in one go) or "listed" (the space's mixer order: one spread over
     # several calls lists first the mixers that decide soonest whether it can pass) or "pairs" (mixer by mixer, its pure
-    # model and hybrid seed by seed before any ladder run: each pair decides "pure below" as soon as it can, so a
-    # calibration that cannot pass stops before the pure models that never learn have spent their budgets).
+    # model and hybrid seed by seed, then its ladder: each mixer's "pure below" and graded checks are decided before
+    # the next mixer starts, so a calibration that cannot pass stops before the pure models that never learn have
+    # spent their budgets).
     # mixer_order: the mixers "listed" and "pairs" take first (the others after, in the space's order). Results are
     # the same whatever the order: neither is part of the space's fingerprint, so a study resumes under another
     order: str = "longest"
@@ -298,16 +299,16 @@ def _judge(space, runs: dict[str, dict], stopped: str | None = None) -> tuple[di
     n_below = sum(1 for c in mixers.values() if c["pure_below"])
     n_graded = sum(1 for c in mixers.values() if c["graded"] == "rises")
     # a stopped calibration lacks the pairs to judge, unless what stopped it was this check's certain failure
-    certain = _pure_below_short(space, runs) if stopped else None
+    certain, certain_graded = (_pure_below_short(space, runs), _graded_short(space, runs)) if stopped else (None, None)
     if n_below < cfg.pure_below_min_mixers and (not stopped or certain):
         failures.append({"kind": "pure_below", "message": certain or (
                          f"the pure model sits below its {cfg.hybrid_ratio} hybrid "
                          f"beyond twice the seed spread, in every seed, for {n_below} mixer(s) "
                          f"({', '.join(m for m, c in mixers.items() if c['pure_below']) or 'none'}); "
                          f"calibration.pure_below_min_mixers={cfg.pure_below_min_mixers}")})
-    if n_graded < cfg.graded_min_mixers and not stopped:
-        failures.append({"kind": "graded", "message": f"the graded measure rises with the attention share, without "
-                         f"falling beyond twice the seed spread, for {n_graded} mixer(s) "
+    if n_graded < cfg.graded_min_mixers and (not stopped or certain_graded):
+        failures.append({"kind": "graded", "message": certain_graded or f"the graded measure rises with the attention "
+                         f"share, without falling beyond twice the seed spread, for {n_graded} mixer(s) "
                          f"({', '.join(m for m, c in mixers.items() if c['graded'] == 'rises') or 'none'}); "
                          f"calibration.graded_min_mixers={cfg.graded_min_mixers}"})
     return ({"valid": not failures, "rows": rows, "failures": [f["message"] for f in failures],
@@ -344,7 +345,7 @@ def hopeless(space, runs: dict[str, dict]) -> str | None:
             short = _control_short(r["layout"], float(raw), f"on seed {r['seed']}", space.calibration)
             if short:
                 return short
-    return _separation_short(space, runs) or _pure_below_short(space, runs)
+    return _separation_short(space, runs) or _pure_below_short(space, runs) or _graded_short(space, runs)
 
 
 def _separation_short(space, runs: dict[str, dict]) -> str | None:
@@ -401,6 +402,23 @@ def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationCon
         if h is not None and v >= h:
             return f"{mixer} pure scored {v:.3f} on seed {seed}, not below its {cfg.hybrid_ratio} hybrid's {h:.3f}"
     return None
+
+
+def _graded_short(space, runs: dict[str, dict]) -> str | None:
+    """The graded check's certain failure, or None while enough mixers can still pass it: a mixer is out once every
+    seed of its ladder (pure, graded ratios, hybrid) is scored and its measure does not rise without a fall."""
+    need = space.calibration.graded_min_mixers
+    if not need:
+        return None
+    checks = _judge(space, runs)[0]["mixers"]
+    out = {m: c for m, c in checks.items() if c["graded"] in ("falls", "flat")}
+    left = [m for m in space.mixers if m not in out]
+    if len(left) >= need:
+        return None
+    why = "; ".join(f"{m} {c['graded']}" + "".join(f" ({f['from']} -> {f['to']} by {f['by']:.3f})" for f in c["falls"])
+                    for m, c in out.items())
+    return (f"the graded measure can rise with the attention share for at most {len(left)} mixer(s) "
+            f"({', '.join(left) or 'none'}), where calibration.graded_min_mixers={need}: {why}")
 
 
 def _join(values: list[float]) -> str:

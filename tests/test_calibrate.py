@@ -201,6 +201,27 @@ def test_graded_check_rises_flat_and_falls_per_mixer():
     assert verdict(s, ladder_runs(noisy))["mixers"]["gla"]["graded"] == "rises"
 
 
+def test_a_graded_check_that_failed_for_good_makes_the_calibration_hopeless():
+    """graded_min_mixers=2 of 2: once GLA's whole ladder is in and falls (6:1 learns sooner than 3:1, as MQAR did on
+    the H200), the verdict cannot be valid whatever HGRN's runs score; while a seed of GLA's ladder is missing it can.
+    A verdict stopped for it names the check."""
+    from hlnas.calibrate import hopeless
+
+    s = space_from_dict(raw_space(calibration={"graded_ratios": ["6:1"], "graded_min_mixers": 2}))
+    falls = {"pure:gla": (0.00, 0.02), "ladder6to1:gla": (0.90, 0.92), "hybrid:gla": (0.60, 0.62)}
+    runs = {k: v for k, v in ladder_runs(falls).items() if ":hgrn:" not in k}
+    why = hopeless(s, runs)
+    assert why == ("the graded measure can rise with the attention share for at most 1 mixer(s) (hgrn), where "
+                   "calibration.graded_min_mixers=2: gla falls (6:1 -> 3:1 by 0.300)")
+    assert hopeless(s, {k: v for k, v in runs.items() if k != "ladder6to1:gla:s1"}) is None
+    v = verdict(s, runs, stopped=why)
+    assert not v["valid"] and "graded" in v["kinds"] and why in v["failures"]
+    flat = {"pure:gla": (0.50, 0.50), "ladder6to1:gla": (0.50, 0.51), "hybrid:gla": (0.51, 0.50)}
+    assert "gla flat" in hopeless(s, {k: v for k, v in ladder_runs(flat).items() if ":hgrn:" not in k})
+    assert hopeless(s, {k: v for k, v in ladder_runs({**falls, **{"pure:gla": (0.0, 0.0)}}).items()
+                        if ":hgrn:" not in k and "ladder" not in k}) is None
+
+
 def test_graded_value_prefers_the_learning_auc():
     assert calibrate.graded_value({"recall_auc": 0.3, "recall": 0.9}) == 0.3
     assert calibrate.graded_value({"recall": 0.9}) == 0.9 and calibrate.graded_value({}) is None

@@ -56,7 +56,7 @@ def test_a_calibration_spread_over_calls_can_keep_the_spaces_mixer_order(monkeyp
 def test_pairs_decide_each_mixers_pure_below_before_the_next_mixer_and_a_resume_may_change_the_order(monkeypatch,
                                                                                                       tmp_path):
     """calibration.order: pairs with mixer_order: controls, then mixer by mixer (the named ones first) its pure model
-    and hybrid seed by seed, ladders last. A study started in one order resumes in another (the order is no part of
+    and hybrid seed by seed, then its ladder. A study started in one order resumes in another (the order is no part of
     the fingerprint), and the runs already stored are not trained again."""
     run, calls = fake_trial({})
     monkeypatch.setattr(executors, "run_trial", run)
@@ -67,8 +67,8 @@ def test_pairs_decide_each_mixers_pure_below_before_the_next_mixer_and_a_resume_
     run_search(sp, storage=url, study_name="c", n_trials=5, calibrate=True, calibrate_only=True)
     g, h = "GGGGGGGGGGGG", "HHHHHHHHHHHH"
     gh, hh, g6, h6 = "GGAGGAGGAGGA", "HHAHHAHHAHHA", "GGGGGAGGGGGA", "HHHHHAHHHHHA"
-    assert [(c[1], c[2]) for c in calls] == [(12 * "A", 0), (12 * "A", 1), (g, 0), (gh, 0), (g, 1), (gh, 1), (h, 0),
-                                             (hh, 0), (h, 1), (hh, 1), (g6, 0), (g6, 1), (h6, 0), (h6, 1)]
+    assert [(c[1], c[2]) for c in calls] == [(12 * "A", 0), (12 * "A", 1), (g, 0), (gh, 0), (g, 1), (gh, 1), (g6, 0),
+                                             (g6, 1), (h, 0), (hh, 0), (h, 1), (hh, 1), (h6, 0), (h6, 1)]
     other = space_from_dict(raw_space(mixers=["hgrn", "gla"], calibration={"graded_ratios": ["6:1"]}, layers=12))
     assert other.fingerprint() == sp.fingerprint() and other.calibration.order != sp.calibration.order
     calls.clear()

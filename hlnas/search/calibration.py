@@ -247,14 +247,15 @@ class _Calibration:
 
     def start_key(self, run) -> tuple:
         """Where ``run`` starts in the queue (calibration.order, calibration.mixer_order): controls first, then by
-        role and expected length or listed mixer, or (pairs) mixer by mixer its pure model and hybrid seed by seed."""
+        role and expected length or listed mixer, or (pairs) mixer by mixer its pure model and hybrid seed by seed,
+        then its ladder: each mixer's checks are decided before the next mixer starts."""
         cfg = self.space.calibration
         first = [*cfg.mixer_order, *(m for m in self.space.mixers if m not in cfg.mixer_order)]
         mixer = first.index(run.mixer) if run.mixer in first else -1
         if run.role == "control":
             return (0,)
-        if cfg.order == "pairs":
-            return (1, mixer, run.seed, run.role != "pure") if run.role in ("pure", "hybrid") else (2, mixer, run.seed)
+        if cfg.order == "pairs":  # a mixer's pure/hybrid pairs seed by seed, then its ladder, then the next mixer
+            return (1, mixer, 0, run.seed, run.role != "pure") if run.role in ("pure", "hybrid") else (1, mixer, 1, run.seed)
         rank = 1 if run.role == "pure" else 2
         return (rank, expected_length(self.space, run.layout)) if cfg.order == "longest" else (rank, run.seed, mixer)
 
