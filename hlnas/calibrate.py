@@ -366,11 +366,14 @@ def _separation_short(space, runs: dict[str, dict]) -> str | None:
 
 def progress(space, runs: dict[str, dict]) -> dict:
     """Where a calibration still running stands: runs stored of those planned, the verdict of the rows so far, why it
-    can no longer pass (:func:`hopeless`, or None), and the mixers whose pure model can still sit below the hybrid."""
-    cfg = space.calibration
-    return {"stored": len(runs), "planned": len(plan(space)), "verdict": verdict(space, runs),
+    can no longer pass (:func:`hopeless`, or None), the mixers whose pure model can still sit below the hybrid, and
+    those whose graded measure can still rise (its whole ladder not yet in, or in and rising)."""
+    cfg, v = space.calibration, verdict(space, runs)
+    return {"stored": len(runs), "planned": len(plan(space)), "verdict": v,
             "cannot_pass": hopeless(space, runs), "pure_below_min_mixers": cfg.pure_below_min_mixers,
-            "pure_below_open": [m for m in space.mixers if not pure_below_ruled_out(m, runs, cfg)]}
+            "pure_below_open": [m for m in space.mixers if not pure_below_ruled_out(m, runs, cfg)],
+            "graded_min_mixers": cfg.graded_min_mixers,
+            "graded_open": [m for m in space.mixers if v["mixers"][m]["graded"] not in ("falls", "flat")]}
 
 
 def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationConfig") -> str | None:

@@ -207,6 +207,9 @@ def status_text(summary: dict) -> str:
             if need:
                 lines.append(f"pure below its hybrid can still hold for {len(pr['pure_below_open'])} mixer(s) "
                              f"({', '.join(pr['pure_below_open']) or 'none'}); the space asks {need}")
+            if pr.get("graded_min_mixers"):
+                lines.append(f"the graded measure can still rise for {len(pr['graded_open'])} mixer(s) "
+                             f"({', '.join(pr['graded_open']) or 'none'}); the space asks {pr['graded_min_mixers']}")
             lines.append(f"CANNOT PASS any more: {pr['cannot_pass']}" if pr["cannot_pass"]
                          else "can still pass: nothing stored so far rules it out")
     elif cal:

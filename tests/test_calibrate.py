@@ -216,6 +216,7 @@ def test_a_graded_check_that_failed_for_good_makes_the_calibration_hopeless():
     assert hopeless(s, {k: v for k, v in runs.items() if k != "ladder6to1:gla:s1"}) is None
     v = verdict(s, runs, stopped=why)
     assert not v["valid"] and "graded" in v["kinds"] and why in v["failures"]
+    assert calibrate.progress(s, runs)["graded_open"] == ["hgrn"]
     flat = {"pure:gla": (0.50, 0.50), "ladder6to1:gla": (0.50, 0.51), "hybrid:gla": (0.51, 0.50)}
     assert "gla flat" in hopeless(s, {k: v for k, v in ladder_runs(flat).items() if ":hgrn:" not in k})
     assert hopeless(s, {k: v for k, v in ladder_runs({**falls, **{"pure:gla": (0.0, 0.0)}}).items()
@@ -847,6 +848,7 @@ def test_status_of_a_running_calibration_shows_its_rows_so_far_and_whether_it_ca
     assert "calibration: running, 3 of 10 runs stored" in text and "no verdict yet" in text and "valid: " not in text
     assert "pure     gla             GGGGGG                     0.300" in text
     assert "pure below its hybrid can still hold for 2 mixer(s) (gla, hgrn); the space asks 2" in text
+    assert "the graded measure can still rise" not in text  # the space asks no graded mixers
     assert "can still pass: nothing stored so far rules it out" in text
     text = study_with("b", {"control:transformer": (0.99, 0.97), "pure:gla": (0.995,)})
     assert "can still hold for 1 mixer(s) (hgrn)" in text

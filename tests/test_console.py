@@ -77,6 +77,18 @@ def test_status_text_says_how_far_a_running_calibration_got():
     assert "calibration: running, 6 runs stored (the next run of the study continues it)" in status_text(summary)
 
 
+def test_status_text_says_which_mixers_can_still_pass_each_required_check():
+    verdict = {"valid": False, "failures": [], "config": {"control_min": 0.9, "hybrid_ratio": "3:1"}, "rows": []}
+    pr = {"stored": 8, "planned": 38, "verdict": verdict, "cannot_pass": None, "pure_below_min_mixers": 4,
+          "pure_below_open": ["hgrn", "retnet"], "graded_min_mixers": 3, "graded_open": ["gla", "hgrn", "retnet"]}
+    summary = {"study": "st", "trials": {"complete": 1}, "objectives": [],
+               "calibration": {"status": "running", "runs": {}}, "calibration_progress": pr, "front": []}
+    lines = status_text(summary).split("\n")
+    assert "pure below its hybrid can still hold for 2 mixer(s) (hgrn, retnet); the space asks 4" in lines
+    assert "the graded measure can still rise for 3 mixer(s) (gla, hgrn, retnet); the space asks 3" in lines
+    assert "the graded measure" not in status_text({**summary, "calibration_progress": {**pr, "graded_min_mixers": 0}})
+
+
 def test_front_table_without_rows_and_without_a_baseline():
     assert front_table([], None) == "no completed trials yet"
     head = front_table([row(0, "GGGA", 1024)], {"status": "valid"}).split("\n")[1]
