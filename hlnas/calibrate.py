@@ -332,13 +332,15 @@ def _row(p, got: list[dict], cfg) -> dict:
 
 
 def hopeless(space, runs: dict[str, dict]) -> str | None:
-    """Why the verdict can no longer be valid, whatever the runs not yet stored would score; None while it can. Three
+    """Why the verdict can no longer be valid, whatever the runs not yet stored would score; None while it can. Four
     cases are certain from part of the runs (a run that failed to run is not counted: it may run again):
 
     * a control seed scored below ``calibration.control_min``, which the verdict asks of every seed;
     * a pure model or hybrid failed its separation with every seed of it and of its partner scored;
     * fewer mixers than ``calibration.pure_below_min_mixers`` can still have their pure model below its hybrid
-      (:func:`pure_below_ruled_out` says why each is out)."""
+      (:func:`pure_below_ruled_out` says why each is out);
+    * fewer mixers than ``calibration.graded_min_mixers`` can still have a rising graded measure (a mixer is out once
+      its whole ladder is scored and it falls or stays flat)."""
     for r in sorted(runs.values(), key=lambda r: r["key"]):
         raw = r.get("raw_train_length")
         if r["role"] == "control" and r["status"] == "ok" and raw is not None:
@@ -393,7 +395,8 @@ def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationCon
         gap, need = sum(hyb) / len(hyb) - sum(pure) / len(pure), 2 * max(_spread(pure, cfg.spread_floor),
                                                                          _spread(hyb, cfg.spread_floor))
         if not gap > need:
-            return (f"{mixer} pure ({_join(pure)}) and its {cfg.hybrid_ratio} hybrid ({_join(hyb)}) are {gap:+.3f} "
+            shown = [", ".join(f"{v:.3f}" for v in vals) for vals in (pure, hyb)]
+            return (f"{mixer} pure ({shown[0]}) and its {cfg.hybrid_ratio} hybrid ({shown[1]}) are {gap:+.3f} "
                     f"apart, not more than twice the seed spread ({need:.3f})")
     room = (1 + 1 / cfg.seeds) * cfg.spread_floor
     for (role, seed), v in sorted(scored.items()):
@@ -422,10 +425,6 @@ def _graded_short(space, runs: dict[str, dict]) -> str | None:
                     for m, c in out.items())
     return (f"the graded measure can rise with the attention share for at most {len(left)} mixer(s) "
             f"({', '.join(left) or 'none'}), where calibration.graded_min_mixers={need}: {why}")
-
-
-def _join(values: list[float]) -> str:
-    return ", ".join(f"{v:.3f}" for v in values)
 
 
 def _pure_below_short(space, runs: dict[str, dict]) -> str | None:
