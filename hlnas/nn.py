@@ -6,13 +6,17 @@ cache's byte count is simply the sum of the tensors it holds.
 
 from __future__ import annotations
 
+import os
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
 
-__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "swiglu_hidden"]
+__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rope_table", "ROPE_TABLE",
+           "swiglu_hidden"]
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -145,14 +149,56 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def rotary(x: Tensor, offset: int, theta: float = 10000.0) -> Tensor:
-    """Rotary position embedding on x: [B, T, H, D] for positions offset..offset+T-1 (half-split form)."""
+#: rotary() reads cos/sin from a table made once per device (rope_table) instead of computing them in its graph.
+#: Why: inductor inlined the cos/sin of the angle table into the kernels that rotate q and k (and their backward),
+#: recomputing pow, cos and sin for every element: on the H200 two such kernels took 6.8 of a 27.4 ms compiled
+#: all-attention recall step (experiments/bench/recall_step_profile_h200_2026-12-03.md). Off until the GPU benchmark
+#: (experiments/bench/paper_scale.py, rows ...@compile+rope) measures it; HLNAS_ROPE_TABLE=1 turns it on.
+ROPE_TABLE = os.environ.get("HLNAS_ROPE_TABLE", "0") == "1"
+_TABLES: dict[tuple, tuple[Tensor, Tensor]] = {}
+_RETIRED: list = []  # grown-out tables, kept alive: another CUDA stream may still be reading one
+_TABLES_LOCK = threading.Lock()
+
+
+def _angles(device, start: int, length: int, half: int, theta: float) -> Tensor:
+    inv = 1.0 / (theta ** (torch.arange(0, half, device=device, dtype=torch.float32) / half))
+    pos = torch.arange(start, start + length, device=device, dtype=torch.float32)
+    return pos[:, None] * inv[None, :]  # [length, half]
+
+
+@torch.compiler.disable  # made eagerly, outside any compiled graph: the graph then reads it as an input
+def rope_table(device: torch.device, length: int, half: int, theta: float) -> tuple[Tensor, Tensor]:
+    """cos and sin ``[n, half]`` (float32) of positions ``0..n-1``, ``n >= length``, made once per device, width and
+    theta and grown by doubling. Inside a CUDA graph capture a missing table is computed (into the graph) but not
+    kept; a table made on a CUDA stream is finished before other streams can see it."""
+    key = (str(device), half, float(theta))
+    with _TABLES_LOCK:
+        have = _TABLES.get(key)
+        if have is not None and have[0].shape[0] >= length:
+            return have
+        n = max(length, 2 * have[0].shape[0] if have is not None else length)
+        ang = _angles(device, 0, n, half, theta)
+        table = (ang.cos(), ang.sin())
+        if device.type == "cuda":
+            if torch.cuda.is_current_stream_capturing():
+                return table  # recorded into the graph, so valid only where it replays
+            torch.cuda.current_stream(device).synchronize()
+        if have is not None:
+            _RETIRED.append(have)
+        _TABLES[key] = table
+        return table
+
+
+def rotary(x: Tensor, offset: int, theta: float = 10000.0, table: bool | None = None) -> Tensor:
+    """Rotary position embedding on x: [B, T, H, D] for positions offset..offset+T-1 (half-split form).
+    ``table``: cos/sin from :func:`rope_table` (default :data:`ROPE_TABLE`); the same values either way."""
     B, T, H, D = x.shape
     half = D // 2
-    inv = 1.0 / (theta ** (torch.arange(0, half, device=x.device, dtype=torch.float32) / half))
-    pos = torch.arange(offset, offset + T, device=x.device, dtype=torch.float32)
-    ang = pos[:, None] * inv[None, :]  # [T, half]
-    cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+    if ROPE_TABLE if table is None else table:
+        cos, sin = (t[offset:offset + T][None, :, None, :] for t in rope_table(x.device, offset + T, half, theta))
+    else:
+        ang = _angles(x.device, offset, T, half, theta)
+        cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
     xf = x.to(compute_dtype(x))
     x1, x2 = xf[..., :half], xf[..., half : 2 * half]
     out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., 2 * half :]], dim=-1)

@@ -15,7 +15,8 @@ heads, vocabulary and MLP width of hlnas's Transformer, so the same parameter co
 mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory is a row, not a crash). A row with
 ``@compile`` (``gla:3:1@compile``) trains that model under ``torch.compile`` (inductor, block by block as
 ``train.compile`` does) inside the same step, and its
-``tok/s vs own row`` is its speed over the uncompiled row of the same run (issue #21 point 2). Every model
+``tok/s vs own row`` is its speed over the uncompiled row of the same run (issue #21 point 2); ``@rope`` and
+``@compile+rope`` take RoPE's cos/sin from one table (``hlnas.nn.rope_table``), measured against the same row without. Every model
 trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused AdamW,
 clipping, bf16 autocast, ``lm_loss``) on random tokens of the batch's shape: the rows differ in the model alone.
 
@@ -157,8 +158,12 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 
     cfg = recall_config(args.recall_space) if args.recall_space else preset(args.preset)
     spec, _, variant = spec.partition("@")  # "@compile": the model as train.compile compiles it (inductor, block by block), then the same step
-    if variant not in ("", "compile"):
-        raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile")
+    if variant not in ("", "compile", "rope", "compile+rope"):
+        raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile, @rope, @compile+rope")
+    import hlnas.nn as hnn
+
+    rope_default, hnn.ROPE_TABLE = hnn.ROPE_TABLE, "rope" in variant  # RoPE's cos/sin from one table (hlnas.nn)
+    variant = variant.replace("rope", "").strip("+")
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
     # at context T the cost model's attention term, 2 T d per token (the paper's Table 4: one FLOP per multiply-add),
@@ -182,7 +187,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
         step, mode = make_step(compiled(model, True, "train.compile") if variant else model, opt, lm_loss, (x, y), graph=graph, clip=1.0,
                                autocast=torch.bfloat16 if dev.type == "cuda" else None, rewind_warmup=True)
-        mode += "+compile" if variant else ""
+        mode += ("+compile" if variant else "") + ("+rope" if hnn.ROPE_TABLE else "")
         loss = step(x, y)
         _sync(dev)
         row["first_step_s"] = round(time.perf_counter() - t0, 2)
@@ -216,6 +221,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         del e
     finally:
+        hnn.ROPE_TABLE = rope_default
         del model, opt, step
         gc.collect()
         if dev.type == "cuda":
@@ -267,8 +273,10 @@ def _ratios(rows: list[dict]) -> None:
             r["tok_s_vs_plain"] = round(r["tok_s"] / base["tok_s"], 3)
             if r.get("peak_gib") and base.get("peak_gib"):
                 r["peak_vs_plain"] = round(r["peak_gib"] / base["peak_gib"], 3)
-        if "@" in r["row"] and r.get("tok_s"):  # a variant against its own row of the same run
-            own = next((o for o in rows if o["row"] == r["row"].partition("@")[0] and o.get("tok_s")), None)
+        if "@" in r["row"] and r.get("tok_s"):  # a variant against its own row of the same run (@..+rope: without rope)
+            name, _, variant = r["row"].partition("@")
+            mine = name + ("@compile" if variant == "compile+rope" else "") if "rope" in variant else name
+            own = next((o for o in rows if o["row"] == mine and o.get("tok_s")), None)
             if own:
                 r["tok_s_vs_own"] = round(r["tok_s"] / own["tok_s"], 3)
         if r.get("mfu") and mm and r["row"] != "matmul":
