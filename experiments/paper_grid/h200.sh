@@ -273,9 +273,9 @@ PY
         ${OVERHEAD_MODES:+--modes $OVERHEAD_MODES} >"$OUT/logs/bench_overhead.log" 2>&1
       say "bench_overhead rc=$?"; cat "$OUT"/logs/trial_overhead_*.md 2>/dev/null ;;
     gpu_tests*)  # the GPU-marked tests of $GPU_TESTS only (default: what changed and never ran on a GPU: replicas,
-                 # pinned batches, streams, the CUDA-graph capture of both steps), without the op checks
+                 # pinned batches, streams, the CUDA-graph capture of both steps, the RoPE table under capture), without the op checks
       [[ $step == gpu_tests:* ]] && t=${step#gpu_tests:} || t=150
-      timeout $(cap $t) python3 -m pytest -q -rP -m gpu ${GPU_TESTS:-tests/score/test_vt.py tests/test_replicas.py tests/score/test_recall_proxy.py tests/test_executors_concurrent.py tests/test_train_gpu.py} \
+      timeout $(cap $t) python3 -m pytest -q -rP -m gpu ${GPU_TESTS:-tests/score/test_vt.py tests/test_replicas.py tests/score/test_recall_proxy.py tests/test_executors_concurrent.py tests/test_train_gpu.py tests/test_rope_table.py} \
         -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
       rc=$?; say "gpu_tests rc=$rc"; echo "gpu_tests rc=$rc" >$STATE/gpu_tests_rc; tail -n 5 "$OUT/logs/gpu_tests.log" ;;
     sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
