@@ -299,7 +299,7 @@ def _judge(space, runs: dict[str, dict], stopped: str | None = None) -> tuple[di
     n_below = sum(1 for c in mixers.values() if c["pure_below"])
     n_graded = sum(1 for c in mixers.values() if c["graded"] == "rises")
     # a stopped calibration lacks the pairs to judge, unless what stopped it was this check's certain failure
-    certain, certain_graded = (_pure_below_short(space, runs), _graded_short(space, runs)) if stopped else (None, None)
+    certain, certain_graded = (_pure_below_short(space, runs), _graded_short(space, mixers)) if stopped else (None, None)
     if n_below < cfg.pure_below_min_mixers and (not stopped or certain):
         failures.append({"kind": "pure_below", "message": certain or (
                          f"the pure model sits below its {cfg.hybrid_ratio} hybrid "
@@ -347,15 +347,16 @@ def hopeless(space, runs: dict[str, dict]) -> str | None:
             short = _control_short(r["layout"], float(raw), f"on seed {r['seed']}", space.calibration)
             if short:
                 return short
-    return _separation_short(space, runs) or _pure_below_short(space, runs) or _graded_short(space, runs)
+    judged = _judge(space, runs)
+    return _separation_short(space, judged) or _pure_below_short(space, runs) or _graded_short(space, judged[0]["mixers"])
 
 
-def _separation_short(space, runs: dict[str, dict]) -> str | None:
+def _separation_short(space, judged: tuple[dict, list[dict]]) -> str | None:
     """A pure model or hybrid whose separation failed for good: the row and its partner have every seed scored (a run
     that failed to run may run again, so its row is not final), and neither the baseline nor the partner is more than
-    twice the seed spread away. The verdict's own message, or None."""
+    twice the seed spread away. The verdict's own message, or None. ``judged``: :func:`_judge` of the runs."""
     seeds = space.calibration.seeds
-    v, failures = _judge(space, runs)
+    v, failures = judged
     final = {(r["role"], r["mixer"]) for r in v["rows"] if len(r["recall"]) >= seeds and not r["failed_runs"]}
     for f in failures:
         row = f.get("row")
@@ -368,13 +369,11 @@ def _separation_short(space, runs: dict[str, dict]) -> str | None:
 
 def progress(space, runs: dict[str, dict]) -> dict:
     """Where a calibration still running stands: runs stored of those planned, the verdict of the rows so far, why it
-    can no longer pass (:func:`hopeless`, or None), the mixers whose pure model can still sit below the hybrid, and
-    those whose graded measure can still rise (its whole ladder not yet in, or in and rising)."""
+    can no longer pass (:func:`hopeless`, or None), and per required check the mixers that can still pass it."""
     cfg, v = space.calibration, verdict(space, runs)
-    return {"stored": len(runs), "planned": len(plan(space)), "verdict": v,
-            "cannot_pass": hopeless(space, runs), "pure_below_min_mixers": cfg.pure_below_min_mixers,
+    return {"stored": len(runs), "planned": len(plan(space)), "verdict": v, "cannot_pass": hopeless(space, runs),
+            "pure_below_min_mixers": cfg.pure_below_min_mixers, "graded_min_mixers": cfg.graded_min_mixers,
             "pure_below_open": [m for m in space.mixers if not pure_below_ruled_out(m, runs, cfg)],
-            "graded_min_mixers": cfg.graded_min_mixers,
             "graded_open": [m for m in space.mixers if v["mixers"][m]["graded"] not in ("falls", "flat")]}
 
 
@@ -390,12 +389,11 @@ def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationCon
     scored = {(r["role"], r["seed"]): float(r["raw_train_length"]) for r in runs.values()
               if r["mixer"] == mixer and r["status"] == "ok" and r.get("raw_train_length") is not None
               and r["role"] in ("pure", "hybrid")}
-    pure, hyb = ([v for (role, _), v in sorted(scored.items()) if role == want] for want in ("pure", "hybrid"))
+    pure, hyb = ({seed: v for (role, seed), v in sorted(scored.items()) if role == want} for want in ("pure", "hybrid"))
     if len(pure) >= cfg.seeds and len(hyb) >= cfg.seeds:
-        gap, need = sum(hyb) / len(hyb) - sum(pure) / len(pure), 2 * max(_spread(pure, cfg.spread_floor),
-                                                                         _spread(hyb, cfg.spread_floor))
-        if not gap > need:
-            shown = [", ".join(f"{v:.3f}" for v in vals) for vals in (pure, hyb)]
+        _, gap, need = _pure_below(pure, hyb, cfg.spread_floor)
+        if not gap > need:  # a pure seed not below its hybrid's is named below
+            shown = [", ".join(f"{v:.3f}" for v in vals.values()) for vals in (pure, hyb)]
             return (f"{mixer} pure ({shown[0]}) and its {cfg.hybrid_ratio} hybrid ({shown[1]}) are {gap:+.3f} "
                     f"apart, not more than twice the seed spread ({need:.3f})")
     room = (1 + 1 / cfg.seeds) * cfg.spread_floor
@@ -410,13 +408,11 @@ def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationCon
     return None
 
 
-def _graded_short(space, runs: dict[str, dict]) -> str | None:
+def _graded_short(space, checks: dict[str, dict]) -> str | None:
     """The graded check's certain failure, or None while enough mixers can still pass it: a mixer is out once every
-    seed of its ladder (pure, graded ratios, hybrid) is scored and its measure does not rise without a fall."""
-    need = space.calibration.graded_min_mixers
-    if not need:
-        return None
-    checks = _judge(space, runs)[0]["mixers"]
+    seed of its ladder (pure, graded ratios, hybrid) is scored and its measure does not rise without a fall.
+    ``checks``: the verdict's per-mixer checks (:func:`_mixer_checks`)."""
+    need = space.calibration.graded_min_mixers  # 0: never short
     out = {m: c for m, c in checks.items() if c["graded"] in ("falls", "flat")}
     left = [m for m in space.mixers if m not in out]
     if len(left) >= need:
@@ -455,6 +451,14 @@ def _share(ratio: str | None) -> float:
     return 0.0 if ratio in (None, "pure") else 1.0 / parse_ratio(ratio)
 
 
+def _pure_below(pure: dict[int, float], hyb: dict[int, float], floor: float) -> tuple[bool, float, float]:
+    """The verdict's "pure below its hybrid" on every seed's recall (``seed -> value``): each pure seed below the same
+    seed's hybrid and the means apart by more than twice the larger seed spread. ``(holds, gap, twice the spread)``."""
+    gap = sum(hyb.values()) / len(hyb) - sum(pure.values()) / len(pure)
+    need = 2 * max(_spread(list(pure.values()), floor), _spread(list(hyb.values()), floor))
+    return all(v < hyb.get(s, float("-inf")) for s, v in pure.items()) and gap > need, gap, need
+
+
 def _mixer_checks(mixer: str, rows: list[dict], cfg: CalibrationConfig) -> dict:
     """Per mixer: is the pure model below its hybrid (every seed, beyond twice the spread), and does the graded
     measure rise along the ladder of attention shares without falling beyond twice the spread."""
@@ -462,11 +466,9 @@ def _mixer_checks(mixer: str, rows: list[dict], cfg: CalibrationConfig) -> dict:
     pure, hyb = mine.get("pure"), mine.get("hybrid")
     out: dict = {"pure_below": None, "pure_below_gap": None, "graded": None, "ladder": [], "falls": []}
     if pure and hyb and len(pure["recall"]) >= cfg.seeds and len(hyb["recall"]) >= cfg.seeds:
-        by_seed = dict(zip(hyb["seeds"], hyb["recall"]))
-        every_seed = all(v < by_seed.get(s, float("-inf")) for s, v in zip(pure["seeds"], pure["recall"]))
-        gap = hyb["mean"] - pure["mean"]
-        out["pure_below_gap"] = round(gap, 4)
-        out["pure_below"] = every_seed and gap > 2 * max(pure["spread"], hyb["spread"])
+        below, gap, _ = _pure_below(dict(zip(pure["seeds"], pure["recall"])), dict(zip(hyb["seeds"], hyb["recall"])),
+                                    cfg.spread_floor)
+        out["pure_below_gap"], out["pure_below"] = round(gap, 4), below
     ladder = sorted((r for r in rows if r["mixer"] == mixer and r["role"] in ("pure", "hybrid", "ladder")),
                     key=lambda r: _share(r["ratio"]))
     if len(ladder) < 2 or any(len(r["graded"]) < cfg.seeds for r in ladder):
