@@ -162,7 +162,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile, @rope, @compile+rope")
     import hlnas.nn as hnn
 
-    rope_default, hnn.ROPE_TABLE = hnn.ROPE_TABLE, "rope" in variant  # RoPE's cos/sin from one table (hlnas.nn)
+    rope, rope_default = "rope" in variant, hnn.ROPE_TABLE  # RoPE's cos/sin from one table (hlnas.nn), this row only
     variant = variant.replace("rope", "").strip("+")
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
@@ -173,6 +173,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
            "status": "ok"}
     model = opt = step = None
     try:
+        hnn.ROPE_TABLE = rope
         if dev.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -187,7 +188,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
         step, mode = make_step(compiled(model, True, "train.compile") if variant else model, opt, lm_loss, (x, y), graph=graph, clip=1.0,
                                autocast=torch.bfloat16 if dev.type == "cuda" else None, rewind_warmup=True)
-        mode += ("+compile" if variant else "") + ("+rope" if hnn.ROPE_TABLE else "")
+        mode += ("+compile" if variant else "") + ("+rope" if rope else "")
         loss = step(x, y)
         _sync(dev)
         row["first_step_s"] = round(time.perf_counter() - t0, 2)
@@ -274,8 +275,7 @@ def _ratios(rows: list[dict]) -> None:
             if r.get("peak_gib") and base.get("peak_gib"):
                 r["peak_vs_plain"] = round(r["peak_gib"] / base["peak_gib"], 3)
         if "@" in r["row"] and r.get("tok_s"):  # a variant against its own row of the same run (@..+rope: without rope)
-            name, _, variant = r["row"].partition("@")
-            mine = name + ("@compile" if variant == "compile+rope" else "") if "rope" in variant else name
+            mine = r["row"].replace("+rope", "").replace("@rope", "") if "rope" in r["row"] else r["row"].partition("@")[0]
             own = next((o for o in rows if o["row"] == mine and o.get("tok_s")), None)
             if own:
                 r["tok_s_vs_own"] = round(r["tok_s"] / own["tok_s"], 3)
