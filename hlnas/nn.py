@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
 
-__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rope_table", "ROPE_TABLE",
+__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk", "rope_table", "ROPE_TABLE",
            "swiglu_hidden"]
 
 
@@ -152,9 +152,11 @@ class SwiGLU(nn.Module):
 #: rotary() reads cos/sin from a table made once per device (rope_table) instead of computing them in its graph.
 #: Why: inductor inlined the cos/sin of the angle table into the kernels that rotate q and k (and their backward),
 #: recomputing pow, cos and sin for every element: on the H200 two such kernels took 6.8 of a 27.4 ms compiled
-#: all-attention recall step (experiments/bench/recall_step_profile_h200_2026-12-03.md). Off until the GPU benchmark
-#: (experiments/bench/paper_scale.py, rows ...@compile+rope) measures it; HLNAS_ROPE_TABLE=1 turns it on.
-ROPE_TABLE = os.environ.get("HLNAS_ROPE_TABLE", "0") == "1"
+#: all-attention recall step (experiments/bench/recall_step_profile_h200_2026-12-03.md). With the table the compiled
+#: graph-replayed recall step ran 1.27x (all-attention), 1.05x (GLA 3:1), 1.09x (RetNet pure) and 1.04x (HGRN 3:1) its
+#: own row without (experiments/bench/recall_step_h200_2026-12-04.md, ..._04b.md), bit for bit the same rotation
+#: (tests/test_rope_table.py), so it is on; HLNAS_ROPE_TABLE=0 computes cos/sin in place again.
+ROPE_TABLE = os.environ.get("HLNAS_ROPE_TABLE", "1") != "0"
 _TABLES: dict[tuple, tuple[Tensor, Tensor]] = {}
 _RETIRED: list = []  # grown-out tables, kept alive: another CUDA stream may still be reading one
 _TABLES_LOCK = threading.Lock()
@@ -189,17 +191,35 @@ def rope_table(device: torch.device, length: int, half: int, theta: float) -> tu
         return table
 
 
-def rotary(x: Tensor, offset: int, theta: float = 10000.0, table: bool | None = None) -> Tensor:
-    """Rotary position embedding on x: [B, T, H, D] for positions offset..offset+T-1 (half-split form).
-    ``table``: cos/sin from :func:`rope_table` (default :data:`ROPE_TABLE`); the same values either way."""
-    B, T, H, D = x.shape
-    half = D // 2
+def _cos_sin(x: Tensor, offset: int, theta: float, table: bool | None) -> tuple[Tensor, Tensor]:
+    """cos and sin ``[1, T, 1, D // 2]`` of positions offset..offset+T-1 for x ``[B, T, H, D]``: from
+    :func:`rope_table` (``table``, default :data:`ROPE_TABLE`) or computed in place; the same values either way."""
+    T, half = x.shape[1], x.shape[3] // 2
     if ROPE_TABLE if table is None else table:
-        cos, sin = (t[offset:offset + T][None, :, None, :] for t in rope_table(x.device, offset + T, half, theta))
-    else:
-        ang = _angles(x.device, offset, T, half, theta)
-        cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+        return tuple(t[offset:offset + T][None, :, None, :] for t in rope_table(x.device, offset + T, half, theta))
+    ang = _angles(x.device, offset, T, half, theta)
+    return ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
     xf = x.to(compute_dtype(x))
     x1, x2 = xf[..., :half], xf[..., half : 2 * half]
     out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., 2 * half :]], dim=-1)
     return out.to(x.dtype)
+
+
+def rotary(x: Tensor, offset: int, theta: float = 10000.0, table: bool | None = None) -> Tensor:
+    """Rotary position embedding on x: [B, T, H, D] for positions offset..offset+T-1 (half-split form).
+    ``table``: cos/sin from :func:`rope_table` (default :data:`ROPE_TABLE`); the same values either way."""
+    return _rotate(x, *_cos_sin(x, offset, theta, table))
+
+
+def rotary_qk(q: Tensor, k: Tensor, offset: int, theta: float = 10000.0,
+              table: bool | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`rotary` on q and k (same T and head dim) with one cos/sin: one table fetch per layer, so a compiled
+    layer breaks its graph once at :func:`rope_table`, not once for q and once for k."""
+    if q.shape[1] != k.shape[1] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"rotary_qk: q {tuple(q.shape)} and k {tuple(k.shape)} differ in length or head dim")
+    cos, sin = _cos_sin(q, offset, theta, table)
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)

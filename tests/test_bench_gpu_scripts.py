@@ -60,13 +60,14 @@ def test_a_rope_row_runs_with_the_rope_table_and_is_set_against_its_row_without(
     seen = []
     real = hnn.rope_table
     monkeypatch.setattr(hnn, "rope_table", lambda *a: seen.append(a) or real(*a))
+    monkeypatch.setattr(hnn, "ROPE_TABLE", "the default")  # restored as it was, whatever it is
     args = ["--preset", "proxy-tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
             "--only", "transformer,transformer@rope", "--device-name", "cpu", "--out", str(tmp_path)]
     assert paper_scale.main(args) == 0
     by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
     assert by["transformer@rope"]["mode"] == "eager+rope" and by["transformer"]["mode"] == "eager"
     assert float(by["transformer@rope"]["tok_s_vs_own"]) > 0 and not by["transformer"].get("tok_s_vs_own")
-    assert seen and hnn.ROPE_TABLE is False  # used by the rope row only, and switched back after it
+    assert seen and hnn.ROPE_TABLE == "the default"  # the table by the rope row only (the other row computes in place)
     with pytest.raises(SystemExit, match="unknown variant 'ropes'; allowed: @compile, @rope, @compile\\+rope"):
         paper_scale.main([*args[:-6], "--only", "transformer@ropes", "--device-name", "cpu", "--out", str(tmp_path)])
 

@@ -84,3 +84,20 @@ def test_a_table_first_made_inside_a_cuda_graph_capture_is_not_kept(monkeypatch)
     assert torch.allclose(out, want, atol=1e-6)
     kept = rope_table(dev, 64, 16, 10000.0)  # made outside a capture: kept, finished
     assert nn_._TABLES[(str(dev), 16, 10000.0)] is kept
+
+
+@pytest.mark.parametrize("table", [False, True])
+def test_rotary_qk_is_rotary_on_each_and_fetches_the_table_once(monkeypatch, table):
+    made = []
+    real = nn_.rope_table
+    monkeypatch.setattr(nn_, "rope_table", lambda *a: made.append(a) or real(*a))
+    q, k = torch.randn(2, 6, 4, 8), torch.randn(2, 6, 2, 8)  # grouped k heads: same length and head dim
+    want = rotary(q, 3, table=False), rotary(k, 3, table=False)  # computed in place: no fetch
+    rq, rk = nn_.rotary_qk(q, k, 3, table=table)
+    assert torch.equal(rq, want[0]) and torch.equal(rk, want[1])
+    assert made == ([(q.device, 9, 4, 10000.0)] if table else [])  # one fetch for q and k together
+
+
+def test_rotary_qk_refuses_q_and_k_of_different_length():
+    with pytest.raises(ValueError, match="differ in length or head dim"):
+        nn_.rotary_qk(torch.randn(1, 4, 1, 8), torch.randn(1, 5, 1, 8), 0)

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.attention import attention
 from hlnas.mixers.base import Mixer
-from hlnas.nn import ShortConvolution, rotary
+from hlnas.nn import ShortConvolution, rotary_qk
 from hlnas.overrides import is_int
 
 
@@ -135,7 +135,7 @@ class Attention(Mixer):
         q = self.q_proj(x).view(B, T, hp.num_heads, self.head_dim)
         k = self.k_proj(x).view(B, T, hp.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(B, T, hp.num_kv_heads, self.head_dim)
-        q, k = rotary(q, pos, hp.rope_theta), rotary(k, pos, hp.rope_theta)
+        q, k = rotary_qk(q, k, pos, hp.rope_theta)
         if cache is not None:
             if "k" in cache:
                 k = torch.cat([cache["k"], k], dim=1)

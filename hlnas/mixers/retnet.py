@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.simple_gla import simple_gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import GatedRMSNorm, rotary
+from hlnas.nn import GatedRMSNorm, rotary_qk
 
 #: smallest key head width the heads are reduced to at small d_model (Triton's tl.dot needs >= 16)
 MIN_HEAD_K_DIM = 16
@@ -99,8 +99,8 @@ class RetNet(Mixer):
         B, T, _ = x.shape
         H = self.hp.num_heads
         pos = cache.get("pos", 0) if cache is not None else 0
-        q = rotary(self.q_proj(x).view(B, T, H, self.head_k_dim), pos, self.hp.rope_theta)
-        k = rotary(self.k_proj(x).view(B, T, H, self.head_k_dim), pos, self.hp.rope_theta)
+        q, k = rotary_qk(self.q_proj(x).view(B, T, H, self.head_k_dim), self.k_proj(x).view(B, T, H, self.head_k_dim),
+                         pos, self.hp.rope_theta)
         v = self.v_proj(x).view(B, T, H, self.head_v_dim)
         h0 = None if cache is None else cache.get("state")
         o, ht = simple_gla(
