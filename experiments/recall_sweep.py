@@ -7,6 +7,13 @@ per case and writes ``OUT/recall_sweep.jsonl`` and a markdown table with each ca
 
     python experiments/recall_sweep.py --cases cases.json --jobs 14 --deadline 420 --out results/
     python experiments/recall_sweep.py --layouts AAAAAA,GGAGGA --lrs 1e-3,3e-4 --kv-pairs 4 --seq-len 32 ...
+    python experiments/recall_sweep.py --cases cases.json --state /tmp/sweep_state --pause-by 480 ...  # then again
+
+With ``--state DIR`` a sweep spans several invocations (a probe longer than one 10-minute device call): each case keeps
+its recall model's state in ``DIR`` and, past ``--pause-by`` seconds, pauses at its next check (a ``paused`` row);
+run the same command again and the paused cases continue exactly where they stopped (the curve of one straight run,
+``hlnas.score.recall_proxy.paused_at``), while the cases already finished are read back from ``DIR/done.jsonl``, not
+trained again. A case is known by its settings (the case and the options that shape its run), not its position.
 
 A case file is a JSON list of objects with keys ``layout`` (a layout string, or ``mixer:ratio`` built at
 ``--layers``), and optional ``lr`` (default: the first of ``--lrs``), ``kv_pairs``, ``seq_len``, ``vocab``, ``d_model``, ``n_heads``,
@@ -76,6 +83,27 @@ def _groups(cases: list[dict], replicas: bool) -> list[list[tuple[int, dict]]]:
     return list(by.values())
 
 
+#: the options that shape a case's run: with the case's own keys they name its state under --state
+_RUN_OPTIONS = ("layers", "preset", "d_model", "heads", "residual_init", "kv_pairs", "seq_len", "vocab", "batch", "steps",
+                "target", "eval_every", "test", "val", "no_graph", "budget_s", "task", "vt")
+
+
+def _state_key(unit: list[tuple[int, dict]], args) -> str:
+    """A unit's name under --state: a hash of its cases and the options that shape their runs (so a changed case or
+    option starts afresh instead of continuing another run's state)."""
+    import hashlib
+
+    what = {"cases": [c for _, c in unit], "options": {k: getattr(args, k) for k in _RUN_OPTIONS}}
+    return hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _done_rows(state: Path) -> dict[str, dict]:
+    """The finished rows kept under --state, by state key (the last one of a key wins)."""
+    f = state / "done.jsonl"
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
+    return {r["state_key"]: r for r in rows}
+
+
 def _row(case: dict, r, at_s: float) -> dict:
     """One finished case's line of recall_sweep.jsonl (``r``: its TrialResult). ``auc`` is over the whole step
     schedule, as a protocol scores it: a case its time budget (``budget_s``) cut short counts 0 for the steps it never
@@ -140,6 +168,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline", type=float, default=None, help="seconds after which no case starts; running ones are "
                    "stopped at deadline + --grace and reported as unfinished")
     p.add_argument("--grace", type=float, default=60.0)
+    p.add_argument("--state", help="folder that keeps each case's recall model, so a later run of the same command "
+                   "continues the paused cases and reads back the finished ones (see the module docstring)")
+    p.add_argument("--pause-by", type=float, default=None, help="with --state: seconds after which running cases "
+                   "pause at their next check, their state kept for the next run")
     p.add_argument("--out", default="recall_sweep")
     return p
 
@@ -163,11 +195,22 @@ def _run(cases: list[dict], args, log) -> list[dict]:
     appended to ``log`` as it comes; the cases not done by --deadline + --grace as unfinished rows."""
     from hlnas.search.executors import make_executor
 
-    groups = _groups(cases, args.replicas)
+    groups, rows = _groups(cases, args.replicas), []
+    state = Path(args.state) if args.state else None
+    keys = {units[0][0]: _state_key(units, args) for units in groups} if state else {}
+    if state:
+        state.mkdir(parents=True, exist_ok=True)
+        done = _done_rows(state)
+        rows = [{**done[keys[u[0][0]]], "from_state": True} for u in groups if keys[u[0][0]] in done]
+        groups = [u for u in groups if keys[u[0][0]] not in done]
+        for row in rows:  # in this run's record too: its table and jsonl hold every case
+            print(json.dumps(row), flush=True)
+            log.write(json.dumps(row) + "\n")
+    pause_by = time.time() + args.pause_by if args.pause_by is not None else None
     jobs = max(1, min(args.jobs, len(groups)))
     ex = make_executor("processes", -(-jobs // args.runs_per_worker), runs_per_worker=args.runs_per_worker)
     t0 = time.monotonic()
-    queue, running, rows = groups, {}, []
+    queue, running, key_of = groups, {}, {}
     try:
         while queue or running:
             late = args.deadline is not None and time.monotonic() - t0 > args.deadline
@@ -176,6 +219,9 @@ def _run(cases: list[dict], args, log) -> list[dict]:
                 spec = _spec(i, case, args)
                 if others:  # the group's other seeds: their recall trained as replicas of one model with this one's
                     spec = dataclasses.replace(spec, replicas=tuple(_spec(j, c, args) for j, c in others))
+                if state:  # its recall model's state kept (and continued) under its key; paused past --pause-by
+                    key_of[i] = keys[i]
+                    spec = dataclasses.replace(spec, state_dir=str(state / keys[i]), pause_by=pause_by)
                 ex.submit(spec)
                 running.update({i: case, **dict(others)})
             if late and args.deadline is not None and time.monotonic() - t0 > args.deadline + args.grace:
@@ -183,6 +229,11 @@ def _run(cases: list[dict], args, log) -> list[dict]:
             for result in ex.wait(timeout=2.0):
                 for r in (result, *result.replicas):
                     row = _row(running.pop(r.number), r, time.monotonic() - t0)
+                    if r.number in key_of:
+                        row["state_key"] = key_of[r.number]
+                        if r.status != "paused":  # finished (or failed): read back next time, not trained again
+                            with open(state / "done.jsonl", "a") as f:
+                                f.write(json.dumps(row) + "\n")
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     log.write(json.dumps(row) + "\n")
@@ -202,7 +253,8 @@ def _table(rows: list[dict]) -> list[str]:
         acc = "-" if r.get("acc") is None else f"{r['acc']:.3f}"
         base = "-" if r.get("baseline") is None else f"{r['baseline']:.3f}"
         # a case cut by its time budget: its steps as "done (cut)", its area over the steps it had
-        steps = f"{r['cut_at']} (cut by budget_s)" if "cut_at" in r else r.get("steps", "")
+        steps = (f"{r['cut_at']} (cut by budget_s)" if "cut_at" in r
+                 else f"{r.get('steps', '')} (paused)" if r.get("status") == "paused" else r.get("steps", ""))
         auc = (f"{r['auc_steps_done']:.3f} over {r['cut_at']} steps" if "cut_at" in r
                else "-" if r.get("auc") is None else f"{r['auc']:.3f}")
         lines.append(f"| {r['layout']} | {r.get('tag', '')} | {r['seed']} | {r.get('kv_pairs', '')} | {r.get('seq_len', '')} | "
@@ -212,7 +264,12 @@ def _table(rows: list[dict]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.pause_by is not None and not args.state:
+        p.error("--pause-by needs --state (the folder that keeps the paused cases)")
+    if args.state and args.replicas:
+        p.error("--state does not combine with --replicas: run replica groups in one call")
     os.environ.setdefault("HLNAS_RECALL_PROGRESS", "1")  # workers inherit it: a line per check in the log
     cases = _cases(args)
     out = Path(args.out)

@@ -56,3 +56,32 @@ def test_a_bench_steps_time_limit_stays_inside_the_call_and_never_becomes_no_lim
     script = f"{line}\nCALL_LIMIT=590; t0=$(( $(date +%s) - {elapsed} )); cap {ask}"
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10)
     assert int(out.stdout) == want
+
+
+@pytest.mark.parametrize("keep", ["1", "0"])
+def test_sweep_by_with_sweep_state_keeps_the_cases_on_the_machine_and_pauses_them_before_the_call_ends(tmp_path, keep):
+    """SWEEP_STATE=1: the probe's cases keep their state under the machine's state folder, named by the case file, and
+    pause 90 s before CALL_LIMIT (a warm machine's next call continues them); without it, neither option is passed."""
+    repo, state, out, bin_ = (tmp_path / n for n in ("repo", "state", "out", "bin"))
+    for d in (repo, state, out, bin_):
+        d.mkdir()
+    args = tmp_path / "sweep_args"
+    (bin_ / "python3").write_text(  # optuna "installed", one GPU; the sweep's arguments recorded
+        f'#!/bin/sh\ncase "$1" in experiments/recall_sweep.py) echo "$@" >{args};; esac\n'
+        'case "$*" in *device_count*) echo 1;; esac\nexit 0\n')
+    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
+    for f in ("python3", "nvidia-smi"):
+        (bin_ / f).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
+           "HOME": str(tmp_path), "CALL_LIMIT": "590", "SWEEP_CASES": "experiments/paper_grid/some_probe.json",
+           "SWEEP_STATE": keep, "CACHE_BACK": "0"}
+    r = subprocess.run(["bash", str(SCRIPT), "sweep_by:60"], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = args.read_text().split()
+    if keep == "1":
+        assert got[got.index("--state") + 1] == f"{state}/sweep/some_probe"
+        assert 495 <= int(got[got.index("--pause-by") + 1]) <= 500  # CALL_LIMIT - 90 less the seconds gone
+    else:
+        assert "--state" not in got and "--pause-by" not in got
+    assert got[got.index("--cases") + 1] == "experiments/paper_grid/some_probe.json"

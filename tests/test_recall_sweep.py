@@ -119,3 +119,36 @@ def test_a_case_cut_by_its_time_budget_says_so_and_gets_its_area_over_the_steps_
     table = "\n".join(sweep._table([cut, done]))
     assert "1500 (cut by budget_s)" in table and f"{cut['auc_steps_done']:.3f} over 1500 steps" in table
     assert "| 0.100 |" in table  # the reached run's auc as stored
+
+
+def test_with_state_a_paused_sweep_continues_exactly_and_reads_back_what_finished(tmp_path):
+    """--state: a case paused past --pause-by continues in the next run of the same command to the curve of one
+    straight run; a finished case is read back from the state, not trained again; a changed case starts afresh."""
+    base = [sys.executable, str(ROOT / "experiments" / "recall_sweep.py"), "--layouts", "GGAG", "--layers", "4",
+            "--d-model", "16", "--kv-pairs", "2", "--seq-len", "16", "--vocab", "16", "--steps", "30", "--eval-every",
+            "10", "--test", "16", "--val", "16", "--jobs", "1", "--no-graph"]
+
+    def sweep(out, *extra):
+        r = subprocess.run([*base, "--out", str(tmp_path / out), *extra], capture_output=True, text=True, timeout=300,
+                           cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return [json.loads(line) for line in (tmp_path / out / "recall_sweep.jsonl").read_text().splitlines()]
+
+    (straight,) = sweep("straight")
+    state = str(tmp_path / "state")
+    (paused,) = sweep("a", "--state", state, "--pause-by", "0")
+    assert paused["status"] == "paused" and paused["steps"] == 10
+    assert "(paused)" in (tmp_path / "a" / "recall_sweep.md").read_text()
+    (resumed,) = sweep("b", "--state", state)
+    assert resumed["status"] == "ok" and resumed["steps"] == 30
+    assert resumed["curve"] == straight["curve"] and resumed["acc"] == straight["acc"]
+    (again,) = sweep("c", "--state", state)
+    assert again["from_state"] and again["curve"] == resumed["curve"] and again["state_key"] == resumed["state_key"]
+    (other,) = sweep("d", "--state", state, "--lrs", "3e-3")  # another case: its own state, trained afresh
+    assert other["status"] == "ok" and "from_state" not in other and other["state_key"] != resumed["state_key"]
+
+
+def test_pause_by_without_state_is_refused_with_a_one_line_reason(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "recall_sweep.py"), "--layouts", "AA",
+                        "--pause-by", "10", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and "--pause-by needs --state" in r.stderr

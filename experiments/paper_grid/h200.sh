@@ -279,10 +279,16 @@ PY
         -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
       rc=$?; say "gpu_tests rc=$rc"; echo "gpu_tests rc=$rc" >$STATE/gpu_tests_rc; tail -n 5 "$OUT/logs/gpu_tests.log" ;;
     sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
-                 # the script's start, running ones are cut 30 s before CALL_LIMIT; SWEEP_ARGS: its other options
+                 # the script's start, running ones are cut 30 s before CALL_LIMIT; SWEEP_ARGS: its other options.
+                 # SWEEP_STATE=1: cases longer than a call pause 90 s before CALL_LIMIT, their state kept on this
+                 # machine, and the next call's same sweep_by (back to back: a warm machine) continues them and reads
+                 # back the finished ones (a fresh machine starts the paused ones again)
       left=$(( ${step#sweep_by:} - ($(date +%s) - t0) )); grace=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) - left ))
+      keep=(); [ "${SWEEP_STATE:-0}" = 1 ] && keep=(--state "$STATE/sweep/$(basename "${SWEEP_CASES%.json}")" \
+        --pause-by $(( CALL_LIMIT - 90 - ($(date +%s) - t0) )))
       python3 experiments/recall_sweep.py --cases "${SWEEP_CASES:?SWEEP_CASES: a case file}" --jobs ${WORKERS:-4} \
-        --deadline $left --grace $(( grace > 0 ? grace : 0 )) --out "$OUT/logs/sweep" ${SWEEP_ARGS:-} >"$OUT/logs/sweep.log" 2>&1
+        --deadline $left --grace $(( grace > 0 ? grace : 0 )) "${keep[@]}" --out "$OUT/logs/sweep" ${SWEEP_ARGS:-} \
+        >"$OUT/logs/sweep.log" 2>&1
       say "sweep rc=$?"; cat "$OUT/logs/sweep/recall_sweep.md" 2>/dev/null ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
