@@ -105,7 +105,7 @@ def _done_rows(state: Path) -> dict[str, dict]:
 
 
 def _row(case: dict, r, at_s: float) -> dict:
-    """One finished case's line of recall_sweep.jsonl (``r``: its TrialResult). ``auc`` is over the whole step
+    """One finished (or, under --state, paused) case's line of recall_sweep.jsonl (``r``: its TrialResult). ``auc`` is over the whole step
     schedule, as a protocol scores it: a case its time budget (``budget_s``) cut short counts 0 for the steps it never
     had, so such a row also carries ``cut_at`` (its steps) and ``auc_steps_done``, the area over the steps it had."""
     from hlnas.score.recall_proxy import learning_auc
@@ -210,7 +210,7 @@ def _run(cases: list[dict], args, log) -> list[dict]:
     jobs = max(1, min(args.jobs, len(groups)))
     ex = make_executor("processes", -(-jobs // args.runs_per_worker), runs_per_worker=args.runs_per_worker)
     t0 = time.monotonic()
-    queue, running, key_of = groups, {}, {}
+    queue, running = groups, {}
     try:
         while queue or running:
             late = args.deadline is not None and time.monotonic() - t0 > args.deadline
@@ -220,7 +220,6 @@ def _run(cases: list[dict], args, log) -> list[dict]:
                 if others:  # the group's other seeds: their recall trained as replicas of one model with this one's
                     spec = dataclasses.replace(spec, replicas=tuple(_spec(j, c, args) for j, c in others))
                 if state:  # its recall model's state kept (and continued) under its key; paused past --pause-by
-                    key_of[i] = keys[i]
                     spec = dataclasses.replace(spec, state_dir=str(state / keys[i]), pause_by=pause_by)
                 ex.submit(spec)
                 running.update({i: case, **dict(others)})
@@ -229,8 +228,8 @@ def _run(cases: list[dict], args, log) -> list[dict]:
             for result in ex.wait(timeout=2.0):
                 for r in (result, *result.replicas):
                     row = _row(running.pop(r.number), r, time.monotonic() - t0)
-                    if r.number in key_of:
-                        row["state_key"] = key_of[r.number]
+                    if state:  # (no replicas under --state: every result is a unit's head, keyed by its number)
+                        row["state_key"] = keys[r.number]
                         if r.status != "paused":  # finished (or failed): read back next time, not trained again
                             with open(state / "done.jsonl", "a") as f:
                                 f.write(json.dumps(row) + "\n")
