@@ -15,8 +15,8 @@ from torch import Tensor, nn
 
 from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
 
-__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk", "rope_table", "ROPE_TABLE",
-           "swiglu_hidden"]
+__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk", "rope_table",
+           "ROPE_TABLE", "swiglu_hidden"]
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -149,7 +149,8 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-#: rotary() reads cos/sin from a table made once per device (rope_table) instead of computing them in its graph.
+#: rotary() and rotary_qk() read cos/sin from a table made once per device (rope_table) instead of computing them in
+#: their graph.
 #: Why: inductor inlined the cos/sin of the angle table into the kernels that rotate q and k (and their backward),
 #: recomputing pow, cos and sin for every element: on the H200 two such kernels took 6.8 of a 27.4 ms compiled
 #: all-attention recall step (experiments/bench/recall_step_profile_h200_2026-12-03.md). With the table the compiled
