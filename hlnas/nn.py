@@ -15,8 +15,8 @@ from torch import Tensor, nn
 
 from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
 
-__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk", "rope_table",
-           "ROPE_TABLE", "swiglu_hidden"]
+__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk",
+           "rope_table", "ROPE_TABLE", "swiglu_hidden"]
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
