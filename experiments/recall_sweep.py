@@ -13,7 +13,8 @@ With ``--state DIR`` a sweep spans several invocations (a probe longer than one 
 its recall model's state in ``DIR`` and, past ``--pause-by`` seconds, pauses at its next check (a ``paused`` row);
 run the same command again and the paused cases continue exactly where they stopped (the curve of one straight run,
 ``hlnas.score.recall_proxy.paused_at``), while the cases already finished are read back from ``DIR/done.jsonl``, not
-trained again. A case is known by its settings (the case and the options that shape its run), not its position.
+trained again. A case is known by its settings (the case and the options that shape its run), not its position. A
+continued case's ``wall_s`` adds the wall time of the invocations it paused in (``wall_s_this_run``: this one's).
 
 A case file is a JSON list of objects with keys ``layout`` (a layout string, or ``mixer:ratio`` built at
 ``--layers``), and optional ``lr`` (default: the first of ``--lrs``), ``kv_pairs``, ``seq_len``, ``vocab``, ``d_model``, ``n_heads``,
@@ -102,6 +103,13 @@ def _done_rows(state: Path) -> dict[str, dict]:
     f = state / "done.jsonl"
     rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
     return {r["state_key"]: r for r in rows}
+
+
+def _earlier_wall_s(state: Path, key: str) -> float:
+    """The wall seconds a case spent in earlier invocations before it paused (``DIR/paused.jsonl``, one line a pause)."""
+    f = state / "paused.jsonl"
+    lines = f.read_text().splitlines() if f.exists() else []
+    return sum(r["wall_s"] for r in map(json.loads, filter(str.strip, lines)) if r["state_key"] == key)
 
 
 def _row(case: dict, r, at_s: float) -> dict:
@@ -229,7 +237,13 @@ def _run(cases: list[dict], args, log) -> list[dict]:
                 for r in (result, *result.replicas):
                     row = _row(running.pop(r.number), r, time.monotonic() - t0)
                     if state:  # (no replicas under --state: every result is a unit's head, keyed by its number)
-                        row["state_key"] = keys[r.number]
+                        row["state_key"] = key = keys[r.number]
+                        before = _earlier_wall_s(state, key)  # a continued case's wall_s counts every invocation
+                        if r.status == "paused":
+                            with open(state / "paused.jsonl", "a") as f:
+                                f.write(json.dumps({"state_key": key, "wall_s": row["wall_s"]}) + "\n")
+                        if before:
+                            row.update(wall_s=round(row["wall_s"] + before, 1), wall_s_this_run=row["wall_s"])
                         if r.status != "paused":  # finished (or failed): read back next time, not trained again
                             with open(state / "done.jsonl", "a") as f:
                                 f.write(json.dumps(row) + "\n")

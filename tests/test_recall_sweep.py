@@ -142,6 +142,8 @@ def test_with_state_a_paused_sweep_continues_exactly_and_reads_back_what_finishe
     (resumed,) = sweep("b", "--state", state)
     assert resumed["status"] == "ok" and resumed["steps"] == 30
     assert resumed["curve"] == straight["curve"] and resumed["acc"] == straight["acc"]
+    # its wall time counts both invocations, this one's beside it
+    assert resumed["wall_s"] == round(paused["wall_s"] + resumed["wall_s_this_run"], 1) > resumed["wall_s_this_run"]
     (again,) = sweep("c", "--state", state)
     assert again["from_state"] and again["curve"] == resumed["curve"] and again["state_key"] == resumed["state_key"]
     (other,) = sweep("d", "--state", state, "--lrs", "3e-3")  # another case: its own state, trained afresh
