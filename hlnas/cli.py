@@ -336,6 +336,10 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
                    help="with --timeout: let the runs in flight at the timeout go on this many seconds more before pausing, "
                         "so those that finish are stored (for a machine that goes back and takes paused runs with it)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--close", metavar="REASON",
+                   help="train nothing: give up the study's running calibration for REASON (e.g. a probe outside the "
+                        "study ruled the protocol out); its runs stay stored, hlnas status shows it closed with REASON, "
+                        "and neither calibrate nor search continues it")
     p.add_argument("--no-progress", action="store_true", help="accepted as by hlnas search (calibrate prints a line per run, no bar)")
     p.set_defaults(func=cmd_calibrate)
 
@@ -350,6 +354,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         space = space.with_sets(args.set)
     storage = args.storage or DEFAULT_STORAGE
     name = args.study or space.name
+    if args.close is not None:
+        return _close_calibration(storage, name, args.close)
     ui = SearchProgress(0, progress=False) if not args.json else None
     # the same space, overrides included: a resume refuses a space that differs from the stored one
     again = shlex.join(["hlnas", "calibrate", args.space, "--storage", storage, "--study", name,
@@ -365,14 +371,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 130
     if args.json:
         print(json.dumps({"study": name, "storage": storage, "verdict": verdict}, indent=1, default=str))
-    elif verdict is None:
+    elif verdict is None and message is None:
         print(f"\nstopped by --timeout before every control run finished; continue with: {again}", file=sys.stderr)
     else:  # the table itself was printed by the "calibration" event
         if message:
             print(f"\n{message}", file=sys.stderr)
         else:
             print(f"\nthe protocol is valid; search it with:\n  hlnas search --space {args.space} --storage {storage} --study {name}")
-    return 3 if verdict is None else 0 if message is None else 1
+    return 1 if message is not None else 3 if verdict is None else 0
+
+
+def _close_calibration(storage: str, name: str, reason: str) -> int:
+    from hlnas.search.calibration import close_calibration
+    from hlnas.search.study import load_hlnas_study
+
+    closed = close_calibration(load_hlnas_study(storage, name), reason)
+    print(f"closed the calibration of study '{name}' ({len(closed.get('runs') or {})} runs stored): {closed['reason']}")
+    return 0
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:

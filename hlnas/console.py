@@ -174,7 +174,7 @@ def front_table(rows: list[dict], calibration: dict | None) -> str:
     status = (calibration or {}).get("status")
     if status in ("skipped", "disabled", None):
         lines.append(f"  (calibration {status or 'not run'}: these recall numbers were not validated by the protocol's controls)")
-    elif status in ("running", "invalid"):
+    elif status in ("running", "invalid", "closed"):
         lines.append(f"  (calibration {status}: these recall numbers are not validated by the protocol's controls"
                      + (" yet)" if status == "running" else ")"))
     return "\n".join(lines)
@@ -212,6 +212,9 @@ def status_text(summary: dict) -> str:
                              f"({', '.join(pr['graded_open']) or 'none'}); the space asks {pr['graded_min_mixers']}")
             lines.append(f"CANNOT PASS any more: {pr['cannot_pass']}" if pr["cannot_pass"]
                          else "can still pass: nothing stored so far rules it out")
+    elif cal.get("status") == "closed":  # given up by hand (hlnas calibrate --close), for a reason outside its runs
+        lines.append(f"calibration: CLOSED on {cal.get('closed_at')} with {len(cal.get('runs') or {})} runs stored: "
+                     f"{cal.get('reason')}")
     elif cal:
         lines.append(f"calibration: {cal.get('status')}")
     lines.append(front_table(summary["front"], summary["calibration"]))

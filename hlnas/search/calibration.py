@@ -25,7 +25,7 @@ from hlnas.space import SearchSpace
 
 __all__ = ["RECALL_OBJECTIVES", "PAUSED", "needs_calibration", "check_replicas", "calibrate_if_needed", "run_calibration",
            "calibration_failed_message", "borrow_calibration", "borrowable_calibration", "protocol_differences",
-           "RECALL_ATTR", "calibrated_recall"]
+           "RECALL_ATTR", "calibrated_recall", "close_calibration"]
 
 #: the study objectives that measure recall (the corrected final score and the graded learning AUC)
 RECALL_OBJECTIVES = ("recall", "recall_auc")
@@ -102,6 +102,27 @@ def borrow_calibration(study: optuna.Study, space: SearchSpace, source: str) -> 
     return borrowed
 
 
+def close_calibration(study: optuna.Study, reason: str) -> dict:
+    """``hlnas calibrate --close REASON``: give up a calibration still running, for a ``reason`` its own runs do not
+    show (probes outside the study ruled the protocol out). Its runs stay stored; the study's status says ``closed`` with
+    the reason, and neither ``hlnas calibrate`` nor ``hlnas search`` continues it. Returns what was stored."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise HlnasError("--close needs a reason: say why the protocol cannot pass (e.g. which probe ruled it out)")
+    cal = study.user_attrs.get("hlnas_calibration") or {}
+    if cal.get("status") != "running":
+        raise HlnasError(f"study '{study.study_name}': its calibration is {cal.get('status') or 'not started'}; only a "
+                         "running calibration can be closed")
+    closed = {**cal, "status": "closed", "reason": reason.strip(), "closed_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    study.set_user_attr("hlnas_calibration", closed)
+    return closed
+
+
+def closed_message(study_name: str, cal: dict) -> str:
+    """Why a closed calibration is neither continued nor searched, in one line."""
+    return (f"the calibration of study '{study_name}' was closed on {cal.get('closed_at', '?')} with "
+            f"{len(cal.get('runs') or {})} runs stored: {cal.get('reason')}; calibrate this protocol again in a new --study")
+
+
 def calibrated_recall(study: optuna.Study, space: SearchSpace) -> dict[str, tuple[str, dict]]:
     """The fresh-model recall results that the calibration ``study`` relies on (its own, or the one it borrowed with
     ``--calibrated-by``) finished at ``space``'s training seed: ``{layout: (where, result)}``, ``where`` naming the run
@@ -138,6 +159,8 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
             stored = borrow_calibration(study, space, calibrated_by)
         emit("calibration", {**stored["verdict"], "reused": True, "borrowed_from": calibrated_by})
         return stored["verdict"]
+    if (study.user_attrs.get("hlnas_calibration") or {}).get("status") == "closed":  # given up by hand: never continued
+        raise calib.CalibrationFailed(closed_message(study_name, study.user_attrs["hlnas_calibration"]))
     # a resume keeps the study's own choice: one started with --skip-calibration is not calibrated unless told
     kept_skip = (not fresh and not calibrate and needs_calibration(space)
                  and (study.user_attrs.get("hlnas_calibration") or {}).get("status") == "skipped")
