@@ -26,18 +26,20 @@ class CalibrationInfo(NamedTuple):
 
 def calibration_info(data: StudyData) -> CalibrationInfo:
     """The stored verdict; for a calibration still running (split over GPU calls), the rows of its runs so far, and as
-    its 'failures' how many runs are stored and whether it can still pass (:func:`hlnas.calibrate.progress`)."""
+    its 'failures' how many runs are stored and whether it can still pass (:func:`hlnas.calibrate.progress`); for one
+    closed by hand (``hlnas calibrate --close``), its rows so far and the reason."""
     cal = data.user_attrs.get("hlnas_calibration") or {}
     verdict = cal.get("verdict") or {}
     failures = tuple(verdict.get("failures") or ())
-    if cal.get("status") == "running" and cal.get("runs") and "hlnas_space" in data.user_attrs:
+    if cal.get("status") in ("running", "closed") and cal.get("runs") and "hlnas_space" in data.user_attrs:
         import hlnas.calibrate as calib
         from hlnas.space import space_from_dict
 
         pr = calib.progress(space_from_dict(data.user_attrs["hlnas_space"], where=f"study '{data.name}'"), cal["runs"])
         verdict = pr["verdict"]
         failures = (f"{pr['stored']} of {pr['planned']} runs stored, no verdict yet",
-                    f"CANNOT PASS any more: {pr['cannot_pass']}" if pr["cannot_pass"] else "can still pass")
+                    f"closed by hand: {cal.get('reason')}" if cal["status"] == "closed"  # hlnas calibrate --close
+                    else f"CANNOT PASS any more: {pr['cannot_pass']}" if pr["cannot_pass"] else "can still pass")
     return CalibrationInfo(cal.get("status", "absent"), tuple(verdict.get("rows") or ()),
                            (verdict.get("config") or {}).get("control_min"), failures)
 

@@ -89,3 +89,9 @@ def test_a_calibration_still_running_is_drawn_from_its_runs_so_far():
     assert info.failures[1].startswith("CANNOT PASS any more: the all-attention control AAAAAA reached 0.500")
     fig = plot_calibration(info)
     assert "RUNNING: 1 of 6 runs stored" in fig.layout.title.text
+    # closed by hand (hlnas calibrate --close): the same rows, and the reason instead of whether it can pass
+    closed = {"status": "closed", "runs": {run["key"]: run}, "reason": "a probe ruled it out"}
+    d = StudyData(d.name, d.directions, d.objective_names, d.records, {**d.user_attrs, "hlnas_calibration": closed})
+    info = calibration_info(d)
+    assert info.rows[0]["recall"] == [0.5] and info.failures[1] == "closed by hand: a probe ruled it out"
+    assert "CLOSED: 1 of 6 runs stored, no verdict yet; closed by hand: a probe" in plot_calibration(info).layout.title.text
