@@ -337,9 +337,9 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
                         "so those that finish are stored (for a machine that goes back and takes paused runs with it)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--close", metavar="REASON",
-                   help="train nothing: give up the study's running calibration for REASON (e.g. a probe outside the "
-                        "study ruled the protocol out); its runs stay stored, hlnas status shows it closed with REASON, "
-                        "and neither calibrate nor search continues it")
+                   help="train nothing: give up the study's running calibration for REASON (e.g. a probe outside "
+                        "the study ruled the protocol out); its runs stay stored, hlnas status shows it closed with "
+                        "REASON, and neither calibrate nor search continues it")
     p.add_argument("--no-progress", action="store_true", help="accepted as by hlnas search (calibrate prints a line per run, no bar)")
     p.set_defaults(func=cmd_calibrate)
 

@@ -104,8 +104,8 @@ def borrow_calibration(study: optuna.Study, space: SearchSpace, source: str) -> 
 
 def close_calibration(study: optuna.Study, reason: str) -> dict:
     """``hlnas calibrate --close REASON``: give up a calibration still running, for a ``reason`` its own runs do not
-    show (probes outside the study ruled the protocol out). Its runs stay stored; the study's status says ``closed`` with
-    the reason, and neither ``hlnas calibrate`` nor ``hlnas search`` continues it. Returns what was stored."""
+    show (probes outside the study ruled the protocol out). Its runs stay stored; the study's status says ``closed``
+    with the reason, and neither ``hlnas calibrate`` nor ``hlnas search`` continues it. Returns what was stored."""
     if not isinstance(reason, str) or not reason.strip():
         raise HlnasError("--close needs a reason: say why the protocol cannot pass (e.g. which probe ruled it out)")
     cal = study.user_attrs.get("hlnas_calibration") or {}
@@ -120,7 +120,8 @@ def close_calibration(study: optuna.Study, reason: str) -> dict:
 def closed_message(study_name: str, cal: dict) -> str:
     """Why a closed calibration is neither continued nor searched, in one line."""
     return (f"the calibration of study '{study_name}' was closed on {cal.get('closed_at', '?')} with "
-            f"{len(cal.get('runs') or {})} runs stored: {cal.get('reason')}; calibrate this protocol again in a new --study")
+            f"{len(cal.get('runs') or {})} runs stored: {cal.get('reason')}; calibrate this protocol again in a new "
+            "--study")
 
 
 def calibrated_recall(study: optuna.Study, space: SearchSpace) -> dict[str, tuple[str, dict]]:
