@@ -396,6 +396,10 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="storage URL (default sqlite:///hlnas.db)")
     p.add_argument("--study", required=True, help="study name")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--as-if", action="append", default=[], metavar="calibration.KEY=VALUE",
+                   help="also judge the stored calibration runs as if the space's calibration section said this "
+                        "(control_min, spread_floor, pure_below_min_mixers, graded_min_mixers; repeatable); printed "
+                        "only, the stored verdict is unchanged")
     p.set_defaults(func=cmd_status)
 
 
@@ -403,8 +407,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     from hlnas.console import status_text
     from hlnas.search.study import DEFAULT_STORAGE, load_hlnas_study, study_summary
 
-    summary = study_summary(load_hlnas_study(args.storage or DEFAULT_STORAGE, args.study))
-    print(json.dumps(summary, indent=1, default=str) if args.json else status_text(summary))
+    study = load_hlnas_study(args.storage or DEFAULT_STORAGE, args.study)
+    summary, as_if = study_summary(study), ""
+    if args.as_if:  # the stored runs judged under other thresholds, printed after the stored verdict
+        from hlnas.calibration_whatif import study_as_if
+
+        as_if, summary["as_if"] = study_as_if(study, summary["calibration"], args.as_if)
+    print(json.dumps(summary, indent=1, default=str) if args.json else status_text(summary) + (as_if and f"\n\n{as_if}"))
     return 0
 
 
