@@ -112,7 +112,7 @@ def close_calibration(study: optuna.Study, reason: str) -> dict:
     if cal.get("status") != "running":
         raise HlnasError(f"study '{study.study_name}': its calibration is {cal.get('status') or 'not started'}; only a "
                          "running calibration can be closed")
-    closed = {**cal, "status": "closed", "reason": reason.strip(), "closed_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    closed = {**cal, "status": "closed", "reason": reason.strip(), "closed_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     study.set_user_attr("hlnas_calibration", closed)
     return closed
 
