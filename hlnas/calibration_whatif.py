@@ -12,6 +12,7 @@ import yaml
 from hlnas.calibrate import verdict
 from hlnas.calibration_text import format_table
 from hlnas.errors import ConfigError
+from hlnas.overrides import yaml_load
 
 __all__ = ["AS_IF_KEYS", "judged_as_if", "study_as_if"]
 
@@ -20,7 +21,7 @@ AS_IF_KEYS = ("control_min", "spread_floor", "pure_below_min_mixers", "graded_mi
 
 
 def _changes(items: list[str]) -> dict:
-    """``calibration.KEY=VALUE`` items as ``{KEY: value}`` (VALUE read as YAML, as ``--set`` reads it)."""
+    """``calibration.KEY=VALUE`` items as ``{KEY: value}`` (VALUE read as ``--set`` reads it: hlnas's YAML dialect)."""
     changes = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -29,7 +30,7 @@ def _changes(items: list[str]) -> dict:
             raise ConfigError(f"--as-if {item!r}: expected calibration.KEY=VALUE with KEY one of "
                               f"{', '.join(AS_IF_KEYS)} (thresholds that judge the stored runs)")
         try:
-            changes[name] = yaml.safe_load(value)
+            changes[name] = yaml_load(value)
         except yaml.YAMLError as e:
             raise ConfigError(f"--as-if {item!r}: VALUE is not a number ({e.__class__.__name__})") from None
     return changes

@@ -42,6 +42,9 @@ def test_as_if_judges_the_stored_runs_under_other_thresholds_and_stores_nothing(
     head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("AS IF"))
     assert head.startswith("AS IF calibration.control_min=0.995, calibration.spread_floor=0.02")
     assert "the all-attention control AAAAAA reached 0.990 raw recall" in head
+    # VALUE is read as --set reads it: 9e-1 is the number 0.9 (plain YAML would read the string "9e-1")
+    assert main([*status, "--as-if", "calibration.control_min=9e-1"]) == 0
+    assert "AS IF calibration.control_min=0.9 (judged" in capsys.readouterr().out
     assert main([*status, "--json", "--as-if", "calibration.pure_below_min_mixers=2"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["as_if"]["changes"] == {"pure_below_min_mixers": 2} and got["as_if"]["verdict"]["valid"] is False
