@@ -11,11 +11,14 @@ import sys
 import time
 
 import optuna
+import pytest
 import sqlalchemy.exc
 import yaml
 from optuna.trial import TrialState
 
 from hlnas.layout import Layout
+from hlnas.search import executors
+from hlnas.search.study import run_search
 from hlnas.search.trial import TrialResult, layout_metrics
 from hlnas.space import space_from_dict
 
@@ -96,6 +99,24 @@ def fake_trial(scores: dict):
         return TrialResult(spec.number, "ok", m)
 
     return run, calls
+
+
+def interrupted_calibration(monkeypatch, tmp_path) -> tuple[str, list]:
+    """A study 'c' (raw_space) whose calibration was interrupted (Ctrl-C) after 3 of its 10 runs, stored as running;
+    its storage URL and fake_trial's calls. ``executors.run_trial`` is fake_trial's again afterwards."""
+    run, calls = fake_trial({})
+
+    def interrupt_at_the_4th(spec):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return run(spec)
+
+    monkeypatch.setattr(executors, "run_trial", interrupt_at_the_4th)
+    url = f"sqlite:///{tmp_path}/c.db"
+    with pytest.raises(KeyboardInterrupt):
+        run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7)
+    monkeypatch.setattr(executors, "run_trial", run)
+    return url, calls
 
 
 def storage_url(kind: str, tmp_path, request) -> str:

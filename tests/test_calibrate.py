@@ -18,7 +18,7 @@ from hlnas.errors import ConfigError
 from hlnas.space import SpaceError, space_from_dict
 from hlnas.search.study import run_search
 from hlnas.search.trial import TrialResult
-from tests.searches import fake_trial, raw_space
+from tests.searches import fake_trial, interrupted_calibration, raw_space
 
 
 def test_plan_covers_control_pure_and_hybrid_for_every_seed():
@@ -293,21 +293,9 @@ def test_invalid_protocol_refuses_to_search_and_keeps_the_controls(monkeypatch, 
 
 
 def test_an_interrupted_calibration_resumes_with_the_missing_runs(monkeypatch, tmp_path):
-    run, calls = fake_trial({})
-
-    def interrupt_at_the_4th(spec):
-        if len(calls) == 3:
-            calls.append("stop")
-            raise KeyboardInterrupt
-        return run(spec)
-
-    monkeypatch.setattr(executors, "run_trial", interrupt_at_the_4th)
-    url = f"sqlite:///{tmp_path}/c.db"
-    with pytest.raises(KeyboardInterrupt):
-        run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7)
+    url, calls = interrupted_calibration(monkeypatch, tmp_path)
     stored = optuna.load_study(study_name="c", storage=url).user_attrs["hlnas_calibration"]
     assert stored["status"] == "running" and len(stored["runs"]) == 3
-    monkeypatch.setattr(executors, "run_trial", run)
     calls.clear()
     study = run_search(None, storage=url, study_name="c", n_trials=7, resume=True)
     assert len([c for c in calls if c[0] < 0]) == 7 and study.user_attrs["hlnas_calibration"]["status"] == "valid"

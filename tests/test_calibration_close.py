@@ -9,33 +9,15 @@ import yaml
 
 from hlnas.calibrate import CalibrationFailed
 from hlnas.cli import main
-from hlnas.search import executors
 from hlnas.space import space_from_dict
 from hlnas.search.study import run_search
-from tests.searches import fake_trial, raw_space
+from tests.searches import interrupted_calibration, raw_space
 
 REASON = "pure DeltaNet learns VT-16 alone (probe of 2026-12-04)"
 
 
-def running_calibration(monkeypatch, tmp_path) -> tuple[str, list, object]:
-    """A study whose calibration stopped after 3 of its 10 runs (interrupted), and the fake trial's calls."""
-    run, calls = fake_trial({})
-
-    def interrupt_at_the_4th(spec):
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return run(spec)
-
-    monkeypatch.setattr(executors, "run_trial", interrupt_at_the_4th)
-    url = f"sqlite:///{tmp_path}/c.db"
-    with pytest.raises(KeyboardInterrupt):
-        run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7)
-    monkeypatch.setattr(executors, "run_trial", run)
-    return url, calls, run
-
-
 def test_a_closed_calibration_shows_its_reason_and_is_never_continued_or_searched(monkeypatch, tmp_path, capsys):
-    url, calls, _ = running_calibration(monkeypatch, tmp_path)
+    url, calls = interrupted_calibration(monkeypatch, tmp_path)
     space_file = tmp_path / "cal.yaml"
     space_file.write_text(yaml.safe_dump(raw_space()))
     assert main(["calibrate", str(space_file), "--storage", url, "--study", "c", "--close", f"  {REASON} "]) == 0
@@ -60,7 +42,7 @@ def test_a_closed_calibration_shows_its_reason_and_is_never_continued_or_searche
 
 
 def test_close_refuses_what_is_not_a_running_calibration_and_an_empty_reason(monkeypatch, tmp_path, capsys):
-    url, _, _ = running_calibration(monkeypatch, tmp_path)
+    url, _ = interrupted_calibration(monkeypatch, tmp_path)
     space_file = tmp_path / "cal.yaml"
     space_file.write_text(yaml.safe_dump(raw_space()))
     close = ["calibrate", str(space_file), "--storage", url, "--close"]
