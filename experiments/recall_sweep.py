@@ -105,11 +105,14 @@ def _done_rows(state: Path) -> dict[str, dict]:
     return {r["state_key"]: r for r in rows}
 
 
-def _earlier_wall_s(state: Path, key: str) -> float:
-    """The wall seconds a case spent in earlier invocations before it paused (``DIR/paused.jsonl``, one line a pause)."""
+def _earlier_wall_s(state: Path) -> dict[str, float]:
+    """The wall seconds each case spent in earlier invocations before it paused, by state key (``DIR/paused.jsonl``,
+    one line a pause)."""
     f = state / "paused.jsonl"
-    lines = f.read_text().splitlines() if f.exists() else []
-    return sum(r["wall_s"] for r in map(json.loads, filter(str.strip, lines)) if r["state_key"] == key)
+    out: dict[str, float] = {}
+    for r in map(json.loads, filter(str.strip, f.read_text().splitlines() if f.exists() else [])):
+        out[r["state_key"]] = out.get(r["state_key"], 0.0) + r["wall_s"]
+    return out
 
 
 def _row(case: dict, r, at_s: float) -> dict:
@@ -208,7 +211,7 @@ def _run(cases: list[dict], args, log) -> list[dict]:
     keys = {units[0][0]: _state_key(units, args) for units in groups} if state else {}
     if state:
         state.mkdir(parents=True, exist_ok=True)
-        done = _done_rows(state)
+        done, earlier = _done_rows(state), _earlier_wall_s(state)
         rows = [{**done[keys[u[0][0]]], "from_state": True} for u in groups if keys[u[0][0]] in done]
         groups = [u for u in groups if keys[u[0][0]] not in done]
         for row in rows:  # in this run's record too: its table and jsonl hold every case
@@ -238,7 +241,7 @@ def _run(cases: list[dict], args, log) -> list[dict]:
                     row = _row(running.pop(r.number), r, time.monotonic() - t0)
                     if state:  # (no replicas under --state: every result is a unit's head, keyed by its number)
                         row["state_key"] = key = keys[r.number]
-                        before = _earlier_wall_s(state, key)  # a continued case's wall_s counts every invocation
+                        before = earlier.get(key)  # a continued case's wall_s counts every invocation
                         if r.status == "paused":
                             with open(state / "paused.jsonl", "a") as f:
                                 f.write(json.dumps({"state_key": key, "wall_s": row["wall_s"]}) + "\n")
