@@ -35,6 +35,7 @@ from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
 from hlnas.overrides import is_int, is_number
 # the verdict as text lives beside it; imported here so ``hlnas.calibrate`` keeps naming every part of the verdict
+from hlnas import calibration_text as text
 from hlnas.calibration_text import TABLE_COLUMNS, advice, format_table, hop_lines, mixer_lines, summary, table_cells
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table", "table_cells",
@@ -262,8 +263,7 @@ def _judge(space, runs: dict[str, dict], stopped: str | None = None) -> tuple[di
                 row["verdict"] = "missing"
                 continue
             failures.append({"row": row, "kind": "missing",
-                             "message": f"{_name(row)} has {len(row['recall'])} of {cfg.seeds} seeds scored "
-                                        f"(failed or missing runs: {', '.join(row['failed_runs']) or 'none'})"})
+                             "message": text.missing_seeds(_name(row), row, cfg.seeds)})
             row["verdict"] = "missing"
             continue
         if row["role"] == "ladder":

@@ -4,7 +4,8 @@ change when it failed."""
 
 from __future__ import annotations
 
-__all__ = ["TABLE_COLUMNS", "table_cells", "summary", "format_table", "hop_lines", "mixer_lines", "advice"]
+__all__ = ["TABLE_COLUMNS", "table_cells", "summary", "format_table", "hop_lines", "mixer_lines", "advice",
+           "missing_seeds"]
 
 TABLE_COLUMNS = ("role", "mixer", "layout", "recall per seed", "mean", "seed spread", "no-recall", "verdict")
 
@@ -137,3 +138,13 @@ def _chaining_tip(space, result: dict) -> str | None:
             f"({v['acc']:.3f} [{v['baseline']:.3f}]): its attention does one lookup and does not chain them; start the "
             "attention-input conv as split2 (score.mqar.model.mixer_hparams.attention: {input_conv: 4, "
             f"input_conv_init: split2}}, now {attention or 'no conv'})")
+
+
+def missing_seeds(name: str, row: dict, seeds: int) -> str:
+    """Why a verdict row has fewer than ``seeds`` seeds scored: its runs that failed, and its seeds with no stored run
+    (a stopped or unfinished calibration never trained them, which is not a failure of the layout)."""
+    failed = {int(k.rsplit(":s", 1)[1]) for k in row["failed_runs"]}
+    untrained = sorted(set(range(seeds)) - set(row["seeds"]) - failed)
+    why = "; ".join(([f"failed: {', '.join(row['failed_runs'])}"] if failed else [])
+                    + ([f"never trained: seed {', '.join(map(str, untrained))}"] if untrained else []))
+    return f"{name} has {len(row['recall'])} of {seeds} seeds scored ({why})"

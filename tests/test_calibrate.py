@@ -238,7 +238,18 @@ def test_verdict_counts_failed_runs_as_missing_seeds():
     runs = runs_of(GOOD)
     runs["hybrid:hgrn:s1"] = summary("hybrid:hgrn:s1", "HHAHHA", 0.0, status="failed")
     v = verdict(space_from_dict(raw_space()), runs)
-    assert not v["valid"] and "hgrn hybrid has 1 of 2 seeds scored (failed or missing runs: hybrid:hgrn:s1)" in v["failures"][0]
+    assert not v["valid"] and "hgrn hybrid has 1 of 2 seeds scored (failed: hybrid:hgrn:s1)" in v["failures"][0]
+
+
+def test_verdict_names_seeds_never_trained_apart_from_failed_runs():
+    runs = runs_of(GOOD)
+    del runs["hybrid:hgrn:s1"]
+    runs["pure:gla:s1"] = summary("pure:gla:s1", "GGGGGG", 0.0, status="failed")
+    del runs["pure:gla:s0"]
+    failures = verdict(space_from_dict(raw_space()), runs)["failures"]
+    assert any("hgrn hybrid has 1 of 2 seeds scored (never trained: seed 1)" in f for f in failures), failures
+    assert any("gla pure has 0 of 2 seeds scored (failed: pure:gla:s1; never trained: seed 0)" in f
+               for f in failures), failures
 
 
 # -- the search's calibration step, with fake trials ----------------------------------------------------------------
