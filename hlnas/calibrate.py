@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
 from hlnas.overrides import is_int, is_number
-# the verdict as text lives beside it; imported here so ``hlnas.calibrate`` keeps naming every part of the verdict
 from hlnas import calibration_text as text
+# the verdict as text lives beside it; imported here so ``hlnas.calibrate`` keeps naming every part of the verdict
 from hlnas.calibration_text import TABLE_COLUMNS, advice, format_table, hop_lines, mixer_lines, summary, table_cells
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table", "table_cells",
