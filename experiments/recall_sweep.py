@@ -118,7 +118,8 @@ def _earlier_wall_s(state: Path) -> dict[str, float]:
 def _row(case: dict, r, at_s: float) -> dict:
     """One finished (or, under --state, paused) case's line of recall_sweep.jsonl (``r``: its TrialResult). ``auc`` is over the whole step
     schedule, as a protocol scores it: a case its time budget (``budget_s``) cut short counts 0 for the steps it never
-    had, so such a row also carries ``cut_at`` (its steps) and ``auc_steps_done``, the area over the steps it had."""
+    had, so such a row also carries ``cut_at`` (its steps) and ``auc_steps_done``, the area over the steps it had; a
+    paused row carries ``auc_steps_done`` too (its table cell says over how many steps)."""
     from hlnas.score.recall_proxy import learning_auc
 
     m = r.metrics
@@ -129,6 +130,8 @@ def _row(case: dict, r, at_s: float) -> dict:
     if (r.status == "ok" and steps is not None and schedule and steps < schedule and m.get("mqar_steps_to_target") is None
             and not m.get("mqar_error") and run.get("curve") and m.get("mqar_val_baseline") is not None):
         cut = {"cut_at": steps, "auc_steps_done": round(learning_auc(run["curve"], steps, m["mqar_val_baseline"], False), 4)}
+    elif r.status == "paused" and steps and run.get("curve") and m.get("mqar_val_baseline") is not None:
+        cut = {"auc_steps_done": round(learning_auc(run["curve"], steps, m["mqar_val_baseline"], False), 4)}
     return {**case, "status": r.status, "acc": m.get("mqar_acc"), "baseline": m.get("mqar_baseline"),
             "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"),
             "auc": m.get("mqar_auc"), "steps_to_target": m.get("mqar_steps_to_target"),
@@ -271,7 +274,7 @@ def _table(rows: list[dict]) -> list[str]:
         # a case cut by its time budget: its steps as "done (cut)", its area over the steps it had
         steps = (f"{r['cut_at']} (cut by budget_s)" if "cut_at" in r
                  else f"{r.get('steps', '')} (paused)" if r.get("status") == "paused" else r.get("steps", ""))
-        auc = (f"{r['auc_steps_done']:.3f} over {r['cut_at']} steps" if "cut_at" in r
+        auc = (f"{r['auc_steps_done']:.3f} over {r.get('cut_at', r.get('steps'))} steps" if "auc_steps_done" in r
                else "-" if r.get("auc") is None else f"{r['auc']:.3f}")
         lines.append(f"| {r['layout']} | {r.get('tag', '')} | {r['seed']} | {r.get('kv_pairs', '')} | {r.get('seq_len', '')} | "
                      f"{r['lr']:g} | {acc} | {base} | {steps} | {r.get('steps_to_target') or '-'} | {auc} | "

@@ -119,6 +119,11 @@ def test_a_case_cut_by_its_time_budget_says_so_and_gets_its_area_over_the_steps_
     table = "\n".join(sweep._table([cut, done]))
     assert "1500 (cut by budget_s)" in table and f"{cut['auc_steps_done']:.3f} over 1500 steps" in table
     assert "| 0.100 |" in table  # the reached run's auc as stored
+    # a paused case (--state): its area over the steps it had so far, not the schedule's with 0 for the rest
+    paused = sweep._row({"layout": "AA", "lr": 1e-3, "seed": 3}, TrialResult(3, "paused", m), 10.0)
+    assert "cut_at" not in paused and paused["auc_steps_done"] == cut["auc_steps_done"]
+    row = sweep._table([paused])[-1]
+    assert "| 1500 (paused) |" in row and f"| {cut['auc_steps_done']:.3f} over 1500 steps |" in row
 
 
 def test_with_state_a_paused_sweep_continues_exactly_and_reads_back_what_finished(tmp_path):
