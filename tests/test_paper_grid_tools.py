@@ -5,6 +5,7 @@ whose answers are known. No training: trials are written with optuna's create_tr
 from __future__ import annotations
 
 import csv
+import json
 import importlib.util
 import pathlib
 
@@ -323,3 +324,34 @@ def test_every_h200_protocol_builds_its_recall_models_and_task(path):
     hybrid = next(s for s in setups if "A" in str(s.layout) and len(set(str(s.layout))) > 1)
     model = seeded_model(hybrid.layout, hybrid.model, 0)
     assert model(x).shape[:2] == x.shape
+
+
+# -- ladder_figure.py: steps to target against attention layers, from a calibration and sweeps ----------------------
+def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp_path):
+    """A calibration's stored runs (control left out) and sweep rows become one point per (layout, seed): reached
+    at its steps to target, never at the budget, paused/cut as undecided at its steps; a later sweep's row replaces
+    an earlier one's (a case run again after its paused state was lost counts once)."""
+    fig_mod = _script("ladder_figure")
+    storage = f"sqlite:///{tmp_path / 'cal.db'}"
+    study = optuna.create_study(study_name="cal", storage=storage)
+    run = {"status": "ok", "mqar_steps_done": 4000, "mqar_steps_to_target": None}
+    study.set_user_attr("hlnas_calibration", {"status": "done", "runs": {
+        "control:transformer:s0": {**run, "layout": "AAAA", "seed": 0, "mqar_steps_to_target": 900},
+        "pure:gla:s0": {**run, "layout": "GGGG", "seed": 0},
+        "hybrid:gla:s0": {**run, "layout": "GAGA", "seed": 0, "mqar_steps_to_target": 1500},
+        "hybrid:gla:s1": {**run, "layout": "GAGA", "seed": 1, "status": "failed"}}})
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("\n".join(json.dumps(r) for r in [
+        {"layout": "GGGA", "seed": 0, "status": "paused", "steps": 2300, "steps_to_target": None},
+        {"layout": "GAGA", "seed": 2, "status": "ok", "steps": 600, "steps_to_target": 600}]) + "\n")
+    second.write_text(json.dumps({"layout": "GGGA", "seed": 0, "status": "ok", "steps": 4000,
+                                  "steps_to_target": None}) + "\n")
+    pts = {**fig_mod.calibration_points(storage, "cal", 4000), **fig_mod.sweep_points([first, second], 4000)}
+    got = {k: (p.mixer, p.attention_layers, p.steps, p.outcome) for k, p in pts.items()}
+    assert got == {("GGGG", 0): ("gla", 0, 4000, "never"), ("GAGA", 0): ("gla", 2, 1500, "reached"),
+                   ("GAGA", 2): ("gla", 2, 600, "reached"), ("GGGA", 0): ("gla", 1, 4000, "never")}
+    assert fig_mod.sweep_points([first], 4000)[("GGGA", 0)].outcome == "undecided"
+    out = tmp_path / "ladder.html"
+    assert fig_mod.main(["--storage", storage, "--study", "cal", "--sweep", str(first), "--sweep", str(second),
+                         "--budget", "4000", "--mixers", "gla", "--out", str(out)]) == 0
+    assert "never (whole budget)" in out.read_text() and "reached 0.98" in out.read_text()

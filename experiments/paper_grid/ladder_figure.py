@@ -1,0 +1,142 @@
+"""Steps to target against the number of attention layers, per mixer and seed: the figure of a recall protocol's
+ladder (issue #20 point 3's graded check, drawn rather than tabled).
+
+    python experiments/paper_grid/ladder_figure.py \
+        --storage sqlite:///experiments/paper_grid/results/h200_2026-12-03.db --study paper_grid_h200_shift \
+        --sweep experiments/results/mqar_ladder_h200_2026-12-04/call1/recall_sweep.jsonl \
+        --sweep experiments/results/mqar_ladder_h200_2026-12-04/call2/recall_sweep.jsonl \
+        --budget 4000 --mixers gla hgrn hgrn2 --out experiments/results/mqar_ladder_h200_2026-12-04/ladder.png
+
+Points come from a calibration's stored runs (``--study``: its pure, hybrid and ladder runs) and from recall sweeps'
+jsonl files (``experiments/recall_sweep.py``). A later sweep row of the same layout and seed replaces an earlier
+one, so a case run again after a pause lost with its machine counts once. Each point is one run:
+- reached the target: a filled dot at its steps;
+- trained its whole schedule without reaching it: a cross at the schedule's end (never);
+- paused or cut before its schedule's end: an open triangle at the steps it had (undecided).
+Only runs trained under one step schedule (``--budget``) belong in one figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from hlnas.catalog import mixer_for_code  # noqa: E402
+
+ATTENTION_CODE = "A"
+
+
+class Point(NamedTuple):
+    mixer: str
+    attention_layers: int
+    seed: int
+    steps: int  # to target (reached), or the steps trained (never, undecided)
+    outcome: str  # "reached", "never" or "undecided"
+    budget: int
+
+
+def _mixer(layout: str) -> str:
+    linear = {c for c in layout if c != ATTENTION_CODE}
+    if len(linear) != 1:
+        raise SystemExit(f"layout {layout!r} mixes {len(linear)} linear mixers; a ladder figure needs one per layout")
+    return mixer_for_code(linear.pop()).name
+
+
+def _point(layout: str, seed: int, to_target, steps_done, budget: int) -> Point:
+    if to_target is not None:
+        return Point(_mixer(layout), layout.count(ATTENTION_CODE), seed, int(to_target), "reached", budget)
+    done = int(steps_done or 0)
+    return Point(_mixer(layout), layout.count(ATTENTION_CODE), seed, done, "never" if done >= budget else "undecided",
+                 budget)
+
+
+def sweep_points(paths: list[Path], budget: int) -> dict[tuple[str, int], Point]:
+    """The sweeps' rows by (layout, seed); a later file's row replaces an earlier one's. Failed rows are skipped.
+    A row keeps its case's fields but its ``steps`` are the steps it trained, so the schedule comes as ``budget``."""
+    out: dict[tuple[str, int], Point] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line)
+            if r.get("status") not in ("ok", "paused"):
+                continue
+            out[(r["layout"], int(r["seed"]))] = _point(r["layout"], int(r["seed"]), r.get("steps_to_target"),
+                                                         r.get("cut_at") or r.get("steps"), budget)
+    return out
+
+
+def calibration_points(storage: str, study: str, budget: int) -> dict[tuple[str, int], Point]:
+    """A calibration's stored runs (``hlnas_calibration`` of the study) by (layout, seed), the control left out."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cal = optuna.load_study(study_name=study, storage=storage).user_attrs.get("hlnas_calibration") or {}
+    out = {}
+    for r in (cal.get("runs") or {}).values():
+        if r.get("status") != "ok" or set(r["layout"]) == {ATTENTION_CODE}:
+            continue
+        out[(r["layout"], int(r["seed"]))] = _point(r["layout"], int(r["seed"]), r.get("mqar_steps_to_target"),
+                                                     r.get("mqar_steps_done"), budget)
+    return out
+
+
+def figure(points: list[Point], mixers: list[str]):
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    budget = max(p.budget for p in points)
+    fig = make_subplots(rows=1, cols=len(mixers), shared_yaxes=True, subplot_titles=mixers)
+    style = {"reached": ("circle", "#1f77b4", "reached 0.98"), "never": ("x", "#d62728", "never (whole budget)"),
+             "undecided": ("triangle-up-open", "#7f7f7f", "paused or cut (undecided)")}
+    shown = set()  # each outcome in the legend once, from the first panel that has it
+    for col, mixer in enumerate(mixers, start=1):
+        for outcome, (symbol, color, name) in style.items():
+            mine = [p for p in points if p.mixer == mixer and p.outcome == outcome]
+            if not mine:
+                continue
+            # seeds side by side around their x, so equal steps stay visible
+            xs = [p.attention_layers + 0.15 * (p.seed - 2) for p in mine]
+            fig.add_trace(go.Scatter(x=xs, y=[p.steps for p in mine], mode="markers", name=name,
+                                     marker=dict(symbol=symbol, color=color, size=10), showlegend=outcome not in shown,
+                                     legendgroup=outcome, text=[f"seed {p.seed}" for p in mine]), row=1, col=col)
+            shown.add(outcome)
+        fig.add_hline(y=budget, line_dash="dot", line_color="#999", row=1, col=col)
+        ticks = sorted({p.attention_layers for p in points})
+        fig.update_xaxes(title_text="attention layers (0: pure)", tickvals=ticks, row=1, col=col)
+    fig.update_yaxes(title_text=f"steps to 0.98 (budget {budget})", row=1, col=1)
+    fig.update_layout(template="plotly_white", title="Recall readiness against attention layers, per seed")
+    return fig
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--storage", help="the calibration's storage URL (with --study)")
+    p.add_argument("--study", help="a calibration study whose pure, hybrid and ladder runs join the figure")
+    p.add_argument("--sweep", action="append", default=[], type=Path, help="a recall_sweep.jsonl (repeatable)")
+    p.add_argument("--budget", type=int, required=True, help="the runs' step schedule (one per figure)")
+    p.add_argument("--mixers", nargs="+", required=True)
+    p.add_argument("--out", type=Path, required=True, help="a .png (kaleido, needs Chromium) or .html")
+    a = p.parse_args(argv)
+    if bool(a.storage) != bool(a.study):
+        p.error("--storage and --study go together")
+    pts = calibration_points(a.storage, a.study, a.budget) if a.study else {}
+    pts.update(sweep_points(a.sweep, a.budget))
+    points = [x for x in pts.values() if x.mixer in a.mixers]
+    if not points:
+        p.error(f"no runs of mixers {a.mixers} in the given study and sweeps")
+    fig = figure(points, a.mixers)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    if a.out.suffix == ".html":
+        fig.write_html(a.out)
+    else:
+        fig.write_image(a.out, width=1100, height=450, scale=2)
+    print(f"wrote {a.out} ({len(points)} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
