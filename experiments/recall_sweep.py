@@ -133,7 +133,7 @@ def _row(case: dict, r, at_s: float) -> dict:
     elif r.status == "paused" and steps and run.get("curve") and m.get("mqar_val_baseline") is not None:
         cut = {"auc_steps_done": round(learning_auc(run["curve"], steps, m["mqar_val_baseline"], False), 4)}
     return {**case, "status": r.status, "acc": m.get("mqar_acc"), "baseline": m.get("mqar_baseline"),
-            "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"),
+            "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"), "schedule": schedule,
             "auc": m.get("mqar_auc"), "steps_to_target": m.get("mqar_steps_to_target"),
             "wall_s": round(r.wall_s, 1), "mode": mq.get("mode"), "params": mq.get("params"),
             "curve": run.get("curve"), "error": (r.error or m.get("mqar_error") or "")[-300:] or None,

@@ -355,3 +355,7 @@ def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp
     assert fig_mod.main(["--storage", storage, "--study", "cal", "--sweep", str(first), "--sweep", str(second),
                          "--budget", "4000", "--mixers", "gla", "--out", str(out)]) == 0
     assert "never (whole budget)" in out.read_text() and "reached 0.98" in out.read_text()
+    second.write_text(json.dumps({"layout": "GGGA", "seed": 0, "status": "ok", "steps": 8000, "schedule": 8000,
+                                  "steps_to_target": None}) + "\n")
+    with pytest.raises(SystemExit, match="8000-step schedule, not --budget 4000"):
+        fig_mod.sweep_points([second], 4000)

@@ -109,7 +109,7 @@ def test_a_case_cut_by_its_time_budget_says_so_and_gets_its_area_over_the_steps_
     m = {"mqar_acc": 0.98, "mqar_baseline": 0.016, "mqar_steps_done": 1500, "mqar_steps_to_target": None,
          "mqar_auc": 0.1, "mqar_val_baseline": 0.016, "mqar": {"steps": 6000, "runs": [{"curve": curve}]}}
     cut = sweep._row({"layout": "AA", "lr": 1e-3, "seed": 0}, TrialResult(0, "ok", m), 10.0)
-    assert cut["cut_at"] == 1500 and cut["auc"] == 0.1
+    assert cut["cut_at"] == 1500 and cut["auc"] == 0.1 and cut["schedule"] == 6000
     assert 0.4 < cut["auc_steps_done"] < 0.7  # 0 -> 0.02 -> 0.90 -> 0.98 over 1500 steps, corrected
     done = sweep._row({"layout": "AA", "lr": 1e-3, "seed": 1}, TrialResult(1, "ok", {
         **m, "mqar_steps_to_target": 1500}), 10.0)

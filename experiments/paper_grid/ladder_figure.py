@@ -57,13 +57,16 @@ def _point(layout: str, seed: int, to_target, steps_done, budget: int) -> Point:
 
 def sweep_points(paths: list[Path], budget: int) -> dict[tuple[str, int], Point]:
     """The sweeps' rows by (layout, seed); a later file's row replaces an earlier one's. Failed rows are skipped.
-    A row keeps its case's fields but its ``steps`` are the steps it trained, so the schedule comes as ``budget``."""
+    A row's ``steps`` are the steps it trained; its ``schedule`` (rows since 2026-12-04) must equal ``budget``."""
     out: dict[tuple[str, int], Point] = {}
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
             if r.get("status") not in ("ok", "paused"):
                 continue
+            if r.get("schedule") not in (None, budget):
+                raise SystemExit(f"{path}: {r.get('tag') or r['layout']} ran a {r['schedule']}-step schedule, not "
+                                 f"--budget {budget}: one figure per schedule")
             out[(r["layout"], int(r["seed"]))] = _point(r["layout"], int(r["seed"]), r.get("steps_to_target"),
                                                          r.get("cut_at") or r.get("steps"), budget)
     return out
