@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from hlnas.catalog import mixer_for_code  # noqa: E402
+from hlnas.catalog import mixer_for_code
 
 ATTENTION_CODE = "A"
 
