@@ -127,11 +127,11 @@ def _row(case: dict, r, at_s: float) -> dict:
     run = (mq.get("runs") or [{}])[-1]
     steps, schedule = m.get("mqar_steps_done"), mq.get("steps")
     cut = {}
-    if (r.status == "ok" and steps is not None and schedule and steps < schedule and m.get("mqar_steps_to_target") is None
-            and not m.get("mqar_error") and run.get("curve") and m.get("mqar_val_baseline") is not None):
-        cut = {"cut_at": steps, "auc_steps_done": round(learning_auc(run["curve"], steps, m["mqar_val_baseline"], False), 4)}
-    elif r.status == "paused" and steps and run.get("curve") and m.get("mqar_val_baseline") is not None:
-        cut = {"auc_steps_done": round(learning_auc(run["curve"], steps, m["mqar_val_baseline"], False), 4)}
+    cut_short = (r.status == "ok" and steps is not None and schedule and steps < schedule
+                 and m.get("mqar_steps_to_target") is None and not m.get("mqar_error"))
+    if (cut_short or (r.status == "paused" and steps)) and run.get("curve") and m.get("mqar_val_baseline") is not None:
+        cut = {"cut_at": steps} if cut_short else {}
+        cut["auc_steps_done"] = round(learning_auc(run["curve"], steps, m["mqar_val_baseline"], False), 4)
     return {**case, "status": r.status, "acc": m.get("mqar_acc"), "baseline": m.get("mqar_baseline"),
             "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"), "schedule": schedule,
             "auc": m.get("mqar_auc"), "steps_to_target": m.get("mqar_steps_to_target"),

@@ -23,9 +23,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from hlnas.catalog import mixer_for_code
-
-ATTENTION_CODE = "A"
+from hlnas.layout import Layout
 
 
 class Point(NamedTuple):
@@ -34,22 +32,17 @@ class Point(NamedTuple):
     seed: int
     steps: int  # to target (reached), or the steps trained (never, undecided)
     outcome: str  # "reached", "never" or "undecided"
-    budget: int
-
-
-def _mixer(layout: str) -> str:
-    linear = {c for c in layout if c != ATTENTION_CODE}
-    if len(linear) != 1:
-        raise SystemExit(f"layout {layout!r} mixes {len(linear)} linear mixers; a ladder figure needs one per layout")
-    return mixer_for_code(linear.pop()).name
 
 
 def _point(layout: str, seed: int, to_target, steps_done, budget: int) -> Point:
+    parsed = Layout.parse(layout)
+    if len(parsed.linear_mixers) != 1:
+        raise SystemExit(f"layout {layout!r} has {len(parsed.linear_mixers)} linear mixers; a ladder figure needs one")
+    mixer, n_attention = parsed.linear_mixers[0], len(parsed.attention_layers)
     if to_target is not None:
-        return Point(_mixer(layout), layout.count(ATTENTION_CODE), seed, int(to_target), "reached", budget)
+        return Point(mixer, n_attention, seed, int(to_target), "reached")
     done = int(steps_done or 0)
-    return Point(_mixer(layout), layout.count(ATTENTION_CODE), seed, done, "never" if done >= budget else "undecided",
-                 budget)
+    return Point(mixer, n_attention, seed, done, "never" if done >= budget else "undecided")
 
 
 def sweep_points(paths: list[Path], budget: int) -> dict[tuple[str, int], Point]:
@@ -77,18 +70,18 @@ def calibration_points(storage: str, study: str, budget: int) -> dict[tuple[str,
     cal = optuna.load_study(study_name=study, storage=storage).user_attrs.get("hlnas_calibration") or {}
     out = {}
     for r in (cal.get("runs") or {}).values():
-        if r.get("status") != "ok" or set(r["layout"]) == {ATTENTION_CODE}:
+        if r.get("status") != "ok" or not Layout.parse(r["layout"]).linear_mixers:  # the control
             continue
         out[(r["layout"], int(r["seed"]))] = _point(r["layout"], int(r["seed"]), r.get("mqar_steps_to_target"),
                                                      r.get("mqar_steps_done"), budget)
     return out
 
 
-def figure(points: list[Point], mixers: list[str]):
+def figure(points: list[Point], mixers: list[str], budget: int):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    budget = max(p.budget for p in points)
+    ticks = sorted({p.attention_layers for p in points})
     fig = make_subplots(rows=1, cols=len(mixers), shared_yaxes=True, subplot_titles=mixers)
     style = {"reached": ("circle", "#1f77b4", "reached 0.98"), "never": ("x", "#d62728", "never (whole budget)"),
              "undecided": ("triangle-up-open", "#7f7f7f", "paused or cut (undecided)")}
@@ -105,7 +98,6 @@ def figure(points: list[Point], mixers: list[str]):
                                      legendgroup=outcome, text=[f"seed {p.seed}" for p in mine]), row=1, col=col)
             shown.add(outcome)
         fig.add_hline(y=budget, line_dash="dot", line_color="#999", row=1, col=col)
-        ticks = sorted({p.attention_layers for p in points})
         fig.update_xaxes(title_text="attention layers (0: pure)", tickvals=ticks, row=1, col=col)
     fig.update_yaxes(title_text=f"steps to 0.98 (budget {budget})", row=1, col=1)
     fig.update_layout(template="plotly_white", title="Recall readiness against attention layers, per seed")
@@ -128,7 +120,7 @@ def main(argv=None) -> int:
     points = [x for x in pts.values() if x.mixer in a.mixers]
     if not points:
         p.error(f"no runs of mixers {a.mixers} in the given study and sweeps")
-    fig = figure(points, a.mixers)
+    fig = figure(points, a.mixers, a.budget)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     if a.out.suffix == ".html":
         fig.write_html(a.out)
