@@ -328,34 +328,49 @@ def test_every_h200_protocol_builds_its_recall_models_and_task(path):
 
 # -- ladder_figure.py: steps to target against attention layers, from a calibration and sweeps ----------------------
 def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp_path):
-    """A calibration's stored runs (control left out) and sweep rows become one point per (layout, seed): reached
-    at its steps to target, never at the budget, paused/cut as undecided at its steps; a later sweep's row replaces
-    an earlier one's (a case run again after its paused state was lost counts once)."""
+    """A calibration's stored runs (control left out) and sweep rows become one point per (layout, seed, lr): reached
+    at its steps to target, never at the budget, paused/cut as undecided at its steps. Of two rows of one key the
+    one that says more counts: a decided over an undecided one (either order), the further of two undecided ones,
+    else the later file's; another rate is another point, drawn in its own row of panels."""
     fig_mod = _script("ladder_figure")
     storage = f"sqlite:///{tmp_path / 'cal.db'}"
     study = optuna.create_study(study_name="cal", storage=storage)
-    run = {"status": "ok", "mqar_steps_done": 4000, "mqar_steps_to_target": None}
+    run = {"status": "ok", "mqar_steps_done": 4000, "mqar_steps_to_target": None, "mqar_lr": 1e-3}
     study.set_user_attr("hlnas_calibration", {"status": "done", "runs": {
         "control:transformer:s0": {**run, "layout": "AAAA", "seed": 0, "mqar_steps_to_target": 900},
         "pure:gla:s0": {**run, "layout": "GGGG", "seed": 0},
         "hybrid:gla:s0": {**run, "layout": "GAGA", "seed": 0, "mqar_steps_to_target": 1500},
         "hybrid:gla:s1": {**run, "layout": "GAGA", "seed": 1, "status": "failed"}}})
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    row = {"status": "ok", "lr": 1e-3, "steps_to_target": None}
     first.write_text("\n".join(json.dumps(r) for r in [
-        {"layout": "GGGA", "seed": 0, "status": "paused", "steps": 2300, "steps_to_target": None},
-        {"layout": "GAGA", "seed": 2, "status": "ok", "steps": 600, "steps_to_target": 600}]) + "\n")
-    second.write_text(json.dumps({"layout": "GGGA", "seed": 0, "status": "ok", "steps": 4000,
-                                  "steps_to_target": None}) + "\n")
+        {**row, "layout": "GGGA", "seed": 0, "status": "paused", "steps": 2300},
+        {**row, "layout": "GAGA", "seed": 2, "steps": 600, "steps_to_target": 600},
+        {**row, "layout": "GGGA", "seed": 1, "steps": 700, "steps_to_target": 700},
+        {**row, "layout": "GGGA", "seed": 2, "status": "paused", "steps": 2800},
+        {**row, "layout": "GAGA", "seed": 0, "lr": 5e-4, "steps": 500, "steps_to_target": 500}]) + "\n")
+    second.write_text("\n".join(json.dumps(r) for r in [
+        {**row, "layout": "GGGA", "seed": 0, "steps": 4000},
+        {**row, "layout": "GGGA", "seed": 1, "status": "paused", "steps": 300},  # started again, got less far
+        {**row, "layout": "GGGA", "seed": 2, "status": "paused", "steps": 1800}]) + "\n")
     pts = {**fig_mod.calibration_points(storage, "cal", 4000), **fig_mod.sweep_points([first, second], 4000)}
     got = {k: (p.mixer, p.attention_layers, p.steps, p.outcome) for k, p in pts.items()}
-    assert got == {("GGGG", 0): ("gla", 0, 4000, "never"), ("GAGA", 0): ("gla", 2, 1500, "reached"),
-                   ("GAGA", 2): ("gla", 2, 600, "reached"), ("GGGA", 0): ("gla", 1, 4000, "never")}
-    assert fig_mod.sweep_points([first], 4000)[("GGGA", 0)].outcome == "undecided"
+    assert got == {("GGGG", 0, 1e-3): ("gla", 0, 4000, "never"), ("GAGA", 0, 1e-3): ("gla", 2, 1500, "reached"),
+                   ("GAGA", 2, 1e-3): ("gla", 2, 600, "reached"), ("GGGA", 0, 1e-3): ("gla", 1, 4000, "never"),
+                   ("GGGA", 1, 1e-3): ("gla", 1, 700, "reached"), ("GGGA", 2, 1e-3): ("gla", 1, 2800, "undecided"),
+                   ("GAGA", 0, 5e-4): ("gla", 2, 500, "reached")}
+    assert fig_mod.sweep_points([first], 4000)[("GGGA", 0, 1e-3)].outcome == "undecided"
+    assert fig_mod.sweep_points([second, first], 4000)[("GGGA", 0, 1e-3)].outcome == "never"  # decided wins, either order
     out = tmp_path / "ladder.html"
     assert fig_mod.main(["--storage", storage, "--study", "cal", "--sweep", str(first), "--sweep", str(second),
                          "--budget", "4000", "--mixers", "gla", "--out", str(out)]) == 0
-    assert "never (whole budget)" in out.read_text() and "reached 0.98" in out.read_text()
-    second.write_text(json.dumps({"layout": "GGGA", "seed": 0, "status": "ok", "steps": 8000, "schedule": 8000,
-                                  "steps_to_target": None}) + "\n")
+    html = out.read_text()
+    assert "never (whole budget)" in html and "reached 0.98" in html and "gla, lr 0.001" in html and "gla, lr 0.0005" in html
+    assert fig_mod.main(["--sweep", str(first), "--budget", "4000", "--mixers", "gla", "--lrs", "0.0005",
+                         "--out", str(out)]) == 0
+    assert "gla, lr 0.0005" in out.read_text() and "gla, lr 0.001" not in out.read_text()
+    with pytest.raises(SystemExit):
+        fig_mod.main(["--sweep", str(first), "--budget", "4000", "--mixers", "gla", "--lrs", "0.002", "--out", str(out)])
+    second.write_text(json.dumps({**row, "layout": "GGGA", "seed": 0, "steps": 8000, "schedule": 8000}) + "\n")
     with pytest.raises(SystemExit, match="8000-step schedule, not --budget 4000"):
         fig_mod.sweep_points([second], 4000)

@@ -7,9 +7,11 @@ ladder (issue #20 point 3's graded check, drawn rather than tabled).
         --sweep experiments/results/mqar_ladder_h200_2026-12-04/call2/recall_sweep.jsonl \
         --budget 4000 --mixers gla hgrn hgrn2 --out experiments/results/mqar_ladder_h200_2026-12-04/ladder.png
 
-Points come from a calibration's stored runs (``--study``: its pure, hybrid and ladder runs) and from recall sweeps'
-jsonl files (``experiments/recall_sweep.py``). A later sweep row of the same layout and seed replaces an earlier
-one, so a case run again after a pause lost with its machine counts once. Each point is one run:
+Points come from a calibration's stored runs (``--study``: its pure, hybrid and ladder runs, at the rate each kept)
+and from recall sweeps' jsonl files (``experiments/recall_sweep.py``). Runs at different learning rates are different
+points: each rate is a row of panels (``--lrs`` picks rows). Of two rows of the same layout, seed and rate the one
+that says more counts: a decided run (reached or never) over an undecided one, the further of two undecided ones,
+else the later file's, so a case run again after its paused state was lost counts once. Each point is one run:
 - reached the target: a filled dot at its steps;
 - trained its whole schedule without reaching it: a cross at the schedule's end (never);
 - paused or cut before its schedule's end: an open triangle at the steps it had (undecided).
@@ -32,23 +34,38 @@ class Point(NamedTuple):
     seed: int
     steps: int  # to target (reached), or the steps trained (never, undecided)
     outcome: str  # "reached", "never" or "undecided"
+    lr: float
 
 
-def _point(layout: str, seed: int, to_target, steps_done, budget: int) -> Point:
+Key = tuple[str, int, float]  # (layout, seed, learning rate)
+
+
+def _point(layout: str, seed: int, lr: float, to_target, steps_done, budget: int) -> Point:
     parsed = Layout.parse(layout)
     if len(parsed.linear_mixers) != 1:
         raise SystemExit(f"layout {layout!r} has {len(parsed.linear_mixers)} linear mixers; a ladder figure needs one")
     mixer, n_attention = parsed.linear_mixers[0], len(parsed.attention_layers)
     if to_target is not None:
-        return Point(mixer, n_attention, seed, int(to_target), "reached")
+        return Point(mixer, n_attention, seed, int(to_target), "reached", float(lr))
     done = int(steps_done or 0)
-    return Point(mixer, n_attention, seed, done, "never" if done >= budget else "undecided")
+    return Point(mixer, n_attention, seed, done, "never" if done >= budget else "undecided", float(lr))
 
 
-def sweep_points(paths: list[Path], budget: int) -> dict[tuple[str, int], Point]:
-    """The sweeps' rows by (layout, seed); a later file's row replaces an earlier one's. Failed rows are skipped.
-    A row's ``steps`` are the steps it trained; its ``schedule`` (rows since 2026-12-04) must equal ``budget``."""
-    out: dict[tuple[str, int], Point] = {}
+def says_more(new: Point, old: Point | None) -> bool:
+    """Whether ``new`` should replace ``old`` (same layout, seed and rate): a run started again from step 0 on a
+    fresh machine that got less far than its lost predecessor must not hide what the predecessor showed."""
+    if old is None:
+        return True
+    new_decided, old_decided = new.outcome != "undecided", old.outcome != "undecided"
+    if new_decided != old_decided:
+        return new_decided
+    return new_decided or new.steps >= old.steps  # two decided runs: the later; two undecided: the further
+
+
+def sweep_points(paths: list[Path], budget: int) -> dict[Key, Point]:
+    """The sweeps' rows by (layout, seed, lr), merged by :func:`says_more`. Failed rows are skipped. A row's
+    ``steps`` are the steps it trained; its ``schedule`` (rows since 2026-12-04) must equal ``budget``."""
+    out: dict[Key, Point] = {}
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
@@ -57,13 +74,16 @@ def sweep_points(paths: list[Path], budget: int) -> dict[tuple[str, int], Point]
             if r.get("schedule") not in (None, budget):
                 raise SystemExit(f"{path}: {r.get('tag') or r['layout']} ran a {r['schedule']}-step schedule, not "
                                  f"--budget {budget}: one figure per schedule")
-            out[(r["layout"], int(r["seed"]))] = _point(r["layout"], int(r["seed"]), r.get("steps_to_target"),
-                                                         r.get("cut_at") or r.get("steps"), budget)
+            key = (r["layout"], int(r["seed"]), float(r["lr"]))
+            new = _point(*key, r.get("steps_to_target"), r.get("cut_at") or r.get("steps"), budget)
+            if says_more(new, out.get(key)):
+                out[key] = new
     return out
 
 
-def calibration_points(storage: str, study: str, budget: int) -> dict[tuple[str, int], Point]:
-    """A calibration's stored runs (``hlnas_calibration`` of the study) by (layout, seed), the control left out."""
+def calibration_points(storage: str, study: str, budget: int) -> dict[Key, Point]:
+    """A calibration's stored runs (``hlnas_calibration`` of the study) by (layout, seed, the rate the run kept), the
+    control left out."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -72,34 +92,41 @@ def calibration_points(storage: str, study: str, budget: int) -> dict[tuple[str,
     for r in (cal.get("runs") or {}).values():
         if r.get("status") != "ok" or not Layout.parse(r["layout"]).linear_mixers:  # the control
             continue
-        out[(r["layout"], int(r["seed"]))] = _point(r["layout"], int(r["seed"]), r.get("mqar_steps_to_target"),
-                                                     r.get("mqar_steps_done"), budget)
+        key = (r["layout"], int(r["seed"]), float(r["mqar_lr"]))
+        out[key] = _point(*key, r.get("mqar_steps_to_target"), r.get("mqar_steps_done"), budget)
     return out
 
 
 def figure(points: list[Point], mixers: list[str], budget: int):
+    """One panel per (rate, mixer): rates in rows, highest first, mixers in columns."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     ticks = sorted({p.attention_layers for p in points})
-    fig = make_subplots(rows=1, cols=len(mixers), shared_yaxes=True, subplot_titles=mixers)
+    lrs = sorted({p.lr for p in points}, reverse=True)
+    fig = make_subplots(rows=len(lrs), cols=len(mixers), shared_yaxes=True, shared_xaxes=True,
+                        subplot_titles=[f"{m}, lr {lr:g}" for lr in lrs for m in mixers], vertical_spacing=0.08)
     style = {"reached": ("circle", "#1f77b4", "reached 0.98"), "never": ("x", "#d62728", "never (whole budget)"),
              "undecided": ("triangle-up-open", "#7f7f7f", "paused or cut (undecided)")}
     shown = set()  # each outcome in the legend once, from the first panel that has it
-    for col, mixer in enumerate(mixers, start=1):
-        for outcome, (symbol, color, name) in style.items():
-            mine = [p for p in points if p.mixer == mixer and p.outcome == outcome]
-            if not mine:
-                continue
-            # seeds side by side around their x, so equal steps stay visible
-            xs = [p.attention_layers + 0.15 * (p.seed - 2) for p in mine]
-            fig.add_trace(go.Scatter(x=xs, y=[p.steps for p in mine], mode="markers", name=name,
-                                     marker=dict(symbol=symbol, color=color, size=10), showlegend=outcome not in shown,
-                                     legendgroup=outcome, text=[f"seed {p.seed}" for p in mine]), row=1, col=col)
-            shown.add(outcome)
-        fig.add_hline(y=budget, line_dash="dot", line_color="#999", row=1, col=col)
-        fig.update_xaxes(title_text="attention layers (0: pure)", tickvals=ticks, row=1, col=col)
-    fig.update_yaxes(title_text=f"steps to 0.98 (budget {budget})", row=1, col=1)
+    for row, lr in enumerate(lrs, start=1):
+        for col, mixer in enumerate(mixers, start=1):
+            for outcome, (symbol, color, name) in style.items():
+                mine = [p for p in points if p.mixer == mixer and p.lr == lr and p.outcome == outcome]
+                if not mine:
+                    continue
+                # seeds side by side around their x, so equal steps stay visible
+                xs = [p.attention_layers + 0.15 * (p.seed - 2) for p in mine]
+                fig.add_trace(go.Scatter(x=xs, y=[p.steps for p in mine], mode="markers", name=name,
+                                         marker=dict(symbol=symbol, color=color, size=10),
+                                         showlegend=outcome not in shown, legendgroup=outcome,
+                                         text=[f"seed {p.seed}" for p in mine]), row=row, col=col)
+                shown.add(outcome)
+            fig.add_hline(y=budget, line_dash="dot", line_color="#999", row=row, col=col)
+            fig.update_xaxes(tickvals=ticks, row=row, col=col)
+        fig.update_yaxes(title_text=f"steps to 0.98 (budget {budget})", row=row, col=1)
+    for col in range(1, len(mixers) + 1):
+        fig.update_xaxes(title_text="attention layers (0: pure)", row=len(lrs), col=col)
     fig.update_layout(template="plotly_white", title="Recall readiness against attention layers, per seed")
     return fig
 
@@ -111,21 +138,24 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", action="append", default=[], type=Path, help="a recall_sweep.jsonl (repeatable)")
     p.add_argument("--budget", type=int, required=True, help="the runs' step schedule (one per figure)")
     p.add_argument("--mixers", nargs="+", required=True)
+    p.add_argument("--lrs", nargs="+", type=float, help="only these learning rates (default: every rate in the runs)")
     p.add_argument("--out", type=Path, required=True, help="a .png (kaleido, needs Chromium) or .html")
     a = p.parse_args(argv)
     if bool(a.storage) != bool(a.study):
         p.error("--storage and --study go together")
     pts = calibration_points(a.storage, a.study, a.budget) if a.study else {}
-    pts.update(sweep_points(a.sweep, a.budget))
-    points = [x for x in pts.values() if x.mixer in a.mixers]
+    for key, point in sweep_points(a.sweep, a.budget).items():
+        if says_more(point, pts.get(key)):
+            pts[key] = point
+    points = [x for x in pts.values() if x.mixer in a.mixers and (not a.lrs or x.lr in a.lrs)]
     if not points:
-        p.error(f"no runs of mixers {a.mixers} in the given study and sweeps")
+        p.error(f"no runs of mixers {a.mixers}{f' at lr {a.lrs}' if a.lrs else ''} in the given study and sweeps")
     fig = figure(points, a.mixers, a.budget)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     if a.out.suffix == ".html":
         fig.write_html(a.out)
     else:
-        fig.write_image(a.out, width=1100, height=450, scale=2)
+        fig.write_image(a.out, width=1100, height=120 + 330 * len({x.lr for x in points}), scale=2)
     print(f"wrote {a.out} ({len(points)} runs)")
     return 0
 
