@@ -85,3 +85,37 @@ def test_sweep_by_with_sweep_state_keeps_the_cases_on_the_machine_and_pauses_the
     else:
         assert "--state" not in got and "--pause-by" not in got
     assert got[got.index("--cases") + 1] == "experiments/paper_grid/some_probe.json"
+
+
+def test_sweep_by_carries_finished_rows_to_a_fresh_machine_and_brings_them_back(tmp_path):
+    """SWEEP_STATE=1 on a fresh machine: the finished rows carried in .gpu_state/sweep_done/NAME.jsonl land in the
+    sweep's done.jsonl before it starts (so those cases are read back, not trained again), the machine's own rows after
+    them; every finished row comes back once as $OUT/sweep_done/NAME.jsonl, the new ones included."""
+    repo, state, out, bin_ = (tmp_path / n for n in ("repo", "state", "out", "bin"))
+    for d in (repo, state, out, bin_):
+        d.mkdir()
+    seen = tmp_path / "done_at_start"
+    # the fake sweep records the done.jsonl it starts with, then finishes one more case
+    (bin_ / "python3").write_text(
+        '#!/bin/sh\ncase "$1" in experiments/recall_sweep.py)\n'
+        f'  while [ "$1" != --state ]; do shift; done; cp "$2/done.jsonl" {seen}\n'
+        '  echo \'{"state_key": "new"}\' >>"$2/done.jsonl";;\nesac\n'
+        'case "$*" in *device_count*) echo 1;; esac\nexit 0\n')
+    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
+    for f in ("python3", "nvidia-smi"):
+        (bin_ / f).chmod(0o755)
+    carried = repo / ".gpu_state" / "sweep_done"
+    carried.mkdir(parents=True)
+    (carried / "some_probe.jsonl").write_text('{"state_key": "a"}\n{"state_key": "b"}\n')
+    (state / "sweep" / "some_probe").mkdir(parents=True)  # this machine finished "b" too, and "c"
+    (state / "sweep" / "some_probe" / "done.jsonl").write_text('{"state_key": "b"}\n{"state_key": "c"}\n')
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
+           "HOME": str(tmp_path), "CALL_LIMIT": "590", "SWEEP_CASES": "experiments/paper_grid/some_probe.json",
+           "SWEEP_STATE": "1", "CACHE_BACK": "0"}
+    r = subprocess.run(["bash", str(SCRIPT), "sweep_by:60"], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 finished rows carried" in r.stdout
+    keys = lambda text: [line.split('"')[3] for line in text.splitlines()]  # noqa: E731
+    assert keys(seen.read_text()) == ["a", "b", "b", "c"]  # carried first: of two rows of a key the last is read
+    assert keys((out / "sweep_done" / "some_probe.jsonl").read_text()) == ["a", "b", "c", "new"]

@@ -281,15 +281,28 @@ PY
     sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
                  # the script's start, running ones are cut 30 s before CALL_LIMIT; SWEEP_ARGS: its other options.
                  # SWEEP_STATE=1: cases longer than a call pause 90 s before CALL_LIMIT, their state kept on this
-                 # machine, and the next call's same sweep_by (back to back: a warm machine) continues them and reads
-                 # back the finished ones (a fresh machine starts the paused ones again)
+                 # machine, and the next call's same sweep_by continues them on a warm machine (a fresh one starts them
+                 # again: their state, ~80 MB a case, cannot come back). The finished cases' rows (done.jsonl) come
+                 # back as sweep_done/NAME.jsonl: carried in .gpu_state/sweep_done/, a fresh machine reads them back
+                 # instead of training those cases again (on 2026-12-04 three calls 1-2 minutes apart each got a
+                 # fresh machine)
       left=$(( ${step#sweep_by:} - ($(date +%s) - t0) )); grace=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) - left ))
-      keep=(); [ "${SWEEP_STATE:-0}" = 1 ] && keep=(--state "$STATE/sweep/$(basename "${SWEEP_CASES%.json}")" \
-        --pause-by $(( CALL_LIMIT - 90 - ($(date +%s) - t0) )))
+      name=$(basename "${SWEEP_CASES%.json}") keep=()
+      if [ "${SWEEP_STATE:-0}" = 1 ]; then
+        keep=(--state "$STATE/sweep/$name" --pause-by $(( CALL_LIMIT - 90 - ($(date +%s) - t0) )))
+        mkdir -p "$STATE/sweep/$name"
+        # the carried rows first, the machine's after them: of two rows of one case the last is read
+        [ -f ".gpu_state/sweep_done/$name.jsonl" ] && { cat ".gpu_state/sweep_done/$name.jsonl" \
+          "$STATE/sweep/$name/done.jsonl" 2>/dev/null >"$STATE/sweep/$name/done.merged"
+          mv "$STATE/sweep/$name/done.merged" "$STATE/sweep/$name/done.jsonl"
+          say "sweep: $(wc -l <".gpu_state/sweep_done/$name.jsonl") finished rows carried"; }
+      fi
       python3 experiments/recall_sweep.py --cases "${SWEEP_CASES:?SWEEP_CASES: a case file}" --jobs ${WORKERS:-4} \
         --deadline $left --grace $(( grace > 0 ? grace : 0 )) "${keep[@]}" --out "$OUT/logs/sweep" ${SWEEP_ARGS:-} \
         >"$OUT/logs/sweep.log" 2>&1
-      say "sweep rc=$?"; cat "$OUT/logs/sweep/recall_sweep.md" 2>/dev/null ;;
+      say "sweep rc=$?"; cat "$OUT/logs/sweep/recall_sweep.md" 2>/dev/null
+      [ -f "$STATE/sweep/$name/done.jsonl" ] && mkdir -p "$OUT/sweep_done" \
+        && awk '!seen[$0]++' "$STATE/sweep/$name/done.jsonl" >"$OUT/sweep_done/$name.jsonl" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
