@@ -293,7 +293,7 @@ def test_tabular_bench_takes_one_seed_of_a_two_seed_table(grid, tmp_path):
         bench.seed_rows(str(out), "2")
 
 
-@pytest.mark.parametrize("protocol", ["b256", "k64_b256", "shift", "vt_shift", "vt_split", "vt_split_8k"])
+@pytest.mark.parametrize("protocol", ["b256", "k64_b256", "shift", "lr", "vt_shift", "vt_split", "vt_split_8k"])
 def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow_its_calibration(protocol):
     """experiments/paper_grid/placement_h200_<protocol>.yaml takes paper_grid_h200_<protocol>'s calibration
     (--calibrated-by), which is honest only while the two spaces' depth, scale and calibration are the same: an edit to
