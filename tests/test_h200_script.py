@@ -119,3 +119,35 @@ def test_sweep_by_carries_finished_rows_to_a_fresh_machine_and_brings_them_back(
     keys = lambda text: [line.split('"')[3] for line in text.splitlines()]  # noqa: E731
     assert keys(seen.read_text()) == ["a", "b", "b", "c"]  # carried first: of two rows of a key the last is read
     assert keys((out / "sweep_done" / "some_probe.jsonl").read_text()) == ["a", "b", "c", "new"]
+
+
+def test_inductor_cache_is_restored_on_a_fresh_machine_and_comes_back_beside_tritons(tmp_path):
+    """A fresh machine unpacks the carried inductor cache (.triton_cache/inductor_cache.tgz.*) where TORCHINDUCTOR_CACHE_DIR
+    points, and CACHE_BACK=1 brings it back in one part beside Triton's, so compiled recall blocks need not be compiled
+    again on the next fresh machine."""
+    import tarfile
+
+    repo, state, out, bin_, home = (tmp_path / n for n in ("repo", "state", "out", "bin", "home"))
+    for d in (repo, state, out, bin_, home):
+        d.mkdir()
+    (bin_ / "python3").write_text('#!/bin/sh\ncase "$*" in *device_count*) echo 1;; esac\nexit 0\n')
+    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
+    for f in ("python3", "nvidia-smi"):
+        (bin_ / f).chmod(0o755)
+    src = tmp_path / "src" / "inductor" / "fxgraph"
+    src.mkdir(parents=True)
+    (src / "entry").write_text("compiled")
+    (repo / ".triton_cache").mkdir()
+    with tarfile.open(repo / ".triton_cache" / "inductor_cache.tgz.aa", "w:gz") as t:
+        t.add(tmp_path / "src" / "inductor", arcname="inductor")
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
+           "HOME": str(home), "CALL_LIMIT": "590", "SWEEP_CASES": "experiments/paper_grid/p.json", "CACHE_BACK": "1"}
+    r = subprocess.run(["bash", str(SCRIPT), "sweep_by:60"], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "restored inductor cache" in r.stdout
+    assert (home / ".triton" / "inductor" / "fxgraph" / "entry").read_text() == "compiled"
+    (part,) = out.glob("inductor_cache.tgz.*")
+    with tarfile.open(part, "r:gz") as t:
+        assert "inductor/fxgraph/entry" in t.getnames()
+    assert list(out.glob("triton_cache.tgz.*"))

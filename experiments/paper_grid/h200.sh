@@ -27,7 +27,7 @@
 # in one run (hlnas calibrate --replicas; issue #21). 2 replicas ran 1.03x 2 processes on the H200: off unless set. Paused solo runs are not
 # continued as replicas (their recall starts again, with the same result)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
-# cache archived by the previous call), .gpu_state (the study database h200.db and its generation h200.gen, both
+# and inductor caches archived by the previous call), .gpu_state (the study database h200.db and its generation h200.gen, both
 # brought back by the previous call: copy both after every call).
 # A warm machine keeps /tmp/site, ~/.triton/cache and /tmp/hlnas_state between calls; a fresh one restores
 # them from the carried copies, so each call resumes where the last stopped, on this machine or another.
@@ -36,6 +36,10 @@ OUT=${OUT:-/tmp/out}
 STATE=${HLNAS_STATE:-/tmp/hlnas_state}  # HLNAS_STATE: tests only
 mkdir -p "$OUT/logs" "$STATE"
 export TRITON_CACHE_DIR=$HOME/.triton/cache PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# inductor's caches (FX graphs, AOT autograd, its own Triton kernels: the recall model's compiled blocks) beside
+# Triton's, so they come back and are carried with it: every call of 2026-12-04 landed on a fresh machine, and each
+# case spent about 48 s building and compiling before its first step
+export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
 # one Triton config per kernel: a full fla autotune compile of the grid's kernels took > 5 minutes of a lease
 export HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick}
 DB=sqlite:///$STATE/h200.db
@@ -48,7 +52,11 @@ if [ ! -d "$TRITON_CACHE_DIR" ] && ls .triton_cache/triton_cache.tgz.* >/dev/nul
   mkdir -p "$HOME/.triton" && cat .triton_cache/triton_cache.tgz.* | tar xzf - -C "$HOME/.triton"
   say "restored triton cache $(du -sh "$TRITON_CACHE_DIR" | cut -f1)"
 fi
-mkdir -p "$TRITON_CACHE_DIR"
+if [ ! -d "$TORCHINDUCTOR_CACHE_DIR" ] && ls .triton_cache/inductor_cache.tgz.* >/dev/null 2>&1; then
+  mkdir -p "$HOME/.triton" && cat .triton_cache/inductor_cache.tgz.* | tar xzf - -C "$HOME/.triton"
+  say "restored inductor cache $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1)"
+fi
+mkdir -p "$TRITON_CACHE_DIR" "$TORCHINDUCTOR_CACHE_DIR"
 # every carried wheel folder, once per machine: .whl/gpu (fla, optuna), and for GatedDeltaNet's fla backward (fla
 # #640) .whl/a (z3-solver, apache-tvm-ffi, torch-c-dlpack-ext) in one call and .whl/b (tilelang) in the next,
 # back to back: together they pass one call's 64 MiB carry (experiments/device/README.md)
@@ -322,5 +330,9 @@ if [ "${CACHE_BACK:-1}" = 1 ]; then
   tar czf - -C "$HOME/.triton" cache | split -b 15M - "$OUT/triton_cache.tgz."
   n=$(ls "$OUT"/triton_cache.tgz.* | wc -l)
   [ "$n" -gt 3 ] && { say "triton cache too large to bring back ($(du -sh $HOME/.triton/cache | cut -f1)); dropped"; rm -f "$OUT"/triton_cache.tgz.*; }
+  # inductor's in one part at most (the return channel's 8 files): a larger one stays behind, Triton's still comes
+  tar czf - -C "$HOME/.triton" inductor | split -b 15M - "$OUT/inductor_cache.tgz."
+  n=$(ls "$OUT"/inductor_cache.tgz.* | wc -l)
+  [ "$n" -gt 1 ] && { say "inductor cache too large to bring back ($(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1)); dropped"; rm -f "$OUT"/inductor_cache.tgz.*; }
 fi
 ls -la "$OUT"; say done
