@@ -28,4 +28,18 @@ def test_proxy_throughput_replicas_mode_cpu_smoke(tmp_path):
         assert float(rep["steps_per_s"]) > 0 and float(rep["ratio"]) == pytest.approx(
             float(rep["steps_per_s"]) / float(base["steps_per_s"]), rel=0.01)
     md = path.with_suffix(".md").read_text()
-    assert "--modes processes,replicas,replicas_compiled" in md and "replicas_compiled) / processes" in md
+    assert "--modes processes,replicas,replicas_compiled" in md and "mps_compiled, replicas_compiled) / processes" in md
+
+
+def test_an_mps_mode_where_no_daemon_can_start_is_a_row_saying_why(tmp_path, monkeypatch):
+    """mps_compiled (compiled workers under MPS) on a machine without nvidia-cuda-mps-control: the bench goes on and
+    its row names the failure instead of a number, so a call's other rows are kept."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-cuda-mps-control (nor pgrep) on this PATH
+    args = ["--runs", "1", "--layouts", "gla:2:1", "--layers", "2", "--d-model", "16", "--seq-len", "16",
+            "--kv-pairs", "2", "--vocab", "32", "--batch", "4", "--steps", "2", "--warmup-steps", "1",
+            "--modes", "mps_compiled", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert proxy_throughput.main(args) == 0
+    (path,) = tmp_path.glob("proxy_throughput_cpu_*.csv")
+    with open(path) as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["mode"] == "mps_compiled" and row["steps_per_s"] == "" and "nvidia-cuda-mps-control" in row["error"]

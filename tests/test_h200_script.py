@@ -151,3 +151,36 @@ def test_inductor_cache_is_restored_on_a_fresh_machine_and_comes_back_beside_tri
     with tarfile.open(part, "r:gz") as t:
         assert "inductor/fxgraph/entry" in t.getnames()
     assert list(out.glob("triton_cache.tgz.*"))
+
+
+@pytest.mark.parametrize("ratios, started", [({"mps": "1.5"}, True), ({"mps": "1.1", "mps_compiled": "1.4"}, True),
+                                             ({"mps": "1.1"}, False), ({}, False)])
+def test_mps_auto_starts_the_daemon_only_where_this_calls_bench_measured_it_faster(tmp_path, ratios, started):
+    """mps:auto reads the bench_proxy CSV of the same call: MPS (mps or mps_compiled) at least 1.3x the processes at the
+    largest N on every layout starts the daemon for the later steps; otherwise the workers time-slice, and it says so."""
+    import sys
+
+    repo, state, out, bin_ = (tmp_path / n for n in ("repo", "state", "out", "bin"))
+    for d in (repo, state, out, bin_, out / "logs"):
+        d.mkdir()
+    called = tmp_path / "mps_called"
+    (bin_ / "python3").write_text(  # optuna "installed", one GPU; the rest (the decision's heredoc) is real Python
+        f'#!/bin/sh\ncase "$*" in *"import optuna"*) exit 0;; *device_count*) echo 1; exit 0;; esac\n'
+        f'exec {sys.executable} "$@"\n')
+    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
+    (bin_ / "nvidia-cuda-mps-control").write_text(f"#!/bin/sh\necho \"$@\" >>{called}\n")
+    for f in ("python3", "nvidia-smi", "nvidia-cuda-mps-control"):
+        (bin_ / f).chmod(0o755)
+    lines = ["layout,n_runs,mode,steps_per_s,tokens_per_s,mfu,ratio,wall_s",
+             "GGA,1,processes,30,0,0,,1", "GGA,8,processes,40,0,0,,1"]
+    lines += [f"GGA,8,{mode},{40 * float(r)},0,0,{r},1" for mode, r in ratios.items()]
+    lines += ["GGA,1,mps,90,0,0,3.0,1"]  # a smaller N does not decide
+    (out / "logs" / "proxy_throughput_h200_2026-12-04.csv").write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
+           "HOME": str(tmp_path), "CALL_LIMIT": "590", "CACHE_BACK": "0"}
+    r = subprocess.run(["bash", str(SCRIPT), "mps:auto"], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("MPS daemon started" in r.stdout) == started, r.stdout
+    assert (called.exists() and "-d" in called.read_text()) == started
+    if not started:
+        assert "workers time-slice" in r.stdout

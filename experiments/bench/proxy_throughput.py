@@ -5,7 +5,8 @@ time-slice the GPU) against N runs in one worker process, each on a CUDA stream 
 start), and against the N runs trained in one process as replicas of one model (mode ``replicas``: stacked weights,
 the replicas folded into the kernels' batch, one optimizer state per replica; hlnas.training.replicas), and against
 N worker processes whose steps run under torch.compile before capture (mode ``compiled``: ``score.mqar.compile``,
-issue #21 point 2; each run compiles its own model inside the timed window, as a search's runs would). Same runs,
+issue #21 point 2; each run compiles its own model inside the timed window, as a search's runs would), and those
+compiled workers under MPS (mode ``mps_compiled``: how the protocol's sweeps and calibrations run, if MPS wins). Same runs,
 same call: the ratio is each mode's aggregate steps/s over the separate processes' at the same N.
 
     python -m experiments.bench.proxy_throughput                              # H200: 1, 4, 12 runs; control and GLA 3:1
@@ -72,6 +73,19 @@ def run_round(ex, specs) -> float:
 MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/hlnas-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/hlnas-mps/log"}
 
 
+def _wait_gone(name: str, timeout: float = 15.0) -> None:
+    """Until no process called ``name`` runs (``pgrep -x``), for at most ``timeout`` seconds."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            if subprocess.run(["pgrep", "-x", name], capture_output=True).returncode != 0:
+                return
+        except FileNotFoundError:  # no pgrep: a fixed pause
+            time.sleep(2.0)
+            return
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def mps_daemon():
     """NVIDIA's Multi-Process Service for the block: CUDA processes started inside it (the workers) share one GPU
@@ -88,6 +102,7 @@ def mps_daemon():
         yield
     finally:
         subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=env, text=True, capture_output=True)
+        _wait_gone("nvidia-cuda-mps-control")  # quit returns at once: a next mode's daemon would find it still there
         for k, v in before.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
@@ -127,9 +142,10 @@ def measure(layout: str, n: int, mode: str, args) -> float:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()  # the next mode's workers get the memory back
 
-    with mps_daemon() if mode == "mps" else contextlib.nullcontext():
+    with mps_daemon() if mode in ("mps", "mps_compiled") else contextlib.nullcontext():
         ex = ProcessExecutor(1, runs_per_worker=n) if mode == "streams" else ProcessExecutor(n, runs_per_worker=1)
-        compile = mode == "compiled"  # each run's torch.compile (a new model per run) is inside the timed window
+        # each run's torch.compile (a new model per run) is inside the timed window
+        compile = mode in ("compiled", "mps_compiled")
         try:
             run_round(ex, [recall_spec(i, layout, args, args.warmup_steps, compile) for i in range(n)])  # imports, compiles
             return run_round(ex, [recall_spec(i, layout, args, args.steps, compile) for i in range(n)])
@@ -153,8 +169,8 @@ def main(argv=None) -> int:
                    help="processes: N workers; streams: N runs on N CUDA streams of one worker; mps: N workers under "
                         "NVIDIA's Multi-Process Service (their kernels overlap instead of time-slicing); replicas: the N "
                         "runs as replicas of one model in one process (stacked weights, batch N x --batch); compiled: "
-                        "as processes, each run's step under torch.compile (inductor), then captured; replicas_compiled: "
-                        "replicas with the compiled step")
+                        "as processes, each run's step under torch.compile (inductor), then captured; mps_compiled: "
+                        "compiled under MPS; replicas_compiled: replicas with the compiled step")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend in the compiled modes")
     p.add_argument("--device-name", default="h200", help="names the output files")
     p.add_argument("--out", default="experiments/bench")
@@ -171,7 +187,7 @@ def main(argv=None) -> int:
         write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
                       f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
                       "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams (or "
-                      "mps, replicas, compiled, replicas_compiled) / processes at the same N.",
+                      "mps, replicas, compiled, mps_compiled, replicas_compiled) / processes at the same N.",
                       ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
                        "wall s", "note"],
                       lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",

@@ -7,6 +7,8 @@
 #   grid_s1_by:T (the grid's second seed: the same space with --set train.seed=1 in study ${GRID_STUDY}_s1,
 #   --calibrated-by $GRID_STUDY; refused unless $GRID_STUDY's calibration is valid),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
+#   mps / mps:auto (NVIDIA's MPS daemon for the steps after it; auto: only where this call's bench_proxy measured it
+#   at least 1.3x the processes),
 #   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
 #   bench_compile[:T] (experiments/bench/compile_regions.py: the recall model compiled whole vs block by block; COMPILE_ARGS),
 #   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph vs the compiled model in the graph), bench_recall[:T] (the recall model's
@@ -238,6 +240,19 @@ PY
         --timeout $left --drain ${DRAIN:-0} $([ "${CAL_REPLICAS:-0}" = 1 ] && echo --replicas) \
         >>"$OUT/logs/calibrate.log" 2>&1
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
+    mps|mps:auto)  # MPS for the steps after it: "mps" at once; "mps:auto" only where a bench_proxy step earlier in
+                   # this call measured mps or mps_compiled at least 1.3x the processes at its largest N, on every layout
+      if [ "$step" = mps ] || python3 - "$OUT/logs" <<'PY'
+import csv, glob, sys
+rows = [r for f in glob.glob(sys.argv[1] + "/proxy_throughput_*.csv") for r in csv.DictReader(open(f))]
+n = max((int(r["n_runs"]) for r in rows if r["steps_per_s"]), default=0)
+by = {}  # layout -> the best MPS ratio at n
+for r in rows:
+    if int(r["n_runs"]) == n and r["mode"] in ("mps", "mps_compiled"):
+        by[r["layout"]] = max(by.get(r["layout"], 0.0), float(r["ratio"] or 0))
+sys.exit(0 if by and min(by.values()) >= 1.3 else 1)
+PY
+      then start_mps; else say "mps:auto: no bench_proxy row of this call shows MPS 1.3x the processes: workers time-slice"; fi ;;
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)
       [[ $step == bench_proxy:* ]] && t=${step#bench_proxy:} || t=420
       timeout $(cap $t) python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" ${BENCH_PROXY_ARGS:-} >"$OUT/logs/bench_proxy.log" 2>&1
