@@ -307,6 +307,9 @@ def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow
     assert {"paper", "front", "back", "middle", "spread"} <= set(place.placements) and place.attention_sets
     changed = place.with_sets(["score.mqar.batch=32"])
     assert protocol_differences(grid, changed) == [f"scale.score.mqar.batch: {grid.score.mqar.batch} -> 32"]
+    from hlnas.calibrate import plan
+
+    assert plan(place)  # its calibration section is valid for its own mixers (e.g. no mixer_order of the grid's)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "search_spaces").glob("paper_grid_h200*.yaml")), ids=lambda p: p.stem)
