@@ -377,3 +377,8 @@ def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp
     second.write_text(json.dumps({**row, "layout": "GGGA", "seed": 0, "steps": 8000, "schedule": 8000}) + "\n")
     with pytest.raises(SystemExit, match="8000-step schedule, not --budget 4000"):
         fig_mod.sweep_points([second], 4000)
+    variant = {**row, "layout": "GGGA", "seed": 3, "steps": 500, "steps_to_target": 500,
+               "mixer_hparams": {"gla": {"num_heads": 8}}, "tag": "8 heads"}
+    second.write_text(json.dumps(variant) + "\n")
+    with pytest.raises(SystemExit, match=r"8 heads ran another protocol .*mixer_hparams: None vs \{'gla'"):
+        fig_mod.sweep_points([first, second], 4000)

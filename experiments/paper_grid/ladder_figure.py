@@ -62,15 +62,29 @@ def says_more(new: Point, old: Point | None) -> bool:
     return new_decided or new.steps >= old.steps  # two decided runs: the later; two undecided: the further
 
 
+#: a sweep row's settings that make its protocol (beside its layout, seed and rate): one figure, one protocol
+PROTOCOL_KEYS = ("task", "vt", "kv_pairs", "seq_len", "vocab", "d_model", "n_heads", "residual_init", "mixer_hparams",
+                 "batch")
+
+
 def sweep_points(paths: list[Path], budget: int) -> dict[Key, Point]:
     """The sweeps' rows by (layout, seed, lr), merged by :func:`says_more`. Failed rows are skipped. A row's
-    ``steps`` are the steps it trained; its ``schedule`` (rows since 2026-12-04) must equal ``budget``."""
+    ``steps`` are the steps it trained; its ``schedule`` (rows since 2026-12-04) must equal ``budget``, and its
+    protocol (:data:`PROTOCOL_KEYS`) the first row's: a variant (say HGRN-2 with other heads) is another figure."""
     out: dict[Key, Point] = {}
+    first: tuple[str, dict] | None = None
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
             if r.get("status") not in ("ok", "paused"):
                 continue
+            protocol = {k: r.get(k) for k in PROTOCOL_KEYS}
+            first = first or (r.get("tag") or r["layout"], protocol)
+            if protocol != first[1]:
+                diff = ", ".join(f"{k}: {first[1][k]!r} vs {protocol[k]!r}" for k in PROTOCOL_KEYS
+                                 if protocol[k] != first[1][k])
+                raise SystemExit(f"{path}: {r.get('tag') or r['layout']} ran another protocol than {first[0]} ({diff}): "
+                                 "one figure per protocol")
             if r.get("schedule") not in (None, budget):
                 raise SystemExit(f"{path}: {r.get('tag') or r['layout']} ran a {r['schedule']}-step schedule, not "
                                  f"--budget {budget}: one figure per schedule")
