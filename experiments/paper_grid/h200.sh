@@ -8,7 +8,7 @@
 #   --calibrated-by $GRID_STUDY; refused unless $GRID_STUDY's calibration is valid),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
 #   mps / mps:auto (NVIDIA's MPS daemon for the steps after it; auto: only where this call's bench_proxy measured it
-#   at least 1.3x the processes),
+#   at least 1.3x the same workers without it),
 #   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
 #   bench_compile[:T] (experiments/bench/compile_regions.py: the recall model compiled whole vs block by block; COMPILE_ARGS),
 #   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph vs the compiled model in the graph), bench_recall[:T] (the recall model's
@@ -241,16 +241,19 @@ PY
         >>"$OUT/logs/calibrate.log" 2>&1
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
     mps|mps:auto)  # MPS for the steps after it: "mps" at once; "mps:auto" only where a bench_proxy step earlier in
-                   # this call measured mps or mps_compiled at least 1.3x the processes at its largest N, on every layout
+                   # this call measured MPS at least 1.3x the same workers without it at its largest N, on every layout:
+                   # mps against processes, mps_compiled against compiled (compile's own gain is not MPS's)
       if [ "$step" = mps ] || python3 - "$OUT/logs" <<'PY'
 import csv, glob, sys
 rows = [r for f in glob.glob(sys.argv[1] + "/proxy_throughput_*.csv") for r in csv.DictReader(open(f))]
 n = max((int(r["n_runs"]) for r in rows if r["steps_per_s"]), default=0)
-by = {}  # layout -> the best MPS ratio at n
-for r in rows:
-    if int(r["n_runs"]) == n and r["mode"] in ("mps", "mps_compiled"):
-        by[r["layout"]] = max(by.get(r["layout"], 0.0), float(r["ratio"] or 0))
-sys.exit(0 if by and min(by.values()) >= 1.3 else 1)
+sps = {(r["layout"], r["mode"]): float(r["steps_per_s"]) for r in rows if int(r["n_runs"]) == n and r["steps_per_s"]}
+gain = {}  # layout -> MPS's best gain over the same workers without it, at n
+for (layout, mode), v in sps.items():
+    base = {"mps": "processes", "mps_compiled": "compiled"}.get(mode)
+    if base and (layout, base) in sps:
+        gain[layout] = max(gain.get(layout, 0.0), v / sps[(layout, base)])
+sys.exit(0 if gain and min(gain.values()) >= 1.3 else 1)
 PY
       then start_mps; else say "mps:auto: no bench_proxy row of this call shows MPS 1.3x the processes: workers time-slice"; fi ;;
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)
