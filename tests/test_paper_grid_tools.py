@@ -382,3 +382,8 @@ def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp
     second.write_text(json.dumps(variant) + "\n")
     with pytest.raises(SystemExit, match=r"8 heads ran another protocol .*mixer_hparams: None vs \{'gla'"):
         fig_mod.sweep_points([first, second], 4000)
+    # one variant's rows by their tag; the control's rows are on no mixer's ladder and never a point
+    control = {**row, "layout": "AAAA", "seed": 0, "steps": 900, "steps_to_target": 900, "tag": "control"}
+    second.write_text("\n".join(json.dumps(r) for r in (variant, control)) + "\n")
+    assert list(fig_mod.sweep_points([first, second], 4000, tags=["8 heads"])) == [("GGGA", 3, 1e-3)]
+    assert fig_mod.sweep_points([second], 4000) == {("GGGA", 3, 1e-3): fig_mod.Point("gla", 1, 3, 500, "reached", 1e-3)}

@@ -15,7 +15,8 @@ else the later file's, so a case run again after its paused state was lost count
 - reached the target: a filled dot at its steps;
 - trained its whole schedule without reaching it: a cross at the schedule's end (never);
 - paused or cut before its schedule's end: an open triangle at the steps it had (undecided).
-Only runs trained under one step schedule (``--budget``) belong in one figure.
+Only runs trained under one step schedule (``--budget``) and one protocol belong in one figure: a sweep that mixes
+variants (say HGRN-2 with 8 heads beside the default) is drawn once per variant, picked by tag (``--tags``).
 """
 
 from __future__ import annotations
@@ -67,16 +68,19 @@ PROTOCOL_KEYS = ("task", "vt", "kv_pairs", "seq_len", "vocab", "d_model", "n_hea
                  "batch")
 
 
-def sweep_points(paths: list[Path], budget: int) -> dict[Key, Point]:
-    """The sweeps' rows by (layout, seed, lr), merged by :func:`says_more`. Failed rows are skipped. A row's
-    ``steps`` are the steps it trained; its ``schedule`` (rows since 2026-12-04) must equal ``budget``, and its
-    protocol (:data:`PROTOCOL_KEYS`) the first row's: a variant (say HGRN-2 with other heads) is another figure."""
+def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None) -> dict[Key, Point]:
+    """The sweeps' rows by (layout, seed, lr), merged by :func:`says_more`. Failed rows, the all-attention control's
+    (on no mixer's ladder) and, with ``tags``, rows whose tag contains none of them are skipped. A row's ``steps`` are
+    the steps it trained; its ``schedule`` (rows since 2026-12-04) must equal ``budget``, and its protocol
+    (:data:`PROTOCOL_KEYS`) the first row's: a variant (say HGRN-2 with other heads) is another figure."""
     out: dict[Key, Point] = {}
     first: tuple[str, dict] | None = None
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
-            if r.get("status") not in ("ok", "paused"):
+            if r.get("status") not in ("ok", "paused") or not Layout.parse(r["layout"]).linear_mixers:
+                continue
+            if tags and not any(t in (r.get("tag") or "") for t in tags):
                 continue
             protocol = {k: r.get(k) for k in PROTOCOL_KEYS}
             first = first or (r.get("tag") or r["layout"], protocol)
@@ -153,12 +157,13 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=int, required=True, help="the runs' step schedule (one per figure)")
     p.add_argument("--mixers", nargs="+", required=True)
     p.add_argument("--lrs", nargs="+", type=float, help="only these learning rates (default: every rate in the runs)")
+    p.add_argument("--tags", nargs="+", help="only sweep rows whose tag contains one of these (say one variant's)")
     p.add_argument("--out", type=Path, required=True, help="a .png (kaleido, needs Chromium) or .html")
     a = p.parse_args(argv)
     if bool(a.storage) != bool(a.study):
         p.error("--storage and --study go together")
     pts = calibration_points(a.storage, a.study, a.budget) if a.study else {}
-    for key, point in sweep_points(a.sweep, a.budget).items():
+    for key, point in sweep_points(a.sweep, a.budget, a.tags).items():
         if says_more(point, pts.get(key)):
             pts[key] = point
     points = [x for x in pts.values() if x.mixer in a.mixers and (not a.lrs or x.lr in a.lrs)]
