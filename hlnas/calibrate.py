@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
 from hlnas.overrides import is_int, is_number
-from hlnas import calibration_text as text
 # the verdict as text lives beside it; imported here so ``hlnas.calibrate`` keeps naming every part of the verdict
-from hlnas.calibration_text import TABLE_COLUMNS, advice, format_table, hop_lines, mixer_lines, summary, table_cells
+from hlnas.calibration_text import (TABLE_COLUMNS, advice, format_table, hop_lines, missing_seeds, mixer_lines,
+                                    summary, table_cells)
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table", "table_cells",
            "summary", "advice", "TABLE_COLUMNS", "graded_value", "mixer_lines",
@@ -263,7 +263,7 @@ def _judge(space, runs: dict[str, dict], stopped: str | None = None) -> tuple[di
                 row["verdict"] = "missing"
                 continue
             failures.append({"row": row, "kind": "missing",
-                             "message": text.missing_seeds(_name(row), row, cfg.seeds)})
+                             "message": missing_seeds(_name(row), row, cfg.seeds)})
             row["verdict"] = "missing"
             continue
         if row["role"] == "ladder":

@@ -41,8 +41,11 @@ class Point(NamedTuple):
 Key = tuple[str, int, float]  # (layout, seed, learning rate)
 
 
-def _point(layout: str, seed: int, lr: float, to_target, steps_done, budget: int) -> Point:
+def _point(layout: str, seed: int, lr: float, to_target, steps_done, budget: int) -> Point | None:
+    """One run's point; None for the all-attention control, which is on no mixer's ladder."""
     parsed = Layout.parse(layout)
+    if not parsed.linear_mixers:
+        return None
     if len(parsed.linear_mixers) != 1:
         raise SystemExit(f"layout {layout!r} has {len(parsed.linear_mixers)} linear mixers; a ladder figure needs one")
     mixer, n_attention = parsed.linear_mixers[0], len(parsed.attention_layers)
@@ -78,9 +81,11 @@ def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None) 
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
-            if r.get("status") not in ("ok", "paused") or not Layout.parse(r["layout"]).linear_mixers:
+            if r.get("status") not in ("ok", "paused"):
                 continue
-            if tags and not any(t in (r.get("tag") or "") for t in tags):
+            key = (r["layout"], int(r["seed"]), float(r["lr"]))
+            new = _point(*key, r.get("steps_to_target"), r.get("cut_at") or r.get("steps"), budget)
+            if new is None or (tags and not any(t in (r.get("tag") or "") for t in tags)):
                 continue
             protocol = {k: r.get(k) for k in PROTOCOL_KEYS}
             first = first or (r.get("tag") or r["layout"], protocol)
@@ -92,8 +97,6 @@ def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None) 
             if r.get("schedule") not in (None, budget):
                 raise SystemExit(f"{path}: {r.get('tag') or r['layout']} ran a {r['schedule']}-step schedule, not "
                                  f"--budget {budget}: one figure per schedule")
-            key = (r["layout"], int(r["seed"]), float(r["lr"]))
-            new = _point(*key, r.get("steps_to_target"), r.get("cut_at") or r.get("steps"), budget)
             if says_more(new, out.get(key)):
                 out[key] = new
     return out
@@ -108,10 +111,12 @@ def calibration_points(storage: str, study: str, budget: int) -> dict[Key, Point
     cal = optuna.load_study(study_name=study, storage=storage).user_attrs.get("hlnas_calibration") or {}
     out = {}
     for r in (cal.get("runs") or {}).values():
-        if r.get("status") != "ok" or not Layout.parse(r["layout"]).linear_mixers:  # the control
+        if r.get("status") != "ok":
             continue
         key = (r["layout"], int(r["seed"]), float(r["mqar_lr"]))
-        out[key] = _point(*key, r.get("mqar_steps_to_target"), r.get("mqar_steps_done"), budget)
+        point = _point(*key, r.get("mqar_steps_to_target"), r.get("mqar_steps_done"), budget)
+        if point is not None:
+            out[key] = point
     return out
 
 
