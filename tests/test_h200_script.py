@@ -58,26 +58,39 @@ def test_a_bench_steps_time_limit_stays_inside_the_call_and_never_becomes_no_lim
     assert int(out.stdout) == want
 
 
+def _machine(tmp_path: Path, python3: str, **bins: str) -> tuple[Path, Path, Path]:
+    """A fake device machine for h200.sh's steps: repo, state and OUT folders under ``tmp_path``, and first on PATH a
+    ``python3`` (its shell body, after the shebang), an ``nvidia-smi`` naming one GPU and any further ``bins`` (name ->
+    shell body). Returns (repo, state, out)."""
+    repo, state, out, bin_ = (tmp_path / n for n in ("repo", "state", "out", "bin"))
+    for d in (repo, state, out, bin_):
+        d.mkdir()
+    for name, body in {"python3": python3, "nvidia-smi": "echo 'GPU 0: fake'\n", **bins}.items():
+        (bin_ / name).write_text("#!/bin/sh\n" + body)
+        (bin_ / name).chmod(0o755)
+    return repo, state, out
+
+
+def _run_steps(tmp_path: Path, steps: list[str], home: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """h200.sh STEPS on the fake machine of :func:`_machine` (CALL_LIMIT 590, no cache back unless ``env`` says), which
+    must exit 0."""
+    repo, state, out, bin_ = (tmp_path / n for n in ("repo", "state", "out", "bin"))
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
+           "HOME": str(home or tmp_path), "CALL_LIMIT": "590", "CACHE_BACK": "0", **env}
+    r = subprocess.run(["bash", str(SCRIPT), *steps], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
 @pytest.mark.parametrize("keep", ["1", "0"])
 def test_sweep_by_with_sweep_state_keeps_the_cases_on_the_machine_and_pauses_them_before_the_call_ends(tmp_path, keep):
     """SWEEP_STATE=1: the probe's cases keep their state under the machine's state folder, named by the case file, and
     pause 90 s before CALL_LIMIT (a warm machine's next call continues them); without it, neither option is passed."""
-    repo, state, out, bin_ = (tmp_path / n for n in ("repo", "state", "out", "bin"))
-    for d in (repo, state, out, bin_):
-        d.mkdir()
     args = tmp_path / "sweep_args"
-    (bin_ / "python3").write_text(  # optuna "installed", one GPU; the sweep's arguments recorded
-        f'#!/bin/sh\ncase "$1" in experiments/recall_sweep.py) echo "$@" >{args};; esac\n'
-        'case "$*" in *device_count*) echo 1;; esac\nexit 0\n')
-    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
-    for f in ("python3", "nvidia-smi"):
-        (bin_ / f).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
-           "HOME": str(tmp_path), "CALL_LIMIT": "590", "SWEEP_CASES": "experiments/paper_grid/some_probe.json",
-           "SWEEP_STATE": keep, "CACHE_BACK": "0"}
-    r = subprocess.run(["bash", str(SCRIPT), "sweep_by:60"], cwd=repo, env=env, capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    _, state, _ = _machine(tmp_path,  # optuna "installed", one GPU; the sweep's arguments recorded
+                           f'case "$1" in experiments/recall_sweep.py) echo "$@" >{args};; esac\n'
+                           'case "$*" in *device_count*) echo 1;; esac\nexit 0\n')
+    _run_steps(tmp_path, ["sweep_by:60"], SWEEP_CASES="experiments/paper_grid/some_probe.json", SWEEP_STATE=keep)
     got = args.read_text().split()
     if keep == "1":
         assert got[got.index("--state") + 1] == f"{state}/sweep/some_probe"
@@ -91,30 +104,19 @@ def test_sweep_by_carries_finished_rows_to_a_fresh_machine_and_brings_them_back(
     """SWEEP_STATE=1 on a fresh machine: the finished rows carried in .gpu_state/sweep_done/NAME.jsonl land in the
     sweep's done.jsonl before it starts (so those cases are read back, not trained again), the machine's own rows after
     them; every finished row comes back once as $OUT/sweep_done/NAME.jsonl, the new ones included."""
-    repo, state, out, bin_ = (tmp_path / n for n in ("repo", "state", "out", "bin"))
-    for d in (repo, state, out, bin_):
-        d.mkdir()
     seen = tmp_path / "done_at_start"
     # the fake sweep records the done.jsonl it starts with, then finishes one more case
-    (bin_ / "python3").write_text(
-        '#!/bin/sh\ncase "$1" in experiments/recall_sweep.py)\n'
-        f'  while [ "$1" != --state ]; do shift; done; cp "$2/done.jsonl" {seen}\n'
-        '  echo \'{"state_key": "new"}\' >>"$2/done.jsonl";;\nesac\n'
-        'case "$*" in *device_count*) echo 1;; esac\nexit 0\n')
-    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
-    for f in ("python3", "nvidia-smi"):
-        (bin_ / f).chmod(0o755)
+    repo, state, out = _machine(tmp_path,
+                                'case "$1" in experiments/recall_sweep.py)\n'
+                                f'  while [ "$1" != --state ]; do shift; done; cp "$2/done.jsonl" {seen}\n'
+                                '  echo \'{"state_key": "new"}\' >>"$2/done.jsonl";;\nesac\n'
+                                'case "$*" in *device_count*) echo 1;; esac\nexit 0\n')
     carried = repo / ".gpu_state" / "sweep_done"
     carried.mkdir(parents=True)
     (carried / "some_probe.jsonl").write_text('{"state_key": "a"}\n{"state_key": "b"}\n')
     (state / "sweep" / "some_probe").mkdir(parents=True)  # this machine finished "b" too, and "c"
     (state / "sweep" / "some_probe" / "done.jsonl").write_text('{"state_key": "b"}\n{"state_key": "c"}\n')
-    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
-           "HOME": str(tmp_path), "CALL_LIMIT": "590", "SWEEP_CASES": "experiments/paper_grid/some_probe.json",
-           "SWEEP_STATE": "1", "CACHE_BACK": "0"}
-    r = subprocess.run(["bash", str(SCRIPT), "sweep_by:60"], cwd=repo, env=env, capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_steps(tmp_path, ["sweep_by:60"], SWEEP_CASES="experiments/paper_grid/some_probe.json", SWEEP_STATE="1")
     assert "2 finished rows carried" in r.stdout
     keys = lambda text: [line.split('"')[3] for line in text.splitlines()]  # noqa: E731
     assert keys(seen.read_text()) == ["a", "b", "b", "c"]  # carried first: of two rows of a key the last is read
@@ -127,24 +129,15 @@ def test_inductor_cache_is_restored_on_a_fresh_machine_and_comes_back_beside_tri
     again on the next fresh machine."""
     import tarfile
 
-    repo, state, out, bin_, home = (tmp_path / n for n in ("repo", "state", "out", "bin", "home"))
-    for d in (repo, state, out, bin_, home):
-        d.mkdir()
-    (bin_ / "python3").write_text('#!/bin/sh\ncase "$*" in *device_count*) echo 1;; esac\nexit 0\n')
-    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
-    for f in ("python3", "nvidia-smi"):
-        (bin_ / f).chmod(0o755)
+    repo, _, out = _machine(tmp_path, 'case "$*" in *device_count*) echo 1;; esac\nexit 0\n')
+    home = tmp_path / "home"
     src = tmp_path / "src" / "inductor" / "fxgraph"
     src.mkdir(parents=True)
     (src / "entry").write_text("compiled")
     (repo / ".triton_cache").mkdir()
     with tarfile.open(repo / ".triton_cache" / "inductor_cache.tgz.aa", "w:gz") as t:
         t.add(tmp_path / "src" / "inductor", arcname="inductor")
-    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
-           "HOME": str(home), "CALL_LIMIT": "590", "SWEEP_CASES": "experiments/paper_grid/p.json", "CACHE_BACK": "1"}
-    r = subprocess.run(["bash", str(SCRIPT), "sweep_by:60"], cwd=repo, env=env, capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_steps(tmp_path, ["sweep_by:60"], home=home, SWEEP_CASES="experiments/paper_grid/p.json", CACHE_BACK="1")
     assert "restored inductor cache" in r.stdout
     assert (home / ".triton" / "inductor" / "fxgraph" / "entry").read_text() == "compiled"
     (part,) = out.glob("inductor_cache.tgz.*")
@@ -164,26 +157,18 @@ def test_mps_auto_starts_the_daemon_only_where_this_calls_bench_measured_it_fast
     otherwise the workers time-slice, and it says so."""
     import sys
 
-    repo, state, out, bin_ = (tmp_path / n for n in ("repo", "state", "out", "bin"))
-    for d in (repo, state, out, bin_, out / "logs"):
-        d.mkdir()
     called = tmp_path / "mps_called"
-    (bin_ / "python3").write_text(  # optuna "installed", one GPU; the rest (the decision's heredoc) is real Python
-        f'#!/bin/sh\ncase "$*" in *"import optuna"*) exit 0;; *device_count*) echo 1; exit 0;; esac\n'
-        f'exec {sys.executable} "$@"\n')
-    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
-    (bin_ / "nvidia-cuda-mps-control").write_text(f"#!/bin/sh\necho \"$@\" >>{called}\n")
-    for f in ("python3", "nvidia-smi", "nvidia-cuda-mps-control"):
-        (bin_ / f).chmod(0o755)
+    _, _, out = _machine(tmp_path,  # optuna "installed", one GPU; the rest (the decision's heredoc) is real Python
+                         'case "$*" in *"import optuna"*) exit 0;; *device_count*) echo 1; exit 0;; esac\n'
+                         f'exec {sys.executable} "$@"\n',
+                         **{"nvidia-cuda-mps-control": f'echo "$@" >>{called}\n'})
+    (out / "logs").mkdir()
     lines = ["layout,n_runs,mode,steps_per_s,tokens_per_s,mfu,ratio,wall_s",
              "GGA,1,processes,30,0,0,,1", "GGA,8,processes,40,0,0,,1"]
     lines += [f"GGA,8,{mode},{40 * float(r)},0,0,{r},1" for mode, r in ratios.items()]
     lines += ["GGA,1,mps,90,0,0,3.0,1"]  # a smaller N does not decide
     (out / "logs" / "proxy_throughput_h200_2026-12-04.csv").write_text("\n".join(lines) + "\n")
-    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(out), "HLNAS_STATE": str(state),
-           "HOME": str(tmp_path), "CALL_LIMIT": "590", "CACHE_BACK": "0"}
-    r = subprocess.run(["bash", str(SCRIPT), "mps:auto"], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_steps(tmp_path, ["mps:auto"])
     assert ("MPS daemon started" in r.stdout) == started, r.stdout
     assert (called.exists() and "-d" in called.read_text()) == started
     if not started:
