@@ -21,7 +21,8 @@ A case file is a JSON list of objects with keys ``layout`` (a layout string, or 
 ``mixer_hparams`` (e.g. ``{"attention": {"input_conv": 4}}``), ``residual_init``, ``steps``, ``seed``, ``tag``,
 ``task`` (``mqar`` or ``vt``: multi-hop variable tracking), ``vt`` (``{"chains": 6, "hops": [0, 5], "query": "last"}``),
 ``compile``. Missing keys take the command line's values. A VT case's row and table add its test accuracy per hop count
-of the query, each hop beside its own no-recall baseline (``by_hop``).
+of the query, each hop beside its own no-recall baseline (``by_hop``). ``--check`` builds every case's recall model
+on the CPU and trains nothing: a case file's mistakes (a layout, a mixer setting) show before a device call.
 """
 
 from __future__ import annotations
@@ -187,7 +188,30 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pause-by", type=float, default=None, help="with --state: seconds after which running cases "
                    "pause at their next check, their state kept for the next run")
     p.add_argument("--out", default="recall_sweep")
+    p.add_argument("--check", action="store_true", help="build each case's recall model on the CPU, print one line a "
+                   "case and exit: train nothing (a case file's mistakes show before a device call)")
     return p
+
+
+def check(cases: list[dict], args) -> list[str]:
+    """One line per case (its tag, layout, rate, seed and recall model's parameters) from building the model each case
+    would train, without training; raises on the first case that cannot be built. Equal models are built once."""
+    from hlnas.model import build_model
+    from hlnas.score.recall_proxy import recall_setup
+
+    built, lines = {}, []
+    for i, case in enumerate(cases):
+        r = _spec(i, case, args).recipe
+        setup = recall_setup(r.layout, r.model, r.score.mqar)
+        key = (str(setup.layout), repr(setup.model))
+        if key not in built:
+            try:
+                built[key] = sum(p.numel() for p in build_model(setup.layout, setup.model).parameters())
+            except Exception as e:  # noqa: BLE001 - the case is named with whatever its model refused
+                raise SystemExit(f"case {i} ({case.get('tag') or case['layout']}): {type(e).__name__}: {e}") from None
+        lines.append(f"case {i}: {case.get('tag') or '-'}  {setup.layout}  lr {case['lr']:g}  seed {case['seed']}  "
+                     f"recall model {built[key]:,} parameters")
+    return lines
 
 
 def _cases(args) -> list[dict]:
@@ -290,7 +314,15 @@ def main(argv=None) -> int:
     if args.state and args.replicas:
         p.error("--state does not combine with --replicas: run replica groups in one call")
     os.environ.setdefault("HLNAS_RECALL_PROGRESS", "1")  # workers inherit it: a line per check in the log
-    cases = _cases(args)
+    from hlnas.errors import HlnasError
+
+    try:
+        cases = _cases(args)
+    except HlnasError as e:  # a layout the case file misspelt: one line naming it, nothing started
+        p.error(f"{args.cases or '--layouts'}: {e}")
+    if args.check:
+        print("\n".join(check(cases, args)))
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "recall_sweep.jsonl", "a") as log:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -77,27 +79,6 @@ def test_replicas_give_each_seed_the_result_it_gets_alone(tmp_path):
     assert rows["solo"][("GA", 0)]["curve"] != rows["solo"][("GA", 1)]["curve"]  # the seeds are different runs
 
 
-def test_every_committed_case_file_builds_its_recall_runs():
-    """The case files a GPU session runs (experiments/paper_grid/*_cases.json): every case's spec and recall setup
-    build here, so a bad key or an impossible task (K=128 pairs in a 256-symbol vocabulary) is found on the CPU, not in
-    a device call."""
-    sys.path.insert(0, str(ROOT / "experiments"))
-    try:
-        import recall_sweep
-    finally:
-        sys.path.remove(str(ROOT / "experiments"))
-    from hlnas.score.recall_proxy import recall_setup
-
-    files = sorted((ROOT / "experiments" / "paper_grid").glob("*_cases.json"))
-    assert len(files) >= 3
-    for f in files:
-        args = recall_sweep._parser().parse_args(["--cases", str(f)])
-        for i, case in enumerate(recall_sweep._cases(args)):
-            spec = recall_sweep._spec(i, case, args)
-            setup = recall_setup(spec.recipe.layout, spec.recipe.model, spec.recipe.score.mqar)
-            assert setup.task.seq_len == case.get("seq_len", args.seq_len), (f.name, i)
-
-
 def test_a_case_cut_by_its_time_budget_says_so_and_gets_its_area_over_the_steps_it_had():
     """recall_auc counts the steps a run never had as 0: a seed the budget cut at step 1500 of 6000 while at 0.98 read
     0.07 beside 0.85-0.91 for seeds that finished (2026-12-03). Its row keeps that auc and adds the cut and the area
@@ -159,3 +140,29 @@ def test_pause_by_without_state_is_refused_with_a_one_line_reason(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "experiments" / "recall_sweep.py"), "--layouts", "AA",
                         "--pause-by", "10", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2 and "--pause-by needs --state" in r.stderr
+
+
+CASE_FILES = sorted((ROOT / "experiments" / "paper_grid").glob("*_cases.json"))
+assert len(CASE_FILES) >= 3
+
+
+@pytest.mark.parametrize("path", CASE_FILES, ids=lambda p: p.name)
+def test_every_committed_case_file_builds_its_recall_models(path):
+    """The case files a GPU session runs (h200.sh sweep_by): every case's spec, recall setup and recall model build
+    here, so a misspelt layout, a bad key, a mixer setting the mixer refuses or an impossible task (K=128 pairs in a
+    256-symbol vocabulary) is found on the CPU, not in a device call (on 2026-12-04 a pure layout spelt 'hgrn2', read
+    as layout codes, cost one). Run a new case file through ``recall_sweep.py --check`` before its call."""
+    from experiments import recall_sweep
+
+    args = recall_sweep._parser().parse_args(["--cases", str(path), "--check"])
+    lines = recall_sweep.check(recall_sweep._cases(args), args)
+    assert len(lines) == len(json.loads(path.read_text())) and all(" parameters" in line for line in lines)
+
+
+def test_a_misspelt_layout_in_a_case_file_is_one_line_naming_it(tmp_path):
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([{"layout": "hgrn2", "tag": "pure"}]))
+    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "recall_sweep.py"), "--cases", str(cases), "--check"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "layout string 'hgrn2': unknown layout code 'h'" in r.stderr and "H=hgrn, N=hgrn2" in r.stderr
