@@ -39,8 +39,7 @@ from hlnas.calibration_text import (TABLE_COLUMNS, advice, format_table, hop_lin
                                     summary, table_cells)
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table", "table_cells",
-           "summary", "advice", "TABLE_COLUMNS", "graded_value", "mixer_lines",
-           "run_summary", "training_length_recall"]
+           "summary", "advice", "TABLE_COLUMNS", "graded_value", "mixer_lines", "run_summary", "training_length_recall"]
 
 
 class CalibrationFailed(HlnasError):
@@ -282,10 +281,11 @@ def _judge(space, runs: dict[str, dict], stopped: str | None = None) -> tuple[di
         if partner and partner.get("mean") is not None:
             apart = abs(row["mean"] - partner["mean"])
             need_pair = 2 * max(row["spread"], partner["spread"])
-        sep_base = above > need
-        sep_pair = apart is not None and apart > need_pair
-        row.update(above_baseline=above, apart_from_partner=apart, verdict="pass" if sep_base or sep_pair else "FAIL")
-        if row["verdict"] == "FAIL":
+        sep_base, sep_pair = above > need, apart is not None and apart > need_pair
+        final = partner is not None and len(partner["recall"]) >= cfg.seeds  # else its partner may still separate it
+        row.update(above_baseline=above, apart_from_partner=apart,
+                   verdict="pass" if sep_base or sep_pair else "FAIL" if final else "open")
+        if row["verdict"] != "pass":
             msg = (f"{_name(row)} ({row['layout']}) scored {row['mean']:.3f} (seeds {_vals(row)}), {above:+.3f} from its "
                    f"no-recall baseline {row['baseline']:.3f}")
             if apart is not None:

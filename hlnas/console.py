@@ -203,7 +203,9 @@ def status_text(summary: dict) -> str:
             need = pr["pure_below_min_mixers"]
             lines.append(f"calibration: running, {pr['stored']} of {pr['planned']} runs stored (the next run of the study "
                          "continues it); the rows so far:\n"
-                         + format_table(pr["verdict"], partial="no verdict yet: rows without every seed are 'missing'"))
+                         + format_table(pr["verdict"], partial="no verdict yet: rows without every seed are 'missing'; "
+                                                               "a row not yet apart from its baseline, while its partner "
+                                                               "lacks a seed, is 'open'"))
             if need:
                 lines.append(f"pure below its hybrid can still hold for {len(pr['pure_below_open'])} mixer(s) "
                              f"({', '.join(pr['pure_below_open']) or 'none'}); the space asks {need}")

@@ -135,6 +135,19 @@ def test_verdict_needs_separation_beyond_twice_the_seed_spread():
     assert v["valid"] and not {r["mixer"]: r for r in v["rows"] if r["role"] == "pure"}["gla"]["pure_below"]
 
 
+def test_a_row_near_its_baseline_is_open_until_its_partner_has_every_seed():
+    """Pure RetNet at 0.033 / 0.033 against a 0.016 baseline (H200, 2026-12-04) is not apart from the baseline by
+    twice the floor spread, but its hybrid may still separate it: 'open', not 'FAIL', while the hybrid lacks a seed."""
+    base = {k: v for k, v in GOOD.items() if k != "hybrid:gla"}
+    near = {**base, "pure:gla": (0.26, 0.26)}  # the baseline of these fake runs is 0.25
+    rows = lambda vals: {(r["role"], r["mixer"]): r["verdict"] for r in verdict(space_from_dict(raw_space()),
+                                                                               runs_of(vals))["rows"]}
+    assert rows(near)[("pure", "gla")] == "open"
+    assert rows({**near, "hybrid:gla": (0.27,)})[("pure", "gla")] == "open"  # its seed 1 may still be far
+    assert rows({**near, "hybrid:gla": (0.98, 0.99)})[("pure", "gla")] == "pass"  # apart from its hybrid
+    assert rows({**near, "hybrid:gla": (0.26, 0.27)})[("pure", "gla")] == "FAIL"
+
+
 def test_pure_below_its_hybrid_only_beyond_the_spread_and_in_every_seed():
     # 0.051 vs 0.053 (a space starved to 1 step): inside the spread, so "no", though the mean is lower
     starved = {**GOOD, "pure:hgrn": (0.051, 0.053), "hybrid:hgrn": (0.053, 0.055)}
