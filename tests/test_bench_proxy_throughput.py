@@ -27,6 +27,10 @@ def test_proxy_throughput_replicas_mode_cpu_smoke(tmp_path):
     for rep in others:
         assert float(rep["steps_per_s"]) > 0 and float(rep["ratio"]) == pytest.approx(
             float(rep["steps_per_s"]) / float(base["steps_per_s"]), rel=0.01)
+        # the steady rate from the runs' clocks (3 steps, a check each): beside the whole round's, its own ratio
+        assert float(rep["steady_steps_per_s"]) > 0 and float(rep["steady_ratio"]) == pytest.approx(
+            float(rep["steady_steps_per_s"]) / float(base["steady_steps_per_s"]), rel=0.01)
+    assert all(0 < float(r["overlap"]) for r in rows)
     md = path.with_suffix(".md").read_text()
     assert "--modes processes,replicas,replicas_compiled" in md and "mps_compiled, replicas_compiled) / processes" in md
 
@@ -43,3 +47,15 @@ def test_an_mps_mode_where_no_daemon_can_start_is_a_row_saying_why(tmp_path, mon
     with open(path) as f:
         (row,) = list(csv.DictReader(f))
     assert row["mode"] == "mps_compiled" and row["steps_per_s"] == "" and "nvidia-cuda-mps-control" in row["error"]
+
+
+def test_the_steady_rate_counts_only_the_window_every_run_trained_in():
+    """Runs' clocks ([steps done, time] at their checks): side by side, the aggregate rate is the sum of theirs; staggered,
+    only the shared window counts (a run alone early on ran faster than it would beside the others)."""
+    together = [[[0, 0.0], [100, 10.0]], [[0, 0.0], [50, 10.0]]]
+    assert proxy_throughput.steady_rate(together) == (pytest.approx(15.0), pytest.approx(1.0))
+    staggered = [[[0, 0.0], [60, 4.0], [100, 10.0]], [[0, 5.0], [100, 15.0]]]
+    rate, overlap = proxy_throughput.steady_rate(staggered)  # window 5..10: run 1 from 66.7 to 100, run 2 from 0 to 50
+    assert rate == pytest.approx((100 - (60 + 40 / 6) + 50) / 5) and overlap == pytest.approx(0.5)
+    assert proxy_throughput.steady_rate([[[0, 0.0], [10, 1.0]], [[0, 2.0], [10, 3.0]]]) == (None, 0.0)  # never at once
+    assert proxy_throughput.steady_rate([[[10, 1.0]]]) == (None, 0.0)  # one check: no interval

@@ -79,7 +79,7 @@ def real_space(**top) -> dict:
 
 #: what differs between two runs of the same work: when and where it ran, and how long it took
 TIMING = {"worker_pid", "started_at", "finished_at", "wall_s", "train_wall_s", "mqar_s", "tokens_per_s",
-          "steady_tokens_per_s", "timings_s", "resumed_s", "trial"}
+          "steady_tokens_per_s", "timings_s", "resumed_s", "clock", "trial"}
 
 
 def same_data(a, b, where: str = "", skip=frozenset()) -> None:

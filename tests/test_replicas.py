@@ -230,6 +230,7 @@ def test_train_mqar_replicas_gives_each_run_its_solo_proxy_result():
         solo = _one_rate(setup, lr, seed, torch.device("cpu"), val)
         assert (g["seed"], g["lr"], g["steps"], g["error"], g["mode"]) == (seed, lr, solo["steps"], None, "eager")
         assert [c[:2] for c in g["curve"]] == [c[:2] for c in solo["curve"]]
+        assert [c[0] for c in g["clock"]] == [c[0] for c in solo["clock"]] == [c[0] for c in solo["curve"]]
         assert [c[2] for c in g["curve"]] == pytest.approx([c[2] for c in solo["curve"]], abs=2e-4)
         # Adam's m/sqrt(v) magnifies the rounding of near-zero gradients: within 0.5% of one step of size lr
         for k, p in solo["model"].named_parameters():

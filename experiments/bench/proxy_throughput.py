@@ -17,9 +17,15 @@ Each run is a fresh-model MQAR run of the paper-depth protocol (search_spaces/pa
 trained for ``--steps`` steps with no early stop and one validation check at the end, on the CUDA-graph step. A
 warm-up round (imports, Triton compiles, capture) runs first in the same workers and is not timed. The timed
 window runs from the first submit to the last result, so each run's model build and graph capture are inside it
-(the same for both modes). MFU: 3 x the cost model's forward FLOPs per token (``hlnas.budget``) x tokens per step,
+(the same for both modes): ``steps_per_s`` and ``ratio``. Beside them, ``steady_steps_per_s`` and ``steady_ratio``
+count only the steps every run was training at once: from the last run's first validation check to the first run's
+last (``--checks`` checks a run; each run's ``clock``, hlnas.score.recall_proxy), each run's steps in that window
+interpolated between its checks; ``overlap`` is that window over a run's mean time between its first and last check
+(near 1: the runs trained side by side throughout). Build and capture dilute the whole-round ratio; a sweep or a
+calibration of 4000-step runs sees the steady one. MFU: 3 x the cost model's forward FLOPs per token (``hlnas.budget``) x tokens per step,
 over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/proxy_throughput_<device>_<date>.csv``
-(columns: layout, n_runs, mode, steps_per_s, tokens_per_s, mfu, ratio, wall_s) and a markdown table beside it.
+(columns: layout, n_runs, mode, steps_per_s, tokens_per_s, mfu, ratio, steady_steps_per_s, steady_ratio, overlap,
+wall_s) and a markdown table beside it.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ def recall_spec(number: int, layout: str, args, steps: int, compile: bool = Fals
     hp = {"attention": {"input_conv": 4}, "gla": {"use_short_conv": True}, "hgrn": {"use_short_conv": True},
           "hgrn2": {"use_short_conv": True}}
     mqar = MqarConfig(seq_len=args.seq_len, kv_pairs=args.kv_pairs, vocab=args.vocab, batch=args.batch, steps=steps,
-                      eval_every=steps, test=64, val=64, target=None,
+                      eval_every=max(1, steps // args.checks), test=64, val=64, target=None,
                       compile=args.compile_backend if compile else False,
                       model={"d_model": args.d_model, "n_heads": 2, "residual_init": "zero", "mixer_hparams": hp})
     recipe = RunConfig(layout=Layout.parse(layout), model=preset("proxy-gpu"),
@@ -56,8 +62,33 @@ def recall_spec(number: int, layout: str, args, steps: int, compile: bool = Fals
     return TrialSpec(number=number, recipe=recipe, recall_only=True)
 
 
-def run_round(ex, specs) -> float:
-    """Wall seconds from the first submit until every run is back (all N at once); raises on a failed run."""
+def steady_rate(clocks: list[list[list[float]]]) -> tuple[float | None, float]:
+    """Aggregate steps/s of runs while all of them trained, and how much of a run that window is. ``clocks``: each
+    run's ``[steps done, unix time]`` at its checks. The window runs from the last first check to the first last check;
+    a run's steps in it are interpolated between its checks. ``(None, 0.0)`` where the runs never trained at once."""
+    import numpy as np
+
+    clocks = [c for c in clocks if len(c) >= 2]
+    if not clocks:
+        return None, 0.0
+    lo, hi = max(c[0][1] for c in clocks), min(c[-1][1] for c in clocks)
+    if hi <= lo:
+        return None, 0.0
+    def steps_at(c, t):
+        return float(np.interp(t, [x[1] for x in c], [x[0] for x in c]))
+    steps = sum(steps_at(c, hi) - steps_at(c, lo) for c in clocks)
+    span = sum(c[-1][1] - c[0][1] for c in clocks) / len(clocks)
+    return steps / (hi - lo), (hi - lo) / span
+
+
+def _clocks(results) -> list[list[list[float]]]:
+    """Each run's clock from its trial result (a recall-only trial's one rate run)."""
+    return [run.get("clock") or [] for r in results for run in r.metrics.get("mqar", {}).get("runs", [])[:1]]
+
+
+def run_round(ex, specs) -> tuple[float, list]:
+    """Wall seconds from the first submit until every run is back (all N at once), and each run's clock; raises on a
+    failed run."""
     t0 = time.perf_counter()
     queue, done = list(specs), []
     while queue or ex.in_flight():
@@ -67,7 +98,7 @@ def run_round(ex, specs) -> float:
             if not r.ok:
                 raise SystemExit(f"run {r.number} failed: {r.error_kind}: {(r.error or '')[:400]}")
             done.append(r)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, _clocks(done)
 
 
 MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/hlnas-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/hlnas-mps/log"}
@@ -107,10 +138,10 @@ def mps_daemon():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def replicas_round(layout: str, n: int, args, steps: int, compile: bool = False) -> float:
+def replicas_round(layout: str, n: int, args, steps: int, compile: bool = False) -> tuple[float, list]:
     """Wall seconds of the ``n`` runs (the specs' seeds, the protocol's rate) trained in this process as replicas of one
     model (hlnas.score.recall_replicas), from the first model build to the last run's result; ``compile``: the replicas'
-    step under torch.compile before capture (mode ``replicas_compiled``)."""
+    step under torch.compile before capture (mode ``replicas_compiled``); and each run's clock."""
     from hlnas.score.recall_replicas import train_mqar_replicas
 
     recipes = [recall_spec(i, layout, args, steps, compile).recipe for i in range(n)]
@@ -121,11 +152,11 @@ def replicas_round(layout: str, n: int, args, steps: int, compile: bool = False)
     bad = [o for o in out if o["error"] is not None or o["steps"] != steps]
     if bad:
         raise SystemExit(f"replica run seed {bad[0]['seed']}: {bad[0]['error'] or str(bad[0]['steps']) + ' steps'}")
-    return wall
+    return wall, [o.get("clock") or [] for o in out]
 
 
-def measure(layout: str, n: int, mode: str, args) -> float:
-    """Wall seconds of one timed round of ``n`` runs in ``mode``: processes (n workers, one run each), streams (one
+def measure(layout: str, n: int, mode: str, args) -> tuple[float, list]:
+    """Wall seconds and the runs' clocks of one timed round of ``n`` runs in ``mode``: processes (n workers, one run each), streams (one
     worker, n runs on n CUDA streams), mps (n workers under the MPS daemon), replicas (this process, the n runs as
     replicas of one model: stacked weights, the replicas folded into the batch, hlnas.training.replicas), compiled
     (as processes, each run's step under torch.compile: ``score.mqar.compile``) or replicas_compiled (both)."""
@@ -165,6 +196,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=600, help="timed steps per run")
     p.add_argument("--warmup-steps", type=int, default=20)
+    p.add_argument("--checks", type=int, default=6, help="validation checks a run: the clock points of the steady rate")
     p.add_argument("--modes", default="processes,streams,mps,replicas",
                    help="processes: N workers; streams: N runs on N CUDA streams of one worker; mps: N workers under "
                         "NVIDIA's Multi-Process Service (their kernels overlap instead of time-slicing); replicas: the N "
@@ -187,11 +219,14 @@ def main(argv=None) -> int:
         write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
                       f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
                       "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams (or "
-                      "mps, replicas, compiled, mps_compiled, replicas_compiled) / processes at the same N.",
+                      "mps, replicas, compiled, mps_compiled, replicas_compiled) / processes at the same N, over the "
+                      "whole round (builds and captures inside); steady: only while every run trained (overlap: that "
+                      "window over a run's time between its first and last check).",
                       ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
-                       "wall s", "note"],
+                       "steady steps/s", "steady ratio", "overlap", "wall s", "note"],
                       lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",
-                                 f"{100 * r['mfu']:.2f}%", r["ratio"], r["wall_s"], r.get("error", "")), rows, quiet=quiet)
+                                 f"{100 * r['mfu']:.2f}%", r["ratio"], r["steady_steps_per_s"], r["steady_ratio"],
+                                 r["overlap"], r["wall_s"], r.get("error", "")), rows, quiet=quiet)
 
     for spec in args.layouts.split(","):
         mixer, _, ratio = spec.partition(":")
@@ -199,24 +234,27 @@ def main(argv=None) -> int:
         rcfg = recall_model_config(preset("proxy-gpu"), {"d_model": args.d_model, "n_heads": 2}, args.vocab)
         flops_step = 3 * layout_cost(Layout.parse(layout), rcfg, context=args.seq_len).flops_per_token * args.batch * args.seq_len
         for n in (int(x) for x in args.runs.split(",")):
-            base = None
+            base = steady_base = None
             for mode in args.modes.split(","):
                 try:
-                    wall = measure(layout, n, mode, args)
+                    wall, clocks = measure(layout, n, mode, args)
                 except (RuntimeError, SystemExit, OSError) as e:  # a mode that cannot run here is a row saying why
                     rows.append({"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": "", "tokens_per_s": 0,
-                                 "mfu": 0.0, "ratio": "", "wall_s": "", "error": str(e)[:200]})
+                                 "mfu": 0.0, "ratio": "", "steady_steps_per_s": "", "steady_ratio": "", "overlap": "",
+                                 "wall_s": "", "error": str(e)[:200]})
                     print(rows[-1], flush=True)
                     write(quiet=True)
                     continue
-                sps = n * args.steps / wall
+                sps, (steady, overlap) = n * args.steps / wall, steady_rate(clocks)
                 row = {"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": round(sps, 2),
                        "tokens_per_s": round(sps * args.batch * args.seq_len), "mfu": round(sps * flops_step / PEAK_BF16, 5),
-                       "ratio": "", "wall_s": round(wall, 2)}
+                       "ratio": "", "steady_steps_per_s": "" if steady is None else round(steady, 2), "steady_ratio": "",
+                       "overlap": round(overlap, 2), "wall_s": round(wall, 2)}
                 if mode == "processes":
-                    base = sps
-                elif base:
-                    row["ratio"] = round(sps / base, 3)
+                    base, steady_base = sps, steady
+                else:
+                    row["ratio"] = round(sps / base, 3) if base else ""
+                    row["steady_ratio"] = round(steady / steady_base, 3) if steady and steady_base else ""
                 rows.append(row)
                 print(row, flush=True)
                 write(quiet=True)

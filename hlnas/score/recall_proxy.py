@@ -292,6 +292,7 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
     else:
         done, drawn, batches = 0, 0, itertools.chain([first], batches)
     curve, t0, error, finished, before_s = [], time.perf_counter(), None, False, 0.0
+    clock = []  # [steps done, unix time] at each of this invocation's checks: when its steps ran (benchmarks' windows)
     if state is not None and os.path.exists(state):  # continue a paused run: its weights, optimizer, batches
         saved = load_run_state(state, model, opt)
         done, drawn, curve, error, finished = saved["done"], saved["drawn"], saved["curve"], saved["error"], saved["finished"]
@@ -303,7 +304,8 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
     def after_step(done: int, loss) -> bool:  # the proxy's stop rule, read at each validation check
         if not (done % cfg.eval_every == 0 or done == cfg.steps):
             return False
-        lv = float(loss)
+        lv = float(loss)  # waits for the step: the clock below reads when its work was done
+        clock.append([done, round(time.time(), 3)])
         if not math.isfinite(lv):
             stop["error"] = f"non-finite MQAR loss {lv} at step {done} (lr {lr:g})"
             return True
@@ -328,7 +330,7 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
                                         "wall_s": wall_s})
     return {"finished": finished, "lr": lr, "val_acc": curve[-1][1] if curve else 0.0, "steps": done, "curve": curve, "mode": mode,
             "final_loss": curve[-1][2] if curve else None, "wall_s": round(wall_s, 2), "resumed_s": before_s,
-            "error": error, "model": model}
+            "error": error, "clock": clock, "model": model}
 
 
 def check_stop(cfg: MqarConfig, acc: float, elapsed_s: float, until: float | None, done: int, limit: int) -> str | None:

@@ -42,7 +42,8 @@ from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 __all__ = ["train_mqar_replicas", "train_mqar_seeds"]
 
 #: what each run's result holds besides its seed: the keys of the solo proxy's rate runs (recall_proxy._one_rate)
-_RATE_KEYS = ("finished", "lr", "val_acc", "steps", "curve", "mode", "final_loss", "wall_s", "resumed_s", "error", "model")
+_RATE_KEYS = ("finished", "lr", "val_acc", "steps", "curve", "mode", "final_loss", "wall_s", "resumed_s", "error", "clock",
+              "model")
 
 
 class _Run:
@@ -54,6 +55,7 @@ class _Run:
         self.val = validation_instances(setup, self.seed)
         self.done = self.drawn = 0
         self.curve, self.error, self.finished, self.before_s, self.moments = [], None, False, 0.0, None
+        self.clock = []  # [steps done, unix time] at each of this invocation's checks (recall_proxy._one_rate's)
         self.out_of_time = self.reached = False
         if path is not None and os.path.exists(path):  # a paused run: its weights, optimizer row, batches and curve
             saved = torch.load(path, map_location="cpu", weights_only=False)
@@ -92,7 +94,7 @@ class _Run:
         return {"seed": self.seed, "finished": self.finished, "lr": self.lr, "val_acc": self.curve[-1][1] if self.curve else 0.0,
                 "steps": self.done, "curve": self.curve, "mode": mode, "final_loss": self.curve[-1][2] if self.curve else None,
                 "wall_s": round(self.before_s + time.perf_counter() - self.t0, 2), "resumed_s": self.before_s,
-                "error": self.error, "model": self.model}
+                "error": self.error, "clock": self.clock, "model": self.model}
 
     def save(self, opt_row: dict) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
@@ -230,7 +232,8 @@ class _Replicas:
         cfg = self.cfg
         if not (run.done % cfg.eval_every == 0 or run.done == cfg.steps) or (self.mode == "graph" and run.done <= self.warm):
             return run.done >= self.limit
-        lv = float(loss[r])
+        lv = float(loss[r])  # waits for the step: the clock reads when its work was done
+        run.clock.append([run.done, round(time.time(), 3)])
         if not math.isfinite(lv):
             run.error = f"non-finite MQAR loss {lv} at step {run.done} (lr {run.lr:g})"
             return True

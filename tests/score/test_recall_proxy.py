@@ -60,6 +60,8 @@ def test_train_mqar_reports_accuracy_beside_its_baselines():
     assert out["mqar_baselines"]["uniform"] == pytest.approx(1 / 8) and out["mqar_baseline_name"] == "copy_any"
     run = out["mqar"]["runs"][0]
     assert run["steps"] == 60 and [c[0] for c in run["curve"]] == [20, 40, 60] and run["mode"] == "eager"
+    # when each check's steps were done (benchmarks' steady-state windows): the checks' steps, in time order
+    assert [c[0] for c in run["clock"]] == [20, 40, 60] and run["clock"] == sorted(run["clock"], key=lambda c: c[1])
     assert out["mqar"]["model"]["vocab_size"] == 16 and out["mqar"]["model"]["d_model"] == 32
 
 
