@@ -158,9 +158,9 @@ def test_mps_auto_starts_the_daemon_only_where_this_calls_bench_measured_it_fast
     import sys
 
     called = tmp_path / "mps_called"
-    _, _, out = _machine(tmp_path,  # optuna "installed", one GPU; the rest (the decision's heredoc) is real Python
+    _, _, out = _machine(tmp_path,  # optuna "installed", one GPU; the rest (experiments.bench.choose) is real Python
                          'case "$*" in *"import optuna"*) exit 0;; *device_count*) echo 1; exit 0;; esac\n'
-                         f'exec {sys.executable} "$@"\n',
+                         f'PYTHONPATH={SCRIPT.parents[2]} exec {sys.executable} "$@"\n',
                          **{"nvidia-cuda-mps-control": f'echo "$@" >>{called}\n'})
     (out / "logs").mkdir()
     lines = ["layout,n_runs,mode,steps_per_s,tokens_per_s,mfu,ratio,wall_s",

@@ -147,17 +147,7 @@ search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard
 # bench's largest N measured streams at least 1.3x as many steps/s as N processes, else one run per process
 pick_workers() {
   [ "${RUNS_PER_WORKER:-1}" = auto ] || return 0
-  read -r W R M < <(python3 - "$OUT/logs" <<'PY'
-import csv, glob, sys
-rows = [r for f in glob.glob(sys.argv[1] + "/proxy_throughput_*.csv") for r in csv.DictReader(open(f))]
-n = max((int(r["n_runs"]) for r in rows if r["steps_per_s"]), default=0)
-def worst(mode):  # the mode's lowest ratio over the layouts at the largest N (0 where it did not run)
-    r = [float(x["ratio"] or 0) for x in rows if int(x["n_runs"]) == n and x["mode"] == mode]
-    return min(r) if r else 0.0
-best = max(("streams", "mps"), key=worst)
-print(*((1, n, 0) if best == "streams" else (n, 1, 1)) if worst(best) >= 1.3 else (3, 1, 0))
-PY
-)
+  read -r W R M < <(python3 -m experiments.bench.choose workers "$OUT/logs")  # the rule: experiments/bench/choose.py
   WORKERS=${W:-3} RUNS_PER_WORKER=${R:-1}; [ "${M:-0}" = 1 ] && start_mps
   say "bench_proxy says: $WORKERS workers x $RUNS_PER_WORKER runs each${MPS_ON:+, under MPS}"
 }
@@ -170,13 +160,7 @@ pick_replicas() {
   [ "${CAL_REPLICAS:-0}" = auto ] || return 0
   if [ -f $STATE/cal_replicas ]; then CAL_REPLICAS=$(cat $STATE/cal_replicas); say "replicas: $CAL_REPLICAS (decided earlier)"; return 0; fi
   local ok=0
-  grep -q "^gpu_tests rc=0" $STATE/gpu_tests_rc 2>/dev/null && ok=$(python3 - "$STATE" <<'PY'
-import csv, glob, sys
-rows = [r for f in glob.glob(sys.argv[1] + "/proxy_throughput_*.csv") for r in csv.DictReader(open(f))]
-ratios = [float(r["ratio"] or 0) for r in rows if r["mode"] == "replicas" and int(r["n_runs"]) == 2]
-print(1 if ratios and min(ratios) >= 1.2 else 0)
-PY
-)
+  grep -q "^gpu_tests rc=0" $STATE/gpu_tests_rc 2>/dev/null && ok=$(python3 -m experiments.bench.choose replicas "$STATE")
   CAL_REPLICAS=${ok:-0}; echo $CAL_REPLICAS >$STATE/cal_replicas
   say "replicas: $CAL_REPLICAS (gpu_tests: $(cat $STATE/gpu_tests_rc 2>/dev/null || echo 'not run'); bench: 2 replicas vs 2 processes)"
 }
@@ -243,18 +227,7 @@ PY
     mps|mps:auto)  # MPS for the steps after it: "mps" at once; "mps:auto" only where a bench_proxy step earlier in
                    # this call measured MPS at least 1.3x the same workers without it at its largest N, on every layout:
                    # mps against processes, mps_compiled against compiled (compile's own gain is not MPS's)
-      if [ "$step" = mps ] || python3 - "$OUT/logs" <<'PY'
-import csv, glob, sys
-rows = [r for f in glob.glob(sys.argv[1] + "/proxy_throughput_*.csv") for r in csv.DictReader(open(f))]
-n = max((int(r["n_runs"]) for r in rows if r["steps_per_s"]), default=0)
-sps = {(r["layout"], r["mode"]): float(r["steps_per_s"]) for r in rows if int(r["n_runs"]) == n and r["steps_per_s"]}
-gain = {}  # layout -> MPS's best gain over the same workers without it, at n
-for (layout, mode), v in sps.items():
-    base = {"mps": "processes", "mps_compiled": "compiled"}.get(mode)
-    if base and (layout, base) in sps:
-        gain[layout] = max(gain.get(layout, 0.0), v / sps[(layout, base)])
-sys.exit(0 if gain and min(gain.values()) >= 1.3 else 1)
-PY
+      if [ "$step" = mps ] || python3 -m experiments.bench.choose mps "$OUT/logs"
       then start_mps; else say "mps:auto: no bench_proxy row of this call shows MPS 1.3x the processes: workers time-slice"; fi ;;
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)
       [[ $step == bench_proxy:* ]] && t=${step#bench_proxy:} || t=420
