@@ -163,13 +163,16 @@ def measure(layout: str, n: int, mode: str, args) -> tuple[float, list]:
     from hlnas.search.executors import ProcessExecutor
 
     if mode in ("replicas", "replicas_compiled"):
+        import torch
+
         compile = mode == "replicas_compiled"
-        replicas_round(layout, n, args, args.warmup_steps, compile)  # imports, compiles
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as a worker process runs (hlnas.search.executors): on a CPU, one core's work
         try:
+            replicas_round(layout, n, args, args.warmup_steps, compile)  # imports, compiles
             return replicas_round(layout, n, args, args.steps, compile)
         finally:
-            import torch
-
+            torch.set_num_threads(threads)
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()  # the next mode's workers get the memory back
 
