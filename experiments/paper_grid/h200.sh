@@ -226,7 +226,7 @@ PY
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
     mps|mps:auto)  # MPS for the steps after it: "mps" at once; "mps:auto" only where a bench_proxy step earlier in
                    # this call measured MPS at least 1.3x the same workers without it at its largest N, on every layout:
-                   # mps against processes, mps_compiled against compiled (compile's own gain is not MPS's)
+                   # mps against processes, mps_compiled against compiled, steady rates where measured (choose.py)
       if [ "$step" = mps ] || python3 -m experiments.bench.choose mps "$OUT/logs"
       then start_mps; else say "mps:auto: no bench_proxy row of this call shows MPS 1.3x the processes: workers time-slice"; fi ;;
     bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)
