@@ -23,8 +23,8 @@ A recall number that fails these says nothing about recall: ``hlnas search`` ref
 invalid protocol (:class:`CalibrationFailed` names the failed control, by how much, and which settings to
 change). The verdict is stored with the study; seed-0 runs of layouts in the space become its trials.
 
-This module plans and judges; running the plan is the study loop's (``hlnas.search.study``), through the same
-executor as the trials. A run is a :class:`~hlnas.search.trial.TrialSpec` with a negative number.
+This module plans and judges (which checks can still pass from part of the runs: ``hlnas.calibration_outlook``);
+running the plan is the study loop's (``hlnas.search.study``), through the same executor as the trials. A run is a :class:`~hlnas.search.trial.TrialSpec` with a negative number.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from hlnas.errors import ConfigError, HlnasError
 from hlnas.layout import TRANSFORMER, build_layout, parse_ratio
 from hlnas.overrides import is_int, is_number
 # the verdict as text lives beside it; imported here so ``hlnas.calibrate`` keeps naming every part of the verdict
+from hlnas.calibration_outlook import graded_short, pure_below, pure_below_ruled_out, pure_below_short, spread
 from hlnas.calibration_text import (TABLE_COLUMNS, advice, format_table, hop_lines, missing_seeds, mixer_lines,
                                     summary, table_cells)
 
@@ -218,10 +219,6 @@ def _mean_by_hop(summaries: list[dict]) -> dict[str, dict] | None:
                 "baseline": max(s[h]["baseline"] for s in splits if h in s)} for h in hops}
 
 
-def _spread(values: list[float], floor: float) -> float:
-    return max(max(values) - min(values), floor) if values else floor
-
-
 def _tag(key: str) -> str:
     return key.split(":", 1)[0]
 
@@ -299,7 +296,7 @@ def _judge(space, runs: dict[str, dict], stopped: str | None = None) -> tuple[di
     n_below = sum(1 for c in mixers.values() if c["pure_below"])
     n_graded = sum(1 for c in mixers.values() if c["graded"] == "rises")
     # a stopped calibration lacks the pairs to judge, unless what stopped it was this check's certain failure
-    certain, certain_graded = (_pure_below_short(space, runs), _graded_short(space, mixers)) if stopped else (None, None)
+    certain, certain_graded = (pure_below_short(space, runs), graded_short(space, mixers)) if stopped else (None, None)
     if n_below < cfg.pure_below_min_mixers and (not stopped or certain):
         failures.append({"kind": "pure_below", "message": certain or (
                          f"the pure model sits below its {cfg.hybrid_ratio} hybrid "
@@ -324,11 +321,11 @@ def _row(p, got: list[dict], cfg) -> dict:
     bases = [float(r["baseline_train_length"] or 0.0) for r in ok]
     graded = [g for g in (graded_value(r) for r in ok) if g is not None]
     return {"role": p.role, "mixer": p.mixer, "layout": p.layout, "ratio": p.ratio, "seeds": [r["seed"] for r in ok],
-            "recall": vals, "mean": sum(vals) / len(vals) if vals else None, "spread": _spread(vals, cfg.spread_floor),
+            "recall": vals, "mean": sum(vals) / len(vals) if vals else None, "spread": spread(vals, cfg.spread_floor),
             "baseline": max(bases) if bases else None, "failed_runs": [r["key"] for r in got if r not in ok],
             "lr": [r.get("mqar_lr") for r in ok], "graded": graded,
             "graded_mean": sum(graded) / len(graded) if graded else None,
-            "graded_spread": _spread(graded, cfg.spread_floor), "by_hop": _mean_by_hop(ok)}
+            "graded_spread": spread(graded, cfg.spread_floor), "by_hop": _mean_by_hop(ok)}
 
 
 def hopeless(space, runs: dict[str, dict]) -> str | None:
@@ -348,7 +345,7 @@ def hopeless(space, runs: dict[str, dict]) -> str | None:
             if short:
                 return short
     judged = _judge(space, runs)
-    return _separation_short(space, judged) or _pure_below_short(space, runs) or _graded_short(space, judged[0]["mixers"])
+    return _separation_short(space, judged) or pure_below_short(space, runs) or graded_short(space, judged[0]["mixers"])
 
 
 def _separation_short(space, judged: tuple[dict, list[dict]]) -> str | None:
@@ -377,66 +374,6 @@ def progress(space, runs: dict[str, dict]) -> dict:
             "graded_open": [m for m in space.mixers if v["mixers"][m]["graded"] not in ("falls", "flat")]}
 
 
-def pure_below_ruled_out(mixer: str, runs: dict[str, dict], cfg: "CalibrationConfig") -> str | None:
-    """Why ``mixer``'s pure model can no longer sit below its hybrid in the verdict's sense (every seed below the
-    hybrid's, and the means apart by more than twice the seed spread), from its stored runs; None while it can.
-
-    Recall is an accuracy, at most 1. With ``n`` seeds, a pure seed at ``v`` and the spread at least the floor ``f``,
-    the gap ``hybrid mean - pure mean`` can exceed twice the spread only if ``1 - v > (1 + 1/n) f``: a lower other seed
-    adds to the spread twice what it takes off the pure mean. So a pure seed within ``(1 + 1/n) f`` of 1 rules the
-    mixer out, as does a pure seed not below the same seed's hybrid, and a pair with every seed scored that is not
-    apart by more than twice the spread (the verdict's own test: those runs are final)."""
-    scored = {(r["role"], r["seed"]): float(r["raw_train_length"]) for r in runs.values()
-              if r["mixer"] == mixer and r["status"] == "ok" and r.get("raw_train_length") is not None
-              and r["role"] in ("pure", "hybrid")}
-    pure, hyb = ({seed: v for (role, seed), v in sorted(scored.items()) if role == want} for want in ("pure", "hybrid"))
-    if len(pure) >= cfg.seeds and len(hyb) >= cfg.seeds:
-        _, gap, need = _pure_below(pure, hyb, cfg.spread_floor)
-        if not gap > need:  # a pure seed not below its hybrid's is named below
-            shown = [", ".join(f"{v:.3f}" for v in vals.values()) for vals in (pure, hyb)]
-            return (f"{mixer} pure ({shown[0]}) and its {cfg.hybrid_ratio} hybrid ({shown[1]}) are {gap:+.3f} "
-                    f"apart, not more than twice the seed spread ({need:.3f})")
-    room = (1 + 1 / cfg.seeds) * cfg.spread_floor
-    for (role, seed), v in sorted(scored.items()):
-        if role != "pure":
-            continue
-        if 1 - v <= room:
-            return f"{mixer} pure scored {v:.3f} on seed {seed}, within {room:.3f} of the ceiling 1"
-        h = scored.get(("hybrid", seed))
-        if h is not None and v >= h:
-            return f"{mixer} pure scored {v:.3f} on seed {seed}, not below its {cfg.hybrid_ratio} hybrid's {h:.3f}"
-    return None
-
-
-def _graded_short(space, checks: dict[str, dict]) -> str | None:
-    """The graded check's certain failure, or None while enough mixers can still pass it: a mixer is out once every
-    seed of its ladder (pure, graded ratios, hybrid) is scored and its measure does not rise without a fall.
-    ``checks``: the verdict's per-mixer checks (:func:`_mixer_checks`)."""
-    need = space.calibration.graded_min_mixers  # 0: never short
-    out = {m: c for m, c in checks.items() if c["graded"] in ("falls", "flat")}
-    left = [m for m in space.mixers if m not in out]
-    if len(left) >= need:
-        return None
-    why = "; ".join(f"{m} {c['graded']}" + "".join(f" ({f['from']} -> {f['to']} by {f['by']:.3f})" for f in c["falls"])
-                    for m, c in out.items())
-    return (f"the graded measure can rise with the attention share for at most {len(left)} mixer(s) "
-            f"({', '.join(left) or 'none'}), where calibration.graded_min_mixers={need}: {why}")
-
-
-def _pure_below_short(space, runs: dict[str, dict]) -> str | None:
-    """The pure_below check's certain failure, as a message, or None while enough mixers can still pass it."""
-    cfg = space.calibration
-    if not cfg.pure_below_min_mixers:
-        return None
-    out = {m: why for m in space.mixers if (why := pure_below_ruled_out(m, runs, cfg))}
-    left = [m for m in space.mixers if m not in out]
-    if len(left) >= cfg.pure_below_min_mixers:
-        return None
-    return (f"the pure model can sit below its {cfg.hybrid_ratio} hybrid for at most {len(left)} mixer(s) "
-            f"({', '.join(left) or 'none'}), where calibration.pure_below_min_mixers={cfg.pure_below_min_mixers}: "
-            + "; ".join(out.values()))
-
-
 def _control_short(layout: str, worst: float, seeds: str, cfg) -> str | None:
     """The one rule for the control: every seed must reach ``control_min`` raw recall at the training length. How far
     ``worst`` fell short, as a message (``seeds`` says which), or None when it did not."""
@@ -451,14 +388,6 @@ def _share(ratio: str | None) -> float:
     return 0.0 if ratio in (None, "pure") else 1.0 / parse_ratio(ratio)
 
 
-def _pure_below(pure: dict[int, float], hyb: dict[int, float], floor: float) -> tuple[bool, float, float]:
-    """The verdict's "pure below its hybrid" on every seed's recall (``seed -> value``): each pure seed below the same
-    seed's hybrid and the means apart by more than twice the larger seed spread. ``(holds, gap, twice the spread)``."""
-    gap = sum(hyb.values()) / len(hyb) - sum(pure.values()) / len(pure)
-    need = 2 * max(_spread(list(pure.values()), floor), _spread(list(hyb.values()), floor))
-    return all(v < hyb.get(s, float("-inf")) for s, v in pure.items()) and gap > need, gap, need
-
-
 def _mixer_checks(mixer: str, rows: list[dict], cfg: CalibrationConfig) -> dict:
     """Per mixer: is the pure model below its hybrid (every seed, beyond twice the spread), and does the graded
     measure rise along the ladder of attention shares without falling beyond twice the spread."""
@@ -466,7 +395,7 @@ def _mixer_checks(mixer: str, rows: list[dict], cfg: CalibrationConfig) -> dict:
     pure, hyb = mine.get("pure"), mine.get("hybrid")
     out: dict = {"pure_below": None, "pure_below_gap": None, "graded": None, "ladder": [], "falls": []}
     if pure and hyb and len(pure["recall"]) >= cfg.seeds and len(hyb["recall"]) >= cfg.seeds:
-        below, gap, _ = _pure_below(dict(zip(pure["seeds"], pure["recall"])), dict(zip(hyb["seeds"], hyb["recall"])),
+        below, gap, _ = pure_below(dict(zip(pure["seeds"], pure["recall"])), dict(zip(hyb["seeds"], hyb["recall"])),
                                     cfg.spread_floor)
         out["pure_below_gap"], out["pure_below"] = round(gap, 4), below
     ladder = sorted((r for r in rows if r["mixer"] == mixer and r["role"] in ("pure", "hybrid", "ladder")),
