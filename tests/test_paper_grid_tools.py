@@ -380,8 +380,12 @@ def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp
     variant = {**row, "layout": "GGGA", "seed": 3, "steps": 500, "steps_to_target": 500,
                "mixer_hparams": {"gla": {"num_heads": 8}}, "tag": "8 heads"}
     second.write_text(json.dumps(variant) + "\n")
-    with pytest.raises(SystemExit, match=r"8 heads ran another protocol .*mixer_hparams: None vs \{'gla'"):
+    with pytest.raises(SystemExit, match=r"8 heads ran another protocol .*mixer_hparams.gla: None vs \{'num_heads'"):
         fig_mod.sweep_points([first, second], 4000)
+    # another mixer's settings are not this layout's protocol: an HGRN-2 setting beside GLA rows is one figure
+    other = {**variant, "layout": "NNNA", "mixer_hparams": {"hgrn2": {"expand_ratio": 16}}, "tag": "hgrn2 8 heads"}
+    second.write_text(json.dumps(other) + "\n")
+    assert ("NNNA", 3, 1e-3) in fig_mod.sweep_points([first, second], 4000)
     # one variant's rows by their tag; the control's rows are on no mixer's ladder and never a point
     control = {**row, "layout": "AAAA", "seed": 0, "steps": 900, "steps_to_target": 900, "tag": "control"}
     second.write_text("\n".join(json.dumps(r) for r in (variant, control)) + "\n")

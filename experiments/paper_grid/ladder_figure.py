@@ -71,13 +71,29 @@ PROTOCOL_KEYS = ("task", "vt", "kv_pairs", "seq_len", "vocab", "d_model", "n_hea
                  "batch")
 
 
+def _same_protocol(r: dict, where: str, seen: dict) -> None:
+    """Refuse a row whose protocol differs from the rows before it (``seen``: part -> (first row's name, value)). The
+    settings are compared whole, ``mixer_hparams`` per mixer the row's layout has: a GLA run's protocol does not
+    depend on HGRN-2's settings, so GLA rows of one sweep and 8-head HGRN-2 rows of another share a figure, while
+    1-head and 8-head HGRN-2 rows do not."""
+    name, hp = r.get("tag") or r["layout"], r.get("mixer_hparams") or {}
+    parts = [("settings", {k: r.get(k) for k in PROTOCOL_KEYS if k != "mixer_hparams"})]
+    parts += [(f"mixer_hparams.{m}", hp.get(m)) for m in sorted(set(Layout.parse(r["layout"]).mixers))]
+    for part, value in parts:
+        first = seen.setdefault(part, (name, value))
+        if value != first[1]:
+            raise SystemExit(f"{where}: {name} ran another protocol than {first[0]} ({part}: {first[1]!r} vs {value!r}): "
+                             "one figure per protocol")
+
+
 def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None) -> dict[Key, Point]:
     """The sweeps' rows by (layout, seed, lr), merged by :func:`says_more`. Failed rows, the all-attention control's
     (on no mixer's ladder) and, with ``tags``, rows whose tag contains none of them are skipped. A row's ``steps`` are
     the steps it trained; its ``schedule`` (rows since 2026-12-04) must equal ``budget``, and its protocol
-    (:data:`PROTOCOL_KEYS`) the first row's: a variant (say HGRN-2 with other heads) is another figure."""
+    (:data:`PROTOCOL_KEYS`, :func:`_same_protocol`) the rows' before it: a variant (say HGRN-2 with other heads) is
+    another figure."""
     out: dict[Key, Point] = {}
-    first: tuple[str, dict] | None = None
+    seen: dict = {}
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
@@ -87,13 +103,7 @@ def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None) 
             new = _point(*key, r.get("steps_to_target"), r.get("cut_at") or r.get("steps"), budget)
             if new is None or (tags and not any(t in (r.get("tag") or "") for t in tags)):
                 continue
-            protocol = {k: r.get(k) for k in PROTOCOL_KEYS}
-            first = first or (r.get("tag") or r["layout"], protocol)
-            if protocol != first[1]:
-                diff = ", ".join(f"{k}: {first[1][k]!r} vs {protocol[k]!r}" for k in PROTOCOL_KEYS
-                                 if protocol[k] != first[1][k])
-                raise SystemExit(f"{path}: {r.get('tag') or r['layout']} ran another protocol than {first[0]} ({diff}): "
-                                 "one figure per protocol")
+            _same_protocol(r, str(path), seen)
             if r.get("schedule") not in (None, budget):
                 raise SystemExit(f"{path}: {r.get('tag') or r['layout']} ran a {r['schedule']}-step schedule, not "
                                  f"--budget {budget}: one figure per schedule")
@@ -146,7 +156,7 @@ def figure(points: list[Point], mixers: list[str], budget: int):
                                          text=[f"seed {p.seed}" for p in mine]), row=row, col=col)
                 shown.add(outcome)
             fig.add_hline(y=budget, line_dash="dot", line_color="#999", row=row, col=col)
-            fig.update_xaxes(tickvals=ticks, row=row, col=col)
+            fig.update_xaxes(tickvals=ticks, range=[min(ticks) - 0.8, max(ticks) + 0.8], row=row, col=col)
         fig.update_yaxes(title_text=f"steps to 0.98 (budget {budget})", row=row, col=1)
     for col in range(1, len(mixers) + 1):
         fig.update_xaxes(title_text="attention layers (0: pure)", row=len(lrs), col=col)
