@@ -194,8 +194,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def check(cases: list[dict], args) -> list[str]:
-    """One line per case (its tag, layout, rate, seed and recall model's parameters) from building the model each case
-    would train, without training; raises on the first case that cannot be built. Equal models are built once."""
+    """One line per case (its tag, layout, task length, rate, seed and recall model's parameters) from building the
+    model each case would train, without training; raises on the first case that cannot be built. Equal models are
+    built once."""
     from hlnas.model import build_model
     from hlnas.score.recall_proxy import recall_setup
 
@@ -209,8 +210,8 @@ def check(cases: list[dict], args) -> list[str]:
                 built[key] = sum(p.numel() for p in build_model(setup.layout, setup.model).parameters())
             except Exception as e:  # noqa: BLE001 - the case is named with whatever its model refused
                 raise SystemExit(f"case {i} ({case.get('tag') or case['layout']}): {type(e).__name__}: {e}") from None
-        lines.append(f"case {i}: {case.get('tag') or '-'}  {setup.layout}  lr {case['lr']:g}  seed {case['seed']}  "
-                     f"recall model {built[key]:,} parameters")
+        lines.append(f"case {i}: {case.get('tag') or '-'}  {setup.layout}  L {setup.task.seq_len}  lr {case['lr']:g}  "
+                     f"seed {case['seed']}  recall model {built[key]:,} parameters")
     return lines
 
 

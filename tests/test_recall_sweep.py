@@ -155,8 +155,11 @@ def test_every_committed_case_file_builds_its_recall_models(path):
     from experiments import recall_sweep
 
     args = recall_sweep._parser().parse_args(["--cases", str(path), "--check"])
-    lines = recall_sweep.check(recall_sweep._cases(args), args)
+    cases = recall_sweep._cases(args)
+    lines = recall_sweep.check(cases, args)
     assert len(lines) == len(json.loads(path.read_text())) and all(" parameters" in line for line in lines)
+    for case, line in zip(cases, lines):  # the task each case trains has the case's length
+        assert f"  L {case.get('seq_len', args.seq_len)}  " in line, (path.name, line)
 
 
 def test_a_misspelt_layout_in_a_case_file_is_one_line_naming_it(tmp_path):
