@@ -24,7 +24,8 @@ invalid protocol (:class:`CalibrationFailed` names the failed control, by how mu
 change). The verdict is stored with the study; seed-0 runs of layouts in the space become its trials.
 
 This module plans and judges (which checks can still pass from part of the runs: ``hlnas.calibration_outlook``);
-running the plan is the study loop's (``hlnas.search.study``), through the same executor as the trials. A run is a :class:`~hlnas.search.trial.TrialSpec` with a negative number.
+running the plan is the study loop's (``hlnas.search.study``), through the same executor as the trials. A run is a
+:class:`~hlnas.search.trial.TrialSpec` with a negative number.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ start), and against the N runs trained in one process as replicas of one model (
 the replicas folded into the kernels' batch, one optimizer state per replica; hlnas.training.replicas), and against
 N worker processes whose steps run under torch.compile before capture (mode ``compiled``: ``score.mqar.compile``,
 issue #21 point 2; each run compiles its own model inside the timed window, as a search's runs would), and those
-compiled workers under MPS (mode ``mps_compiled``: how the protocol's sweeps and calibrations run, if MPS wins). Same runs,
-same call: the ratio is each mode's aggregate steps/s over the separate processes' at the same N.
+compiled workers under MPS (mode ``mps_compiled``: how the protocol's sweeps and calibrations run, if MPS wins).
+Same runs, same call: the ratio is each mode's aggregate steps/s over the separate processes' at the same N.
 
     python -m experiments.bench.proxy_throughput                              # H200: 1, 4, 12 runs; control and GLA 3:1
     python -m experiments.bench.proxy_throughput --runs 1,2 --layers 4 --d-model 32 --steps 20 --modes processes,streams,replicas --device-name cpu   # smoke
@@ -22,8 +22,8 @@ count only the steps every run was training at once: from the last run's first v
 last (``--checks`` checks a run; each run's ``clock``, hlnas.score.recall_proxy), each run's steps in that window
 interpolated between its checks; ``overlap`` is that window over a run's mean time between its first and last check
 (near 1: the runs trained side by side throughout). Build and capture dilute the whole-round ratio; a sweep or a
-calibration of 4000-step runs sees the steady one. MFU: 3 x the cost model's forward FLOPs per token (``hlnas.budget``) x tokens per step,
-over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/proxy_throughput_<device>_<date>.csv``
+calibration of 4000-step runs sees the steady one. MFU: 3 x the cost model's forward FLOPs per token
+(``hlnas.budget``) x tokens per step, over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/proxy_throughput_<device>_<date>.csv``
 (columns: layout, n_runs, mode, steps_per_s, tokens_per_s, mfu, ratio, steady_steps_per_s, steady_ratio, overlap,
 wall_s) and a markdown table beside it.
 """
@@ -156,10 +156,11 @@ def replicas_round(layout: str, n: int, args, steps: int, compile: bool = False)
 
 
 def measure(layout: str, n: int, mode: str, args) -> tuple[float, list]:
-    """Wall seconds and the runs' clocks of one timed round of ``n`` runs in ``mode``: processes (n workers, one run each), streams (one
-    worker, n runs on n CUDA streams), mps (n workers under the MPS daemon), replicas (this process, the n runs as
-    replicas of one model: stacked weights, the replicas folded into the batch, hlnas.training.replicas), compiled
-    (as processes, each run's step under torch.compile: ``score.mqar.compile``) or replicas_compiled (both)."""
+    """Wall seconds and the runs' clocks of one timed round of ``n`` runs in ``mode``: processes (n workers, one run
+    each), streams (one worker, n runs on n CUDA streams), mps (n workers under the MPS daemon), replicas (this
+    process, the n runs as replicas of one model: stacked weights, the replicas folded into the batch,
+    hlnas.training.replicas), compiled (as processes, each run's step under torch.compile: ``score.mqar.compile``),
+    mps_compiled (those under MPS) or replicas_compiled (both)."""
     from hlnas.search.executors import ProcessExecutor
 
     if mode in ("replicas", "replicas_compiled"):
