@@ -173,3 +173,14 @@ def test_mps_auto_starts_the_daemon_only_where_this_calls_bench_measured_it_fast
     assert (called.exists() and "-d" in called.read_text()) == started
     if not started:
         assert "workers time-slice" in r.stdout
+
+
+def test_calibrate_by_a_time_already_passed_says_so_and_runs_the_next_step(tmp_path):
+    """calibrate_by:T with T behind the clock (2026-12-04: calibrate_by:5 after a 5 s start) once reached hlnas calibrate
+    as --timeout 0, refused with rc 2; it now says there is no time left and the later steps still run."""
+    calls = tmp_path / "calls"
+    _machine(tmp_path, f'echo "$@" >>{calls}\ncase "$*" in *device_count*) echo 1;; esac\nexit 0\n')
+    r = _run_steps(tmp_path, ["calibrate_by:0", "grid_by:0"])
+    assert "no time left for the calibration: T=0 s passed" in r.stdout, r.stdout
+    assert "no time left for the grid" in r.stdout
+    assert "calibrate" not in calls.read_text()

@@ -215,6 +215,9 @@ PY
                      # check (kept on this machine: a back-to-back call continues them); the hard stop 60 s later
                      # loses only a run that had not reached a check by then
       left=$(( ${step#calibrate_by:} - ($(date +%s) - t0) ))
+      # T already passed (the machine's start took it, or a step before): say so and go on, as grid_by does; hlnas
+      # calibrate would refuse --timeout 0 and the call would bring back nothing new
+      if [ $left -lt 1 ]; then say "no time left for the calibration: T=${step#calibrate_by:} s passed at $(( $(date +%s) - t0 )) s"; continue; fi
       pick_workers
       export HLNAS_RECALL_PROGRESS=1  # a line per validation check: a run killed by the hard stop still tells
       # CAL_SPACE defaults to the grid's space and study, so the grid reuses the calibration's seed-0 runs
