@@ -146,6 +146,19 @@ def test_collect_command_writes_the_csv_and_names_a_missing_study_in_one_line(gr
     assert "| gla | pure | 1 | 0.200 | 0.250 | 0.000 |" in text and "no recall |" in text
 
 
+def test_collect_command_falls_back_to_the_calibration_when_the_seed_study_was_not_started(grid, tmp_path, capsys):
+    """Before (or without) the seed-1 grid the README's command names a seed study the storage lacks: seed 1 then
+    comes from the calibration's runs (recall only), with a warning, not a failed command."""
+    out = tmp_path / "grid.csv"
+    assert collect.main(["--storage", grid[0], "--study", "grid", "--seed-study", "grid_s9", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no study named 'grid_s9'" in err and "calibration's runs alone (recall only)" in err
+    with open(out, newline="") as f:
+        by = {(r["seed"], r["layout"]): r for r in csv.DictReader(f)}
+    assert by[("1", GLA_31)]["source"] == "grid calibration hybrid:gla:s1 (recall only)" and by[("1", GLA_31)]["val_loss"] == ""
+    assert by[("1", T)]["status"] == "not run"
+
+
 # -- compare.py: Spearman with Table 7 ------------------------------------------------------------
 
 def _row(mixer, ratio, seed, recall, auc=None, val_loss=None, base=0.34, **extra):

@@ -16,6 +16,7 @@ Seeds (``seed``, ``source`` columns):
      must equal the study's except ``train.seed``): the full candidate, LM and recall. Where the calibration ran
      the layout at seed ``s``, that study trained only the LM and took the calibration run's recall (the same
      layout, protocol and seed; ``source`` names the run, ``mqar_s`` is that run's, spent once);
+     a ``--seed-study`` the storage does not hold yet is a warning, and the rows come from 2. and 3.;
   2. the study's calibration run of that layout at seed ``s`` (``hlnas_calibration``; it covers the control, each
      mixer's pure model, 3:1 hybrid and graded ratios): **recall only** (a fresh recall model; no LM was
      trained, so ``val_loss`` and ``train_wall_s`` are blank and ``source`` says ``recall only``);
@@ -41,7 +42,7 @@ from hlnas.budget import layout_metrics
 from hlnas.errors import HlnasError
 from hlnas.score.ruler import RULER_TASKS
 from hlnas.space import space_from_dict
-from hlnas.search.storage import load_study
+from hlnas.search.storage import UnknownStudyError, load_study
 
 COLUMNS = ["mixer", "ratio", "layout", "seed", "source", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k",
            "state_bytes", "val_loss", "recall_raw", "recall_baseline", "recall_baseline_name", "recall", "recall_auc",
@@ -202,6 +203,17 @@ def _fmt(v, spec: str = ".4f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _seed_study(storage: str, name: str) -> optuna.Study | None:
+    """The seed study, or None with a warning when the storage lacks it (the seed grid has not started yet): the
+    other seeds' rows then come from the calibration alone, as for a layout the seed study has not trained."""
+    try:
+        return load_study(storage, name)
+    except UnknownStudyError as e:
+        print(f"collect.py: warning: {e}; the other seeds' rows come from the calibration's runs alone (recall only)",
+              file=sys.stderr)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--storage", required=True)
@@ -214,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = load_study(args.storage, args.study)
-        seed_study = load_study(args.seed_storage or args.storage, args.seed_study) if args.seed_study else None
+        seed_study = _seed_study(args.seed_storage or args.storage, args.seed_study) if args.seed_study else None
         data = rows(study, seed_study, args.concurrency)
     except HlnasError as e:
         print(f"collect.py: {e}", file=sys.stderr)
