@@ -1,0 +1,81 @@
+"""GPU-seconds per run from the GPU's measured utilisation, shared among the runs active at each sample.
+
+Runs that share one GPU time-slice it, so a run's wall time holds the others' work too (``collect.py``'s ``gpu_s``
+overstates a run's cost by about the number of runs beside it). h200.sh samples the GPU every 2 s
+(``logs/gpu_util.csv``, nvidia-smi's ``timestamp, utilization.gpu, memory.used``); each sample's busy time,
+utilisation x period, is split equally among the runs whose interval holds the sample:
+
+    gpu_s(run) = sum over samples t in [start, end) of  util(t) x period / (runs active at t)
+
+What this assumes, and where it errs:
+
+* equal shares: time-slicing gives each process the same slices, and the runs sharing the GPU here are the same
+  model width, so an equal split is close; a run that is compiling while another trains gets the same share;
+* every run on the GPU is known: a run that was cut and never stored (a call's hard stop) still took its slices, and
+  the stored runs beside it are charged for them;
+* clocks agree: run times are the device's ``time.time()`` and the samples its nvidia-smi timestamps, both UTC.
+
+Samples where no known run was active (the machine's start, installs) stay unattributed; ``attribute`` reports them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from statistics import median
+
+
+def read_util(paths) -> list[tuple[float, float]]:
+    """nvidia-smi CSV files (``2026/12/04 19:51:51.072, 37 %, 1024 MiB``) -> sorted (unix time, busy fraction)."""
+    out = []
+    for path in paths:
+        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+            if not line.strip() or line.startswith("timestamp"):
+                continue
+            try:
+                stamp, util = (part.strip() for part in line.split(",")[:2])
+                when = dt.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=dt.timezone.utc)
+                out.append((when.timestamp(), float(util.rstrip("%").strip()) / 100.0))
+            except ValueError as e:
+                raise ValueError(f"{path}:{n}: not an nvidia-smi utilisation line ({e}): {line!r}") from None
+    return sorted(out)
+
+
+def sample_period(samples: list[tuple[float, float]]) -> float:
+    """The sampling period: the median gap between consecutive samples of one file (gaps between files are large)."""
+    gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:]) if 0 < b[0] - a[0] < 30]
+    if not gaps:
+        raise ValueError("fewer than two utilisation samples: no sampling period")
+    return median(gaps)
+
+
+def attribute(intervals: dict[str, tuple[float, float]], samples: list[tuple[float, float]],
+              period: float | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """Split each sample's busy seconds among the runs active at it. Returns (GPU-seconds per run, totals) where totals
+    has ``sampled`` (all busy seconds), ``attributed`` and ``unattributed`` (busy while no known run was active)."""
+    period = sample_period(samples) if period is None else period
+    share = {k: 0.0 for k in intervals}
+    unattributed = 0.0
+    for t, busy in samples:
+        active = [k for k, (t0, t1) in intervals.items() if t0 <= t < t1]
+        if not active:
+            unattributed += busy * period
+            continue
+        for k in active:
+            share[k] += busy * period / len(active)
+    sampled = sum(b for _, b in samples) * period
+    return ({k: round(v, 1) for k, v in share.items()},
+            {"sampled": round(sampled, 1), "attributed": round(sampled - unattributed, 1),
+             "unattributed": round(unattributed, 1)})
+
+
+def recall_interval(result: dict, lm_wall_s: float | None = None) -> tuple[float, float] | None:
+    """When a stored recall run (``train_mqar``'s result as the calibration stores it) held a GPU slot: from its last
+    check back over its whole ``mqar_s`` (build, compile, steps, test) and the LM half before it, if any. None where
+    the run has no clock (stored before 2026-12-04) or was paused and continued (its time spans device calls)."""
+    runs = (result.get("mqar") or {}).get("runs") or []
+    clocks = [c for r in runs for c in (r.get("clock") or [])]
+    if not clocks or result.get("mqar_s") is None or any((r.get("resumed_s") or 0) > 0 for r in runs):
+        return None
+    end = max(t for _, t in clocks)
+    return end - float(result["mqar_s"]) - float(lm_wall_s or 0.0), end

@@ -1,0 +1,82 @@
+"""GPU-seconds per run from sampled utilisation (experiments/paper_grid/gpu_share.py) and the calibration table built
+on it (calibration_table.py): how the busy time is split, where the runs' intervals come from, and the table's rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import optuna
+import pytest
+
+from experiments.paper_grid import calibration_table
+from experiments.paper_grid.gpu_share import attribute, read_util, recall_interval, sample_period
+
+T0 = dt.datetime(2026, 12, 4, 19, 43, 0, tzinfo=dt.timezone.utc).timestamp()
+
+
+def _util_file(path, busy: list[int], start: float = T0, period: float = 2.0):
+    lines = [f"{dt.datetime.fromtimestamp(start + i * period, dt.timezone.utc):%Y/%m/%d %H:%M:%S.%f}"[:-3] + f", {u} %, 10 MiB"
+             for i, u in enumerate(busy)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_read_util_parses_nvidia_smi_lines_as_utc_and_names_a_bad_line(tmp_path):
+    samples = read_util([_util_file(tmp_path / "u.csv", [0, 50, 100])])
+    assert samples == [(T0, 0.0), (T0 + 2, 0.5), (T0 + 4, 1.0)]
+    assert sample_period(samples) == 2.0
+    (tmp_path / "bad.csv").write_text("2026/12/04 19:43:00.000, 10 %, 1 MiB\nnot a sample\n")
+    with pytest.raises(ValueError, match=r"bad.csv:2: not an nvidia-smi utilisation line"):
+        read_util([tmp_path / "bad.csv"])
+
+
+def test_busy_time_is_shared_equally_among_the_runs_active_at_each_sample():
+    samples = [(T0 + 2 * i, u) for i, u in enumerate([1.0, 1.0, 0.5, 1.0, 0.2])]  # t = 0, 2, 4, 6, 8
+    share, totals = attribute({"a": (T0, T0 + 6), "b": (T0 + 2, T0 + 8)}, samples, period=2.0)
+    # t0: a alone 2.0; t2: a and b 1.0 each; t4: 0.5 each; t6: b alone 2.0; t8: nobody (0.4 unattributed)
+    assert share == {"a": 3.5, "b": 3.5}
+    assert totals == {"sampled": 7.4, "attributed": 7.0, "unattributed": 0.4}
+
+
+def _stored(clock, mqar_s=30.0, resumed=0.0):
+    return {"mqar_s": mqar_s, "mqar": {"runs": [{"clock": clock, "resumed_s": resumed}]}}
+
+
+def test_a_runs_interval_reaches_back_over_its_wall_time_and_lm_half_and_is_unknown_without_a_clock():
+    assert recall_interval(_stored([[100, T0 + 20], [200, T0 + 40]])) == (T0 + 10, T0 + 40)
+    assert recall_interval(_stored([[100, T0 + 40]]), lm_wall_s=5.0) == (T0 + 5, T0 + 40)
+    assert recall_interval(_stored([])) is None                                 # stored before runs kept a clock
+    assert recall_interval(_stored([[100, T0 + 40]], resumed=12.0)) is None     # paused and continued: spans calls
+
+
+def _study_with_runs(tmp_path):
+    study = optuna.create_study(study_name="cal", storage=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    runs = {}
+    for key, role, mixer, end, steps in [("pure:gla:s0", "pure", "gla", T0 + 20, 4000),
+                                         ("control:transformer:s0", "control", "transformer", T0 + 10, 700),
+                                         ("hybrid:gla:s0", "hybrid", "gla", T0 + 20, 500)]:
+        runs[key] = {"key": key, "role": role, "mixer": mixer, "seed": 0, "ratio": None, "layout": "G" * 4,
+                     "recall_raw": 0.5, "recall_baseline": 0.016, "recall": 0.49, "recall_auc": 0.3, "mqar_s": 10.0,
+                     "mqar_steps_done": steps}
+        study.set_user_attr(f"hlnas_calibration_recall:{key}", {"result": _stored([[100, end]], mqar_s=10.0)})
+    study.set_user_attr("hlnas_calibration", {"status": "running", "runs": runs})
+    return study
+
+
+def test_the_calibration_table_orders_its_runs_and_charges_each_its_share(tmp_path):
+    util = _util_file(tmp_path / "u.csv", [100] * 11)  # t = 0..20, fully busy
+    data, totals = calibration_table.rows(_study_with_runs(tmp_path), [util])
+    assert [r["key"] for r in data] == ["control:transformer:s0", "pure:gla:s0", "hybrid:gla:s0"]
+    got = {r["key"]: r["gpu_s"] for r in data}
+    # control alone over [0, 10) (5 samples, 10 s); the two gla runs share [10, 20) (5 samples); t=20 is nobody's
+    assert got == {"control:transformer:s0": 10.0, "pure:gla:s0": 5.0, "hybrid:gla:s0": 5.0}
+    assert totals["unattributed"] == 2.0
+    assert data[0]["started_utc"] == "2026-12-04 19:43:00"
+    assert "| pure:gla:s0 | - | 0.500 [0.016] | 0.490 |" in calibration_table.markdown(data, totals)
+
+
+def test_a_study_without_calibration_is_one_line_and_exit_2(tmp_path, capsys):
+    optuna.create_study(study_name="bare", storage=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    rc = calibration_table.main(["--storage", f"sqlite:///{tmp_path / 'db.sqlite'}", "--study", "bare"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and "has no stored calibration runs" in err
