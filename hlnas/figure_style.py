@@ -22,6 +22,10 @@ _SOURCE_TITLES = {"mqar_acc": "MQAR acc", "mqar_mixed_acc": "mixed-in MQAR acc",
 def metric_titles(data: StudyData) -> dict[str, str]:
     """Axis names; ``recall`` says which measure it is (the study loop falls back to MQAR without RULER)."""
     ok = [r for r in data.records if r.status == "ok" and r.metric("recall") is not None]
+    graded = data.objective_metric("recall")
+    if graded != "recall":  # the objective named recall is another measure (recall_auc): its values, its name
+        title = _TITLES.get(graded, graded)
+        return {**_TITLES, "recall": f"{title} ({graded}, corrected)"}
     sources = {r.attrs.get("recall_source") for r in ok} - {None}
     if len(sources) == 1:
         name = _SOURCE_TITLES.get(next(iter(sources)), next(iter(sources)))

@@ -58,6 +58,7 @@ class TradeoffInfo(NamedTuple):
     titles: dict[str, str]  # metric -> axis title
     baseline: float | None = None  # the strongest no-recall baseline: the shaded band below it is "no recall"
     baseline_name: str | None = None
+    corrected: bool = False  # y is a baseline-corrected measure (a graded objective): "no recall" is y = 0
 
 
 def recall_baseline(data: StudyData) -> tuple[float | None, str | None]:
@@ -71,11 +72,13 @@ def recall_baseline(data: StudyData) -> tuple[float | None, str | None]:
 
 def tradeoff_info(data: StudyData, y_metric: str = "recall", x_metric: str = "kv_cache_bytes") -> TradeoffInfo:
     """A trade-off; ``recall`` is drawn raw beside its no-recall band when the trials carry baselines (the
-    corrected recall the study optimises is a monotone map of it, so the front is the same)."""
-    baseline, baseline_name = (None, None)
+    corrected recall the study optimises is a monotone map of it, so the front is the same). When the study's recall
+    objective is another measure (``recall_auc``, graded) that measure is drawn, its front, with "no recall" at 0."""
+    baseline, baseline_name, corrected = None, None, False
     if y_metric == "recall":
         baseline, baseline_name = recall_baseline(data)
-        if baseline is not None:
+        corrected = data.objective_metric("recall") != "recall"
+        if baseline is not None and not corrected:
             y_metric = "recall_raw"
     info = pareto_info(data.records, None, x_metric, y_metric)
     points = {}
@@ -89,7 +92,7 @@ def tradeoff_info(data: StudyData, y_metric: str = "recall", x_metric: str = "kv
             elif ratio in table7.get(mixer, {}):
                 v = table7[mixer][ratio]
                 points[(mixer, ratio, x)] = (x, v, f"{paper.paper_label(7)}<br>{mixer} {ratio}: RULER avg {v}", paper.paper_label(7))
-    return TradeoffInfo(info, data.kv_context, tuple(points.values()), metric_titles(data), baseline, baseline_name)
+    return TradeoffInfo(info, data.kv_context, tuple(points.values()), metric_titles(data), baseline, baseline_name, corrected)
 
 
 def plot_tradeoff(info: TradeoffInfo):
@@ -130,7 +133,11 @@ def plot_tradeoff(info: TradeoffInfo):
     xs = [p.point(r)[0] for r in (*p.front, *p.dominated, *scored_infeasible)]
     lo, hi = min(xs), max(xs)
     pad = 0.18 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.5
-    if info.baseline is not None:  # below the strongest no-association strategy a score is not recall
+    if info.corrected:  # a corrected measure is 0 at or below the no-recall baseline
+        raw = "" if info.baseline is None else f" (raw at or below {info.baseline_name or 'the baseline'} {info.baseline:.3f})"
+        fig.add_hline(y=0, line=dict(color="#999999", width=6), opacity=0.4, layer="below", annotation_text=f"no recall: 0{raw}",
+                      annotation_position="top left", annotation_font=dict(size=10, color="#555555"))
+    elif info.baseline is not None:  # below the strongest no-association strategy a score is not recall
         fig.add_hrect(y0=0, y1=info.baseline, fillcolor="#999999", opacity=0.18, line_width=0, layer="below",
                       annotation_text=f"no recall: at or below {info.baseline_name or 'the baseline'} {info.baseline:.3f}",
                       annotation_position="top left", annotation_font=dict(size=10, color="#555555"))

@@ -154,6 +154,14 @@ class StudyData:
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.records)
 
+    def objective_metric(self, name: str) -> str:
+        """The metric behind the objective called ``name`` (``hlnas_objectives``: a space may measure its ``recall``
+        objective by ``recall_auc``); ``name`` itself when the study does not say."""
+        for o in self.user_attrs.get("hlnas_objectives") or []:
+            if isinstance(o, dict) and o.get("name") == name and name in self.objective_names:
+                return o.get("metric") or name
+        return name
+
 
 def study_data(study: optuna.Study) -> StudyData:
     directions = tuple(_direction(d) for d in study.directions)

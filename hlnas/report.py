@@ -46,7 +46,9 @@ def _cell(name: str, rec: TrialRecord) -> str:
 def _front_table(data: StudyData) -> str:
     info = front(data.records, data.directions, data.objective_names)
     columns = [c for c in _FRONT_COLUMNS if any(r.metric(c) is not None for r in info.front)]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in ("trial", "layout", "mixer", "ratio", *columns))
+    graded = data.objective_metric("recall")  # the recall objective's measure (recall_auc, graded), when another
+    names = [f"recall ({graded})" if c == "recall" and graded != "recall" else c for c in columns]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ("trial", "layout", "mixer", "ratio", *names))
     rows, seen = [], set()
     for r in sorted(info.front, key=lambda r: (r.metric("kv_cache_bytes") or 0, r.number)):
         if r.layout in seen:  # a duplicate layout reused an earlier result: one row

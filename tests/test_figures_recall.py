@@ -95,3 +95,40 @@ def test_a_calibration_still_running_is_drawn_from_its_runs_so_far():
     info = calibration_info(d)
     assert info.rows[0]["recall"] == [0.5] and info.failures[1] == "closed by hand: a probe ruled it out"
     assert "CLOSED: 1 of 6 runs stored, no verdict yet; closed by hand: a probe" in plot_calibration(info).layout.title.text
+
+
+def _graded_data():
+    """A study whose recall objective is the graded recall_auc (search_spaces/paper_grid_h200_lr.yaml): the trial
+    values hold recall_auc; the user attrs the final corrected recall. The final accuracy ranks the layouts otherwise:
+    HHHHHA and AAAAAA recall more at the end, but HHHHHH learned sooner."""
+    def rec(n, layout, kv, raw, auc):
+        r = _rec(n, layout, kv, raw, base=0.0156)
+        return TrialRecord(number=r.number, state=r.state, values=(auc, float(kv)), attrs={**r.attrs, "recall_auc": auc},
+                           objective_names=r.objective_names)
+
+    recs = (rec(0, "HHHHHH", 0, 0.985, 0.91), rec(1, "HHHHHA", 2**20, 0.999, 0.90), rec(2, "AAAAAA", 6 * 2**20, 1.0, 0.84))
+    attrs = {"hlnas_version": "x", "hlnas_kv_context": 4096,
+             "hlnas_objectives": [{"name": "recall", "metric": "recall_auc", "direction": "maximize"},
+                                  {"name": "kv_cache", "metric": "kv_cache_bytes", "direction": "minimize"}]}
+    return StudyData("t", ("maximize", "minimize"), ("recall", "kv_cache"), recs, attrs)
+
+
+def test_a_graded_recall_objective_is_drawn_and_named_as_itself_not_as_the_final_raw_recall():
+    info = tradeoff_info(_graded_data())
+    # the front of what the study optimises (recall_auc): the pure model alone, not the final accuracy's 3 points
+    assert info.pareto.metrics == ("kv_cache_bytes", "recall") and [r.layout for r in info.pareto.front] == ["HHHHHH"]
+    fig = plot_tradeoff(info)
+    assert "recall learning AUC" in fig.layout.yaxis.title.text and "raw" not in fig.layout.yaxis.title.text
+    assert list(fig.data[-1].y) == [0.91]  # the front trace
+    # the no-recall level of a corrected measure is 0, named beside the raw baseline
+    assert any("no recall: 0" in (a.text or "") and "copy_any 0.016" in (a.text or "") for a in fig.layout.annotations)
+    figs = build_figures(_graded_data())
+    assert "recall learning AUC" in figs["hlnas_recall_vs_ratio"].layout.yaxis.title.text
+    # a study whose recall objective is the final corrected recall keeps the raw figure with its band
+    assert tradeoff_info(data()).pareto.metrics == ("kv_cache_bytes", "recall_raw")
+
+
+def test_the_reports_front_table_names_a_graded_recall_objective():
+    html = report_html(_graded_data(), {})
+    assert "<th>recall (recall_auc)</th>" in html and "<th>recall_raw</th>" in html
+    assert "<th>recall</th>" in report_html(data(), {})
