@@ -256,6 +256,25 @@ def test_a_gap_inside_the_seed_spread_is_undecided_not_yes():
     assert compare.lm_flat(compare.cells(one))["verdict"] == "undecided"
 
 
+def test_the_best_pure_mixer_leading_the_hybrids_inside_the_seed_spread_is_undecided_not_no():
+    """(iii)'s 'no' (the best standalone mixer is also the best hybrid) needs its hybrid ahead of every other mixer's
+    by more than twice the spread, as 'yes' does: on 2026-12-04's calibration rows deltanet led hgrn's recall_auc
+    averaged over the hybrid ratios by 0.014 against 2x spread 0.024 and compare.py said 'no'."""
+    auc = {"deltanet": [0.898, None, None, 0.907, 0.911], "hgrn": [0.0, None, None, 0.902, 0.880]}
+    rows = []
+    for seed, d in ((0, -0.006), (1, 0.006)):
+        for m, vals in auc.items():
+            rows += [_row(m, q, seed, 0.98, auc=round(v + d if v else 0.0, 4)) for q, v in zip(compare.RATIOS, vals) if v is not None]
+    cs = compare.cells(rows)
+    b = compare.best_pure_vs_hybrid(cs, "recall_auc", "average")
+    assert (b["pure"], b["hybrid"], b["runner_up"], b["verdict"]) == ("deltanet", "deltanet", "hgrn", "undecided")
+    assert b["margin"] == pytest.approx(0.909 - 0.891) and b["spread"] == pytest.approx(0.012)
+    wide = compare.best_pure_vs_hybrid(cs, "recall_auc", "3:1")  # 0.911 vs 0.880: 0.031 > 2x 0.012
+    assert (wide["verdict"], wide["runner_up"]) == ("no", "hgrn") and wide["margin"] == pytest.approx(0.031)
+    lines, _ = compare.findings_table(cs)
+    assert any("deltanet's own 0.909 leads hgrn's 0.891 by +0.018 vs 2x spread 0.024" in ln for ln in lines)
+
+
 # -- compare.py: cost and bad input ----------------------------------------------------------------
 
 def test_cost_per_candidate_and_seed_against_the_target():

@@ -23,7 +23,8 @@ Writes markdown:
       mixers rise, no when at most a quarter do, else undecided;
   (iii) the best standalone mixer is not the best hybrid: the best pure mixer vs the best mixer at 3:1, and averaged
       over the hybrid ratios; yes when another mixer wins by more than twice the spread over the best pure
-      mixer's own hybrid, no when the best pure mixer is also the best hybrid;
+      mixer's own hybrid, no when the best pure mixer is also the best hybrid, ahead of the runner-up by more than
+      twice the spread;
 * **cost**: GPU-seconds per candidate (mean, max) and per grid seed, against the target of at most 30 GPU-s per
   candidate on average (``gpu_s_est``, wall / concurrency, when collect.py had ``--concurrency``; else the wall
   seconds ``gpu_s``, which overstate a shared GPU's cost).
@@ -230,9 +231,19 @@ def best_pure_vs_hybrid(cs: dict, measure: str, how: str) -> dict:
     if bp not in hyb:
         out["note"] = f"{bp} has no {how} hybrid scored"
         return out
+    if bh == bp:  # 'no' needs the lead over the runner-up beyond twice the spread, as 'yes' needs its margin
+        others = [m for m in hyb if m != bp]
+        if not others:
+            out["note"] = f"no other mixer has a {how} hybrid scored"
+            return out
+        ru = max(others, key=lambda m: hyb[m][0])
+        margin, sp = hyb[bp][0] - hyb[ru][0], max(hyb[bp][1], hyb[ru][1])
+        out.update(own=hyb[bp][0], runner_up=ru, runner_up_value=hyb[ru][0], margin=margin, spread=sp)
+        out["verdict"] = "no" if margin > 2 * sp else "undecided"
+        return out
     margin, sp = hyb[bh][0] - hyb[bp][0], max(hyb[bh][1], hyb[bp][1])
     out.update(own=hyb[bp][0], margin=margin, spread=sp)
-    out["verdict"] = "no" if bh == bp else "yes" if margin > 2 * sp else "undecided"
+    out["verdict"] = "yes" if margin > 2 * sp else "undecided"
     return out
 
 
@@ -271,7 +282,10 @@ def findings_table(cs: dict) -> tuple[list[str], dict]:
             else:
                 best = (recall_text(cs[(b["hybrid"], "3:1")], measure) if how == "3:1" else f"{b['hybrid_value']:.3f}")
                 nums = f"best pure: {_fmt_cell(cs, b['pure'], 'pure', measure)}; best hybrid {what}: {b['hybrid']} {best}"
-                if "margin" in b:
+                if "runner_up" in b:
+                    nums += (f"; {b['pure']}'s own {b['own']:.3f} leads {b['runner_up']}'s {b['runner_up_value']:.3f} by "
+                             f"{b['margin']:+.3f} vs 2x spread {2 * b['spread']:.3f}")
+                elif "margin" in b:
                     nums += (f"; {b['pure']}'s own {b['own']:.3f}, margin {b['margin']:+.3f} vs 2x spread "
                              f"{2 * b['spread']:.3f}")
                 else:
