@@ -115,6 +115,33 @@ def test_collect_gives_a_row_per_candidate_and_seed_from_trials_the_seed_study_a
     assert alone[(0, GLA_31)]["gpu_s_est"] is None
 
 
+def test_collect_measures_each_rows_gpu_seconds_from_the_utilisation_counting_each_job_once(tmp_path):
+    """--util: the GPU's busy time at each sample is split among the jobs active then: trials (started_at to
+    finished_at), calibration runs that are no trial (their recall clock); a seed-0 calibration run is its trial's job,
+    not a second one; a seed-1 trial that took a calibration run's recall adds that run's share."""
+    import datetime as dt
+
+    url, space, t0 = f"sqlite:///{tmp_path}/u.db", load_space(SPACE), 1796413000.0
+    span = lambda a, b: {"started_at": t0 + a, "finished_at": t0 + b}  # noqa: E731
+    clock = lambda end, s: {"result": {"mqar_s": s, "mqar": {"runs": [{"clock": [[100, t0 + end]], "resumed_s": 0.0}]}}}  # noqa: E731
+    s0 = _study(url, "grid", space, {GLA_31: {**_attrs(0.85, 0.4, 1.6, 20.0, 0.0), **span(0, 20), "calibration": "hybrid:gla:s0"},
+                                     T: {**_attrs(0.99, 0.3, 1.7, 20.0, 0.0), **span(10, 30)}},
+                calibration={"status": "valid", "runs": {
+                    k: {"key": k, "layout": lay, "seed": seed, "status": "ok", "mqar_s": 10.0}
+                    for k, lay, seed in [("hybrid:gla:s0", GLA_31, 0), ("pure:gla:s1", GLA_PURE, 1), ("control:transformer:s1", T, 1)]}})
+    for key, end in [("hybrid:gla:s0", 20), ("pure:gla:s1", 30), ("control:transformer:s1", 40)]:
+        s0.set_user_attr(f"hlnas_calibration_recall:{key}", clock(end, 10.0))
+    s1 = _study(url, "grid_s1", space.with_sets(["train.seed=1"]),
+                {T: {**_attrs(0.97, 0.28, 1.71, 0.0, 10.0), **span(40, 50), "recall_from": "grid:control:transformer:s1"}})
+    util = tmp_path / "gpu_util.csv"
+    util.write_text("".join(f"{dt.datetime.fromtimestamp(t0 + 2 * i, dt.timezone.utc):%Y/%m/%d %H:%M:%S}.000, 100 %, 1 MiB\n"
+                            for i in range(26)))
+    by = {(r["seed"], r["layout"]): r.get("gpu_s_util") for r in collect.rows(s0, s1, util_paths=[util])}
+    # [0,10) GLA alone 10; [10,20) GLA and T 5 each; [20,30) T and pure:gla:s1 5 each; [30,40) control s1 10; [40,50) s1's T 10
+    assert (by[(0, GLA_31)], by[(0, T)], by[(1, GLA_PURE)], by[(1, T)]) == (15.0, 10.0, 5.0, 20.0)
+    assert by[(0, HGRN_31)] is None and all(r.get("gpu_s_util") is None for r in collect.rows(s0, s1))
+
+
 def test_collect_refuses_a_seed_study_that_is_not_a_second_seed_of_the_same_grid(grid, tmp_path):
     url, space, s0, _ = grid
     same_seed = _study(url, "again", space, {})
@@ -295,6 +322,10 @@ def test_cost_per_candidate_and_seed_against_the_target():
     c2 = compare.cost(rows)
     assert c2["column"] == "gpu_s_est" and c2["mean"] == pytest.approx(18.0) and c2["meets"]
     assert "wall seconds / 2" in "\n".join(compare.cost_lines(c2))
+    for r in rows:  # collect.py --util: the measured share wins over the estimate
+        r.update(gpu_s_util=str(float(r["gpu_s"]) / 3))
+    c3 = compare.cost(rows)
+    assert c3["column"] == "gpu_s_util" and c3["mean"] == pytest.approx(12.0) and "measured" in "\n".join(compare.cost_lines(c3))
 
 
 def test_compare_names_missing_columns_and_files_in_one_line(tmp_path, capsys):

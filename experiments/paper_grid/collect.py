@@ -1,6 +1,6 @@
 """A stored grid study -> one CSV row per candidate and seed (the columns issue #20 point 4 asks for).
 
-    python experiments/paper_grid/collect.py --storage sqlite:///.gpu_state/h200.db --study paper_grid_h200 \
+    python -m experiments.paper_grid.collect --storage sqlite:///.gpu_state/h200.db --study paper_grid_h200 \
         --seed-study paper_grid_h200_s1 --concurrency 6 --out experiments/paper_grid/results/grid_h200_<date>.csv
 
 Every layout of the study's space gets a row per seed, trained or not (``status`` says which: ok, failed with
@@ -25,7 +25,11 @@ Seeds (``seed``, ``source`` columns):
 GPU-seconds (``gpu_s``) are the recall proxy's ``mqar_s`` plus the LM's ``train_wall_s``. Both are **wall
 seconds** of the run: when N runs share one GPU (time-slicing) each run's wall time holds the others' work too,
 so ``gpu_s`` overstates what a candidate costs alone. ``--concurrency N`` (how many runs shared the GPU) adds
-``gpu_s_est`` = ``gpu_s`` / N, an estimate that assumes the GPU was kept full. ``compare.py`` reports the cost.
+``gpu_s_est`` = ``gpu_s`` / N, an estimate that assumes the GPU was kept full. ``--util FILE...`` (h200.sh's
+``logs/gpu_util.csv`` of every call the studies ran in) adds ``gpu_s_util``: the GPU's sampled utilisation split
+among the jobs active at each sample (``gpu_share``; a trial from its ``started_at`` to its ``finished_at``, a
+calibration run that is no trial over its recall run's clock), a measurement instead of an estimate; a row whose
+recall came from a calibration run adds that run's share. ``compare.py`` reports the cost from the best column given.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pathlib import Path
 
 import optuna
 
+from experiments.paper_grid.gpu_share import attribute, read_util, recall_interval
 from hlnas.budget import layout_metrics
 from hlnas.errors import HlnasError
 from hlnas.score.ruler import RULER_TASKS
@@ -46,7 +51,7 @@ from hlnas.search.storage import UnknownStudyError, load_study
 
 COLUMNS = ["mixer", "ratio", "layout", "seed", "source", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k",
            "state_bytes", "val_loss", "recall_raw", "recall_baseline", "recall_baseline_name", "recall", "recall_auc",
-           "mqar_steps_to_target", "mqar_s", "train_wall_s", "gpu_s", "concurrency", "gpu_s_est",
+           "mqar_steps_to_target", "mqar_s", "train_wall_s", "gpu_s", "concurrency", "gpu_s_est", "gpu_s_util",
            "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length",
            "tokens_per_s", "steady_tokens_per_s", "status", "error_kind", "trial"]
 
@@ -94,6 +99,34 @@ def gpu_seconds(a: dict, concurrency: int | None) -> dict:
             "gpu_s_est": None if g is None or not concurrency else round(g / concurrency, 2)}
 
 
+def util_shares(studies: list[optuna.Study], util_paths) -> dict[tuple, float]:
+    """GPU-seconds per job of ``studies`` from the utilisation files (``gpu_share.attribute``): ``("trial", study,
+    number)`` for each trial that trained (``started_at`` to ``finished_at``: its LM half and recall run), ``("cal",
+    study, key)`` for each calibration run that is not also a trial (a seed-0 run is its layout's trial: counted once)."""
+    spans: dict[tuple, tuple[float, float]] = {}
+    for st in studies:
+        as_trial = {t.user_attrs["calibration"] for t in st.trials if t.user_attrs.get("calibration")}
+        for t in st.trials:
+            a = t.user_attrs
+            if "reused_from" not in a and a.get("started_at") is not None and a.get("finished_at") is not None:
+                spans[("trial", st.study_name, t.number)] = (float(a["started_at"]), float(a["finished_at"]))
+        for key, run in ((st.user_attrs.get("hlnas_calibration") or {}).get("runs") or {}).items():
+            stored = st.user_attrs.get(f"hlnas_calibration_recall:{key}") or {}
+            span = None if key in as_trial else recall_interval(stored.get("result") or {}, run.get("train_wall_s"))
+            if span is not None:
+                spans[("cal", st.study_name, key)] = span
+    return attribute(spans, read_util(util_paths))[0]
+
+
+def _trial_util(shares: dict | None, study_name: str, t: optuna.trial.FrozenTrial) -> float | None:
+    """A trial's measured GPU-seconds, plus the calibration run's whose recall it took (``recall_from``)."""
+    g = None if shares is None else shares.get(("trial", study_name, t.number))
+    src = t.user_attrs.get("recall_from")
+    if g is not None and src and ":" in src:
+        g += shares.get(("cal", *src.split(":", 1)), 0.0)
+    return None if g is None else round(g, 1)
+
+
 def _by_layout(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
     """The latest finished attempt of each layout; COMPLETE beats anything else; reused repeats are skipped."""
     out: dict[str, optuna.trial.FrozenTrial] = {}
@@ -107,12 +140,13 @@ def _by_layout(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
     return out
 
 
-def _trial_row(study_name: str, t: optuna.trial.FrozenTrial | None, baseline, concurrency) -> dict:
+def _trial_row(study_name: str, t: optuna.trial.FrozenTrial | None, baseline, concurrency, shares=None) -> dict:
     a = t.user_attrs if t is not None else {}
     tasks = (a.get("ruler") or {}).get("tasks", {})
     row = {"val_loss": a.get("val_loss"), "ruler_avg": (a.get("ruler") or {}).get("average"), "mqar_acc": a.get("mqar_acc"),
            **_recall_columns(a, baseline), "recall_auc": a.get("recall_auc"), "mqar_steps_to_target": a.get("mqar_steps_to_target"),
            **(gpu_seconds(a, concurrency) if t is not None else {"concurrency": concurrency}),
+           "gpu_s_util": None if t is None else _trial_util(shares, study_name, t),
            "mqar_mixed_acc": a.get("mqar_mixed_acc"),
            "mqar_mixed_by_length": " ".join(f"{L}:{v:.4f}" for L, v in (a.get("mqar_mixed") or {}).get("by_length", {}).items()) or None,
            "tokens_per_s": a.get("tokens_per_s"), "steady_tokens_per_s": a.get("steady_tokens_per_s"),
@@ -126,11 +160,12 @@ def _trial_row(study_name: str, t: optuna.trial.FrozenTrial | None, baseline, co
     return row
 
 
-def _calibration_row(study_name: str, run: dict, concurrency) -> dict:
+def _calibration_row(study_name: str, run: dict, concurrency, shares=None) -> dict:
     """A stored calibration run (hlnas.calibrate.run_summary) as a row: a fresh recall model, no LM trained."""
     keep = ("val_loss", "recall_raw", "recall_baseline", "recall_baseline_name", "recall", "recall_auc", "mqar_steps_to_target",
             "error_kind")
     return {**{k: run.get(k) for k in keep}, **gpu_seconds(run, concurrency), "status": run.get("status"),
+            "gpu_s_util": None if shares is None else shares.get(("cal", study_name, run["key"])),
             "source": f"{study_name} calibration {run['key']}" + ("" if run.get("train_wall_s") is not None else " (recall only)")}
 
 
@@ -146,19 +181,21 @@ def _same_space_but_seed(a, b) -> list[str]:
     return out
 
 
-def rows(study: optuna.Study, seed_study: optuna.Study | None = None, concurrency: int | None = None) -> list[dict]:
+def rows(study: optuna.Study, seed_study: optuna.Study | None = None, concurrency: int | None = None,
+         util_paths=()) -> list[dict]:
     """One row per candidate of the study's space and seed: the study's own seed first, then the other seeds
     (the seed study's, then calibration's) in order; see the module docstring."""
     if concurrency is not None and concurrency < 1:
         raise HlnasError(f"--concurrency must be >= 1, got {concurrency}")
     space = stored_space(study)
     seed0 = space.train.seed
+    shares = util_shares([study, *([seed_study] if seed_study is not None else [])], util_paths) if util_paths else None
     by_layout = _by_layout(study)
     baseline = _protocol_baseline(space, [t.user_attrs for t in by_layout.values()])
     other: dict[int, dict[str, dict]] = {}  # seed -> layout -> row fields
     for run in ((study.user_attrs.get("hlnas_calibration") or {}).get("runs") or {}).values():
         if run.get("seed") != seed0:
-            other.setdefault(run["seed"], {})[run["layout"]] = _calibration_row(study.study_name, run, concurrency)
+            other.setdefault(run["seed"], {})[run["layout"]] = _calibration_row(study.study_name, run, concurrency, shares)
     if seed_study is not None:
         s_space = stored_space(seed_study)
         s = s_space.train.seed
@@ -171,7 +208,7 @@ def rows(study: optuna.Study, seed_study: optuna.Study | None = None, concurrenc
                              f"(differs in {', '.join(differ)}); its rows would not be a second seed of the same grid")
         for lay, t in _by_layout(seed_study).items():
             if t.state != optuna.trial.TrialState.RUNNING:
-                other.setdefault(s, {})[lay] = _trial_row(seed_study.study_name, t, baseline, concurrency)
+                other.setdefault(s, {})[lay] = _trial_row(seed_study.study_name, t, baseline, concurrency, shares)
     out = []
     for seed in [seed0, *sorted(other)]:
         for params in space.grid():
@@ -183,7 +220,7 @@ def rows(study: optuna.Study, seed_study: optuna.Study | None = None, concurrenc
                    "params": m4["params"], "kv_cache_bytes_4k": m4["kv_cache_bytes"],
                    "kv_cache_bytes_32k": m32["kv_cache_bytes"], "state_bytes": m4["state_bytes"]}
             if seed == seed0:
-                row.update(_trial_row(study.study_name, by_layout.get(layout), baseline, concurrency))
+                row.update(_trial_row(study.study_name, by_layout.get(layout), baseline, concurrency, shares))
             else:
                 row.update(other[seed].get(layout) or {"status": "not run", "concurrency": concurrency})
             out.append(row)
@@ -221,14 +258,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed-study", help="a study of the same space trained with --set train.seed=S: seed S's rows")
     ap.add_argument("--seed-storage", help="the seed study's storage (default: --storage)")
     ap.add_argument("--concurrency", type=int, help="runs that shared one GPU: adds gpu_s_est = gpu_s / N")
+    ap.add_argument("--util", nargs="*", default=[], help="h200.sh's gpu_util.csv of every call the studies ran in: "
+                    "adds gpu_s_util, each job's share of the measured GPU time")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = load_study(args.storage, args.study)
         seed_study = _seed_study(args.seed_storage or args.storage, args.seed_study) if args.seed_study else None
-        data = rows(study, seed_study, args.concurrency)
-    except HlnasError as e:
+        data = rows(study, seed_study, args.concurrency, args.util)
+    except (HlnasError, ValueError, OSError) as e:
         print(f"collect.py: {e}", file=sys.stderr)
         return 2
     write_csv(data, args.out)

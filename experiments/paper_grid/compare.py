@@ -26,8 +26,9 @@ Writes markdown:
       mixer's own hybrid, no when the best pure mixer is also the best hybrid, ahead of the runner-up by more than
       twice the spread;
 * **cost**: GPU-seconds per candidate (mean, max) and per grid seed, against the target of at most 30 GPU-s per
-  candidate on average (``gpu_s_est``, wall / concurrency, when collect.py had ``--concurrency``; else the wall
-  seconds ``gpu_s``, which overstate a shared GPU's cost).
+  candidate on average (``gpu_s_util``, the measured utilisation's share, when collect.py had ``--util``; else
+  ``gpu_s_est``, wall / concurrency, when it had ``--concurrency``; else the wall seconds ``gpu_s``, which overstate
+  a shared GPU's cost).
 Recall is compared only by order with the paper: the study is a proxy.
 """
 
@@ -300,8 +301,8 @@ def findings_table(cs: dict) -> tuple[list[str], dict]:
 def cost(rows: list[dict], target: float = TARGET_GPU_S) -> dict:
     """GPU-seconds per candidate (mean, max) and per grid seed, from the rows that trained the LM and the recall
     proxy (recall-only rows, e.g. calibration's extra seeds, are counted apart)."""
-    est = any(_f(r.get("gpu_s_est")) is not None for r in rows)
-    col = "gpu_s_est" if est else "gpu_s"
+    # the best measure given: the utilisation's share (measured), wall / concurrency (an estimate), wall seconds
+    col = next((c for c in ("gpu_s_util", "gpu_s_est") if any(_f(r.get(c)) is not None for r in rows)), "gpu_s")
     per_seed: dict[str, dict] = {}
     for r in rows:
         g = _f(r.get(col))
@@ -324,8 +325,10 @@ def cost(rows: list[dict], target: float = TARGET_GPU_S) -> dict:
 
 
 def cost_lines(c: dict) -> list[str]:
-    what = (f"`gpu_s_est` = wall seconds / {c['concurrency']} (runs sharing the GPU; an estimate)" if c["column"] == "gpu_s_est"
-            else "`gpu_s` = wall seconds of the recall proxy + LM training (overstates the cost when runs shared the GPU)")
+    what = {"gpu_s_util": "`gpu_s_util` = the GPU's sampled utilisation split among the jobs active at each sample "
+                          "(collect.py --util; measured)",
+            "gpu_s_est": f"`gpu_s_est` = wall seconds / {c['concurrency']} (runs sharing the GPU; an estimate)"}.get(
+        c["column"], "`gpu_s` = wall seconds of the recall proxy + LM training (overstates the cost when runs shared the GPU)")
     lines = [f"GPU-seconds per candidate: {what}.", "",
              "| seed | candidates (LM + recall) | total | mean | max | recall-only runs (total) |", "|---|---|---|---|---|---|"]
     for seed, s in sorted(c["per_seed"].items()):
