@@ -302,6 +302,27 @@ def test_the_best_pure_mixer_leading_the_hybrids_inside_the_seed_spread_is_undec
     assert any("deltanet's own 0.909 leads hgrn's 0.891 by +0.018 vs 2x spread 0.024" in ln for ln in lines)
 
 
+def test_a_tie_for_the_best_standalone_mixer_counts_every_tied_mixer_as_best():
+    """(iii) when two pure models tie within twice the spread (2026-12-04: DeltaNet 0.984, GatedDeltaNet 0.983), the best
+    hybrid being either is a 'no', and a third mixer's 'yes' must beat both of their hybrids, not only the argmax's."""
+    def table(pure, hyb):
+        rows = []
+        for seed, d in ((0, -0.005), (1, 0.005)):
+            for m in pure:
+                rows += [_row(m, "pure", seed, 0.98, auc=pure[m] + d), _row(m, "3:1", seed, 0.98, auc=hyb[m] + d)]
+        return compare.cells(rows)
+    pure = {"deltanet": 0.912, "gated_deltanet": 0.905, "gla": 0.0}
+    b = compare.best_pure_vs_hybrid(table(pure, {"deltanet": 0.80, "gated_deltanet": 0.95, "gla": 0.85}), "recall_auc", "3:1")
+    assert (b["pure"], b["hybrid"], b["pure_tied"], b["verdict"]) == ("gated_deltanet", "gated_deltanet", ["deltanet"], "no")
+    # gla's hybrid beats deltanet's (the argmax's) by far but gated_deltanet's, the tied one, only inside the spread
+    b = compare.best_pure_vs_hybrid(table(pure, {"deltanet": 0.80, "gated_deltanet": 0.90, "gla": 0.91}), "recall_auc", "3:1")
+    assert (b["hybrid"], b["pure"], b["verdict"]) == ("gla", "gated_deltanet", "undecided") and b["margin"] == pytest.approx(0.01)
+    b = compare.best_pure_vs_hybrid(table(pure, {"deltanet": 0.80, "gated_deltanet": 0.85, "gla": 0.91}), "recall_auc", "3:1")
+    assert (b["pure"], b["verdict"]) == ("gated_deltanet", "yes")
+    lines, _ = compare.findings_table(table(pure, {"deltanet": 0.80, "gated_deltanet": 0.85, "gla": 0.91}))
+    assert any("(tied within 2x spread with deltanet)" in ln for ln in lines)
+
+
 # -- compare.py: cost and bad input ----------------------------------------------------------------
 
 def test_cost_per_candidate_and_seed_against_the_target():

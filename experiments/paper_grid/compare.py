@@ -228,9 +228,15 @@ def best_pure_vs_hybrid(cs: dict, measure: str, how: str) -> dict:
         return out
     bp = max(pure, key=lambda m: pure[m][measure])
     bh = max(hyb, key=lambda m: hyb[m][0])
-    out.update(pure=bp, pure_value=pure[bp][measure], pure_cell=pure[bp], hybrid=bh, hybrid_value=hyb[bh][0])
-    if bp not in hyb:
-        out["note"] = f"{bp} has no {how} hybrid scored"
+    # the best standalone may be a tie: every pure mixer within twice the spread of the best counts as best
+    tied = [m for m in pure if pure[bp][measure] - pure[m][measure] <= 2 * max(spread(pure[bp], measure), spread(pure[m], measure))]
+    if bh in tied:
+        bp = bh  # the best hybrid is one of the best standalone mixers: a 'no' if it leads the others
+    out.update(pure=bp, pure_value=pure[bp][measure], pure_cell=pure[bp], hybrid=bh, hybrid_value=hyb[bh][0],
+               pure_tied=[m for m in tied if m != bp])
+    scored = [m for m in tied if m in hyb]
+    if not scored:
+        out["note"] = f"{' / '.join(tied)} {'has' if len(tied) == 1 else 'have'} no {how} hybrid scored"
         return out
     if bh == bp:  # 'no' needs the lead over the runner-up beyond twice the spread, as 'yes' needs its margin
         others = [m for m in hyb if m != bp]
@@ -242,8 +248,10 @@ def best_pure_vs_hybrid(cs: dict, measure: str, how: str) -> dict:
         out.update(own=hyb[bp][0], runner_up=ru, runner_up_value=hyb[ru][0], margin=margin, spread=sp)
         out["verdict"] = "no" if margin > 2 * sp else "undecided"
         return out
-    margin, sp = hyb[bh][0] - hyb[bp][0], max(hyb[bh][1], hyb[bp][1])
-    out.update(own=hyb[bp][0], margin=margin, spread=sp)
+    ref = max(scored, key=lambda m: hyb[m][0])  # 'yes' must beat the hybrid of every tied-best standalone mixer
+    margin, sp = hyb[bh][0] - hyb[ref][0], max(hyb[bh][1], hyb[ref][1])
+    out.update(pure=ref, pure_value=pure[ref][measure], pure_cell=pure[ref], own=hyb[ref][0], margin=margin, spread=sp,
+               pure_tied=[m for m in tied if m != ref])
     out["verdict"] = "yes" if margin > 2 * sp else "undecided"
     return out
 
@@ -282,7 +290,10 @@ def findings_table(cs: dict) -> tuple[list[str], dict]:
                 nums = "no pure model or no hybrid scored"
             else:
                 best = (recall_text(cs[(b["hybrid"], "3:1")], measure) if how == "3:1" else f"{b['hybrid_value']:.3f}")
-                nums = f"best pure: {_fmt_cell(cs, b['pure'], 'pure', measure)}; best hybrid {what}: {b['hybrid']} {best}"
+                nums = f"best pure: {_fmt_cell(cs, b['pure'], 'pure', measure)}"
+                if b.get("pure_tied"):
+                    nums += f" (tied within 2x spread with {', '.join(b['pure_tied'])})"
+                nums += f"; best hybrid {what}: {b['hybrid']} {best}"
                 if "runner_up" in b:
                     nums += (f"; {b['pure']}'s own {b['own']:.3f} leads {b['runner_up']}'s {b['runner_up_value']:.3f} by "
                              f"{b['margin']:+.3f} vs 2x spread {2 * b['spread']:.3f}")
