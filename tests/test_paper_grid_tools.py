@@ -323,6 +323,19 @@ def test_a_tie_for_the_best_standalone_mixer_counts_every_tied_mixer_as_best():
     assert any("(tied within 2x spread with deltanet)" in ln for ln in lines)
 
 
+def test_the_cell_table_says_how_many_seeds_reached_the_target():
+    """Steps to target are a mean over the seeds that reached it; the cell says when a seed never did (RetNet 6:1 on
+    2026-12-04 read '2900 over 2 seeds' while seed 1 never got there), and a table without steps says nothing."""
+    rows = [_row("retnet", "6:1", 0, 0.98, auc=0.5, mqar_steps_to_target=2900), _row("retnet", "6:1", 1, 0.94, auc=0.4),
+            _row("gla", "3:1", 0, 0.99, auc=0.9, mqar_steps_to_target=500), _row("gla", "3:1", 1, 0.99, auc=0.9,
+                                                                                mqar_steps_to_target=400),
+            _row("gla", "pure", 0, 0.0, auc=0.0), _row("gla", "pure", 1, 0.0, auc=0.0)]
+    text = compare.compare(rows)
+    assert "| 2900 (1 of 2 seeds; the rest never) |" in text and "| 450 |" in text and "| never |" in text
+    old = [{k: v for k, v in r.items() if k != "mqar_steps_to_target"} for r in rows]
+    assert "never" not in compare.compare(old)
+
+
 # -- compare.py: cost and bad input ----------------------------------------------------------------
 
 def test_cost_per_candidate_and_seed_against_the_target():
