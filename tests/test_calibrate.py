@@ -342,6 +342,26 @@ def test_hlnas_calibrate_then_hlnas_search_continue_one_study(monkeypatch, tmp_p
     assert "no-rec." in capsys.readouterr().out
 
 
+def test_a_search_resumed_after_hlnas_calibrate_trains_the_layouts_the_calibration_did_not(monkeypatch, tmp_path):
+    """hlnas calibrate creates the study; h200.sh's grid then runs `hlnas search --resume` with no --trials, which
+    continues to the study's stored target. The calibration stored its own internal target (1 trial) there, so the
+    resumed grid would have trained nothing (2026-12-04: paper_grid_h200_lr held hlnas_trials=1 with 19 trials done)."""
+    run, calls = fake_trial({})
+    monkeypatch.setattr(executors, "run_trial", run)
+    import yaml
+
+    space_file = tmp_path / "cal.yaml"
+    space_file.write_text(yaml.safe_dump(raw_space(ratios=["pure", "6:1", "3:1", "2:1"])))
+    url = f"sqlite:///{tmp_path}/c.db"
+    assert main(["calibrate", str(space_file), "--storage", url, "--workers", "1"]) == 0
+    study = optuna.load_study(study_name="cal", storage=url)
+    assert "hlnas_trials" not in study.user_attrs and len(study.trials) == 5  # the control, pure and 3:1 at seed 0
+    n = len(calls)
+    assert main(["search", "--resume", "--study", "cal", "--storage", url, "--workers", "1", "--no-progress"]) == 0
+    trained = [c[1] for c in calls[n:]]
+    assert sorted(trained) == ["GAGAGA", "GGGGGA", "HAHAHA", "HHHHHA"]  # 2:1 and 6:1 of each mixer, nothing else
+
+
 def test_hlnas_calibrate_exits_1_on_an_invalid_protocol(monkeypatch, tmp_path, capsys):
     run, _ = fake_trial({("AAAAAA", 0): 0.3, ("AAAAAA", 1): 0.3})
     monkeypatch.setattr(executors, "run_trial", run)

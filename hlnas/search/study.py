@@ -396,7 +396,8 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
     t_start = time.monotonic()
     sampler_name = o.sampler or space.sampler
     study.sampler = make_sampler(sampler_name, o.seed, len(space.objectives))
-    study.set_user_attr("hlnas_trials", o.n_trials)  # the target a plain --resume continues to
+    if not o.calibrate_only:  # the target a plain --resume continues to; a calibration's own 1 is not a search's
+        study.set_user_attr("hlnas_trials", o.n_trials)
     emit = o.on_event or (lambda kind, data: None)
     requeued = recover(study)
     if requeued:
