@@ -9,8 +9,8 @@ study then runs until it holds the requested number of COMPLETE trials. One driv
 
 Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``,
 ``hlnas_space_hash``, ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``,
-``hlnas_paper_grid``, ``hlnas_trials`` (the latest target), ``hlnas_calibration``, ``hlnas_driver``; every trial's user attrs hold the layout's cost and its scores
-(:func:`hlnas.budget.layout_metrics` plus :func:`hlnas.score.objectives.score`).
+``hlnas_paper_grid``, ``hlnas_trials`` (a search's latest target), ``hlnas_calibration``, ``hlnas_driver``; every trial's
+user attrs hold the layout's cost and its scores (:func:`hlnas.budget.layout_metrics` plus :func:`hlnas.score.objectives.score`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
-from hlnas.overrides import is_number
+from hlnas.overrides import is_int, is_number
 from hlnas.search.executors import Executor, InlineExecutor, make_executor
 from hlnas.search.lease import DriverLease
 from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_if_needed, check_replicas,
@@ -38,7 +38,6 @@ from hlnas.search import optuna_adapter
 from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
 from hlnas.search.storage import open_storage
 from hlnas.space import SearchSpace, space_from_dict
-from hlnas.overrides import is_int
 import hlnas.calibrate as calib
 
 __all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_or_create_storage", "run_search", "calibrate_study",
