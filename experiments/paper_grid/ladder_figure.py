@@ -137,8 +137,10 @@ def figure(points: list[Point], mixers: list[str], budget: int):
 
     ticks = sorted({p.attention_layers for p in points})
     lrs = sorted({p.lr for p in points}, reverse=True)
+    one_lr = len(lrs) == 1  # then the rate goes in the title once: six panels' "mixer, lr 0.0005" titles overlapped
     fig = make_subplots(rows=len(lrs), cols=len(mixers), shared_yaxes=True, shared_xaxes=True,
-                        subplot_titles=[f"{m}, lr {lr:g}" for lr in lrs for m in mixers], vertical_spacing=0.08)
+                        subplot_titles=[m if one_lr else f"{m}, lr {lr:g}" for lr in lrs for m in mixers],
+                        vertical_spacing=0.08)
     style = {"reached": ("circle", "#1f77b4", "reached 0.98"), "never": ("x", "#d62728", "never (whole budget)"),
              "undecided": ("triangle-up-open", "#7f7f7f", "paused or cut (undecided)")}
     shown = set()  # each outcome in the legend once, from the first panel that has it
@@ -158,9 +160,11 @@ def figure(points: list[Point], mixers: list[str], budget: int):
             fig.add_hline(y=budget, line_dash="dot", line_color="#999", row=row, col=col)
             fig.update_xaxes(tickvals=ticks, range=[min(ticks) - 0.8, max(ticks) + 0.8], row=row, col=col)
         fig.update_yaxes(title_text=f"steps to 0.98 (budget {budget})", row=row, col=1)
-    for col in range(1, len(mixers) + 1):
-        fig.update_xaxes(title_text="attention layers (0: pure)", row=len(lrs), col=col)
-    fig.update_layout(template="plotly_white", title="Recall readiness against attention layers, per seed")
+    # one x-axis title for the whole row of panels (one per panel ran into its neighbours')
+    fig.add_annotation(text="attention layers of 24 (0: pure)", xref="paper", yref="paper", x=0.5, y=-0.16,
+                       showarrow=False, font=dict(size=14))
+    title = "Recall readiness against attention layers, per seed" + (f" (lr {lrs[0]:g})" if one_lr else "")
+    fig.update_layout(template="plotly_white", title=title, margin=dict(b=90))
     return fig
 
 
