@@ -29,7 +29,9 @@ so ``gpu_s`` overstates what a candidate costs alone. ``--concurrency N`` (how m
 ``logs/gpu_util.csv`` of every call the studies ran in) adds ``gpu_s_util``: the GPU's sampled utilisation split
 among the jobs active at each sample (``gpu_share``; a trial from its ``started_at`` to its ``finished_at``, a
 calibration run that is no trial over its recall run's clock), a measurement instead of an estimate; a row whose
-recall came from a calibration run adds that run's share. ``compare.py`` reports the cost from the best column given.
+recall came from a calibration run adds that run's share. Jobs of other studies sharing those calls are unknown to it
+and would be charged to these: pass the files of calls that ran these studies alone. ``compare.py`` reports the cost
+from the best column given.
 """
 
 from __future__ import annotations
