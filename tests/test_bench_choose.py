@@ -67,3 +67,8 @@ def test_the_command_line_answers_as_h200_sh_reads_it(tmp_path, capsys):
     assert choose.main(["workers", str(tmp_path)]) == 0 and capsys.readouterr().out.split() == ["8", "1", "1"]
     assert choose.main(["replicas", str(tmp_path)]) == 0 and capsys.readouterr().out.strip() == "0"
     assert choose.main(["mps", str(tmp_path / "nothing")]) == 1  # no table: MPS stays off
+
+
+def test_a_gain_of_a_mode_without_a_baseline_names_the_modes_that_have_one():
+    with pytest.raises(ValueError, match=r"mode 'processes' has no baseline to gain over; modes: mps, streams"):
+        choose.gains([], "processes", 8)

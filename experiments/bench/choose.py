@@ -48,6 +48,8 @@ def largest_n(rows: list[dict]) -> int:
 
 def gains(rows: list[dict], mode: str, n: int) -> dict[str, float]:
     """Layout -> ``mode``'s rate over its baseline's (:data:`BASELINE`) at ``n`` runs, where both were measured."""
+    if mode not in BASELINE:
+        raise ValueError(f"mode {mode!r} has no baseline to gain over; modes: {', '.join(BASELINE)}")
     rate = {(r["layout"], r["mode"]): _rate(r) for r in rows if int(r["n_runs"]) == n and _rate(r)}
     return {layout: v / rate[(layout, BASELINE[m])] for (layout, m), v in rate.items()
             if m == mode and (layout, BASELINE[m]) in rate}
