@@ -427,6 +427,29 @@ def test_every_h200_protocol_builds_its_recall_models_and_task(path):
 
 
 # -- ladder_figure.py: steps to target against attention layers, from a calibration and sweeps ----------------------
+def test_ladder_figure_refuses_sweep_rows_of_another_protocol_than_the_calibrations(tmp_path):
+    """Beside a calibration (--study) a sweep row must share its stored space's recall protocol, mixer_hparams per mixer
+    its layout has: session 19's 8-head HGRN-2 rows join the lr-5e-4 calibration's figure, its 1-head rows do not."""
+    fig_mod = _script("ladder_figure")
+    storage = f"sqlite:///{tmp_path / 'cal.db'}"
+    study = optuna.create_study(study_name="cal", storage=storage)
+    study.set_user_attr("hlnas_space", load_space(str(ROOT / "search_spaces" / "paper_grid_h200_lr.yaml")).to_dict())
+    rows = [json.loads(ln) for ln in (ROOT / "experiments" / "results" / "mqar_lr_next_h200_2026-12-04" / "call3"
+                                      / "recall_sweep.jsonl").read_text().splitlines()]
+    eight = [r for r in rows if (r["mixer_hparams"].get("hgrn2") or {}).get("expand_ratio") == 16]
+    one = [r for r in rows if "N" in r["layout"] and "expand_ratio" not in (r["mixer_hparams"].get("hgrn2") or {})]
+    assert eight and one
+    protocol = fig_mod.calibration_protocol(storage, "cal")
+    (tmp_path / "eight.jsonl").write_text("\n".join(json.dumps(r) for r in eight) + "\n")
+    (tmp_path / "one.jsonl").write_text(json.dumps(one[0]) + "\n")
+    assert fig_mod.sweep_points([tmp_path / "eight.jsonl"], 4000, seen=protocol)
+    with pytest.raises(SystemExit, match=r"ran another protocol than calibration cal \(mixer_hparams.hgrn2"):
+        fig_mod.sweep_points([tmp_path / "one.jsonl"], 4000, seen=protocol)
+    assert fig_mod.sweep_points([tmp_path / "one.jsonl"], 4000)  # alone, it is a figure of its own
+    bare = optuna.create_study(study_name="bare", storage=storage)  # no stored space: nothing to check against
+    assert bare.user_attrs == {} and fig_mod.calibration_protocol(storage, "bare") == {}
+
+
 def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp_path):
     """A calibration's stored runs (control left out) and sweep rows become one point per (layout, seed, lr): reached
     at its steps to target, never at the budget, paused/cut as undecided at its steps. Of two rows of one key the

@@ -16,7 +16,8 @@ else the later file's, so a case run again after its paused state was lost count
 - trained its whole schedule without reaching it: a cross at the schedule's end (never);
 - paused or cut before its schedule's end: an open triangle at the steps it had (undecided).
 Only runs trained under one step schedule (``--budget``) and one protocol belong in one figure: a sweep that mixes
-variants (say HGRN-2 with 8 heads beside the default) is drawn once per variant, picked by tag (``--tags``).
+variants (say HGRN-2 with 8 heads beside the default) is drawn once per variant, picked by tag (``--tags``), and a
+sweep row of another protocol than the calibration's (``--study``, its stored space) is refused.
 """
 
 from __future__ import annotations
@@ -86,14 +87,34 @@ def _same_protocol(r: dict, where: str, seen: dict) -> None:
                              "one figure per protocol")
 
 
-def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None) -> dict[Key, Point]:
+def calibration_protocol(storage: str, study: str) -> dict:
+    """The calibration's recall protocol as :func:`_same_protocol`'s ``seen`` (its stored space's ``score.mqar``), so
+    sweep rows of another protocol are refused beside its runs; empty (nothing checked) for a study without a stored
+    space or on another task than MQAR (a VT sweep row records its task otherwise)."""
+    import optuna
+
+    raw = optuna.load_study(study_name=study, storage=storage).user_attrs.get("hlnas_space")
+    raw = json.loads(raw) if isinstance(raw, str) else raw
+    mqar = (((raw or {}).get("scale") or {}).get("score") or {}).get("mqar") or {}
+    if not mqar or mqar.get("task", "mqar") != "mqar":
+        return {}
+    model, name = mqar.get("model") or {}, f"calibration {study}"
+    settings = {"task": "mqar", "vt": None, **{k: mqar.get(k) for k in ("kv_pairs", "seq_len", "vocab", "batch")},
+                **{k: model.get(k) for k in ("d_model", "n_heads", "residual_init")}}
+    hp = model.get("mixer_hparams") or {}
+    seen = {"settings": (name, {k: settings.get(k) for k in PROTOCOL_KEYS if k != "mixer_hparams"})}
+    seen.update({f"mixer_hparams.{m}": (name, hp.get(m)) for m in [*raw.get("mixers", []), "attention"]})
+    return seen
+
+
+def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None, seen: dict | None = None) -> dict[Key, Point]:
     """The sweeps' rows by (layout, seed, lr), merged by :func:`says_more`. Failed rows, the all-attention control's
     (on no mixer's ladder) and, with ``tags``, rows whose tag contains none of them are skipped. A row's ``steps`` are
     the steps it trained; its ``schedule`` (rows since 2026-12-04) must equal ``budget``, and its protocol
     (:data:`PROTOCOL_KEYS`, :func:`_same_protocol`) the rows' before it: a variant (say HGRN-2 with other heads) is
-    another figure."""
+    another figure. ``seen``: a protocol the rows must match from the start (:func:`calibration_protocol`)."""
     out: dict[Key, Point] = {}
-    seen: dict = {}
+    seen = dict(seen or {})
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
@@ -182,7 +203,8 @@ def main(argv=None) -> int:
     if bool(a.storage) != bool(a.study):
         p.error("--storage and --study go together")
     pts = calibration_points(a.storage, a.study, a.budget) if a.study else {}
-    for key, point in sweep_points(a.sweep, a.budget, a.tags).items():
+    protocol = calibration_protocol(a.storage, a.study) if a.study else {}
+    for key, point in sweep_points(a.sweep, a.budget, a.tags, protocol).items():
         if says_more(point, pts.get(key)):
             pts[key] = point
     points = [x for x in pts.values() if x.mixer in a.mixers and (not a.lrs or x.lr in a.lrs)]
