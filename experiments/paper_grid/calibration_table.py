@@ -18,7 +18,7 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from experiments.paper_grid.gpu_share import attribute, read_util, recall_interval
+from experiments.paper_grid.gpu_share import attribute, calibration_spans, read_util
 from hlnas.errors import HlnasError
 from hlnas.search.storage import load_study
 
@@ -32,14 +32,11 @@ def rows(study, util_paths=()) -> tuple[list[dict], dict | None]:
     cal = study.user_attrs.get("hlnas_calibration")
     if not cal or not cal.get("runs"):
         raise HlnasError(f"study '{study.study_name}' has no stored calibration runs (hlnas_calibration)")
-    out, spans = [], {}
+    spans, out = calibration_spans(study), []
     for key, run in cal["runs"].items():
         row = {c: run.get(c) for c in COLUMNS}
-        stored = study.user_attrs.get(f"hlnas_calibration_recall:{key}") or {}
-        span = recall_interval(stored.get("result") or {}, run.get("train_wall_s"))
-        if span is not None:
-            spans[key] = span
-            row["started_utc"] = dt.datetime.fromtimestamp(span[0], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        if key in spans:
+            row["started_utc"] = dt.datetime.fromtimestamp(spans[key][0], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         out.append(row)
     totals = None
     if util_paths:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import optuna
 
-from experiments.paper_grid.gpu_share import attribute, read_util, recall_interval
+from experiments.paper_grid.gpu_share import attribute, calibration_spans, read_util
 from hlnas.budget import layout_metrics
 from hlnas.errors import HlnasError
 from hlnas.score.ruler import RULER_TASKS
@@ -112,11 +112,8 @@ def util_shares(studies: list[optuna.Study], util_paths) -> dict[tuple, float]:
             a = t.user_attrs
             if "reused_from" not in a and a.get("started_at") is not None and a.get("finished_at") is not None:
                 spans[("trial", st.study_name, t.number)] = (float(a["started_at"]), float(a["finished_at"]))
-        for key, run in ((st.user_attrs.get("hlnas_calibration") or {}).get("runs") or {}).items():
-            stored = st.user_attrs.get(f"hlnas_calibration_recall:{key}") or {}
-            span = None if key in as_trial else recall_interval(stored.get("result") or {}, run.get("train_wall_s"))
-            if span is not None:
-                spans[("cal", st.study_name, key)] = span
+        spans.update({("cal", st.study_name, key): span
+                      for key, span in calibration_spans(st).items() if key not in as_trial})
     return attribute(spans, read_util(util_paths))[0]
 
 

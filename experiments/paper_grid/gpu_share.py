@@ -24,6 +24,8 @@ import datetime as dt
 from pathlib import Path
 from statistics import median
 
+from hlnas.search.calibration import RECALL_ATTR
+
 
 def read_util(paths) -> list[tuple[float, float]]:
     """nvidia-smi CSV files (``2026/12/04 19:51:51.072, 37 %, 1024 MiB``) -> sorted (unix time, busy fraction)."""
@@ -79,3 +81,15 @@ def recall_interval(result: dict, lm_wall_s: float | None = None) -> tuple[float
         return None
     end = max(t for _, t in clocks)
     return end - float(result["mqar_s"]) - float(lm_wall_s or 0.0), end
+
+
+def calibration_spans(study) -> dict[str, tuple[float, float]]:
+    """Each stored calibration run of ``study`` with a known interval (:func:`recall_interval` of its recall record,
+    ``RECALL_ATTR + key``, reaching back over its LM half where it had one), by run key."""
+    out = {}
+    for key, run in ((study.user_attrs.get("hlnas_calibration") or {}).get("runs") or {}).items():
+        stored = study.user_attrs.get(RECALL_ATTR + key) or {}
+        span = recall_interval(stored.get("result") or {}, run.get("train_wall_s"))
+        if span is not None:
+            out[key] = span
+    return out
