@@ -72,15 +72,21 @@ PROTOCOL_KEYS = ("task", "vt", "kv_pairs", "seq_len", "vocab", "d_model", "n_hea
                  "batch")
 
 
+def _protocol_parts(r: dict, mixers) -> list[tuple[str, object]]:
+    """A protocol's parts as compared: its settings whole (:data:`PROTOCOL_KEYS`), then ``mixer_hparams`` of each of
+    ``mixers``."""
+    hp = r.get("mixer_hparams") or {}
+    return [("settings", {k: r.get(k) for k in PROTOCOL_KEYS if k != "mixer_hparams"}),
+            *((f"mixer_hparams.{m}", hp.get(m)) for m in sorted(set(mixers)))]
+
+
 def _same_protocol(r: dict, where: str, seen: dict) -> None:
     """Refuse a row whose protocol differs from the rows before it (``seen``: part -> (first row's name, value)). The
     settings are compared whole, ``mixer_hparams`` per mixer the row's layout has: a GLA run's protocol does not
     depend on HGRN-2's settings, so GLA rows of one sweep and 8-head HGRN-2 rows of another share a figure, while
     1-head and 8-head HGRN-2 rows do not."""
-    name, hp = r.get("tag") or r["layout"], r.get("mixer_hparams") or {}
-    parts = [("settings", {k: r.get(k) for k in PROTOCOL_KEYS if k != "mixer_hparams"})]
-    parts += [(f"mixer_hparams.{m}", hp.get(m)) for m in sorted(set(Layout.parse(r["layout"]).mixers))]
-    for part, value in parts:
+    name = r.get("tag") or r["layout"]
+    for part, value in _protocol_parts(r, Layout.parse(r["layout"]).mixers):
         first = seen.setdefault(part, (name, value))
         if value != first[1]:
             raise SystemExit(f"{where}: {name} ran another protocol than {first[0]} ({part}: {first[1]!r} vs {value!r}): "
@@ -98,13 +104,11 @@ def calibration_protocol(storage: str, study: str) -> dict:
     mqar = (((raw or {}).get("scale") or {}).get("score") or {}).get("mqar") or {}
     if not mqar or mqar.get("task", "mqar") != "mqar":
         return {}
-    model, name = mqar.get("model") or {}, f"calibration {study}"
-    settings = {"task": "mqar", "vt": None, **{k: mqar.get(k) for k in ("kv_pairs", "seq_len", "vocab", "batch")},
-                **{k: model.get(k) for k in ("d_model", "n_heads", "residual_init")}}
-    hp = model.get("mixer_hparams") or {}
-    seen = {"settings": (name, {k: settings.get(k) for k in PROTOCOL_KEYS if k != "mixer_hparams"})}
-    seen.update({f"mixer_hparams.{m}": (name, hp.get(m)) for m in [*raw.get("mixers", []), "attention"]})
-    return seen
+    model = mqar.get("model") or {}
+    row = {"task": "mqar", "vt": None, **{k: mqar.get(k) for k in ("kv_pairs", "seq_len", "vocab", "batch")},
+           **{k: model.get(k) for k in ("d_model", "n_heads", "residual_init", "mixer_hparams")}}
+    return {part: (f"calibration {study}", value)
+            for part, value in _protocol_parts(row, [*raw.get("mixers", []), "attention"])}
 
 
 def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None, seen: dict | None = None) -> dict[Key, Point]:
@@ -182,7 +186,7 @@ def figure(points: list[Point], mixers: list[str], budget: int):
             fig.update_xaxes(tickvals=ticks, range=[min(ticks) - 0.8, max(ticks) + 0.8], row=row, col=col)
         fig.update_yaxes(title_text=f"steps to 0.98 (budget {budget})", row=row, col=1)
     # one x-axis title for the whole row of panels (one per panel ran into its neighbours')
-    fig.add_annotation(text="attention layers of 24 (0: pure)", xref="paper", yref="paper", x=0.5, y=-0.16,
+    fig.add_annotation(text="attention layers (0: pure)", xref="paper", yref="paper", x=0.5, y=-0.16,
                        showarrow=False, font=dict(size=14))
     title = "Recall readiness against attention layers, per seed" + (f" (lr {lrs[0]:g})" if one_lr else "")
     fig.update_layout(template="plotly_white", title=title, margin=dict(b=90))
