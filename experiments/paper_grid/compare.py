@@ -22,9 +22,9 @@ Writes markdown:
       share's recall above the lowest share's by more than twice the larger spread; yes when more than half the
       mixers rise, no when at most a quarter do, else undecided;
   (iii) the best standalone mixer is not the best hybrid: the best pure mixer vs the best mixer at 3:1, and averaged
-      over the hybrid ratios; yes when another mixer wins by more than twice the spread over the best pure
-      mixer's own hybrid, no when the best pure mixer is also the best hybrid, ahead of the runner-up by more than
-      twice the spread;
+      over the hybrid ratios; every pure mixer within twice the spread of the best counts as a best one (a tie);
+      yes when another mixer wins by more than twice the spread over the hybrid of every best pure mixer, no when a
+      best pure mixer is also the best hybrid, ahead of the runner-up by more than twice the spread;
 * **cost**: GPU-seconds per candidate (mean, max) and per grid seed, against the target of at most 30 GPU-s per
   candidate on average (``gpu_s_util``, the measured utilisation's share, when collect.py had ``--util``; else
   ``gpu_s_est``, wall / concurrency, when it had ``--concurrency``; else the wall seconds ``gpu_s``, which overstate
