@@ -394,7 +394,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="print a stored study's Pareto front",
                        description="Print the Pareto front of a stored hlnas study: layout, recall, KV-cache bytes, LM loss.")
     p.add_argument("--storage", help="storage URL (default sqlite:///hlnas.db)")
-    p.add_argument("--study", required=True, help="study name")
+    p.add_argument("--study", help="study name (default: the storage's only study)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--as-if", action="append", default=[], metavar="calibration.KEY=VALUE",
                    help="also judge the stored calibration runs as if the space's calibration section said this "
@@ -405,9 +405,11 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from hlnas.console import status_text
+    from hlnas.search.storage import only_study_name
     from hlnas.search.study import DEFAULT_STORAGE, load_hlnas_study, study_summary
 
-    study = load_hlnas_study(args.storage or DEFAULT_STORAGE, args.study)
+    storage = args.storage or DEFAULT_STORAGE
+    study = load_hlnas_study(storage, args.study or only_study_name(storage))
     summary, as_if = study_summary(study), ""
     if args.as_if:  # the stored runs judged under other thresholds, printed after the stored verdict
         from hlnas.calibration_whatif import study_as_if
@@ -443,7 +445,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
                        description="Write OUT/report.html (plotly embedded, no network needed to view) and one PNG per figure "
                        "(kaleido; needs Chromium: apt-get install chromium).")
     p.add_argument("--storage", help="storage URL (default sqlite:///hlnas.db)")
-    p.add_argument("--study", required=True)
+    p.add_argument("--study", help="study name (default: the storage's only study)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-png", action="store_true", help="HTML only (no Chromium needed)")
     p.set_defaults(func=cmd_report)
@@ -451,9 +453,10 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from hlnas.report import write_report
-    from hlnas.search.study import DEFAULT_STORAGE
+    from hlnas.search.storage import DEFAULT_STORAGE, only_study_name
 
-    paths = write_report(args.storage or DEFAULT_STORAGE, args.study, args.out, png=not args.no_png)
+    storage = args.storage or DEFAULT_STORAGE
+    paths = write_report(storage, args.study or only_study_name(storage), args.out, png=not args.no_png)
     for p in paths:
         print(p)
     return 0

@@ -57,7 +57,27 @@ def test_status_prints_the_front(done_study, capsys):
         assert {"layout", "recall", "kv_cache_bytes", "val_loss", "params"} <= set(r)
         assert r["kv_cache"] == r["kv_cache_bytes"] and 0 <= r["recall"] <= 1 and r["val_loss"] > 0
     assert [r["kv_cache_bytes"] for r in d["front"]] == sorted(r["kv_cache_bytes"] for r in d["front"])
+
     assert "GGGG" in {r["layout"] for r in d["front"]}  # no KV cache at all: always on the front
+
+
+def test_status_without_study_reads_the_only_one_and_lists_several(done_study, capsys, tmp_path):
+    assert main(["status", "--storage", done_study]) == 0
+    assert "study 'st': 4 complete" in capsys.readouterr().out
+
+    url = f"sqlite:///{tmp_path}/two.db"
+    for name in ("b_study", "a_study"):
+        optuna.create_study(study_name=name, storage=url)
+    for cmd in (["status", "--storage", url], ["report", "--storage", url, "--out", str(tmp_path / "r")]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].endswith(f"{url} holds 2 studies; name one with --study: a_study, b_study")
+    assert not (tmp_path / "r").exists()  # refused before anything was written
+
+    empty = f"sqlite:///{tmp_path}/empty.db"
+    optuna.storages.RDBStorage(empty)  # the schema, no study
+    assert main(["status", "--storage", empty]) == 2
+    assert "holds no study yet" in capsys.readouterr().err
 
 
 def _free_port() -> int:

@@ -14,7 +14,8 @@ import optuna
 
 from hlnas.errors import HlnasError, did_you_mean
 
-__all__ = ["StorageError", "UnknownStudyError", "ALLOWED_SCHEMES", "DEFAULT_STORAGE", "open_storage", "load_study", "study_names"]
+__all__ = ["StorageError", "UnknownStudyError", "ALLOWED_SCHEMES", "DEFAULT_STORAGE", "open_storage", "load_study", "study_names",
+           "only_study_name"]
 
 DEFAULT_STORAGE = "sqlite:///hlnas.db"
 SQLITE_BUSY_TIMEOUT_S = 120.0  # how long a SQLite write waits for another connection's lock
@@ -97,6 +98,17 @@ def _is_journal(path: str) -> bool:
 
 def study_names(storage: optuna.storages.BaseStorage) -> list[str]:
     return [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+
+
+def only_study_name(storage: str) -> str:
+    """The one study ``storage`` holds, for a reader called without ``--study``; :class:`UnknownStudyError` listing
+    them when it holds none or several (a guess among several could show the wrong study's front)."""
+    names = sorted(study_names(open_storage(storage)))
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise UnknownStudyError(f"{storage} holds no study yet (hlnas search stores one)")
+    raise UnknownStudyError(f"{storage} holds {len(names)} studies; name one with --study: {', '.join(names)}")
 
 
 def load_study(storage: str | optuna.storages.BaseStorage, study_name: str) -> optuna.Study:
