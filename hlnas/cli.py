@@ -233,9 +233,11 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     from hlnas.console import SearchProgress, front_table
     from hlnas.space import load_space
+    from hlnas.search.storage import check_storage_url
     from hlnas.search.study import DEFAULT_STORAGE, choose_executor, front_rows, resumable, run_search, trial_target
 
     storage = args.storage or DEFAULT_STORAGE
+    check_storage_url(storage, create=not args.resume)  # before the banner: a bad URL is the one line printed
     space = None
     if args.resume:
         if not args.study:

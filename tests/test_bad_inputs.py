@@ -64,6 +64,7 @@ ROWS = [
     (["eval", "{ws}/run", "--set", "score.mqar.steps=1.5"], "score.mqar.steps is an integer; got 1.5"),
     # search
     (["search", "--cpus-per-trial", "0", "--trials", "1"], "--cpus-per-trial must be > 0"),
+    (["search", "--storage", "sqlite:///{ws}/nodir/s.db", "--trials", "1"], "storage 'sqlite:///{ws}/nodir/s.db': folder"),
     (["search", "--runs-per-worker", "0", "--trials", "1"], "--runs-per-worker must be an integer >= 1, got 0"),
     (["search", "--executor", "inline", "--workers", "1", "--runs-per-worker", "2", "--trials", "1"],
      "--runs-per-worker 2 needs --executor processes"),
@@ -103,3 +104,11 @@ def test_a_bad_input_is_one_clear_line_and_exit_2(ws, monkeypatch, capsys, argv,
     assert len(errors) == 1 and "Traceback" not in err  # the error's own line, after any progress or usage lines
     assert message in err[err.index(errors[0]):]
     assert {p: p.stat().st_mtime_ns for p in ws.rglob("*")} == before  # nothing written, nothing scored
+
+
+@pytest.mark.parametrize("url", ["postgres://x", "sqlite:////nonexistent/dir/s.db", "hlnas.db"])
+def test_search_refuses_a_bad_storage_url_before_it_announces_the_study(ws, monkeypatch, capsys, url):
+    monkeypatch.chdir(ws)
+    assert main(["search", "--storage", url, "--trials", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hlnas search: error: storage '{url}'")  # no "study ... in" banner

@@ -15,7 +15,7 @@ import optuna
 from hlnas.errors import HlnasError, did_you_mean
 
 __all__ = ["StorageError", "UnknownStudyError", "ALLOWED_SCHEMES", "DEFAULT_STORAGE", "open_storage", "load_study", "study_names",
-           "only_study_name"]
+           "only_study_name", "check_storage_url"]
 
 DEFAULT_STORAGE = "sqlite:///hlnas.db"
 SQLITE_BUSY_TIMEOUT_S = 120.0  # how long a SQLite write waits for another connection's lock
@@ -37,10 +37,10 @@ def _file_path(url: str) -> str:
     return path[1:] if path.startswith("/") else path  # sqlite:///rel.db -> rel.db, sqlite:////abs.db -> /abs.db
 
 
-def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False) -> optuna.storages.BaseStorage:
-    """An Optuna storage for ``url`` (a storage object is returned as is)."""
-    if isinstance(url, optuna.storages.BaseStorage):
-        return url
+def check_storage_url(url: str, *, create: bool = False) -> tuple[str, str | None]:
+    """``url``'s storage kind and file path (None for a server), or :class:`StorageError` for a malformed URL, a scheme
+    Optuna cannot open, or a file that is missing (``create`` false) or whose folder is missing (``create`` true);
+    nothing is opened or written, so a command can refuse a bad URL before it starts."""
     if not isinstance(url, str) or "://" not in url:
         raise StorageError(f"storage {url!r} is not a URL; allowed schemes: {', '.join(ALLOWED_SCHEMES)} (e.g. {_EXAMPLES})")
     scheme = url.split("://", 1)[0]
@@ -66,6 +66,15 @@ def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False
                     f"storage {url!r}: no such {'SQLite' if kind == 'sqlite' else 'journal'} file '{os.path.abspath(path)}' "
                     f"(relative paths start at {os.getcwd()}); check the path, or run a study first to create it"
                 )
+        return kind, path
+    return kind, None
+
+
+def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False) -> optuna.storages.BaseStorage:
+    """An Optuna storage for ``url`` (a storage object is returned as is)."""
+    if isinstance(url, optuna.storages.BaseStorage):
+        return url
+    kind, path = check_storage_url(url, create=create)
     try:
         if kind == "journal":
             from optuna.storages.journal import JournalFileBackend
