@@ -183,7 +183,8 @@ def front_table(rows: list[dict], calibration: dict | None) -> str:
 def status_text(summary: dict) -> str:
     """``hlnas status``: trial counts, objectives, the calibration and the front of
     :func:`hlnas.search.study.study_summary`'s record."""
-    lines = [f"study '{summary['study']}': " + ", ".join(f"{v} {k}" for k, v in summary["trials"].items() if v),
+    target = f" (target {summary['target']} trials)" if summary.get("target") else ""  # what a resumed search runs to
+    lines = [f"study '{summary['study']}': " + ", ".join(f"{v} {k}" for k, v in summary["trials"].items() if v) + target,
              "objectives: " + ", ".join(f"{o['direction']} {o['metric']}" for o in summary["objectives"])]
     cal = summary["calibration"] or {}
     if cal.get("verdict"):

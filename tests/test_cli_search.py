@@ -49,7 +49,7 @@ def test_status_prints_the_front(done_study, capsys):
 
     assert main(["status", "--storage", done_study, "--study", "st", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["trials"]["complete"] == 4 and d["front"]
+    assert d["trials"]["complete"] == 4 and d["front"] and d["target"] == 4
     study = optuna.load_study(study_name="st", storage=done_study)
     best = {t.user_attrs["layout"] for t in study.best_trials}
     assert {r["layout"] for r in d["front"]} == best

@@ -106,6 +106,8 @@ def test_status_text_counts_only_present_states_then_calibration_then_front():
     assert lines[3] == "" and lines[4].startswith("Pareto front") and "(calibration skipped:" in lines[-1]
     assert "calibration:" not in status_text({**summary, "calibration": None})
     assert status_text({**summary, "front": []}).endswith("calibration: skipped\nno completed trials yet")
+    # a study that stored its target (hlnas_trials) says it: what a resumed search runs to
+    assert status_text({**summary, "target": 31}).startswith("study 'st': 4 complete, 1 running (target 31 trials)\n")
 
 
 def test_status_text_prints_a_stored_verdict_as_the_calibration_table():

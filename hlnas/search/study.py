@@ -497,4 +497,4 @@ def study_summary(study: optuna.Study) -> dict:
         advice = calib.advice(space, cal["verdict"])  # what hlnas calibrate printed when it failed, for a later reader
     return {"study": study.study_name, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
             "calibration": study.user_attrs.get("hlnas_calibration"), "calibration_progress": progress,
-            "calibration_advice": advice, "front": front}
+            "calibration_advice": advice, "front": front, "target": study.user_attrs.get("hlnas_trials")}
