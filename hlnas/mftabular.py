@@ -35,7 +35,7 @@ from hlnas.space import SearchSpace, space_from_dict
 from hlnas.tabular import TabularBenchmark
 from hlnas.search.trial import TrialResult, TrialSpec
 
-__all__ = ["CurveBenchmark", "SimulatedExecutor", "MFRun", "run_multi_fidelity", "curve_value", "hv_at", "svg_plot",
+__all__ = ["CurveBenchmark", "SimulatedExecutor", "MFRun", "run_multi_fidelity", "curve_value", "auc_at", "hv_at", "svg_plot",
            "stored_row", "default_rungs", "MFComparison", "compare_mf", "write_mf_outputs"]
 
 
@@ -48,6 +48,18 @@ def curve_value(curve: Sequence[Sequence[float]], steps: int) -> float:
     return v
 
 
+def auc_at(curve: Sequence[Sequence[float]], steps: int, held: bool) -> float:
+    """The graded measure a run reports after ``steps`` steps (a rung's ``recall_auc``, as :func:`hlnas.rungs.checks`
+    computes it): the area under its corrected recall ``curve`` (``[[step, recall], ...]``, 0 at step 0, linear
+    between checks) up to ``steps``, over ``steps``; ``held``: a run stopped at its target keeps its last value
+    after its last check (:func:`hlnas.score.recall_proxy.learning_auc`), others add nothing there."""
+    pts = [(0, 0.0)] + [(int(c[0]), float(c[1])) for c in curve if c[0] <= steps]
+    if held and pts[-1][0] < steps:
+        pts.append((steps, pts[-1][1]))
+    area = sum((s1 - s0) * (a0 + a1) / 2 for (s0, a0), (s1, a1) in zip(pts, pts[1:]))
+    return round(area / steps, 4) if steps > 0 else 0.0
+
+
 def stored_row(attrs: Mapping, top: int) -> dict | None:
     """A curve-table row from a COMPLETE trial's user attrs (None without a recall run): ``curve`` is the kept
     run's corrected recall per check (:func:`hlnas.rungs.checks`), held at its last check to ``top`` (a run
@@ -55,7 +67,8 @@ def stored_row(attrs: Mapping, top: int) -> dict | None:
     score the study's front holds; the checks are on the validation instances); ``steps_run`` the steps the run
     trained; ``s_per_step`` its recall seconds (``mqar_s``: every rate trained and the test scoring) per step of the
     kept run, so a whole replay costs what the trial's recall half cost; ``lm_s`` the rest of the trial's
-    ``wall_s`` (the LM half, paid at the top rung)."""
+    ``wall_s`` (the LM half, paid at the top rung); ``recall_auc`` the trial's stored graded measure (None if it has
+    none) and ``held`` whether its run stopped at its target, for a study that optimizes ``recall_auc``."""
     from hlnas.rungs import checks, kept_run
 
     run, cs = kept_run(attrs), checks(attrs)
@@ -66,15 +79,21 @@ def stored_row(attrs: Mapping, top: int) -> dict | None:
     curve = [[c["step"], c["recall"]] for c in cs if c["step"] < top]
     final = attrs.get("recall")
     curve.append([top, float(final) if isinstance(final, (int, float)) else cs[-1]["recall"]])
+    auc = attrs.get("recall_auc")
     return {"curve": curve, "steps_run": min(steps, top), "s_per_step": recall_s / max(1, steps),
-            "lm_s": max(0.0, float(attrs.get("wall_s") or 0.0) - recall_s), "kv_cache_bytes": attrs["kv_cache_bytes"]}
+            "lm_s": max(0.0, float(attrs.get("wall_s") or 0.0) - recall_s), "kv_cache_bytes": attrs["kv_cache_bytes"],
+            "recall_auc": float(auc) if isinstance(auc, (int, float)) else None,
+            "held": attrs.get("mqar_steps_to_target") is not None}
 
 
 @dataclass(frozen=True, eq=False)
 class CurveBenchmark:
     """``rows``: layout -> {"curve": [[step, recall], ...], "kv_cache_bytes": int, "s_per_step": float, "lm_s": float,
     optional "steps_run": the steps the run trained (a run stopped at its target costs no more; default the top)}.
-    ``missing="infeasible"``: a candidate without a row is answered infeasible (not trained, no cost, no volume)."""
+    ``missing="infeasible"``: a candidate without a row is answered infeasible (not trained, no cost, no volume).
+    ``metric``: what the replay's recall objective measures, the study's own (:meth:`value`): ``recall`` (the curve)
+    or ``recall_auc`` (the graded measure: :func:`auc_at` of the curve at a rung, the row's stored ``recall_auc`` at
+    the top; rows then also hold "recall_auc" and "held", as :func:`stored_row` writes them)."""
 
     name: str
     space: SearchSpace  # its score.mqar.steps is the top rung; its rungs section (if any) is replaced per run
@@ -82,9 +101,12 @@ class CurveBenchmark:
     missing: str = "error"
     source: str = ""
     unit: str = "GPU-s"  # what the rows' seconds are: "CPU worker-s" for a study trained on CPUs
+    metric: str = "recall"
 
     def __post_init__(self) -> None:
         top = self.space.score.mqar.steps
+        if self.metric not in ("recall", "recall_auc"):
+            raise ConfigError(f"curve benchmark '{self.name}': metric {self.metric!r} is not allowed; allowed: recall, recall_auc")
         layouts = {str(self.space.layout(p)) for p in self.space.grid()}
         missing = sorted(layouts - set(self.rows))
         if missing and self.missing != "infeasible":
@@ -94,6 +116,17 @@ class CurveBenchmark:
             curve = row.get("curve") or []
             if not curve or curve[-1][0] < top:
                 raise ConfigError(f"curve benchmark '{self.name}': the curve of {lay} ends before score.mqar.steps={top}")
+            if self.metric == "recall_auc" and row.get("recall_auc") is None:
+                raise ConfigError(f"curve benchmark '{self.name}': {lay}'s trial stored no recall_auc to replay")
+
+    def value(self, row: Mapping, steps: int) -> float:
+        """``row``'s recall objective after ``steps`` recall-model steps (see :attr:`metric`)."""
+        top = self.space.score.mqar.steps
+        if self.metric == "recall":
+            return curve_value(row["curve"], steps)
+        if steps >= top:
+            return row["recall_auc"]
+        return auc_at([c for c in row["curve"] if c[0] < top], steps, row.get("held", False))
 
     @classmethod
     def from_study(cls, study: optuna.Study, *, missing: str = "error") -> "CurveBenchmark":
@@ -124,14 +157,17 @@ class CurveBenchmark:
                               + (" (stopped rung trials hold partial curves only)" if pruned else "")
                               + "; finish the study (hlnas search --resume) or pass --missing infeasible")
         devices = {str(t.user_attrs.get("device", "")).split(":")[0] for t in study.get_trials(deepcopy=False, states=(complete,))}
+        metric = next((o.get("metric") for o in study.user_attrs.get("hlnas_objectives") or []
+                       if isinstance(o, dict) and o.get("metric") in ("recall", "recall_auc")), "recall")
         return cls(study.study_name, space, {k: v for k, v in rows.items() if k in wanted}, missing=missing,
-                   source=f"study '{study.study_name}'", unit="CPU worker-s" if devices == {"cpu"} else "GPU-s")
+                   source=f"study '{study.study_name}'", unit="CPU worker-s" if devices == {"cpu"} else "GPU-s",
+                   metric=metric)
 
     def final(self, scale: str = "front") -> TabularBenchmark:
         """The full-fidelity table (final recall, KV bytes): hypervolumes are scaled by its front (``scale="front"``,
         the ideal and nadir points: one good hybrid does not hold most of the volume) or the whole table."""
         top = self.space.score.mqar.steps
-        rows = [{"layout": lay, "recall": curve_value(r["curve"], top), "kv_cache_bytes": r["kv_cache_bytes"]}
+        rows = [{"layout": lay, "recall": self.value(r, top), "kv_cache_bytes": r["kv_cache_bytes"]}
                 for lay, r in self.rows.items()]
         return TabularBenchmark.from_rows(rows, space=self.space, name=self.name, missing=self.missing).with_scale(scale)
 
@@ -171,7 +207,7 @@ class SimulatedExecutor:
         run = row.get("steps_run", top)  # a run stopped at its target trains no further, whatever the rung asks
         cost = max(0, min(steps, run) - min(before, run)) * row["s_per_step"] + (row.get("lm_s", 0.0) if spec.rung_steps is None else 0.0)
         self._trained[spec.layout] = steps
-        recall = curve_value(row["curve"], steps)
+        recall = self.bench.value(row, steps)
         m = {"recall": recall, "kv_cache_bytes": row["kv_cache_bytes"], "status": "ok",
              "mqar_val_baseline": 0.0, "mqar_lr": 0.0,
              "mqar": {"runs": [{"lr": 0.0, "curve": [c for c in row["curve"] if c[0] <= steps]}]}}
@@ -240,6 +276,11 @@ def run_multi_fidelity(bench: CurveBenchmark, sampler: str = "nsga2", *, rungs: 
                     unique=table.n_candidates, rung_root="/nonexistent-simulated")
     optuna.logging.set_verbosity(level)
     return MFRun(label or sampler, seed, tuple(points), ex.clock * workers, len(done), counts["stopped"])
+
+
+def _measure(metric: str) -> str:
+    return ("recall_auc (the study's recall objective: the graded measure, over a rung's steps below the top)"
+            if metric == "recall_auc" else "recall")
 
 
 def hv_at(run: MFRun, gpu_s: float) -> float:
@@ -414,7 +455,7 @@ def write_mf_outputs(result: MFComparison, out: str, *, command: str = "", notes
           *( [f"Written by `{command}`.", ""] if command else []),
           f"{result.bench.describe()}.", "",
           f"{len(result.bench.rows)} candidates with curves; {result.workers} asynchronous simulated workers; rungs at "
-          f"{'; '.join(rungs) or 'none'}; hypervolume of recall vs KV-cache bytes of the COMPLETE trials (stopped ones add "
+          f"{'; '.join(rungs) or 'none'}; hypervolume of {_measure(result.bench.metric)} vs KV-cache bytes of the COMPLETE trials (stopped ones add "
           f"none), scaled by the {'table' if result.scale == 'table' else 'front'}, as a fraction of the whole table's. "
           f"Mean ± std over {n} seeds.", "",
           f"| method | final HV | {unit} to finish | {unit} to {pct} of {result.reference}'s final HV (runs reaching it) | "

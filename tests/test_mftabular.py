@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hlnas.errors import ConfigError
-from hlnas.mftabular import CurveBenchmark, SimulatedExecutor, curve_value, hv_at, run_multi_fidelity
+from hlnas.mftabular import CurveBenchmark, SimulatedExecutor, auc_at, curve_value, hv_at, run_multi_fidelity
 from hlnas.space import load_space
 from hlnas.search.trial import layout_metrics
 
@@ -66,6 +66,7 @@ def test_the_rung_scheduler_spends_fewer_gpu_seconds_for_the_same_front():
 def timed_run(spec):
     """A stand-in for run_trial that stores what a real trial stores: the recall run's curve (raw validation
     accuracy per check, stopped at the 0.98 target), its steps and seconds, mqar_s, and the trial's wall_s."""
+    from hlnas.score.recall_proxy import learning_auc
     from hlnas.search.trial import TrialResult
 
     lay, top = spec.layout, spec.recipe.score.mqar.steps
@@ -82,19 +83,56 @@ def timed_run(spec):
     steps, sps = curve[-1][0], 0.01 * (1 + n)
     m = {**layout_metrics(lay, spec.recipe.model, spec.kv_context, spec.placement), "status": "ok",
          "recall": 0.0 if take_off is None else 0.95, "mqar_lr": 1e-3, "mqar_val_baseline": 0.25, "mqar_s": steps * sps,
+         "recall_auc": learning_auc(curve, top, 0.25, take_off is not None), "mqar_steps_to_target": take_off,
          "mqar": {"runs": [{"lr": 1e-3, "curve": curve, "steps": steps, "wall_s": steps * sps, "finished": True}]},
          "val_loss": 3.0 - 0.1 * n}
     return TrialResult(spec.number, "ok", m, wall_s=steps * sps + 2.0)
 
 
-def stored_study(tmp_path):
+def stored_study(tmp_path, space=None):
     from hlnas.search.executors import InlineExecutor
     from hlnas.search.study import run_search
 
     url = f"sqlite:///{tmp_path}/s.db"
-    run_search(load_space("tiny"), storage=url, study_name="cpu", n_trials=11, executor=InlineExecutor(timed_run),
+    run_search(space or load_space("tiny"), storage=url, study_name="cpu", n_trials=11, executor=InlineExecutor(timed_run),
                skip_calibration=True, out_root=str(tmp_path / "out"))
     return url
+
+
+def test_auc_at_is_the_graded_measure_a_run_reports_after_so_many_steps():
+    from hlnas.rungs import checks
+    from hlnas.score.recall_proxy import learning_auc
+
+    raw = [[100, 0.25, 1.0], [200, 0.5, 1.0], [300, 1.0, 1.0]]  # validation accuracy over a 0.25 baseline
+    curve = [[c["step"], c["recall"]] for c in checks({"mqar": {"runs": [{"lr": 1e-3, "curve": raw}]}, "mqar_lr": 1e-3,
+                                                                "mqar_val_baseline": 0.25})]
+    assert curve == [[100, 0.0], [200, pytest.approx(1 / 3, abs=1e-4)], [300, 1.0]]
+    for steps, held in ((200, False), (300, False), (300, True), (600, True), (600, False)):
+        assert auc_at(curve, steps, held) == pytest.approx(learning_auc(raw[:steps // 100], steps, 0.25, held), abs=2e-4)
+    assert auc_at(curve, 600, True) > auc_at(curve, 600, False)  # stopped at its target: it would stay there
+
+
+def test_a_study_that_optimizes_recall_auc_is_replayed_on_recall_auc(tmp_path):
+    from hlnas.rungs import checks
+    from hlnas.search.study import load_hlnas_study
+    auc_space = load_space("tiny").with_overrides(objectives=[{"name": "recall", "metric": "recall_auc"},
+                                                              {"name": "kv_cache", "metric": "kv_cache_bytes"}])
+    study = load_hlnas_study(stored_study(tmp_path, auc_space), "cpu")
+    b = CurveBenchmark.from_study(study, missing="infeasible")
+    assert b.metric == "recall_auc"
+    trials = {t.user_attrs["layout"]: t for t in study.trials if t.state.name == "COMPLETE"}
+    for lay, row in b.rows.items():  # the top: the trial's stored objective, the value the study's front holds
+        assert b.value(row, 1200) == trials[lay].values[0] == trials[lay].user_attrs["recall_auc"]
+    hyb = b.rows["HHHHHA"]  # took off at 700, stopped there
+    at = {c["step"]: c["recall_auc"] for c in checks(trials["HHHHHA"].user_attrs)}
+    assert b.value(hyb, 300) == at[300] == 0.0 and b.value(hyb, 700) == at[700] > 0
+    assert at[700] < b.value(hyb, 900) < b.value(hyb, 1200)  # held at its target after it stopped
+    assert b.final("table").values("HHHHHA")[0] == b.value(hyb, 1200)  # the hypervolume's recall axis
+    (tmp_path / "r").mkdir()
+    plain = CurveBenchmark.from_study(load_hlnas_study(stored_study(tmp_path / "r"), "cpu"), missing="infeasible")
+    assert plain.metric == "recall" and plain.value(plain.rows["HHHHHA"], 1200) == 0.95
+    with pytest.raises(ConfigError, match="metric 'val_loss' is not allowed; allowed: recall, recall_auc"):
+        CurveBenchmark("t", b.space, b.rows, missing="infeasible", metric="val_loss")
 
 
 def test_a_stored_study_replays_its_curves_at_the_seconds_they_took(tmp_path):
