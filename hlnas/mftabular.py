@@ -126,7 +126,9 @@ class CurveBenchmark:
             return curve_value(row["curve"], steps)
         if steps >= top:
             return row["recall_auc"]
-        return auc_at([c for c in row["curve"] if c[0] < top], steps, row.get("held", False))
+        # held only once the run has stopped at its target: before that it reports what it has, as a paused run does
+        held = row.get("held", False) and row.get("steps_run", top) <= steps
+        return auc_at([c for c in row["curve"] if c[0] < top], steps, held)
 
     @classmethod
     def from_study(cls, study: optuna.Study, *, missing: str = "error") -> "CurveBenchmark":

@@ -127,6 +127,7 @@ def test_a_study_that_optimizes_recall_auc_is_replayed_on_recall_auc(tmp_path):
     at = {c["step"]: c["recall_auc"] for c in checks(trials["HHHHHA"].user_attrs)}
     assert b.value(hyb, 300) == at[300] == 0.0 and b.value(hyb, 700) == at[700] > 0
     assert at[700] < b.value(hyb, 900) < b.value(hyb, 1200)  # held at its target after it stopped
+    assert b.value(hyb, 650) == auc_at([[c, v] for c, v in hyb["curve"] if c <= 600], 650, False)  # not before it
     assert b.final("table").values("HHHHHA")[0] == b.value(hyb, 1200)  # the hypervolume's recall axis
     (tmp_path / "r").mkdir()
     plain = CurveBenchmark.from_study(load_hlnas_study(stored_study(tmp_path / "r"), "cpu"), missing="infeasible")
