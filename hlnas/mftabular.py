@@ -52,12 +52,11 @@ def auc_at(curve: Sequence[Sequence[float]], steps: int, held: bool) -> float:
     """The graded measure a run reports after ``steps`` steps (a rung's ``recall_auc``, as :func:`hlnas.rungs.checks`
     computes it): the area under its corrected recall ``curve`` (``[[step, recall], ...]``, 0 at step 0, linear
     between checks) up to ``steps``, over ``steps``; ``held``: a run stopped at its target keeps its last value
-    after its last check (:func:`hlnas.score.recall_proxy.learning_auc`), others add nothing there."""
-    pts = [(0, 0.0)] + [(int(c[0]), float(c[1])) for c in curve if c[0] <= steps]
-    if held and pts[-1][0] < steps:
-        pts.append((steps, pts[-1][1]))
-    area = sum((s1 - s0) * (a0 + a1) / 2 for (s0, a0), (s1, a1) in zip(pts, pts[1:]))
-    return round(area / steps, 4) if steps > 0 else 0.0
+    after its last check, others add nothing there: :func:`hlnas.score.recall_proxy.learning_auc` over ``steps`` of an
+    already corrected curve (baseline 0), so the measure is defined in one place."""
+    from hlnas.score.recall_proxy import learning_auc
+
+    return learning_auc([c for c in curve if c[0] <= steps], steps, 0.0, held) if steps > 0 else 0.0
 
 
 def stored_row(attrs: Mapping, top: int) -> dict | None:
