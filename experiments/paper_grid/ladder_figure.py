@@ -99,16 +99,18 @@ def calibration_protocol(storage: str, study: str) -> dict:
     space or on another task than MQAR (a VT sweep row records its task otherwise)."""
     import optuna
 
+    from hlnas.space import space_from_dict
+
     raw = optuna.load_study(study_name=study, storage=storage).user_attrs.get("hlnas_space")
-    raw = json.loads(raw) if isinstance(raw, str) else raw
-    mqar = (((raw or {}).get("scale") or {}).get("score") or {}).get("mqar") or {}
-    if not mqar or mqar.get("task", "mqar") != "mqar":
+    if not raw:
         return {}
-    model = mqar.get("model") or {}
-    row = {"task": "mqar", "vt": None, **{k: mqar.get(k) for k in ("kv_pairs", "seq_len", "vocab", "batch")},
-           **{k: model.get(k) for k in ("d_model", "n_heads", "residual_init", "mixer_hparams")}}
-    return {part: (f"calibration {study}", value)
-            for part, value in _protocol_parts(row, [*raw.get("mixers", []), "attention"])}
+    space = space_from_dict(raw, where=f"study '{study}'")  # the stored space read as hlnas reads it everywhere
+    mqar = space.score.mqar
+    if mqar.task != "mqar":
+        return {}
+    row = {"task": "mqar", "vt": None, **{k: getattr(mqar, k) for k in ("kv_pairs", "seq_len", "vocab", "batch")},
+           **{k: mqar.model.get(k) for k in ("d_model", "n_heads", "residual_init", "mixer_hparams")}}
+    return {part: (f"calibration {study}", value) for part, value in _protocol_parts(row, [*space.mixers, "attention"])}
 
 
 def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None, seen: dict | None = None) -> dict[Key, Point]:
