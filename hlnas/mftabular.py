@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import optuna
 
 from hlnas.errors import ConfigError, did_you_mean
+from hlnas.rungs import RUNG_OBJECTIVES, checks, kept_run
 from hlnas.search.loop import search_loop
 from hlnas.space import SearchSpace, space_from_dict
 from hlnas.tabular import TabularBenchmark
@@ -68,8 +69,6 @@ def stored_row(attrs: Mapping, top: int) -> dict | None:
     kept run, so a whole replay costs what the trial's recall half cost; ``lm_s`` the rest of the trial's
     ``wall_s`` (the LM half, paid at the top rung); ``recall_auc`` the trial's stored graded measure (None if it has
     none) and ``held`` whether its run stopped at its target, for a study that optimizes ``recall_auc``."""
-    from hlnas.rungs import checks, kept_run
-
     run, cs = kept_run(attrs), checks(attrs)
     if run is None or not cs:
         return None
@@ -104,8 +103,9 @@ class CurveBenchmark:
 
     def __post_init__(self) -> None:
         top = self.space.score.mqar.steps
-        if self.metric not in ("recall", "recall_auc"):
-            raise ConfigError(f"curve benchmark '{self.name}': metric {self.metric!r} is not allowed; allowed: recall, recall_auc")
+        if self.metric not in RUNG_OBJECTIVES:
+            raise ConfigError(f"curve benchmark '{self.name}': metric {self.metric!r} is not allowed; allowed: "
+                              f"{', '.join(RUNG_OBJECTIVES)}")
         layouts = {str(self.space.layout(p)) for p in self.space.grid()}
         missing = sorted(layouts - set(self.rows))
         if missing and self.missing != "infeasible":
@@ -158,8 +158,7 @@ class CurveBenchmark:
                               + (" (stopped rung trials hold partial curves only)" if pruned else "")
                               + "; finish the study (hlnas search --resume) or pass --missing infeasible")
         devices = {str(t.user_attrs.get("device", "")).split(":")[0] for t in study.get_trials(deepcopy=False, states=(complete,))}
-        metric = next((o.get("metric") for o in study.user_attrs.get("hlnas_objectives") or []
-                       if isinstance(o, dict) and o.get("metric") in ("recall", "recall_auc")), "recall")
+        metric = next((o.metric for o in space.objectives if o.metric in RUNG_OBJECTIVES), "recall")
         return cls(study.study_name, space, {k: v for k, v in rows.items() if k in wanted}, missing=missing,
                    source=f"study '{study.study_name}'", unit="CPU worker-s" if devices == {"cpu"} else "GPU-s",
                    metric=metric)
