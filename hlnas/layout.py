@@ -21,6 +21,7 @@ from hlnas.errors import LayoutError, UnknownMixerError, did_you_mean
 
 __all__ = [
     "Layout",
+    "PAPER_LAYERS",
     "PAPER_RATIOS",
     "PLACEMENTS",
     "TRANSFORMER",
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 TRANSFORMER = "transformer"  # a mixer name meaning "every layer is attention"
+PAPER_LAYERS = 24  # depth of the paper's released checkpoints: PAPER_RATIOS' attention positions are theirs at this depth
 PAPER_RATIOS = ("pure", "24:1", "12:1", "6:1", "3:1")
 PLACEMENTS = ("paper", "front", "back", "middle", "spread")
 

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlnas.catalog import canonical, linear_mixer_names
+from hlnas.catalog import PAPER_MIXERS, canonical, linear_mixer_names
 from hlnas.config import PRESETS, ModelConfig
 from hlnas.errors import ConfigError, LayoutError, did_you_mean
 from hlnas.overrides import is_int
-from hlnas.layout import PLACEMENTS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
+from hlnas.layout import PLACEMENTS, PAPER_LAYERS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
 from hlnas.settings import (SAMPLERS, CONSTRAINTS, DEFAULT_OBJECTIVES, OBJECTIVE_DIRECTIONS, RAW_RECALL_METRICS, RECALL_SOURCES,
                             Objective, SettingsChecker, SpaceError)
 
@@ -147,6 +147,14 @@ class SearchSpace:
 
     def candidates(self) -> list[Layout]:
         return [self.layout(p) for p in self.grid()]
+
+    @property
+    def is_paper_grid(self) -> bool:
+        """Every candidate is a cell of the paper's grid (arXiv 2507.06457): one of its six mixers (or the
+        Transformer) at one of its ratios, placed as its 24-layer checkpoints are. Decided by content, not by the
+        space's name: :mod:`hlnas.paper`'s overlays look a cell up by (mixer, ratio) alone, so they hold only then."""
+        return (self.hetero_ratio is None and self.n_layers == PAPER_LAYERS and set(self.placements) <= {"paper"}
+                and set(self.mixers) <= set(PAPER_MIXERS) and set(self.ratios) <= set(PAPER_RATIOS))
 
     def result_key(self, metric: str) -> str:
         """Where ``metric`` sits in a trial's results ('ruler' is RULER's weighted average, ``ruler_avg``)."""

@@ -74,6 +74,24 @@ def test_paper_grid_is_the_papers_31_candidates():
     assert [o.direction for o in s.objectives] == ["maximize", "minimize", "minimize"]
 
 
+def test_a_paper_grid_is_decided_by_its_candidates_not_its_name():
+    grid = load_space("paper_grid")
+    assert grid.is_paper_grid and grid.with_overrides(name="renamed").is_paper_grid
+    assert load_space("paper_grid_h200_lr").is_paper_grid  # the H200 grids get the paper overlay too
+    assert grid.with_overrides(mixers=["gla"], ratios=["6:1"], include_transformer=False).is_paper_grid  # a sub-grid
+    assert grid.with_overrides(mixers=["transformer"], ratios=[]).is_paper_grid  # the paper's Transformer alone
+    not_paper = {
+        "a front placement": grid.with_overrides(placements=["paper", "front"]),
+        "explicit attention layers": grid.with_overrides(attention_sets=[[0, 12]]),
+        "12 layers": grid.with_overrides(n_layers=12, ratios=["pure", "12:1", "6:1", "3:1"]),
+        "a mamba2 mixer": grid.with_overrides(mixers=["gla", "mamba2"]),
+        "a 2:1 ratio": grid.with_overrides(ratios=["pure", "2:1"]),
+        "hetero blocks": grid.with_overrides(hetero_ratio="6:1", mixers=["gla", "deltanet"]),
+    }
+    assert [why for why, s in not_paper.items() if s.is_paper_grid] == []
+    assert not load_space("placement").is_paper_grid and not load_space("tiny").is_paper_grid
+
+
 def test_placement_grid_counts():
     s = load_space("placement")
     layouts = s.candidates()
