@@ -14,7 +14,7 @@
   ``hlnas_checks``), one line per trial coloured by mixer, the front thick, trials the rung scheduler stopped
   dotted, paused or running ones dashed, the rungs' step budgets as vertical lines.
 
-For a paper-grid study (``hlnas_paper_grid``) the paper's numbers are overlaid with open markers and
+For a paper-grid study (``StudyData.paper_grid``) the paper's numbers are overlaid with open markers and
 dotted lines, named ``paper (arXiv 2507.06457, Table N)`` (see :mod:`hlnas.paper` for what each table is).
 Plotly is imported inside the plot functions only.
 """

@@ -20,6 +20,7 @@ on the front (optuna's ``best_trials`` does the same).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -139,8 +140,20 @@ class StudyData:
     records: tuple[TrialRecord, ...]
     user_attrs: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def paper_grid(self) -> bool:
+        """Whether the paper's numbers may be overlaid: the stored space's ``is_paper_grid``, judged again because
+        studies created before that rule stored ``hlnas_paper_grid`` by the space's name; the stored attr only when
+        the study holds no space or one that no longer parses."""
+        from hlnas.errors import HlnasError
+        from hlnas.space import space_from_dict  # imports torch: only when a figure asks
+
+        stored = self.user_attrs.get("hlnas_space")
+        if isinstance(stored, Mapping):
+            try:
+                return space_from_dict(dict(stored), where=f"study '{self.name}'").is_paper_grid
+            except (HlnasError, TypeError, ValueError):
+                pass
         return bool(self.user_attrs.get("hlnas_paper_grid", False))
 
     @property

@@ -74,12 +74,14 @@ def calibration_verdict(mixers) -> dict:
 
 def make_study(storage=None, name: str = "hlnas-test", *, paper_grid: bool = True, mixers=("gla", "deltanet", "hgrn2"),
                ratios=PAPER_RATIOS, transformer: bool = True, failed: bool = True, infeasible: bool = True) -> optuna.Study:
-    """An hlnas-shaped 2-objective study (recall max, KV bytes min) with ok, failed and infeasible trials."""
+    """An hlnas-shaped 2-objective study (recall max, KV bytes min) with ok, failed and infeasible trials; not a
+    ``paper_grid`` one stores a placement space (the paper's cells and more), whose trials would not fit the overlay."""
     study = optuna.create_study(storage=storage, study_name=name, directions=[o["direction"] for o in OBJECTIVES])
     with warnings.catch_warnings():  # set_metric_names is "experimental" in optuna 5
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([o["name"] for o in OBJECTIVES])
-    for key, value in {"hlnas_version": "0.1.0", "hlnas_space": {"mixers": list(mixers), "ratios": list(ratios)},
+    space = {"mixers": list(mixers), "ratios": list(ratios), **({} if paper_grid else {"placements": ["paper", "front"]})}
+    for key, value in {"hlnas_version": "0.1.0", "hlnas_space": space,
                        "hlnas_space_hash": "abc123", "hlnas_objectives": OBJECTIVES, "hlnas_kv_context": 1024,
                        "hlnas_preset": "proxy-tiny", "hlnas_paper_grid": paper_grid,
                        "hlnas_calibration": {"status": "valid", "verdict": calibration_verdict(mixers)}}.items():  # fmt: skip

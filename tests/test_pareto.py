@@ -8,8 +8,9 @@ import optuna
 import pytest
 
 from hlnas.layout import build_layout
+from hlnas.space import load_space
 from hlnas.pareto import (
-    TrialRecord, dominates, front, hypervolume, hypervolume_history, pareto_info, records, study_data,
+    StudyData, TrialRecord, dominates, front, hypervolume, hypervolume_history, pareto_info, records, study_data,
 )  # fmt: skip
 from tests.studies import make_study
 
@@ -101,6 +102,25 @@ def test_front_over_all_objectives_of_a_real_study():
     # records accept FrozenTrials directly and keep objective values by name
     r0 = records(study.get_trials(), data.objective_names)[0]
     assert r0.metric("recall") == r0.values[0] and r0.metric("layout") is None
+
+
+def test_paper_grid_is_read_from_the_stored_space_and_the_attr_only_without_one():
+    def data(**attrs):
+        return StudyData("s", ("maximize",), ("recall",), (), attrs)
+
+    # created before the content rule: the H200 grid's attr said False (its name is not 'paper_grid')
+    assert data(hlnas_paper_grid=False, hlnas_space=load_space("paper_grid_h200_lr").to_dict()).paper_grid
+    # a stored placement space is not a paper grid, whatever its attr says
+    assert not data(hlnas_paper_grid=True, hlnas_space=load_space("placement").to_dict()).paper_grid
+    # no stored space, or one that no longer parses: the stored attr answers
+    assert data(hlnas_paper_grid=True).paper_grid and not data(hlnas_paper_grid=False).paper_grid and not data().paper_grid
+    stale = {**load_space("paper_grid").to_dict(), "retired_key": 1}
+    assert data(hlnas_paper_grid=True, hlnas_space=stale).paper_grid
+    assert not data(hlnas_paper_grid=False, hlnas_space=stale).paper_grid
+    assert not data(hlnas_paper_grid=False, hlnas_space="not a mapping").paper_grid
+    old_style = make_study(failed=False, infeasible=False)  # read through optuna, as the dashboard does
+    old_style.set_user_attr("hlnas_paper_grid", False)
+    assert study_data(old_style).paper_grid
 
 
 def test_front_on_three_objectives_with_ties():

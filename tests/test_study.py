@@ -356,6 +356,15 @@ def test_stored_specs_carry_the_space_depth(tmp_path):
     assert layout_spec(space, -1, spec.layout, seed=1).recipe.train.seed == 1
 
 
+def test_a_new_study_stores_whether_its_space_is_a_paper_grid_by_content():
+    """Before, only a space named 'paper_grid' was stored as one: the H200 grids lost the paper overlay."""
+    from hlnas.search.study import _study_attrs
+    from hlnas.space import load_space
+
+    assert _study_attrs(load_space("paper_grid_h200_lr"))["hlnas_paper_grid"] is True
+    assert _study_attrs(load_space("placement"))["hlnas_paper_grid"] is False
+
+
 def test_executor_choice(monkeypatch):
     from hlnas.search.study import choose_executor
 

@@ -7,9 +7,9 @@ completed trials are kept; trials left RUNNING are marked FAIL and their paramet
 study then runs until it holds the requested number of COMPLETE trials. One driver per study at a time
 (:mod:`hlnas.search.lease`: a heartbeat in study attr ``hlnas_driver``; a second live driver is refused).
 
-Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``,
-``hlnas_space_hash``, ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``,
-``hlnas_paper_grid``, ``hlnas_trials`` (a search's latest target), ``hlnas_calibration``, ``hlnas_driver``; every trial's
+Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``, ``hlnas_space_hash``,
+``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``, ``hlnas_paper_grid`` (``SearchSpace.is_paper_grid``; read via
+``StudyData.paper_grid``), ``hlnas_trials`` (a search's latest target), ``hlnas_calibration``, ``hlnas_driver``; every trial's
 user attrs hold the layout's cost and its scores (:func:`hlnas.budget.layout_metrics` plus :func:`hlnas.score.objectives.score`).
 """
 
@@ -53,7 +53,7 @@ def _study_attrs(space: SearchSpace) -> dict:
     return {
         "hlnas_version": hlnas.__version__, "hlnas_space_hash": space.fingerprint(),
         "hlnas_objectives": [{"name": o.name, "metric": o.metric, "direction": o.direction} for o in space.objectives],
-        "hlnas_kv_context": space.kv_context, "hlnas_preset": space.preset, "hlnas_paper_grid": space.name == "paper_grid",
+        "hlnas_kv_context": space.kv_context, "hlnas_preset": space.preset, "hlnas_paper_grid": space.is_paper_grid,
     }
 
 
