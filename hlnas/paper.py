@@ -13,7 +13,9 @@ and a ``note`` column. Tables used here:
   Tables 2/3 (it runs about 0.017 lower), so treat it as a relative ranking only, never as a scale.
 
 The paper trains at 340M/1.3B parameters on 20B/100B tokens; hlnas studies train small proxies, so
-overlays compare shapes (which ratio and mixer wins), not absolute values.
+overlays compare shapes (which ratio and mixer wins), not absolute values. Overlays look a cell up by
+(mixer, ratio) alone, so they are drawn only for a study whose every candidate is such a cell
+(:attr:`hlnas.space.SearchSpace.is_paper_grid`, read as ``hlnas.pareto.StudyData.paper_grid``).
 """
 
 from __future__ import annotations
