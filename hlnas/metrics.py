@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from hlnas.errors import ConfigError, did_you_mean
 
 __all__ = ["bytes_text", "corrected", "Metric", "METRICS", "register", "get", "directions", "direction_of", "objective_metrics", "raw_recall_metrics",
-           "RECALL_SOURCES"]
+           "RECALL_SOURCES", "RECALL_OBJECTIVES"]
 
 #: where a trial's "recall" comes from, in order of preference: (score objective, its raw accuracy key); the
 #: objective also reports ``<key prefix>_baseline`` (the strongest no-recall baseline) and ``..._baselines``
 RECALL_SOURCES = (("ruler", "ruler_avg"), ("mqar_mixed", "mqar_mixed_acc"), ("mqar", "mqar_acc"))
+#: the objectives that measure recall (the corrected final score and the graded learning AUC): a study with one is
+#: calibrated first, a rung measures them at every step budget, the multi-fidelity table replays them
+RECALL_OBJECTIVES = ("recall", "recall_auc")
 
 
 def corrected(acc: float, baseline: float) -> float:

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import optuna
 
 from hlnas.errors import ConfigError, did_you_mean
-from hlnas.rungs import RUNG_OBJECTIVES, checks, kept_run
+from hlnas.metrics import RECALL_OBJECTIVES
+from hlnas.rungs import checks, kept_run
 from hlnas.search.loop import search_loop
 from hlnas.space import SearchSpace, space_from_dict
 from hlnas.tabular import TabularBenchmark
@@ -103,9 +104,9 @@ class CurveBenchmark:
 
     def __post_init__(self) -> None:
         top = self.space.score.mqar.steps
-        if self.metric not in RUNG_OBJECTIVES:
+        if self.metric not in RECALL_OBJECTIVES:
             raise ConfigError(f"curve benchmark '{self.name}': metric {self.metric!r} is not allowed; allowed: "
-                              f"{', '.join(RUNG_OBJECTIVES)}")
+                              f"{', '.join(RECALL_OBJECTIVES)}")
         layouts = {str(self.space.layout(p)) for p in self.space.grid()}
         missing = sorted(layouts - set(self.rows))
         if missing and self.missing != "infeasible":
@@ -158,7 +159,7 @@ class CurveBenchmark:
                               + (" (stopped rung trials hold partial curves only)" if pruned else "")
                               + "; finish the study (hlnas search --resume) or pass --missing infeasible")
         devices = {str(t.user_attrs.get("device", "")).split(":")[0] for t in study.get_trials(deepcopy=False, states=(complete,))}
-        metric = next((o.metric for o in space.objectives if o.metric in RUNG_OBJECTIVES), "recall")
+        metric = next((o.metric for o in space.objectives if o.metric in RECALL_OBJECTIVES), "recall")
         return cls(study.study_name, space, {k: v for k, v in rows.items() if k in wanted}, missing=missing,
                    source=f"study '{study.study_name}'", unit="CPU worker-s" if devices == {"cpu"} else "GPU-s",
                    metric=metric)

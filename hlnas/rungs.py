@@ -51,15 +51,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hlnas.errors import ConfigError
-from hlnas.metrics import corrected
+from hlnas.metrics import RECALL_OBJECTIVES, corrected
 from hlnas.overrides import is_int, is_number
 
 __all__ = ["RungConfig", "RungScheduler", "rung_config", "ladder", "nondominated_ranks", "crowding", "rank_peers",
-           "checks", "kept_run", "RUNG_ATTR", "RUNG_OBJECTIVES"]
+           "checks", "kept_run", "RUNG_ATTR"]
 
 RUNG_ATTR = "hlnas_rung"
-#: study metrics measured at every rung (the fresh recall model's); cost metrics are added when the space has them
-RUNG_OBJECTIVES = ("recall", "recall_auc")
+#: a rung measures the recall objectives (hlnas.metrics.RECALL_OBJECTIVES, the fresh recall model's) and these costs
 COST_METRICS = ("kv_cache_bytes", "params", "state_bytes", "inference_bytes", "flops_per_token")
 
 
@@ -208,10 +207,10 @@ class RungScheduler:
         self.cfg, self.ladder = cfg, ladder(cfg, max_steps)
         self.top = len(self.ladder) - 1
         self.metrics, self.directions = list(metrics), list(directions)
-        measured = set(RUNG_OBJECTIVES) | set(COST_METRICS)
+        measured = set(RECALL_OBJECTIVES) | set(COST_METRICS)
         self.rung_metrics = [i for i, m in enumerate(self.metrics) if m in measured]  # objectives a rung measures
-        if not any(self.metrics[i] in RUNG_OBJECTIVES for i in self.rung_metrics):
-            raise ConfigError(f"rungs need a recall objective measured at every rung ({', '.join(RUNG_OBJECTIVES)}); "
+        if not any(self.metrics[i] in RECALL_OBJECTIVES for i in self.rung_metrics):
+            raise ConfigError(f"rungs need a recall objective measured at every rung ({', '.join(RECALL_OBJECTIVES)}); "
                               f"the study's objectives are {', '.join(self.metrics)}")
         self.state_root = state_root
         self.records: dict[int, dict] = {}  # trial number -> its hlnas_rung attr

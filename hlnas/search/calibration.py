@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 import hlnas.calibrate as calib
 from hlnas.errors import ConfigError, HlnasError
+from hlnas.metrics import RECALL_OBJECTIVES
 from hlnas.score.recall_result import finished_result
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.order import expected_length
@@ -23,12 +24,10 @@ from hlnas.search.records import constraint_values, layout_spec, objective_value
 from hlnas.search.trial import TrialResult, layout_metrics
 from hlnas.space import SearchSpace
 
-__all__ = ["RECALL_OBJECTIVES", "PAUSED", "needs_calibration", "check_replicas", "calibrate_if_needed", "run_calibration",
+__all__ = ["PAUSED", "needs_calibration", "check_replicas", "calibrate_if_needed", "run_calibration",
            "calibration_failed_message", "borrow_calibration", "borrowable_calibration", "protocol_differences",
            "RECALL_ATTR", "calibrated_recall", "close_calibration"]
 
-#: the study objectives that measure recall (the corrected final score and the graded learning AUC)
-RECALL_OBJECTIVES = ("recall", "recall_auc")
 #: what :func:`calibrate_if_needed` returns when the time limit paused the calibration
 PAUSED = "paused"
 #: study user attr prefix: ``RECALL_ATTR + run key`` holds a finished calibration run's fresh-model recall result
