@@ -216,7 +216,8 @@ def plot_ratio(info: RatioInfo):
         return empty(title, f"no completed single-mixer trial has {info.metric} yet")
     fig = go.Figure()
     for m, ys in info.lines.items():
-        fig.add_trace(go.Scatter(x=list(info.ratios), y=list(ys), name=m, mode="lines+markers", connectgaps=True,
+        # a ratio this mixer has no trial at is a gap, not a straight line through it (a grid still being trained)
+        fig.add_trace(go.Scatter(x=list(info.ratios), y=list(ys), name=m, mode="lines+markers", connectgaps=False,
                                  customdata=list(info.counts[m]), line=dict(color=MIXER_COLORS.get(m)),
                                  hovertemplate=f"{m} %{{x}}: %{{y:.4g}} (mean of %{{customdata}} trials)<extra></extra>"))
     if info.transformer is not None:

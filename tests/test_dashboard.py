@@ -59,6 +59,12 @@ def test_ratio_info_orders_ratios_like_the_paper_and_overlays_table_7():
     assert "hgrn" not in grid.paper_lines  # only mixers the study ran
     assert grid.paper_transformer == 0.423
 
+    partial = ratio_info(study_data(make_study(ratios=("pure", "6:1", "3:1"))), "recall")
+    assert partial.ratios == ("pure", "24:1", "12:1", "6:1", "3:1")  # a paper grid keeps the paper's axis
+    traces = {tr.name: tr for tr in plot_ratio(partial).data}
+    assert list(traces["gla"].y)[1:3] == [None, None] and traces["gla"].connectgaps is False  # untrained: a gap
+    assert None not in traces[f"gla: {partial.paper_label}"].y
+
     lm = ratio_info(study_data(make_study()), "val_loss")
     assert lm.paper_secondary and "Table 6" in lm.paper_label and "relative ranking" in lm.paper_label
     fig = plot_ratio(lm)
