@@ -33,9 +33,8 @@ def calibration_info(data: StudyData) -> CalibrationInfo:
     failures = tuple(verdict.get("failures") or ())
     if cal.get("status") in ("running", "closed") and cal.get("runs") and "hlnas_space" in data.user_attrs:
         import hlnas.calibrate as calib
-        from hlnas.space import space_from_dict
 
-        pr = calib.progress(space_from_dict(data.user_attrs["hlnas_space"], where=f"study '{data.name}'"), cal["runs"])
+        pr = calib.progress(data.stored_space, cal["runs"])
         verdict = pr["verdict"]
         failures = (f"{pr['stored']} of {pr['planned']} runs stored, no verdict yet",
                     f"closed by hand: {cal.get('reason')}" if cal["status"] == "closed"  # hlnas calibrate --close

@@ -141,17 +141,25 @@ class StudyData:
     user_attrs: Mapping[str, Any] = field(default_factory=dict)
 
     @functools.cached_property
+    def stored_space(self):
+        """The study's search space (``hlnas_space``) read as hlnas reads it everywhere, once per StudyData; None where
+        the study holds none. A stored space that no longer parses raises what :func:`hlnas.space.space_from_dict`
+        raises."""
+        from hlnas.space import space_from_dict  # imports torch: only when a figure asks
+
+        stored = self.user_attrs.get("hlnas_space")
+        return None if stored is None else space_from_dict(stored, where=f"study '{self.name}'")
+
+    @functools.cached_property
     def paper_grid(self) -> bool:
         """Whether the paper's numbers may be overlaid: the stored space's ``is_paper_grid``, judged again because
         studies created before that rule stored ``hlnas_paper_grid`` by the space's name; the stored attr only when
         the study holds no space or one that no longer parses."""
         from hlnas.errors import HlnasError
-        from hlnas.space import space_from_dict  # imports torch: only when a figure asks
 
-        stored = self.user_attrs.get("hlnas_space")
-        if isinstance(stored, Mapping):
+        if isinstance(self.user_attrs.get("hlnas_space"), Mapping):
             try:
-                return space_from_dict(dict(stored), where=f"study '{self.name}'").is_paper_grid
+                return self.stored_space.is_paper_grid
             except (HlnasError, TypeError, ValueError):
                 pass
         return bool(self.user_attrs.get("hlnas_paper_grid", False))
