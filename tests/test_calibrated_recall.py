@@ -143,3 +143,19 @@ def test_layouts_with_a_measured_recall_start_last_when_every_candidate_trains(m
     measured = {"AAAAAA", "GGGGGG", "GGAGGA", "HHHHHH", "HHAHHA"}
     assert [d["layout"] for d in started] == longest_first(s1_space, layouts, measured=measured)
     assert longest_first(s1_space, layouts)[:2] != [d["layout"] for d in started][:2]  # without: pure models first
+
+
+def test_a_grid_after_its_calibration_queues_only_the_layouts_the_calibration_did_not_train(monkeypatch, tmp_path):
+    """The calibration's seed-0 runs are the grid's trials of their layouts: the grid queues the other candidates
+    only, so the study ends with one trial per candidate, none WAITING and no reused copies (the H200 grid had queued
+    all 31 and kept 19 copies WAITING after its target was met)."""
+    calls = []
+    monkeypatch.setattr(executors, "run_trial", fake_with_results(calls))
+    space = space_from_dict(raw_space())
+    study = run_search(space, storage=f"sqlite:///{tmp_path}/c.db", study_name="grid", n_trials=7)
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 7
+    assert not [t for t in trials if "reused_from" in t.user_attrs]
+    assert sorted(t.user_attrs["layout"] for t in trials) == sorted(str(space.layout(p)) for p in space.grid())
+    # 10 calibration runs (5 layouts x 2 seeds), then the two 6:1 layouts, the only ones the calibration left
+    assert len(calls) == 12 and sorted(c[1] for c in calls[10:]) == ["GGGGGA", "HHHHHA"]

@@ -129,7 +129,10 @@ class _Search:
         # layouts whose recall the calibration measured at this seed already: their trials train only the LM half
         self.measured_recall = calibrated_recall(study, space) if space.rungs is None else {}
         if enqueue_grid and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
-            grid = space.grid()
+            # the calibration's seed-0 runs are trials already: queueing their layouts again only made copies of
+            # them and left WAITING trials behind once the target was met (the H200 grid held 19 such)
+            calibrated = completed_by_layout(study)
+            grid = [p for p in space.grid() if str(space.layout(p)) not in calibrated]
             if self.longest_first:  # several at once: the grid in the order that finishes the workers together
                 grid = longest_first(space, grid, lambda p: str(space.layout(p)), measured=self.measured_recall.keys())
             for params in grid:
