@@ -184,3 +184,14 @@ def test_calibrate_by_a_time_already_passed_says_so_and_runs_the_next_step(tmp_p
     assert "no time left for the calibration: T=0 s passed" in r.stdout, r.stdout
     assert "no time left for the grid" in r.stdout
     assert "calibrate" not in calls.read_text()
+
+
+@pytest.mark.parametrize("step, study", [("grid_by:200", "paper_grid_h200"), ("placement_by:200", "placement_h200_mqar")])
+def test_a_grid_or_placement_step_that_ran_its_search_does_not_say_there_was_no_time(tmp_path, step, study):
+    """search() ends with a grep for failures that finds none (rc 1); chained as `&& search || say`, every grid call
+    of 2026-12-05 that trained trials went on to print "no time left for the grid"."""
+    calls = tmp_path / "calls"
+    _machine(tmp_path, f'echo "$@" >>{calls}\ncase "$*" in *device_count*) echo 1;; esac\nexit 0\n')
+    r = _run_steps(tmp_path, [step])
+    assert f"--study {study}" in calls.read_text()
+    assert "no time left" not in r.stdout, r.stdout

@@ -193,7 +193,9 @@ for step in "$@"; do
     grid:*) search $SPACE $GRID_STUDY "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
       left=$(( ${step#grid_by:} - ($(date +%s) - t0) ))
-      [ $left -gt 30 ] && search $SPACE $GRID_STUDY $left $(hard_stop $left) || say "no time left for the grid" ;;
+      # if/else, not `&& search || say`: search ends with a grep that finds no failure (rc 1), and every grid call of
+      # 2026-12-05 that ran printed "no time left" after its trials
+      if [ $left -gt 30 ]; then search $SPACE $GRID_STUDY $left $(hard_stop $left); else say "no time left for the grid"; fi ;;
     grid_s1_by:*)  # seed 1 of the grid: its own study; calibration already judged the protocol on seeds 0 and 1
       left=$(( ${step#grid_s1_by:} - ($(date +%s) - t0) ))
       cal=$(python3 - "$GRID_STUDY" "$DB" 2>/dev/null <<'PY'
@@ -208,8 +210,8 @@ PY
     placement_by:*)
       left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
       # PLACE_CALIBRATED_BY: the grid study whose calibration vouches for the same protocol (hlnas search --calibrated-by)
-      [ $left -gt 30 ] && search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) ${PLACE_SET:+--set $PLACE_SET} \
-        ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY} || say "no time left for placement" ;;
+      if [ $left -gt 30 ]; then search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) ${PLACE_SET:+--set $PLACE_SET} \
+        ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY}; else say "no time left for placement"; fi ;;
     placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     calibrate_by:*)  # the recall protocol's controls: no run starts after T, and those in flight pause at their next
                      # check (kept on this machine: a back-to-back call continues them); the hard stop 60 s later
