@@ -45,6 +45,7 @@ __all__ = [
     "CurveLine", "CurvesInfo", "curves_info", "plot_curves", "CURVE_METRICS",
 ]  # fmt: skip
 
+PAPER_RULER_AXIS = "RULER average, ranks only"  # the paper's recall measure beside a graded one (hlnas.paper)
 FIGURE_IDS = ("hlnas_recall_vs_kv", "hlnas_loss_vs_kv", "hlnas_recall_vs_ratio", "hlnas_lm_vs_ratio",
               "hlnas_ruler", "hlnas_hypervolume", "hlnas_layouts", "hlnas_calibration",
               "hlnas_calibration_table", "hlnas_recall_curves")  # fmt: skip
@@ -59,6 +60,9 @@ class TradeoffInfo(NamedTuple):
     baseline: float | None = None  # the strongest no-recall baseline: the shaded band below it is "no recall"
     baseline_name: str | None = None
     corrected: bool = False  # y is a baseline-corrected measure (a graded objective): "no recall" is y = 0
+    # the paper's RULER averages on their own axis: beside a graded measure (recall_auc) they are another quantity,
+    # comparable by rank only (hlnas.paper); beside final recall both are accuracies and share the axis
+    paper_secondary: bool = False
 
 
 def recall_baseline(data: StudyData) -> tuple[float | None, str | None]:
@@ -92,7 +96,8 @@ def tradeoff_info(data: StudyData, y_metric: str = "recall", x_metric: str = "kv
             elif ratio in table7.get(mixer, {}):
                 v = table7[mixer][ratio]
                 points[(mixer, ratio, x)] = (x, v, f"{paper.paper_label(7)}<br>{mixer} {ratio}: RULER avg {v}", paper.paper_label(7))
-    return TradeoffInfo(info, data.kv_context, tuple(points.values()), metric_titles(data), baseline, baseline_name, corrected)
+    return TradeoffInfo(info, data.kv_context, tuple(points.values()), metric_titles(data), baseline, baseline_name, corrected,
+                        paper_secondary=corrected and bool(points))
 
 
 def plot_tradeoff(info: TradeoffInfo):
@@ -128,6 +133,7 @@ def plot_tradeoff(info: TradeoffInfo):
         symbol = "square-open" if label == paper.paper_label(5) else "diamond-open"
         fig.add_trace(go.Scatter(x=[pt[0] for pt in pts], y=[pt[1] for pt in pts], mode="markers", name=label,
                                  hovertext=[pt[2] for pt in pts], hovertemplate="%{hovertext}<extra></extra>",
+                                 yaxis="y2" if info.paper_secondary else "y",
                                  marker=dict(symbol=symbol, size=11, color="#1f77b4", line=dict(width=2))))
     # pad the x range so the layout labels of the extreme points are not cut off
     xs = [p.point(r)[0] for r in (*p.front, *p.dominated, *scored_infeasible)]
@@ -148,8 +154,11 @@ def plot_tradeoff(info: TradeoffInfo):
         title=dict(text=f"{title}<br><sup>{counts}</sup>"), template="plotly_white",
         xaxis=dict(title=x_title, tickformat="~s", range=[lo - pad, hi + pad], ticksuffix="B" if xm.endswith("_bytes") else ""),
         yaxis=dict(title=f"{info.titles.get(ym, ym)} ({'lower' if yd == 'minimize' else 'higher'} is better)"),
-        legend=dict(orientation="h", y=-0.25), margin=dict(l=60, r=20, t=70, b=40),
+        legend=dict(orientation="h", y=-0.25), margin=dict(l=60, r=60 if info.paper_secondary else 20, t=70, b=40),
     )  # fmt: skip
+    if info.paper_secondary:
+        fig.update_layout(yaxis2=dict(title=f"paper ({paper.PAPER}, Tables 5, 7): {PAPER_RULER_AXIS}", overlaying="y", side="right",
+                                      showgrid=False, tickformat=".2f"))
     return fig
 
 
@@ -166,8 +175,9 @@ class RatioInfo(NamedTuple):
     paper_lines: dict[str, tuple[float | None, ...]]
     paper_transformer: float | None
     paper_label: str | None
-    paper_secondary: bool  # the paper's numbers are on another scale (Table 6): own y axis
+    paper_secondary: bool  # the paper's numbers are another measure (Table 6; Table 7 beside a graded recall): own y axis
     titles: dict[str, str]
+    paper_axis: str | None = None  # the secondary axis's title
 
 
 def _lm_metric(data: StudyData) -> str:
@@ -193,11 +203,14 @@ def ratio_info(data: StudyData, metric: str = "recall") -> RatioInfo:
     lines = {m: tuple(mean(sums.get((m, r), [])) for r in ratios) for m in mixers}
     counts = {m: tuple(len(sums.get((m, r), [])) for r in ratios) for m in mixers}
     transformer = mean(sums.get(("transformer", "transformer"), []))
-    paper_lines, paper_t, label, secondary = {}, None, None, False
+    paper_lines, paper_t, label, secondary, axis = {}, None, None, False, None
     if data.paper_grid and metric == "recall":
         grid, label, paper_t = paper.recall_by_ratio(), paper.paper_label(7), paper.transformer_recall()
+        secondary = data.objective_metric("recall") != "recall"  # a graded recall: RULER averages on their own axis
+        axis = f"{label}: {PAPER_RULER_AXIS}" if secondary else None
     elif data.paper_grid and metric in ("lm_acc", "val_loss"):
         grid, label, secondary = paper.lm_by_ratio(), paper.paper_label(6) + ", relative ranking only", True
+        axis = f"{label} (LM acc)"
     else:
         grid = {}
     for m, by_ratio in grid.items():
@@ -205,7 +218,7 @@ def ratio_info(data: StudyData, metric: str = "recall") -> RatioInfo:
             paper_lines[m] = tuple(by_ratio.get(r) for r in ratios)
     direction = metric_table.get(metric).direction  # an unknown metric is an error, not silently "maximize"
     return RatioInfo(metric, direction, tuple(ratios), lines, counts, transformer, paper_lines, paper_t, label, secondary,
-                     metric_titles(data))
+                     metric_titles(data), axis)
 
 
 def plot_ratio(info: RatioInfo):
@@ -230,7 +243,7 @@ def plot_ratio(info: RatioInfo):
                                  line=dict(color=MIXER_COLORS.get(m), dash="dot"), marker=dict(symbol="diamond-open", size=9),
                                  hovertemplate=f"{info.paper_label}<br>{m} %{{x}}: %{{y}}<extra></extra>"))
     if info.paper_transformer is not None:
-        fig.add_hline(y=info.paper_transformer, line=dict(dash="dot", color=MIXER_COLORS["transformer"]),
+        fig.add_hline(y=info.paper_transformer, line=dict(dash="dot", color=MIXER_COLORS["transformer"]), yref=axis,
                       annotation_text=f"Transformer, {paper.paper_label(5)}", annotation_position="bottom right")
     better = "lower" if info.direction == "minimize" else "higher"
     layout = dict(title=title, template="plotly_white", legend=dict(orientation="h", y=-0.2),
@@ -239,7 +252,7 @@ def plot_ratio(info: RatioInfo):
                   yaxis=dict(title=f"{info.titles.get(info.metric, info.metric)} ({better} is better)"),
                   margin=dict(l=60, r=60, t=50, b=40))  # fmt: skip
     if info.paper_secondary:
-        layout["yaxis2"] = dict(title=f"{info.paper_label} (LM acc)", overlaying="y", side="right", showgrid=False, tickformat=".3f")
+        layout["yaxis2"] = dict(title=info.paper_axis, overlaying="y", side="right", showgrid=False, tickformat=".3f")
         if info.direction == "minimize":  # loss is lower-better, the paper's accuracy higher-better: up = better on both
             layout["yaxis"].update(autorange="reversed", title=f"{info.titles.get(info.metric, info.metric)} (axis reversed: up is better)")
     fig.update_layout(**layout)

@@ -363,3 +363,24 @@ def test_served_dashboard_renders_hlnas_figures_and_follows_the_study(tmp_path):
         keep = REPO / "experiments" / "results" / "dashboard_screenshot.png"
         keep.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, keep)
+
+
+def test_the_papers_recall_has_its_own_axis_beside_a_graded_recall_objective():
+    """Table 7's RULER averages beside recall_auc (the area under a learning curve, another measure) sit on their own
+    y axis, named "ranks only", in both figures; beside the final recall both are accuracies and share one axis."""
+    study = make_study()
+    study.set_user_attr("hlnas_objectives", [{**o, "metric": "recall_auc"} if o["name"] == "recall" else o
+                                             for o in study.user_attrs["hlnas_objectives"]])
+    graded = study_data(study)
+    info = ratio_info(graded, "recall")
+    assert info.paper_secondary and "ranks only" in info.paper_axis
+    fig = plot_ratio(info)
+    assert [tr.yaxis for tr in fig.data if "paper" in tr.name] == ["y2"] * 3 and "ranks only" in fig.layout.yaxis2.title.text
+    assert [s.yref for s in fig.layout.shapes if s.line.dash == "dot"] == ["y2"]  # the paper's Transformer too
+    trade = tradeoff_info(graded, "recall")
+    assert trade.paper_secondary and trade.paper_points
+    tfig = plot_tradeoff(trade)
+    assert {tr.yaxis for tr in tfig.data if "paper" in tr.name} == {"y2"} and "ranks only" in tfig.layout.yaxis2.title.text
+    final = study_data(make_study())
+    assert not ratio_info(final, "recall").paper_secondary and not tradeoff_info(final, "recall").paper_secondary
+    assert {tr.yaxis for tr in plot_tradeoff(tradeoff_info(final, "recall")).data if "paper" in tr.name} == {"y"}
