@@ -29,6 +29,7 @@ __all__ = [
     "format_ratio",
     "attention_indices",
     "build_layout",
+    "placement_of",
 ]
 
 TRANSFORMER = "transformer"  # a mixer name meaning "every layer is attention"
@@ -96,6 +97,21 @@ def attention_indices(n_layers: int, ratio: str | int | None, placement: str = "
     if n == 1:
         return (n_layers // 2,)
     return tuple(round(i * (n_layers - 1) / (n - 1)) for i in range(n))
+
+
+def placement_of(layout: "Layout") -> str | None:
+    """The placement strategy that puts ``layout``'s attention layers where they are: the first of :data:`PLACEMENTS`
+    that does at its ratio (so ``paper`` where ``back`` would give the same layers), else ``"explicit:i,j,..."``
+    (the form a space's ``attention_sets`` take). None for a pure model or an all-attention one."""
+    attn = layout.attention_layers
+    if not attn or len(attn) == layout.n_layers:
+        return None
+    if layout.n_layers % len(attn) == 0:
+        ratio = layout.n_layers // len(attn)
+        for name in PLACEMENTS:
+            if attention_indices(layout.n_layers, ratio, name) == attn:
+                return name
+    return "explicit:" + ",".join(map(str, attn))
 
 
 @dataclass(frozen=True, slots=True)

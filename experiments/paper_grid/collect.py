@@ -4,7 +4,9 @@
         --seed-study paper_grid_h200_s1 --concurrency 6 --out experiments/paper_grid/results/grid_h200_<date>.csv
 
 Every layout of the study's space gets a row per seed, trained or not (``status`` says which: ok, failed with
-its error kind, or not run), so a partial grid is visible as such. KV-cache bytes are recomputed with the cost
+its error kind, or not run), so a partial grid is visible as such. ``ratio`` and ``placement`` are the layout's own
+(``hlnas.layout.placement_of``: ``paper``, ``front``, ..., ``explicit:i,j``; blank for pure models and the
+Transformer), so a placement study's rows group by them (``placement.py``). KV-cache bytes are recomputed with the cost
 model at 4k and 32k context (batch 1, bf16); the rest is what the run recorded.
 
 Seeds (``seed``, ``source`` columns):
@@ -47,11 +49,12 @@ import optuna
 from experiments.paper_grid.gpu_share import attribute, calibration_spans, read_util
 from hlnas.budget import layout_metrics
 from hlnas.errors import HlnasError
+from hlnas.layout import placement_of
 from hlnas.score.ruler import RULER_TASKS
 from hlnas.space import space_from_dict
 from hlnas.search.storage import UnknownStudyError, load_study
 
-COLUMNS = ["mixer", "ratio", "layout", "seed", "source", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k",
+COLUMNS = ["mixer", "ratio", "placement", "layout", "seed", "source", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k",
            "state_bytes", "val_loss", "recall_raw", "recall_baseline", "recall_baseline_name", "recall", "recall_auc",
            "mqar_steps_to_target", "mqar_s", "train_wall_s", "gpu_s", "concurrency", "gpu_s_est", "gpu_s_util",
            "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length",
@@ -211,11 +214,14 @@ def rows(study: optuna.Study, seed_study: optuna.Study | None = None, concurrenc
     out = []
     for seed in [seed0, *sorted(other)]:
         for params in space.grid():
-            layout = str(space.layout(params))
+            lay = space.layout(params)
+            layout = str(lay)
             m4 = layout_metrics(layout, space.model, 4096)
             m32 = layout_metrics(layout, space.model, 32768)
-            row = {"mixer": params["mixer"], "ratio": params.get("ratio") if params["mixer"] != "transformer" else "full",
-                   "layout": layout, "seed": seed, "attention_layers": " ".join(map(str, m4["attention_layers"])),
+            # the ratio and placement the layout has: an explicit index set's params carry whichever ratio the grid
+            # listed first (space.grid keeps one point per layout), not its own
+            row = {"mixer": params["mixer"], "ratio": "full" if params["mixer"] == "transformer" else lay.ratio,
+                   "placement": placement_of(lay), "layout": layout, "seed": seed, "attention_layers": " ".join(map(str, m4["attention_layers"])),
                    "params": m4["params"], "kv_cache_bytes_4k": m4["kv_cache_bytes"],
                    "kv_cache_bytes_32k": m32["kv_cache_bytes"], "state_bytes": m4["state_bytes"]}
             if seed == seed0:

@@ -1,0 +1,135 @@
+"""Issue #20 point 5's analysis: which placement a layout has (hlnas.layout.placement_of), collect.py's placement and
+ratio columns for a placement study, and experiments/paper_grid/placement.py's verdicts on tables whose answers are
+known. No training: trials are written with optuna's create_trial."""
+
+from __future__ import annotations
+
+import csv
+
+import optuna
+import pytest
+
+from hlnas.layout import PLACEMENTS, Layout, attention_indices, build_layout, placement_of
+from hlnas.space import load_space
+from tests.test_paper_grid_tools import ROOT, _script
+
+collect = _script("collect")
+placement = _script("placement")
+TINY = str(ROOT / "experiments" / "paper_grid" / "placement_tiny.yaml")
+
+
+# -- placement_of -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n, ratio", [(24, "6:1"), (24, "3:1"), (24, "12:1"), (6, "3:1")])
+def test_placement_of_names_every_strategy_that_built_the_layout(n, ratio):
+    seen = {}
+    for name in PLACEMENTS:
+        lay = build_layout("hgrn", ratio, n, name)
+        seen.setdefault(lay.attention_layers, name)  # two strategies giving one set: the first listed names it
+        assert placement_of(lay) == seen[lay.attention_layers]
+    assert placement_of(build_layout("hgrn", ratio, n, "paper")) == "paper"
+
+
+def test_placement_of_calls_the_rest_explicit_and_has_none_for_pure_or_all_attention():
+    assert placement_of(build_layout("gla", None, 24, [1, 4, 7, 10, 13, 16, 19, 22])) == "explicit:1,4,7,10,13,16,19,22"
+    assert placement_of(Layout.parse("HAAHHH")) == "explicit:1,2"  # 2 of 6: paper would be [2, 5]
+    assert placement_of(Layout.parse("HAHHH")) == "explicit:1"  # 1 of 5: a ratio, but no strategy puts it there
+    assert placement_of(build_layout("hgrn", "24:1", 24, "back")) == "paper"  # at 24:1 back is the paper placement
+    assert placement_of(build_layout("hgrn", "pure", 24)) is None
+    assert placement_of(build_layout("transformer", None, 24)) is None
+    assert attention_indices(6, "6:1", "spread") == (3,)  # the CPU twin's layouts below rely on it
+
+
+def test_the_cpu_placement_twin_runs_the_default_spaces_recall_protocol():
+    """placement_tiny.yaml borrows the default study's calibration (--calibrated-by tiny): honest only while the two
+    spaces' depth, scale and calibration are the same."""
+    from hlnas.search.calibration import protocol_differences
+
+    tiny, place = load_space(str(ROOT / "search_spaces" / "tiny.yaml")), load_space(TINY)
+    assert protocol_differences(tiny, place) == [] and set(place.mixers) == set(tiny.mixers)
+    assert len(place.candidates()) == 22 and not place.include_transformer
+
+
+# -- collect.py on a placement study ------------------------------------------------------------------
+
+def test_collect_labels_each_placement_row_with_its_own_ratio_and_placement(tmp_path):
+    """The explicit 3:1 set [1, 4] reaches the grid with ratio 6:1 in its params (the first listed): the row must say
+    3:1, or the analysis would set a 2-attention-layer model among the 1-layer ones."""
+    space = load_space(TINY)
+    url = f"sqlite:///{tmp_path}/p.db"
+    study = optuna.create_study(storage=url, study_name="placement_tiny", directions=["maximize", "minimize", "minimize"])
+    study.set_user_attr("hlnas_space", space.to_dict())
+    rows = collect.rows(study)
+    assert len(rows) == 22 and {r["status"] for r in rows} == {"not run"}
+    by = {r["layout"]: r for r in rows}
+    assert (by["HAHHAH"]["ratio"], by["HAHHAH"]["placement"]) == ("3:1", "explicit:1,4")
+    assert (by["NANNNN"]["ratio"], by["NANNNN"]["placement"]) == ("6:1", "explicit:1")
+    assert (by["HHAHHA"]["ratio"], by["HHAHHA"]["placement"]) == ("3:1", "paper")
+    assert (by["AHHHHA"]["ratio"], by["AHHHHA"]["placement"]) == ("3:1", "spread")
+    assert sorted(r["placement"] for r in rows if r["mixer"] == "hgrn" and r["ratio"] == "6:1") == \
+        ["explicit:1", "front", "middle", "paper", "spread"]
+
+
+# -- placement.py -------------------------------------------------------------------------------------
+
+def _row(mixer, ratio, place, seed, raw, auc, steps=None, base=0.25, layers="5"):
+    rec = max(0.0, (raw - base) / (1 - base))
+    return {"mixer": mixer, "ratio": ratio, "placement": place, "layout": f"{mixer}-{place}", "seed": str(seed),
+            "attention_layers": layers, "status": "ok", "recall_raw": str(raw), "recall_baseline": str(base),
+            "recall": str(rec), "recall_auc": str(auc), "mqar_steps_to_target": "" if steps is None else str(steps)}
+
+
+def _table():
+    return [
+        # hgrn 6:1: paper learns in both seeds, front never (at the baseline), middle ties paper
+        _row("hgrn", "6:1", "paper", 0, 0.99, 0.80, 400), _row("hgrn", "6:1", "paper", 1, 0.98, 0.78, 500),
+        _row("hgrn", "6:1", "front", 0, 0.26, 0.00), _row("hgrn", "6:1", "front", 1, 0.25, 0.00),
+        _row("hgrn", "6:1", "middle", 0, 0.985, 0.79, 400), _row("hgrn", "6:1", "middle", 1, 0.99, 0.80, 400),
+        # hgrn2 3:1: every placement learns, the gaps inside the seed spread
+        _row("hgrn2", "3:1", "paper", 0, 0.99, 0.70, 600), _row("hgrn2", "3:1", "paper", 1, 0.99, 0.60, 700),
+        _row("hgrn2", "3:1", "back", 0, 0.99, 0.66, 600), _row("hgrn2", "3:1", "back", 1, 0.99, 0.68, 600),
+        # gla 6:1: one seed only
+        _row("gla", "6:1", "paper", 0, 0.99, 0.80, 400), _row("gla", "6:1", "front", 0, 0.30, 0.02),
+        # pure models and failed runs are not placements
+        {**_row("hgrn", "pure", "", 0, 0.25, 0.0)},
+        {**_row("hgrn", "6:1", "spread", 0, 0.99, 0.9), "status": "failed"},
+    ]
+
+
+def test_placement_verdicts_follow_the_calibrations_rule():
+    text, v = placement.report(_table(), "t.csv")
+    assert v[("hgrn", "6:1")]["recall"]["answer"] == "yes" and v[("hgrn", "6:1")]["recall"]["worst"] == "front"
+    assert v[("hgrn", "6:1")]["recall_auc"]["answer"] == "yes"
+    assert v[("hgrn2", "3:1")]["recall"]["answer"] == "no"  # equal recall: not separated by 0
+    assert v[("hgrn2", "3:1")]["recall_auc"]["answer"] == "no"  # 0.67 vs 0.65: inside twice the 0.10 spread
+    assert v[("gla", "6:1")]["recall"]["answer"] == "undecided"  # one seed: no spread to judge by
+    assert set(v) == {("hgrn", "6:1"), ("hgrn2", "3:1"), ("gla", "6:1")}  # no pure row, no failed placement
+    places = placement.groups(_table())[("hgrn", "6:1")]
+    assert list(places) == ["paper", "front", "middle"]
+    assert placement.versus_paper(places, "front", "recall") == "below"
+    assert placement.versus_paper(places, "middle", "recall") == "tie"
+    assert placement.versus_paper(places, "paper", "recall") == "-"
+    # every recall beside its baseline; a placement at the baseline in every seed says so
+    assert "| front | 5 | 0.260 / 0.250 | 0.250 |" in text and text.count("no recall") >= 1
+    assert "in 1 of 2 decided (mixer, ratio) groups" in text
+
+
+def test_placement_command_writes_its_files_and_refuses_a_table_without_placements(tmp_path, capsys):
+    path = tmp_path / "p.csv"
+    rows = _table()
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert placement.main(["--table", str(path), "--out", str(tmp_path / "o"), "--no-png"]) == 0
+    assert (tmp_path / "o" / "placement.md").read_text().startswith("# Does placement move recall?")
+    fig = placement.figure(rows)
+    assert len(fig.data) == 2 * 3 * 2 - 2  # 2 panels x 3 groups x 2 seeds, less gla's missing seed 1 in both panels
+    bare = tmp_path / "bare.csv"
+    with open(bare, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=[k for k in rows[0] if k != "placement"])
+        w.writeheader()
+        w.writerows([{k: v for k, v in r.items() if k != "placement"} for r in rows])
+    assert placement.main(["--table", str(bare)]) == 2
+    err = capsys.readouterr().err
+    assert "no 'placement' column" in err and err.count("\n") == 1
