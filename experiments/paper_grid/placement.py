@@ -27,7 +27,8 @@ from pathlib import Path
 from statistics import mean
 
 from experiments.paper_grid.compare import SPREAD_FLOOR, TableError, _f, _g, check_columns
-from hlnas.calibration_outlook import pure_below, spread
+from hlnas.calibration_outlook import pure_below
+from hlnas.layout import PLACEMENTS
 
 MEASURES = ("recall", "recall_auc")
 _VALUES = ("recall", "recall_raw", "recall_baseline", "recall_auc", "mqar_steps_to_target")
@@ -35,7 +36,8 @@ _VALUES = ("recall", "recall_raw", "recall_baseline", "recall_auc", "mqar_steps_
 
 def groups(rows: list[dict]) -> dict[tuple[str, str], dict[str, dict]]:
     """(mixer, ratio) -> placement -> ``{"layers": attention layers, "seeds": {seed: values}}``, over the rows scored
-    ok with a placement (hybrids of one mixer; pure models and the Transformer have none), in the table's order."""
+    ok with a placement (hybrids of one mixer; pure models and the Transformer have none); groups in the table's order,
+    placements in :data:`hlnas.layout.PLACEMENTS`' order, then the explicit sets."""
     check_columns(rows)
     if "placement" not in rows[0]:
         raise TableError("the table has no 'placement' column (collect.py writes it since 2026-12-05: collect again)")
@@ -52,7 +54,10 @@ def groups(rows: list[dict]) -> dict[tuple[str, str], dict[str, dict]]:
         cell = out.setdefault((r["mixer"], r["ratio"]), {}).setdefault(
             r["placement"], {"layers": r.get("attention_layers") or "", "layout": r.get("layout") or "", "seeds": {}})
         cell["seeds"][str(r.get("seed") or "0")] = vals
-    return out
+    # one order in every group, table and panel: hlnas.layout's strategies, then the explicit sets
+    rank = {name: i for i, name in enumerate(PLACEMENTS)}
+    return {key: dict(sorted(places.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+            for key, places in out.items()}
 
 
 def _per_seed(cell: dict, measure: str) -> dict[str, float]:
