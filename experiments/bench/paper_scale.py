@@ -145,6 +145,24 @@ def matmul_row(dev, n: int) -> dict:
     return {"tflops": round(flops / 1e12, 3), "mfu": round(flops / PEAK_BF16, 4)}
 
 
+def _timed_steps(step, x, y, dev, args, row: dict) -> tuple[float, object]:
+    """``--warmup`` steps, then ``--steps`` timed ones (2 where a warm-up step took over ``--slow-step-s``, said in
+    ``row``'s status): (seconds a step, the last loss)."""
+    t = time.perf_counter()
+    for _ in range(args.warmup):
+        step(x, y)
+    _sync(dev)
+    steps = args.steps
+    if args.warmup and (time.perf_counter() - t) / args.warmup > args.slow_step_s:
+        steps = 2  # a PyTorch-path row (Mamba-2's scan) must not spend the call's time on its steps
+        row["status"] = f"ok, slow: {steps} timed steps"
+    t = time.perf_counter()
+    for _ in range(steps):
+        loss = step(x, y)
+    _sync(dev)
+    return (time.perf_counter() - t) / steps, loss
+
+
 def model_row(spec: str, args, dev, profile: list | None) -> dict:
     """Build the row's model on the device, train ``--steps`` timed steps through hlnas's step; OOM is a row."""
     import torch
@@ -192,19 +210,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         loss = step(x, y)
         _sync(dev)
         row["first_step_s"] = round(time.perf_counter() - t0, 2)
-        t = time.perf_counter()
-        for _ in range(args.warmup):
-            step(x, y)
-        _sync(dev)
-        steps = args.steps
-        if args.warmup and (time.perf_counter() - t) / args.warmup > args.slow_step_s:
-            steps = 2  # a PyTorch-path row (Mamba-2's scan) must not spend the call's time on its steps
-            row["status"] = f"ok, slow: {steps} timed steps"
-        t = time.perf_counter()
-        for _ in range(steps):
-            loss = step(x, y)
-        _sync(dev)
-        dt = (time.perf_counter() - t) / steps
+        dt, loss = _timed_steps(step, x, y, dev, args, row)
         if not math.isfinite(loss.item()):
             row["status"] = f"non-finite loss {loss.item()}"
         tok = args.batch * args.seq_len / dt
