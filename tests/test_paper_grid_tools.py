@@ -390,25 +390,6 @@ def test_tabular_bench_takes_one_seed_of_a_two_seed_table(grid, tmp_path):
         bench.seed_rows(str(out), "2")
 
 
-@pytest.mark.parametrize("protocol", ["b256", "k64_b256", "shift", "lr", "vt_shift", "vt_split", "vt_split_8k"])
-def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow_its_calibration(protocol):
-    """experiments/paper_grid/placement_h200_<protocol>.yaml takes paper_grid_h200_<protocol>'s calibration
-    (--calibrated-by), which is honest only while the two spaces' depth, scale and calibration are the same: an edit to
-    one alone fails here."""
-    from hlnas.search.calibration import protocol_differences
-
-    grid = load_space(str(ROOT / "search_spaces" / f"paper_grid_h200_{protocol}.yaml"))
-    place = load_space(str(ROOT / "experiments" / "paper_grid" / f"placement_h200_{protocol}.yaml"))
-    assert protocol_differences(grid, place) == [] and set(place.mixers) <= set(grid.mixers)
-    assert set(place.mixers) == {"hgrn2", "gated_deltanet"} and set(place.ratios) == {"6:1", "3:1"}
-    assert {"paper", "front", "back", "middle", "spread"} <= set(place.placements) and place.attention_sets
-    changed = place.with_sets(["score.mqar.batch=32"])
-    assert protocol_differences(grid, changed) == [f"scale.score.mqar.batch: {grid.score.mqar.batch} -> 32"]
-    from hlnas.calibrate import plan
-
-    assert plan(place)  # its calibration section is valid for its own mixers (e.g. no mixer_order of the grid's)
-
-
 @pytest.mark.parametrize("path", sorted((ROOT / "search_spaces").glob("paper_grid_h200*.yaml")), ids=lambda p: p.stem)
 def test_every_h200_protocol_builds_its_recall_models_and_task(path):
     """A GPU session calibrates these as they are: each loads, every candidate's recall setup builds, the task's

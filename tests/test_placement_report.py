@@ -40,6 +40,25 @@ def test_placement_of_calls_the_rest_explicit_and_has_none_for_pure_or_all_atten
     assert attention_indices(6, "6:1", "spread") == (3,)  # the CPU twin's layouts below rely on it
 
 
+@pytest.mark.parametrize("protocol", ["b256", "k64_b256", "shift", "lr", "vt_shift", "vt_split", "vt_split_8k"])
+def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow_its_calibration(protocol):
+    """experiments/paper_grid/placement_h200_<protocol>.yaml takes paper_grid_h200_<protocol>'s calibration
+    (--calibrated-by), which is honest only while the two spaces' depth, scale and calibration are the same: an edit to
+    one alone fails here."""
+    from hlnas.search.calibration import protocol_differences
+
+    grid = load_space(str(ROOT / "search_spaces" / f"paper_grid_h200_{protocol}.yaml"))
+    place = load_space(str(ROOT / "experiments" / "paper_grid" / f"placement_h200_{protocol}.yaml"))
+    assert protocol_differences(grid, place) == [] and set(place.mixers) <= set(grid.mixers)
+    assert set(place.mixers) == {"hgrn2", "gated_deltanet"} and set(place.ratios) == {"6:1", "3:1"}
+    assert {"paper", "front", "back", "middle", "spread"} <= set(place.placements) and place.attention_sets
+    changed = place.with_sets(["score.mqar.batch=32"])
+    assert protocol_differences(grid, changed) == [f"scale.score.mqar.batch: {grid.score.mqar.batch} -> 32"]
+    from hlnas.calibrate import plan
+
+    assert plan(place)  # its calibration section is valid for its own mixers (e.g. no mixer_order of the grid's)
+
+
 def test_the_cpu_placement_twin_runs_the_default_spaces_recall_protocol():
     """placement_tiny.yaml borrows the default study's calibration (--calibrated-by tiny): honest only while the two
     spaces' depth, scale and calibration are the same."""
