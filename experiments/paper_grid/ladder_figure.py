@@ -23,6 +23,7 @@ sweep row of another protocol than the calibration's (``--study``, its stored sp
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 from typing import NamedTuple
@@ -93,15 +94,22 @@ def _same_protocol(r: dict, where: str, seen: dict) -> None:
                              "one figure per protocol")
 
 
+@functools.cache
+def _study_attrs(storage: str, study: str) -> dict:
+    """The study's user attrs, loaded once: the protocol and the runs both read them."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=study, storage=storage).user_attrs
+
+
 def calibration_protocol(storage: str, study: str) -> dict:
     """The calibration's recall protocol as :func:`_same_protocol`'s ``seen`` (its stored space's ``score.mqar``), so
     sweep rows of another protocol are refused beside its runs; empty (nothing checked) for a study without a stored
     space or on another task than MQAR (a VT sweep row records its task otherwise)."""
-    import optuna
-
     from hlnas.space import space_from_dict
 
-    raw = optuna.load_study(study_name=study, storage=storage).user_attrs.get("hlnas_space")
+    raw = _study_attrs(storage, study).get("hlnas_space")
     if not raw:
         return {}
     space = space_from_dict(raw, where=f"study '{study}'")  # the stored space read as hlnas reads it everywhere
@@ -142,10 +150,7 @@ def sweep_points(paths: list[Path], budget: int, tags: list[str] | None = None, 
 def calibration_points(storage: str, study: str, budget: int) -> dict[Key, Point]:
     """A calibration's stored runs (``hlnas_calibration`` of the study) by (layout, seed, the rate the run kept), the
     control left out."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    cal = optuna.load_study(study_name=study, storage=storage).user_attrs.get("hlnas_calibration") or {}
+    cal = _study_attrs(storage, study).get("hlnas_calibration") or {}
     out = {}
     for r in (cal.get("runs") or {}).values():
         if r.get("status") != "ok":
