@@ -67,6 +67,15 @@ def _g(x, spec=".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def read_table(path) -> list[dict]:
+    """A collect.py CSV as rows; a missing file is a :class:`TableError` ("no such file"), as a bad table is."""
+    try:
+        with open(path, newline="") as fh:
+            return list(csv.DictReader(fh))
+    except FileNotFoundError:
+        raise TableError("no such file") from None
+
+
 def check_columns(rows: list[dict], where: str = "the table") -> None:
     have = list(rows[0]) if rows else []
     if not rows:
@@ -418,11 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     try:
-        with open(args.table, newline="") as fh:
-            text = compare(list(csv.DictReader(fh)))
-    except FileNotFoundError:
-        print(f"compare.py: {args.table}: no such file", file=sys.stderr)
-        return 2
+        text = compare(read_table(args.table))
     except TableError as e:
         print(f"compare.py: {args.table}: {e}", file=sys.stderr)
         return 2

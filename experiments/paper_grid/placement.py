@@ -21,12 +21,11 @@ per placement and seed) into ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 from statistics import mean
 
-from experiments.paper_grid.compare import SPREAD_FLOOR, TableError, _f, _g, check_columns
+from experiments.paper_grid.compare import SPREAD_FLOOR, TableError, _f, _g, check_columns, read_table
 from hlnas.calibration_outlook import pure_below
 from hlnas.layout import PLACEMENTS
 
@@ -184,7 +183,8 @@ def figure(rows: list[dict]):
     fig.update_yaxes(title_text="recall (raw; dashed: no-recall baseline)", row=1, col=1, range=[0, 1.05])
     fig.update_yaxes(title_text="recall_auc (corrected)", row=2, col=1, range=[0, 1.05])
     fig.update_layout(title="Placement of the attention layers at a fixed ratio: recall per seed",
-                      template="plotly_white", legend=dict(orientation="h", y=-0.12))
+                      template="plotly_white", legend=dict(orientation="h", y=-0.12),
+                      width=300 + 260 * len(keys), height=750)
     return fig
 
 
@@ -195,12 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-png", action="store_true", help="skip the figure (it needs Chromium for kaleido)")
     args = ap.parse_args(argv)
     try:
-        with open(args.table, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+        rows = read_table(args.table)
         text, _ = report(rows, args.table)
-    except FileNotFoundError:
-        print(f"placement.py: {args.table}: no such file", file=sys.stderr)
-        return 2
     except TableError as e:
         print(f"placement.py: {args.table}: {e}", file=sys.stderr)
         return 2
@@ -210,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "placement.md").write_text(text)
         if not args.no_png:
-            figure(rows).write_image(out / "placement.png", width=300 + 260 * len(groups(rows)), height=750, scale=2)
+            figure(rows).write_image(out / "placement.png", scale=2)  # at the figure's own size
     return 0
 
 

@@ -128,11 +128,11 @@ class _Search:
         study, space, emit = self.study, self.space, self.emit
         # layouts whose recall the calibration measured at this seed already: their trials train only the LM half
         self.measured_recall = calibrated_recall(study, space) if space.rungs is None else {}
+        self.done_by_layout = completed_by_layout(study)  # queueing the grid below completes nothing
         if enqueue_grid and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
             # the calibration's seed-0 runs are trials already: queueing their layouts again only made copies of
             # them and left WAITING trials behind once the target was met (the H200 grid held 19 such)
-            calibrated = completed_by_layout(study)
-            grid = [p for p in space.grid() if str(space.layout(p)) not in calibrated]
+            grid = [p for p in space.grid() if str(space.layout(p)) not in self.done_by_layout]
             if self.longest_first:  # several at once: the grid in the order that finishes the workers together
                 grid = longest_first(space, grid, lambda p: str(space.layout(p)), measured=self.measured_recall.keys())
             for params in grid:
@@ -146,7 +146,6 @@ class _Search:
         if space.rungs is None:  # the rung scheduler keeps its own paused models
             root = paused_root(study, out_root=self.out_root, given=self.rung_root, create=self.time_limit is not None)
             self.paused_dir = None if root is None else (lambda layout: os.path.join(root, "trials", layout))
-        self.done_by_layout = completed_by_layout(study)
         self.dead = failed_by_layout(study)  # layouts that failed or broke a constraint: not trained again
         if retry_failed:
             retried = 0
