@@ -71,7 +71,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
     the MQAR instances mixed into training are resolved once here, for training and scoring alike."""
     from hlnas.data.tokenizer import load_tokenizer
     from hlnas.score.mixed import mqar_recall_config, recall_documents
-    from hlnas.train import train
+    from hlnas.train import device_name, train
 
     if recall_only:
         from hlnas.score.objectives import mqar_objective
@@ -87,7 +87,8 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
     tr = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out_dir, progress=progress, tokenizer=tok,
                extra_docs=docs)
     metrics = {"final_loss": tr.final_loss, "tokens_per_s": tr.tokens_per_s, "steady_tokens_per_s": tr.steady_tokens_per_s,
-               "train_wall_s": tr.wall_s, "train_tokens": tr.tokens, "device": tr.device, "train_step_mode": tr.step_mode}
+               "train_wall_s": tr.wall_s, "train_tokens": tr.tokens, "device": tr.device, "device_name": device_name(tr.device),
+               "train_step_mode": tr.step_mode}
     model = getattr(tr, "model", None)
     if tr.status != "ok" or not score:
         return RunResult(tr.status, metrics, {}, tr, model, tr.error_kind, tr.error)

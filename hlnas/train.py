@@ -31,11 +31,11 @@ from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model, seeded_model
 from hlnas.overrides import config_to_dict
 from hlnas.training.checkpoint import resume, save_checkpoint
-from hlnas.training.loop import autocast_dtype, cosine_lr, run_steps  # noqa: F401  (cosine_lr: re-exported)
+from hlnas.training.loop import autocast_dtype, cosine_lr, device_name, run_steps  # noqa: F401  (cosine_lr, device_name: re-exported)
 from hlnas.training.step import compiled, make_optimizer, make_step
 from hlnas.training.validation import validation_loss
 
-__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device", "cosine_lr", "lr_at"]
+__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "train", "load_checkpoint", "resolve_device", "device_name", "cosine_lr", "lr_at"]
 
 CHECKPOINT = "checkpoint.pt"
 # steps left out of steady_tokens_per_s: the first calls compile (torch.compile, Triton kernels and their autotune)

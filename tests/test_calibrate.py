@@ -254,3 +254,10 @@ def test_verdict_names_seeds_never_trained_apart_from_failed_runs():
     assert any("hgrn hybrid has 1 of 2 seeds scored (never trained: seed 1)" in f for f in failures), failures
     assert any("gla pure has 0 of 2 seeds scored (failed: pure:gla:s1; never trained: seed 0)" in f
                for f in failures), failures
+
+
+def test_a_stored_calibration_run_keeps_the_card_it_trained_on():
+    run = plan(space_from_dict(raw_space()))[0]
+    kept = calibrate.run_summary(run, "ok", {"recall": 0.9, "recall_raw": 0.925, "mqar_s": 12.0,
+                                             "device_name": "NVIDIA H100 80GB HBM3", "mqar": {"runs": []}})
+    assert kept["device_name"] == "NVIDIA H100 80GB HBM3" and kept["mqar_s"] == 12.0 and "mqar" not in kept

@@ -115,6 +115,19 @@ def test_collect_gives_a_row_per_candidate_and_seed_from_trials_the_seed_study_a
     assert alone[(0, GLA_31)]["gpu_s_est"] is None
 
 
+def test_collect_names_the_card_each_run_trained_on(tmp_path):
+    """device_name from the trial (LM and recall) or the calibration run (recall only); blank where not stored."""
+    url, space = f"sqlite:///{tmp_path}/c.db", load_space(SPACE)
+    s0 = _study(url, "grid", space, {GLA_31: {**_attrs(0.85, 0.4, 1.6, 30.0, 12.0), "device_name": "NVIDIA H100 80GB HBM3"},
+                                     T: _attrs(0.99, 0.3, 1.7, 40.0, 20.0)},
+                calibration={"status": "valid", "runs": {"pure:gla:s1": {
+                    "key": "pure:gla:s1", "layout": GLA_PURE, "seed": 1, "status": "ok", "recall_raw": 0.2,
+                    "recall_baseline": 0.25, "recall": 0.0, "mqar_s": 55.0, "device_name": "NVIDIA H200"}}})
+    by = {(r["seed"], r["layout"]): r for r in collect.rows(s0)}
+    assert by[(0, GLA_31)]["device_name"] == "NVIDIA H100 80GB HBM3" and by[(0, T)]["device_name"] is None
+    assert by[(1, GLA_PURE)]["device_name"] == "NVIDIA H200"
+
+
 def test_collect_measures_each_rows_gpu_seconds_from_the_utilisation_counting_each_job_once(tmp_path):
     """--util: the GPU's busy time at each sample is split among the jobs active then: trials (started_at to
     finished_at), calibration runs that are no trial (their recall clock); a seed-0 calibration run is its trial's job,
@@ -360,6 +373,14 @@ def test_cost_per_candidate_and_seed_against_the_target():
         r.update(gpu_s_util=str(float(r["gpu_s"]) / 3))
     c3 = compare.cost(rows)
     assert c3["column"] == "gpu_s_util" and c3["mean"] == pytest.approx(12.0) and "measured" in "\n".join(compare.cost_lines(c3))
+    # the cards: runs from before hlnas stored them are "unrecorded"; two known cards are flagged as mixed
+    assert c3["cards"] == {"unrecorded": 20} and "Seconds of different cards" not in "\n".join(compare.cost_lines(c3))
+    for i, r in enumerate(rows):
+        r["device_name"] = "NVIDIA H200" if i % 4 else "NVIDIA H100 80GB HBM3"
+    c4 = compare.cost(rows)
+    assert c4["cards"] == {"NVIDIA H200": 15, "NVIDIA H100 80GB HBM3": 5}
+    assert "Cards (runs counted above): NVIDIA H200 15, NVIDIA H100 80GB HBM3 5. **Seconds of different cards are mixed.**" \
+        in "\n".join(compare.cost_lines(c4))
 
 
 def test_compare_names_missing_columns_and_files_in_one_line(tmp_path, capsys):

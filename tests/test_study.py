@@ -58,6 +58,7 @@ def test_same_search_on_every_storage_then_resume(kind, tmp_path, request):
         assert t.values == [a["recall"], a["kv_cache_bytes"]]  # objectives: recall (MQAR), KV-cache bytes
         assert math.isfinite(a["val_loss"]) and 0 <= a["mqar_acc"] <= 1 and a["params"] > 0
         assert a["worker_pid"] == os.getpid() and a["started_at"] <= a["finished_at"]
+        assert a["device_name"] == "cpu"  # the card a run trained on (its GPU's model on CUDA: GPU-seconds differ by card)
     attrs = study.user_attrs
     assert attrs["hlnas_space"] == space.to_dict() and attrs["hlnas_space_hash"] == space.fingerprint()
     assert attrs["hlnas_version"] == hlnas.__version__ and attrs["hlnas_trials"] == 3

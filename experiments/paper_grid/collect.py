@@ -33,7 +33,8 @@ among the jobs active at each sample (``gpu_share``; a trial from its ``started_
 calibration run that is no trial over its recall run's clock), a measurement instead of an estimate; a row whose
 recall came from a calibration run adds that run's share. Jobs of other studies sharing those calls are unknown to it
 and would be charged to these: pass the files of calls that ran these studies alone. ``compare.py`` reports the cost
-from the best column given.
+from the best column given. ``device_name`` is the card the run trained on (the GPU's model; blank for runs from
+before hlnas stored it): one study's calls may land on different cards, whose seconds differ.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from hlnas.search.storage import UnknownStudyError, load_study
 
 COLUMNS = ["mixer", "ratio", "placement", "layout", "seed", "source", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k",
            "state_bytes", "val_loss", "recall_raw", "recall_baseline", "recall_baseline_name", "recall", "recall_auc",
-           "mqar_steps_to_target", "mqar_s", "train_wall_s", "gpu_s", "concurrency", "gpu_s_est", "gpu_s_util",
+           "mqar_steps_to_target", "mqar_s", "train_wall_s", "gpu_s", "concurrency", "gpu_s_est", "gpu_s_util", "device_name",
            "ruler_avg", *[f"ruler_{t}" for t in RULER_TASKS], "mqar_acc", "mqar_mixed_acc", "mqar_mixed_by_length",
            "tokens_per_s", "steady_tokens_per_s", "status", "error_kind", "trial"]
 
@@ -148,7 +149,7 @@ def _trial_row(study_name: str, t: optuna.trial.FrozenTrial | None, baseline, co
     row = {"val_loss": a.get("val_loss"), "ruler_avg": (a.get("ruler") or {}).get("average"), "mqar_acc": a.get("mqar_acc"),
            **_recall_columns(a, baseline), "recall_auc": a.get("recall_auc"), "mqar_steps_to_target": a.get("mqar_steps_to_target"),
            **(gpu_seconds(a, concurrency) if t is not None else {"concurrency": concurrency}),
-           "gpu_s_util": None if t is None else _trial_util(shares, study_name, t),
+           "gpu_s_util": None if t is None else _trial_util(shares, study_name, t), "device_name": a.get("device_name"),
            "mqar_mixed_acc": a.get("mqar_mixed_acc"),
            "mqar_mixed_by_length": " ".join(f"{L}:{v:.4f}" for L, v in (a.get("mqar_mixed") or {}).get("by_length", {}).items()) or None,
            "tokens_per_s": a.get("tokens_per_s"), "steady_tokens_per_s": a.get("steady_tokens_per_s"),
@@ -168,6 +169,7 @@ def _calibration_row(study_name: str, run: dict, concurrency, shares=None) -> di
             "error_kind")
     return {**{k: run.get(k) for k in keep}, **gpu_seconds(run, concurrency), "status": run.get("status"),
             "gpu_s_util": None if shares is None else shares.get(("cal", study_name, run["key"])),
+            "device_name": run.get("device_name"),
             "source": f"{study_name} calibration {run['key']}" + ("" if run.get("train_wall_s") is not None else " (recall only)")}
 
 

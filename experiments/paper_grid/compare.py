@@ -39,6 +39,7 @@ import csv
 import math
 import random
 import sys
+from collections import Counter
 from statistics import mean
 
 from hlnas.paper import PAPER, attention_share, lm_by_ratio, recall_by_ratio, spearman
@@ -351,6 +352,9 @@ def cost(rows: list[dict], target: float = TARGET_GPU_S) -> dict:
                                  "max_of": None if top is None else f"{top['mixer']} {top['ratio']}",
                                  "recall_only_n": len(s["recall_only"]), "recall_only_total": sum(x for x, _ in s["recall_only"])}
     out["meets"] = None if out["mean"] is None else out["mean"] <= target
+    # the card each counted run trained on: a study's calls may land on different cards, whose seconds differ
+    out["cards"] = dict(Counter(r.get("device_name") or "unrecorded" for s in per_seed.values()
+                                for _, r in (*s["full"], *s["recall_only"])).most_common())
     return out
 
 
@@ -369,6 +373,12 @@ def cost_lines(c: dict) -> list[str]:
     else:
         lines += ["", f"Mean {c['mean']:.1f}, max {c['max']:.1f} over {c['n']} candidate runs: "
                       f"{'meets' if c['meets'] else 'misses'} the target of <= {c['target']:.0f} GPU-s per candidate on average."]
+    if c.get("cards"):
+        known = [k for k in c["cards"] if k != "unrecorded"]
+        parts = [f"{k} {n}" if k != "unrecorded" else f"{n} unrecorded (runs from before hlnas stored the card)"
+                 for k, n in c["cards"].items()]
+        lines += ["", "Cards (runs counted above): " + ", ".join(parts)
+                  + (". **Seconds of different cards are mixed.**" if len(known) > 1 else ".")]
     return lines
 
 

@@ -48,7 +48,7 @@ from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MqarTask, hits_accuracy, label_hits, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VtConfig, VtTask, accuracy_by_hop, make_vt, vt_baselines
 from hlnas.training.checkpoint import load_run_state, save_run_state
-from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, run_steps
+from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, device_name, run_steps
 
 __all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "RecallSetup", "recall_setup", "recall_task", "make_task",
            "task_baselines", "recall_model_config",
@@ -411,7 +411,7 @@ def sweep_result(setup: RecallSetup, runs: list[dict], val, *, device, t0: float
     out = {
         "mqar_acc": acc, "mqar_baselines": base, "mqar_baseline": b, "mqar_baseline_name": name,
         "mqar_lr": best["lr"], "mqar_steps_done": sum(r["steps"] for r in runs), "mqar_s": round(time.perf_counter() - t0 + sum(r["resumed_s"] for r in runs), 2),
-        "mqar_final_loss": best["final_loss"],
+        "mqar_final_loss": best["final_loss"], "device_name": device_name(device),
         # the graded measure: the kept rate's area under its corrected validation curve (learning_auc)
         "mqar_auc": best["auc"], "mqar_steps_to_target": best["steps_to_target"], "mqar_val_baseline": round(val_base, 4),
         "mqar": {"task": cfg.task, "seq_len": task.seq_len, "vocab": vocab, "steps": cfg.steps,

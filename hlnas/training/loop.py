@@ -16,7 +16,7 @@ from torch import Tensor
 
 from hlnas.training.step import set_lr
 
-__all__ = ["run_steps", "cosine_lr", "autocast_dtype", "autocast_context", "AUTOCAST_SETTINGS"]
+__all__ = ["run_steps", "cosine_lr", "device_name", "autocast_dtype", "autocast_context", "AUTOCAST_SETTINGS"]
 
 AUTOCAST_SETTINGS = ("auto", "bf16", "off")
 
@@ -28,6 +28,15 @@ def cosine_lr(step: int, total: int, peak: float, warmup_frac: float, min_ratio:
         return peak * (step + 1) / warm
     progress = (step - warm) / max(1, total - warm)
     return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def device_name(device) -> str:
+    """The hardware a run used, as results name it: the GPU's model for CUDA (GPU-seconds differ by card, and one
+    study's calls may land on different cards), else the device type ('cpu')."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return dev.type
 
 
 def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
