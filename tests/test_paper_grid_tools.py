@@ -514,3 +514,15 @@ def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp
     second.write_text("\n".join(json.dumps(r) for r in (variant, control)) + "\n")
     assert list(fig_mod.sweep_points([first, second], 4000, tags=["8 heads"])) == [("GGGA", 3, 1e-3)]
     assert fig_mod.sweep_points([second], 4000) == {("GGGA", 3, 1e-3): fig_mod.Point("gla", 1, 3, 500, "reached", 1e-3)}
+
+
+def test_tabular_bench_table_prints_val_loss_to_three_decimals_and_blanks_a_row_without_one(grid, tmp_path):
+    bench = _script("tabular_bench")
+    out = tmp_path / "grid.csv"
+    assert collect.main(["--storage", grid[0], "--study", "grid", "--out", str(out)]) == 0
+    tb = bench.TabularBenchmark.from_rows(bench.seed_rows(str(out), "0"), space=SPACE, missing="infeasible",
+                                          objectives=("recall_auc", "kv_cache_bytes"))
+    md = bench.table_md(tb)
+    line = next(x for x in md.splitlines() if f"`{GLA_31}`" in x)
+    assert "| 1.610 |" in line and "1.6100000" not in line  # GLA 3:1's stored val loss, 1.61
+    assert f"| {layout_metrics(GLA_31, load_space(SPACE).model, 4096)['params']:,} |" in line

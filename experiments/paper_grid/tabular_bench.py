@@ -31,6 +31,13 @@ def _mib(x) -> str:
     return "-" if x is None else f"{float(x) / 2**20:,.0f}"
 
 
+def _cell(column: str, value) -> str:
+    """params with thousands separators, val_loss to 3 decimals, blank where the row has none."""
+    if value in (None, ""):
+        return ""
+    return f"{float(value):,.0f}" if column == "params" else f"{float(value):.3f}"
+
+
 def table_md(bench: TabularBenchmark) -> str:
     front = set(bench.front())
     cols = [c for c in ("val_loss", "params") if c in next(iter(bench.table.values()))]
@@ -39,7 +46,7 @@ def table_md(bench: TabularBenchmark) -> str:
     for layout, row in bench.table.items():
         vals = [(_mib(row[o]) + " MiB") if o.startswith("kv_") else ("-" if row[o] is None else f"{row[o]:.3f}")
                 for o in bench.objectives]
-        extra = [f"{float(row[c]):,.0f}" if c == "params" and row.get(c) not in (None, "") else str(row.get(c, "")) for c in cols]
+        extra = [_cell(c, row.get(c)) for c in cols]
         lines.append(f"| `{layout}` | {row.get('mixer', '')} | {row.get('ratio', '')} | " + " | ".join(vals + extra)
                      + f" | {'yes' if layout in front else ''} |")
     return "\n".join(lines)
