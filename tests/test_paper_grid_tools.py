@@ -349,6 +349,19 @@ def test_the_cell_table_says_how_many_seeds_reached_the_target():
     assert "never" not in compare.compare(old)
 
 
+def test_a_cell_whose_seeds_disagree_on_learning_is_marked_split():
+    """GatedDeltaNet 24:1 on the H200 grid: seed 0 never left the plateau, seed 1 learned. The mean stands for neither
+    seed, so the cell says which learned; cells whose seeds agree (both learned, neither) carry no such mark."""
+    rows = [_row("gated_deltanet", "24:1", 0, 0.017, auc=0.01), _row("gated_deltanet", "24:1", 1, 0.950, auc=0.37),
+            _row("retnet", "6:1", 0, 0.98, auc=0.5), _row("retnet", "6:1", 1, 0.94, auc=0.4),
+            _row("gla", "24:1", 0, 0.0, auc=0.0), _row("gla", "24:1", 1, 0.46, auc=0.1)]
+    lines = compare.compare(rows).splitlines()
+    row = next(x for x in lines if x.startswith("| gated_deltanet | 24:1 |"))
+    assert "**seeds split**: learned (recall >= 0.5) in seed 1 only" in row
+    assert not any("seeds split" in x for x in lines if x.startswith(("| retnet | 6:1 |", "| gla | 24:1 |")))
+    assert next(x for x in lines if x.startswith("| gla | 24:1 |")).rstrip().endswith("| no recall in seed 0 |")
+
+
 # -- compare.py: cost and bad input ----------------------------------------------------------------
 
 def test_cost_per_candidate_and_seed_against_the_target():

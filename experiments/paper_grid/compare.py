@@ -8,6 +8,7 @@ Writes markdown:
 * **the cells**: per (mixer, ratio), over the seeds scored ``ok``: raw recall beside its no-recall baseline, the
   corrected ``recall`` and the graded ``recall_auc`` (seed mean and spread, max - min), steps to target, val loss;
   a cell at or below its baseline in every seed is marked ``no recall`` (in some seeds: ``no recall in seed ...``);
+  a cell where some seeds learned the task (corrected recall >= 0.5) and others did not is marked ``seeds split``;
 * **Spearman rho against the paper's Table 7** (``hlnas/resources/paper_grid.csv`` through :mod:`hlnas.paper`;
   4 mixers x 5 ratios, the Transformer is not in Table 7) over every cell both have, for ``recall`` and
   ``recall_auc`` (seed means), with n, a bootstrap 95% interval (cells resampled with replacement, 2000 times,
@@ -51,6 +52,7 @@ REQUIRED = ("mixer", "ratio", "status", "recall", "recall_raw", "recall_baseline
 SPREAD_FLOOR = 0.01  # hlnas.calibrate's: two equal seeds are not "separated" by 0
 TARGET_GPU_S = 30.0  # issue #20 point 7: per candidate, on average
 BOOTSTRAP = 2000
+LEARNED = 0.5  # corrected recall at which a run counts as having learned the task: half way from its baseline to 1
 
 
 class TableError(ValueError):
@@ -114,6 +116,7 @@ def cells(rows: list[dict]) -> dict[tuple[str, str], dict]:
             c[k + "_spread"] = (max(xs) - min(xs)) if len(xs) >= 2 else None
         # at or below the baseline: the corrected recall is 0 (max(0, (raw - b) / (1 - b)))
         c["no_recall_seeds"] = [v["seed"] for v in runs if v["recall"] <= 0.0]
+        c["learned_seeds"] = [v["seed"] for v in runs if v["recall"] >= LEARNED]
         out[key] = c
     return out
 
@@ -143,10 +146,15 @@ def recall_text(c: dict, measure: str = "recall") -> str:
 
 
 def _mark(c: dict) -> str:
-    s = c["no_recall_seeds"]
-    if not s:
-        return ""
-    return "no recall" if len(s) == c["n"] else f"no recall in seed {', '.join(map(str, s))}"
+    s, learned = c["no_recall_seeds"], c.get("learned_seeds", [])
+    marks = []
+    if s:
+        marks.append("no recall" if len(s) == c["n"] else f"no recall in seed {', '.join(map(str, s))}")
+    if learned and len(learned) < c["n"]:
+        # one seed learned the task and another did not: the cell's mean stands for neither (session 25: GatedDeltaNet
+        # 24:1 at 0.017 and 0.950, RetNet 12:1 at 0.984 and 0.019)
+        marks.append(f"**seeds split**: learned (recall >= {LEARNED}) in seed {', '.join(map(str, learned))} only")
+    return "; ".join(marks)
 
 
 # -- Spearman with the paper ----------------------------------------------------------------------
