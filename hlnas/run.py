@@ -80,6 +80,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
         m = dict(recall) if recall is not None else mqar_objective(recipe.layout, recipe.model, recipe.score,
                                                                      seed=recipe.train.seed)
         m.update(recall_metrics(m))
+        m.setdefault("device_name", m.get("mqar_device_name"))  # a recall-only run's card is its recall model's
         return RunResult("ok", m, m)
     tok = load_tokenizer(recipe.data.tokenizer)
     mixed = mqar_recall_config(recipe.train, tok)

@@ -66,6 +66,18 @@ def test_a_trial_given_its_recall_trains_only_the_lm_half_and_reports_that_recal
     assert not alone.ok and "was trained although its result was given" in alone.error
 
 
+def test_a_trial_names_its_own_card_and_keeps_the_card_of_the_recall_it_took():
+    """device_name is where the run trained (the LM half, or a recall-only run's recall model); mqar_device_name travels
+    with a recall result, so a trial that took another run's recall still says where that recall was trained."""
+    space = tiny_space()
+    spec = layout_spec(space, 0, "GGAG", recall_only=True)
+    alone = run_trial(spec)
+    assert alone.ok and alone.metrics["device_name"] == alone.metrics["mqar_device_name"] == "cpu"
+    given = {**finished_result(alone.metrics), "mqar_device_name": "NVIDIA H200"}
+    taken = run_trial(dataclasses.replace(layout_spec(space, 1, "GGAG"), recall=given, recall_from="grid:hybrid:gla:s1"))
+    assert taken.ok and taken.metrics["device_name"] == "cpu" and taken.metrics["mqar_device_name"] == "NVIDIA H200"
+
+
 def fake_with_results(calls: list):
     """A run_trial that returns a whole fresh-model result (recall by attention count, seed in the result) and records
     (number, layout, seed, recall_only, recall_from) of each spec; a given recall is returned as it is."""

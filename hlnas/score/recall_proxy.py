@@ -411,7 +411,7 @@ def sweep_result(setup: RecallSetup, runs: list[dict], val, *, device, t0: float
     out = {
         "mqar_acc": acc, "mqar_baselines": base, "mqar_baseline": b, "mqar_baseline_name": name,
         "mqar_lr": best["lr"], "mqar_steps_done": sum(r["steps"] for r in runs), "mqar_s": round(time.perf_counter() - t0 + sum(r["resumed_s"] for r in runs), 2),
-        "mqar_final_loss": best["final_loss"], "device_name": device_name(device),
+        "mqar_final_loss": best["final_loss"], "mqar_device_name": device_name(device),
         # the graded measure: the kept rate's area under its corrected validation curve (learning_auc)
         "mqar_auc": best["auc"], "mqar_steps_to_target": best["steps_to_target"], "mqar_val_baseline": round(val_base, 4),
         "mqar": {"task": cfg.task, "seq_len": task.seq_len, "vocab": vocab, "steps": cfg.steps,

@@ -9,7 +9,7 @@ __all__ = ["RESULT_KEYS", "finished_result"]
 #: whole (a test keeps the two in step)
 RESULT_KEYS = ("mqar_acc", "mqar_baselines", "mqar_baseline", "mqar_baseline_name", "mqar_lr", "mqar_steps_done",
                "mqar_s", "mqar_final_loss", "mqar_auc", "mqar_steps_to_target", "mqar_val_baseline", "mqar",
-               "mqar_by_hop", "mqar_error", "mqar_budget", "mqar_finished")
+               "mqar_by_hop", "mqar_error", "mqar_budget", "mqar_finished", "mqar_device_name")
 
 
 def finished_result(metrics: dict) -> dict | None:

@@ -63,7 +63,7 @@ def test_train_mqar_reports_accuracy_beside_its_baselines():
     # when each check's steps were done (benchmarks' steady-state windows): the checks' steps, in time order
     assert [c[0] for c in run["clock"]] == [20, 40, 60] and run["clock"] == sorted(run["clock"], key=lambda c: c[1])
     assert out["mqar"]["model"]["vocab_size"] == 16 and out["mqar"]["model"]["d_model"] == 32
-    assert out["device_name"] == "cpu"  # recall-only runs (calibration's other seeds) name their card too
+    assert out["mqar_device_name"] == "cpu"  # the recall model's card (a trial may take it from another run)
 
 
 def test_a_reached_target_stops_training_and_the_sweep():
