@@ -1,8 +1,11 @@
-"""Helpers shared by the tests: comparisons for kernel and mixer tests, torch threads, a worker killer."""
+"""Helpers shared by the tests: comparisons for kernel and mixer tests, torch threads, a worker killer, the
+experiments' paper_grid scripts loaded as modules."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import pathlib
 
 import torch
 
@@ -94,3 +97,12 @@ def kill_first_worker_at_next_start(seen: dict):
             os.kill(seen["pid"], signal.SIGKILL)
 
     return on_event
+
+
+def paper_grid_script(name: str):
+    """``experiments/paper_grid/<name>.py`` loaded as a module (the scripts are run by path, not installed)."""
+    path = pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"paper_grid_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
