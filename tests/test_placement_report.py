@@ -59,6 +59,18 @@ def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow
     assert plan(place)  # its calibration section is valid for its own mixers (e.g. no mixer_order of the grid's)
 
 
+def test_the_boundary_seeds_space_is_the_grids_24_and_12_to_1_cells_on_its_protocol_at_seed_2():
+    """experiments/paper_grid/boundary_seeds_h200_lr.yaml borrows paper_grid_h200_lr's calibration for more seeds of the
+    cells whose two seeds disagreed: the same protocol, the grid's own layouts of those ratios, a seed the grid has not."""
+    from hlnas.search.calibration import protocol_differences
+
+    grid = load_space(str(ROOT / "search_spaces" / "paper_grid_h200_lr.yaml"))
+    seeds = load_space(str(ROOT / "experiments" / "paper_grid" / "boundary_seeds_h200_lr.yaml"))
+    assert protocol_differences(grid, seeds) == [] and seeds.train.seed == 2 != grid.train.seed
+    edge = {str(grid.layout(p)) for p in grid.grid() if p.get("ratio") in ("24:1", "12:1")}
+    assert {str(seeds.layout(p)) for p in seeds.grid()} == edge and len(edge) == 12
+
+
 def test_the_cpu_placement_twin_runs_the_default_spaces_recall_protocol():
     """placement_tiny.yaml borrows the default study's calibration (--calibrated-by tiny): honest only while the two
     spaces' depth, scale and calibration are the same."""
