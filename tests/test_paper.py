@@ -7,6 +7,7 @@ import math
 import pytest
 
 from hlnas.paper import recall_by_ratio, spearman
+from tests.helpers import paper_grid_script
 
 
 def test_spearman_is_one_for_any_increasing_relation_and_minus_one_reversed():
@@ -42,20 +43,9 @@ def test_the_paper_recall_table_covers_the_four_mixers_it_reports():
     assert all(set(t7[m]) == {"pure", "24:1", "12:1", "6:1", "3:1"} for m in t7)
 
 
-def _compare_module():
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / "compare.py"
-    spec = importlib.util.spec_from_file_location("paper_grid_compare", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_grid_comparison_reads_a_collected_table_and_names_what_is_missing():
     """A grid whose recall is the paper's own Table 7 ranks perfectly; a missing mixer is named, not hidden."""
-    compare = _compare_module()
+    compare = paper_grid_script("compare")
     t7 = recall_by_ratio()
     rows = [{"mixer": m, "ratio": q, "recall": str(t7[m][q] / 2), "recall_raw": str(0.5 + t7[m][q] / 4), "recall_baseline": "0.5",
              "val_loss": str(1.5 + 0.001 * i), "status": "ok"}

@@ -332,13 +332,9 @@ def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_pa
         assert a["recall"] == a["mqar_mixed_acc"] == t.values[0]
         assert 0 <= a["recall"] <= 1
     # experiments/paper_grid/collect.py turns such a study into the grid CSV's rows
-    import importlib.util
-    import pathlib
+    from tests.helpers import paper_grid_script
 
-    path = pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / "collect.py"
-    spec = importlib.util.spec_from_file_location("collect", path)
-    collect = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(collect)
+    collect = paper_grid_script("collect")
     rows = {r["layout"]: r for r in collect.rows(study)}
     for t in done:
         r = rows[t.user_attrs["layout"]]
