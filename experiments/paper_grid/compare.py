@@ -91,8 +91,15 @@ def check_columns(rows: list[dict], where: str = "the table") -> None:
 # -- cells: a (mixer, ratio) over its seeds -------------------------------------------------------
 
 
+def seeds_split(recalls: list[float]) -> bool:
+    """Some seeds learned the task (corrected recall >= LEARNED), not all: the seeds' mean stands for none of them."""
+    learned = sum(r >= LEARNED for r in recalls)
+    return 0 < learned < len(recalls)
+
+
 def cells(rows: list[dict]) -> dict[tuple[str, str], dict]:
-    """(mixer, ratio) -> per-seed values of the rows scored ok, their seed means and spreads."""
+    """(mixer, ratio) -> per-seed values of the rows scored ok (``runs``, each with its ``seed``), their seed means and
+    spreads."""
     by: dict[tuple[str, str], list[dict]] = {}
     for i, r in enumerate(rows, start=2):
         if r["status"] != "ok":
@@ -108,7 +115,7 @@ def cells(rows: list[dict]) -> dict[tuple[str, str], dict]:
         by.setdefault((r["mixer"], r["ratio"]), []).append(vals)
     out = {}
     for key, runs in by.items():
-        c = {"seeds": [v["seed"] for v in runs], "n": len(runs)}
+        c = {"seeds": [v["seed"] for v in runs], "n": len(runs), "runs": runs}
         for k in ("recall", "recall_raw", "recall_baseline", "recall_auc", "val_loss", "mqar_steps_to_target"):
             xs = [v[k] for v in runs if v[k] is not None]
             c[k] = mean(xs) if xs else None
@@ -117,6 +124,7 @@ def cells(rows: list[dict]) -> dict[tuple[str, str], dict]:
         # at or below the baseline: the corrected recall is 0 (max(0, (raw - b) / (1 - b)))
         c["no_recall_seeds"] = [v["seed"] for v in runs if v["recall"] <= 0.0]
         c["learned_seeds"] = [v["seed"] for v in runs if v["recall"] >= LEARNED]
+        c["seeds_split"] = seeds_split([v["recall"] for v in runs])
         out[key] = c
     return out
 
@@ -150,7 +158,7 @@ def _mark(c: dict) -> str:
     marks = []
     if s:
         marks.append("no recall" if len(s) == c["n"] else f"no recall in seed {', '.join(map(str, s))}")
-    if learned and len(learned) < c["n"]:
+    if c.get("seeds_split"):
         # one seed learned the task and another did not: the cell's mean stands for neither (session 25: GatedDeltaNet
         # 24:1 at 0.017 and 0.950, RetNet 12:1 at 0.984 and 0.019)
         marks.append(f"**seeds split**: learned (recall >= {LEARNED}) in seed {', '.join(map(str, learned))} only")

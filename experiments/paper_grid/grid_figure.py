@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from statistics import mean
 
-from experiments.paper_grid.compare import LEARNED, RATIOS, TableError, _f, check_columns, read_table
+from experiments.paper_grid.compare import RATIOS, TableError, cells, check_columns, read_table, seeds_split
 
 __all__ = ["series", "figure", "main"]
 
@@ -30,18 +30,15 @@ def series(rows: list[dict]) -> dict[str, dict[str, dict[str, dict]]]:
     check_columns(rows)
     order = {q: i for i, q in enumerate((*RATIOS, "full"))}
     out: dict[str, dict[str, dict[str, dict]]] = {}
-    for r in rows:
-        if r.get("status") != "ok" or _f(r.get("recall")) is None or r.get("ratio") not in order:
-            continue
-        vals = {k: _f(r.get(k)) for k in ("recall_raw", "recall_baseline", "recall", "recall_auc")}
-        out.setdefault(r["mixer"], {}).setdefault(r["ratio"], {})[str(r.get("seed") or "0")] = vals
-    return {m: dict(sorted(cells.items(), key=lambda kv: order[kv[0]])) for m, cells in out.items()}
+    for (mixer, ratio), c in sorted(cells(rows).items(), key=lambda kv: order.get(kv[0][1], len(order))):
+        if ratio in order:  # compare.cells read the rows: the ones scored ok, with a recall
+            out.setdefault(mixer, {})[ratio] = {str(v["seed"]): v for v in c["runs"]}
+    return out
 
 
 def split(cell: dict[str, dict]) -> bool:
-    """compare.py's ``seeds split``: some seeds learned (corrected recall >= LEARNED), not all."""
-    learned = [s for s, v in cell.items() if v["recall"] is not None and v["recall"] >= LEARNED]
-    return 0 < len(learned) < len(cell)
+    """compare.py's ``seeds split`` (:func:`~experiments.paper_grid.compare.seeds_split`) of one cell's seeds."""
+    return seeds_split([v["recall"] for v in cell.values()])
 
 
 def figure(rows: list[dict]):
