@@ -195,3 +195,22 @@ def test_a_grid_or_placement_step_that_ran_its_search_does_not_say_there_was_no_
     r = _run_steps(tmp_path, [step])
     assert f"--study {study}" in calls.read_text()
     assert "no time left" not in r.stdout, r.stdout
+
+
+def test_steps_joined_by_plus_run_side_by_side_each_at_its_own_worker_count(tmp_path):
+    """grid_by:T/1+grid_s1_by:T/2: seed 0's last trial and seed 1's search at once (one process alone leaves the GPU
+    idle while it compiles), each search at the workers after its slash; a step after them waits for both."""
+    calls = tmp_path / "calls"
+    _machine(tmp_path, 'case "$*" in *device_count*) echo 1; exit 0;; "- paper_grid_h200 "*) echo valid; exit 0;; esac\n'
+                       f'case "$*" in *"hlnas search"*) echo "start $(date +%s.%N) $*" >>{calls}; sleep 1;'
+                       f' echo "end $(date +%s.%N)" >>{calls};; esac\nexit 0\n')
+    r = _run_steps(tmp_path, ["grid_by:200/1+grid_s1_by:200/2", "placement_by:200"])
+    lines = [ln.split(" ", 2) for ln in calls.read_text().splitlines()]
+    starts = [ln for ln in lines if ln[0] == "start"]
+    assert len(starts) == 3, r.stdout
+    workers = {ln[2].split("--study ")[1].split()[0]: ln[2].split("--workers ")[1].split()[0] for ln in starts}
+    assert workers == {"paper_grid_h200": "1", "paper_grid_h200_s1": "2", "placement_h200_mqar": str(1 * 4)}
+    first_end = min(float(ln[1]) for ln in lines if ln[0] == "end")
+    t = {ln[2].split("--study ")[1].split()[0]: float(ln[1]) for ln in starts}
+    assert max(t["paper_grid_h200"], t["paper_grid_h200_s1"]) < first_end  # both started before either ended
+    assert t["placement_h200_mqar"] >= first_end  # the next step waited

@@ -19,6 +19,7 @@
 #   bytes vs the cost model; DECODE_MIXERS), bench_overhead[:T] (experiments/bench/trial_overhead.py: trial start to
 #   first step, cold process then warm worker; OVERHEAD_MODES=cold,cold_empty_cache,warm). Each bench step's T is
 #   capped to leave the closing archive 30 s of CALL_LIMIT.
+# STEP/N: that step at N workers; A+B: steps A and B side by side (e.g. grid_by:120/1+grid_s1_by:120/2)
 # RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
 # auto: chosen by a bench_proxy step earlier in the call (BENCH_PROXY_ARGS: its options, e.g. fewer runs and steps)
 # DRAIN=S (the session's last call): runs in flight when a calibrate_by/grid_by/placement_by step's T passes go on up to S
@@ -183,7 +184,10 @@ hard_stop() { local cap=$(( CALL_LIMIT - 20 - ($(date +%s) - t0) )) h=$(( $1 + $
 # (at least 1: `timeout 0` would mean no limit at all, and a call killed by the device brings nothing back)
 cap() { local c=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) )); c=$(( $1 < c ? $1 : c )); echo $(( c < 1 ? 1 : c )); }
 
-for step in "$@"; do
+# one step; "STEP/N" runs it at N workers (its own WORKERS, e.g. the one trial left of a study beside another study)
+run_step() {
+  local step=$1
+  if [[ $step == */* ]]; then local WORKERS=${step##*/}; step=${step%/*}; fi
   case $step in
     warm*) [[ $step == warm:* ]] && t=${step#warm:} || t=300; warm_mixers $t; check_ops $t; check_done ;;  # compile + check at once
     check*) [[ $step == check:* ]] && t=${step#check:} || t=200; check_ops $t; check_done ;;
@@ -219,7 +223,7 @@ PY
       left=$(( ${step#calibrate_by:} - ($(date +%s) - t0) ))
       # T already passed (the machine's start took it, or a step before): say so and go on, as grid_by does; hlnas
       # calibrate would refuse --timeout 0 and the call would bring back nothing new
-      if [ $left -lt 1 ]; then say "no time left for the calibration: T=${step#calibrate_by:} s passed at $(( $(date +%s) - t0 )) s"; continue; fi
+      if [ $left -lt 1 ]; then say "no time left for the calibration: T=${step#calibrate_by:} s passed at $(( $(date +%s) - t0 )) s"; return 0; fi
       pick_workers
       export HLNAS_RECALL_PROGRESS=1  # a line per validation check: a run killed by the hard stop still tells
       # CAL_SPACE defaults to the grid's space and study, so the grid reuses the calibration's seed-0 runs
@@ -309,6 +313,17 @@ PY
         && awk '!seen[$0]++' "$STATE/sweep/$name/done.jsonl" >"$OUT/sweep_done/$name.jsonl" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
+}
+# "A+B": steps A and B at once (two studies' searches side by side: on 2026-12-05 seed 0's last trial ran alone
+# before seed 1's, and a process alone leaves its compile seconds idle on the GPU); the next step waits for both
+for step in "$@"; do
+  if [[ $step == *+* ]]; then
+    IFS=+ read -ra together <<<"$step"; pids=()
+    for s in "${together[@]}"; do run_step "$s" & pids+=($!); done
+    for p in "${pids[@]}"; do wait "$p"; done  # their rc, as a lone step's, is not the call's
+  else
+    run_step "$step"
+  fi
 done
 
 kill $UTIL_PID 2>/dev/null
