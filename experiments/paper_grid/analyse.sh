@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The grid's whole CPU analysis after a session's GPU calls, in one command (issue #20 points 4, 6 and 7; #23 point 3):
+#   bash experiments/paper_grid/analyse.sh DB OUTDIR [GPU_UTIL_CSV ...]
+# DB: the study database the calls brought back (read from a copy: nothing here writes to it); OUTDIR: the session's
+# results folder; the CSVs: every call's logs/gpu_util.csv, so collect.py measures each trial's share of the GPU.
+# Env: G (the grid's study, seed 1 in ${G}_s1), SP (its space), W (the calls' WORKERS, for gpu_s_est), SEEDS (the
+# tabular benchmark's seeds per sampler), MISSING (error, or infeasible while the grid is partial).
+# Writes into OUTDIR: grid.csv, compare.md, grid_seeds.png, figures/ (hlnas report, seed 0), tabular/ (each seed),
+# mf_replay/ (the rung scheduler replayed on seed 0's curves). Every step runs, whatever an earlier one said; the rc of
+# each is printed, and the script's is the first failure's.
+set -uo pipefail
+[ $# -ge 2 ] || { echo "usage: bash $0 DB OUTDIR [GPU_UTIL_CSV ...]" >&2; exit 2; }
+DB=$1 D=$2; shift 2
+[ -f "$DB" ] || { echo "analyse.sh: no study database at $DB" >&2; exit 2; }
+G=${G:-paper_grid_h200_lr} SP=${SP:-search_spaces/paper_grid_h200_lr.yaml} W=${W:-3} SEEDS=${SEEDS:-10}
+MISSING=${MISSING:-infeasible}
+PY=${PYTHON:-python}
+mkdir -p "$D"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+cp "$DB" "$tmp/h.db"; S=sqlite:///$tmp/h.db
+rc=0
+step() {  # name, then the command
+  local name=$1; shift
+  echo "== $name: $*"
+  "$@"; local r=$?
+  echo "== $name rc=$r"; [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=$r
+  return 0
+}
+step collect $PY -m experiments.paper_grid.collect --storage "$S" --study "$G" --seed-study "${G}_s1" --concurrency "$W" \
+  ${1:+--util "$@"} --out "$D/grid.csv"
+step compare $PY experiments/paper_grid/compare.py --table "$D/grid.csv" --out "$D/compare.md"
+step figure $PY -m experiments.paper_grid.grid_figure --table "$D/grid.csv" --out "$D/grid_seeds.png"
+step report $PY -m hlnas report --storage "$S" --study "$G" --out "$D/figures"
+for s in 0 1; do
+  step "tabular seed $s" $PY experiments/paper_grid/tabular_bench.py --no-paper --seed $s --seeds "$SEEDS" --space "$SP" \
+    --objectives recall_auc,kv_cache_bytes --missing "$MISSING" --table "$D/grid.csv" --out "$D/tabular"
+done
+step "mf replay" $PY -m hlnas bench-samplers --study "$G" --storage "$S" --missing "$MISSING" --out "$D/mf_replay"
+exit $rc
