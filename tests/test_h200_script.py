@@ -214,3 +214,16 @@ def test_steps_joined_by_plus_run_side_by_side_each_at_its_own_worker_count(tmp_
     t = {ln[2].split("--study ")[1].split()[0]: float(ln[1]) for ln in starts}
     assert max(t["paper_grid_h200"], t["paper_grid_h200_s1"]) < first_end  # both started before either ended
     assert t["placement_h200_mqar"] >= first_end  # the next step waited
+
+
+def test_placement_s1_by_trains_the_placements_second_seed_in_its_own_study_beside_seed_0(tmp_path):
+    """placement_by:T/2+placement_s1_by:T/2: both seeds of the placement extension in one call; seed 1 is study
+    ${PLACE_STUDY}_s1 with --set train.seed=1, and both borrow the grid's calibration."""
+    calls = tmp_path / "calls"
+    _machine(tmp_path, f'case "$*" in *device_count*) echo 1; exit 0;; *"hlnas search"*) echo "$*" >>{calls};; esac\n'
+                       'exit 0\n')
+    _run_steps(tmp_path, ["placement_by:200/2+placement_s1_by:200/2"], PLACE_STUDY="pl", PLACE_CALIBRATED_BY="grid")
+    got = {ln.split("--study ")[1].split()[0]: ln for ln in calls.read_text().splitlines()}
+    assert set(got) == {"pl", "pl_s1"}
+    assert "--set train.seed=1" in got["pl_s1"] and "--set" not in got["pl"]
+    assert all("--calibrated-by grid" in ln and "--workers 2" in ln for ln in got.values())

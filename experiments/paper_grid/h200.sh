@@ -6,6 +6,7 @@
 #   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs),
 #   grid_s1_by:T (the grid's second seed: the same space with --set train.seed=1 in study ${GRID_STUDY}_s1,
 #   --calibrated-by $GRID_STUDY; refused unless $GRID_STUDY's calibration is valid),
+#   placement_s1_by:T (the placement's second seed: $PLACE_SPACE with --set train.seed=1 in study ${PLACE_STUDY}_s1),
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
 #   mps / mps:auto (NVIDIA's MPS daemon for the steps after it; auto: only where this call's bench_proxy measured it
 #   at least 1.3x the same workers without it),
@@ -216,6 +217,11 @@ PY
       # PLACE_CALIBRATED_BY: the grid study whose calibration vouches for the same protocol (hlnas search --calibrated-by)
       if [ $left -gt 30 ]; then search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) ${PLACE_SET:+--set $PLACE_SET} \
         ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY}; else say "no time left for placement"; fi ;;
+    placement_s1_by:*)  # the placement's second seed: study ${PLACE_STUDY}_s1 with --set train.seed=1, so both seeds can
+                        # run in one call (placement_by:T/2+placement_s1_by:T/2) without changing PLACE_STUDY/PLACE_SET
+      left=$(( ${step#placement_s1_by:} - ($(date +%s) - t0) ))
+      if [ $left -gt 30 ]; then search $PLACE_SPACE ${PLACE_STUDY}_s1 $left $(hard_stop $left) --set train.seed=1 \
+        ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY}; else say "no time left for placement's seed 1"; fi ;;
     placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     calibrate_by:*)  # the recall protocol's controls: no run starts after T, and those in flight pause at their next
                      # check (kept on this machine: a back-to-back call continues them); the hard stop 60 s later
