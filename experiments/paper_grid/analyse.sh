@@ -5,7 +5,8 @@
 # results folder; the CSVs: every call's logs/gpu_util.csv, so collect.py measures each trial's share of the GPU.
 # Env: G (the grid's study, seed 1 in ${G}_s1), SP (its space), W (the calls' WORKERS, for gpu_s_est), SEEDS (the
 # tabular benchmark's seeds per sampler), MISSING (error, or infeasible while the grid is partial).
-# Writes into OUTDIR: grid.csv, compare.md, grid_seeds.png, take_off.md and .png (the 24:1 and 12:1 runs' curves), figures/ (hlnas report, seed 0), tabular/ (each seed),
+# Writes into OUTDIR: grid.csv, compare.md, grid_seeds.png, take_off.md and .png (the 24:1 and 12:1 runs' curves),
+# budget_whatif.md (the grid's verdicts and cost under shorter recall budgets), figures/ (hlnas report, seed 0), tabular/ (each seed),
 # mf_replay/ (the rung scheduler replayed on seed 0's curves). Every step runs, whatever an earlier one said; the rc of
 # each is printed, and the script's is the first failure's.
 set -uo pipefail
@@ -31,6 +32,8 @@ step collect $PY -m experiments.paper_grid.collect --storage "$S" --study "$G" -
 step compare $PY experiments/paper_grid/compare.py --table "$D/grid.csv" --out "$D/compare.md"
 step figure $PY -m experiments.paper_grid.grid_figure --table "$D/grid.csv" --out "$D/grid_seeds.png"
 step "take-off" $PY -m experiments.paper_grid.take_off --storage "$S" --study "$G" --seed-study "${G}_s1" --out "$D"
+step "budget what-if" $PY -m experiments.paper_grid.budget_whatif --storage "$S" --study "$G" --seed-study "${G}_s1" \
+  --table "$D/grid.csv" --budgets 1000,1500,2000,2500,3000,4000 --out "$D/budget_whatif.md"
 step report $PY -m hlnas report --storage "$S" --study "$G" --out "$D/figures"
 for s in 0 1; do
   step "tabular seed $s" $PY experiments/paper_grid/tabular_bench.py --no-paper --seed $s --seeds "$SEEDS" --space "$SP" \
