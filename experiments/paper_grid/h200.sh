@@ -321,7 +321,8 @@ PY
   esac
 }
 # "A+B": steps A and B at once (two studies' searches side by side: on 2026-12-05 seed 0's last trial ran alone
-# before seed 1's, and a process alone leaves its compile seconds idle on the GPU); the next step waits for both
+# before seed 1's, and a process alone leaves its compile seconds idle on the GPU); the next step waits for both.
+# Each runs in a subshell: what a step sets up for later ones (mps, check's ops kept on PyTorch) goes in a step of its own
 for step in "$@"; do
   if [[ $step == *+* ]]; then
     IFS=+ read -ra together <<<"$step"; pids=()
