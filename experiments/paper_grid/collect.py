@@ -149,7 +149,7 @@ def _trial_row(study_name: str, t: optuna.trial.FrozenTrial | None, baseline, co
     row = {"val_loss": a.get("val_loss"), "ruler_avg": (a.get("ruler") or {}).get("average"), "mqar_acc": a.get("mqar_acc"),
            **_recall_columns(a, baseline), "recall_auc": a.get("recall_auc"), "mqar_steps_to_target": a.get("mqar_steps_to_target"),
            **(gpu_seconds(a, concurrency) if t is not None else {"concurrency": concurrency}),
-           "gpu_s_util": None if t is None else _trial_util(shares, study_name, t), "device_name": a.get("device_name") or a.get("mqar_device_name"),
+           "gpu_s_util": None if t is None else _trial_util(shares, study_name, t), "device_name": a.get("device_name"),
            "mqar_mixed_acc": a.get("mqar_mixed_acc"),
            "mqar_mixed_by_length": " ".join(f"{L}:{v:.4f}" for L, v in (a.get("mqar_mixed") or {}).get("by_length", {}).items()) or None,
            "tokens_per_s": a.get("tokens_per_s"), "steady_tokens_per_s": a.get("steady_tokens_per_s"),
@@ -169,7 +169,7 @@ def _calibration_row(study_name: str, run: dict, concurrency, shares=None) -> di
             "error_kind")
     return {**{k: run.get(k) for k in keep}, **gpu_seconds(run, concurrency), "status": run.get("status"),
             "gpu_s_util": None if shares is None else shares.get(("cal", study_name, run["key"])),
-            "device_name": run.get("device_name") or run.get("mqar_device_name"),
+            "device_name": run.get("device_name"),
             "source": f"{study_name} calibration {run['key']}" + ("" if run.get("train_wall_s") is not None else " (recall only)")}
 
 
