@@ -58,6 +58,6 @@ def test_main_reads_both_seeds_studies_and_says_in_one_line_what_is_missing(tmp_
     assert "| hgrn | 12:1 | 0 | never |" in md and "| hgrn | 12:1 | 1 | 100 |" in md
     assert (out / "take_off.html").stat().st_size > 0
     assert take_off.main([*args[:4], "--seed-study", "nope", "--out", str(out)]) == 2
-    assert "no study 'nope' in sqlite:///" in capsys.readouterr().err
+    assert "no study named 'nope' in sqlite:///" in capsys.readouterr().err
     assert take_off.main([*args[:6], "--ratios", "3:1", "--out", str(out)]) == 2
     assert "no complete trial at ratios 3:1" in capsys.readouterr().err

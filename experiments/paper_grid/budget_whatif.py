@@ -102,17 +102,16 @@ def report(rows: list[dict], curves: dict[tuple[str, int], tuple], budgets: list
 
 def _curves(storage: str, names: list[str]) -> tuple[dict[tuple[str, int], tuple], int]:
     """(study, trial number) -> (steps, corrected recall) of every trial with checks, and the longest run's steps."""
-    import optuna
-
     from hlnas.calibration_figures import curves_info
-    from hlnas.pareto import study_data
+    from hlnas.pareto import StorageError, UnknownStudyError, load_study, study_data
 
-    held = set(optuna.get_all_study_names(storage=storage))
-    if missing := [n for n in names if n not in held]:
-        raise TableError(f"no study {', '.join(map(repr, missing))} in {storage}; it holds: {', '.join(sorted(held)) or 'none'}")
     curves = {}
     for n in names:
-        for ln in curves_info(study_data(optuna.load_study(study_name=n, storage=storage)), "recall").lines:
+        try:
+            data = study_data(load_study(storage, n))
+        except (StorageError, UnknownStudyError) as e:
+            raise TableError(str(e)) from None
+        for ln in curves_info(data, "recall").lines:
             curves[(n, ln.number)] = (ln.steps, ln.values)
     return curves, max((s[-1] for s, _ in curves.values()), default=0)
 

@@ -101,18 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", choices=("png", "html"), default="png", help="the figure's: take_off.png (default) or "
                     "the interactive take_off.html")
     args = ap.parse_args(argv)
-    import optuna
-
-    from hlnas.pareto import study_data
+    from hlnas.pareto import StorageError, UnknownStudyError, load_study, study_data
 
     ratios = tuple(r.strip() for r in args.ratios.split(",") if r.strip())
-    names = [args.study, *args.seed_study]
-    held = set(optuna.get_all_study_names(storage=args.storage))
-    if missing := [n for n in names if n not in held]:
-        print(f"take_off.py: no study {', '.join(map(repr, missing))} in {args.storage}; it holds: "
-              f"{', '.join(sorted(held)) or 'none'}", file=sys.stderr)
+    try:
+        studies = {i: study_data(load_study(args.storage, n)) for i, n in enumerate([args.study, *args.seed_study])}
+    except (StorageError, UnknownStudyError) as e:
+        print(f"take_off.py: {e}", file=sys.stderr)
         return 2
-    studies = {i: study_data(optuna.load_study(study_name=n, storage=args.storage)) for i, n in enumerate(names)}
     curves = cell_curves(studies, ratios)
     if not curves:
         print(f"take_off.py: no complete trial at ratios {', '.join(ratios)} in those studies", file=sys.stderr)
