@@ -27,15 +27,11 @@ import re
 import sys
 from pathlib import Path
 
-from experiments.paper_grid.compare import LEARNED, TableError, cells, cost, read_table, rises, table7_rho
+from experiments.paper_grid.compare import LEARNED, TableError, _f, _g, cells, cost, read_table, rises, table7_rho
 
 __all__ = ["at_budget", "judge", "report", "main"]
 
 SOURCE = re.compile(r"^(\S+)#(\d+)")  # collect.py's source column: "STUDY#TRIAL" (then any note)
-
-
-def _f(x) -> float | None:
-    return None if x in (None, "") else float(x)
 
 
 def at_budget(row: dict, curve: tuple[tuple[int, ...], tuple[float, ...]], budget: int, top: int) -> dict:
@@ -66,10 +62,6 @@ def judge(rows: list[dict]) -> dict:
             "rises": rises(cs, "recall"), "cost": cost(rows)}
 
 
-def _rho(r: dict) -> str:
-    return "-" if r["rho"] is None else f"{r['rho']:+.2f}"  # fewer than 3 of Table 7's cells: no rho
-
-
 def _learned(c: dict) -> str:
     return f"{len(c['learned_seeds'])}/{c['n']}"
 
@@ -91,7 +83,7 @@ def report(rows: list[dict], curves: dict[tuple[str, int], tuple], budgets: list
                 if len(c["learned_seeds"]) < len(full["cells"][(m, q)]["learned_seeds"])]
         r, ra, g = j["rho"], j["rho_auc"], j["cost"]["mean"]
         ci = "" if r["lo"] is None else f" [{r['lo']:+.2f}, {r['hi']:+.2f}]"
-        out.append(f"| {b} | {'-' if g is None else f'{g:.1f}'} | {_rho(r)}{ci} (n {r['n']}) | {_rho(ra)} | "
+        out.append(f"| {b} | {_g(g, '.1f')} | {_g(r['rho'], '+.2f')}{ci} (n {r['n']}) | {_g(ra['rho'], '+.2f')} | "
                    f"{j['rises']['verdict']} ({len(j['rises']['rising'])} of "
                    f"{len(j['rises']['per_mixer'])}) | {sum(c['seeds_split'] for c in j['cells'].values())} | "
                    f"{', '.join(lost) or 'none'} |")
