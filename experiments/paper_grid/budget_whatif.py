@@ -34,14 +34,15 @@ __all__ = ["at_budget", "judge", "report", "main"]
 SOURCE = re.compile(r"^(\S+)#(\d+)")  # collect.py's source column: "STUDY#TRIAL" (then any note)
 
 
-def at_budget(row: dict, curve: tuple[tuple[int, ...], tuple[float, ...]], budget: int, top: int) -> dict:
+def at_budget(row: dict, curve: tuple[tuple[int, ...], tuple[float, ...]], budget: int) -> dict:
     """``row`` (a collect.py row) as if its recall run had a ``budget``-step budget; ``curve`` is its (steps, corrected
-    recall) checks, ``top`` the budget it ran under."""
+    recall) checks."""
     from hlnas.mftabular import auc_at
 
     steps, values = curve
     ran, base = steps[-1], _f(row["recall_baseline"]) or 0.0
-    held = ran < top  # it stopped at its target: it keeps its last value (the auc's rule)
+    # stopped at its target: it keeps its last value (mftabular.stored_row's rule)
+    held = bool(row.get("mqar_steps_to_target"))
     out = dict(row)
     out["recall_auc"] = f"{auc_at(list(zip(steps, values)), budget, held):.4f}"
     if ran > budget:  # cut at the budget: the last check at or before it, and no target reached
@@ -66,18 +67,20 @@ def _learned(c: dict) -> str:
     return f"{len(c['learned_seeds'])}/{c['n']}"
 
 
-def report(rows: list[dict], curves: dict[tuple[str, int], tuple], budgets: list[int], top: int) -> str:
-    """The markdown table: a row per budget, and the cells whose learned seeds differ from the full budget's."""
-    def keyed(r):
-        m = SOURCE.match(r.get("source") or "")
-        return (m.group(1), int(m.group(2))) if m else None
+def _key(row: dict) -> tuple[str, int] | None:
+    m = SOURCE.match(row.get("source") or "")
+    return (m.group(1), int(m.group(2))) if m else None
 
-    missing = [r for r in rows if keyed(r) not in curves]
+
+def report(rows: list[dict], curves: dict[tuple[str, int], tuple], budgets: list[int]) -> str:
+    """The markdown table: a row per budget, and the cells whose learned seeds differ from the full budget's."""
+    found = [curves.get(_key(r)) for r in rows]  # each row's curve, None where it has none
+    missing = found.count(None)
     full = judge(rows)
     out = ["| budget (steps) | GPU-s per candidate (mean) | rho recall vs Table 7 [95%] | rho recall_auc | (ii) rises "
            "| seeds split cells | cells learned in fewer seeds than at the full budget |", "|---|---|---|---|---|---|---|"]
     for b in budgets:
-        rs = [at_budget(r, curves[keyed(r)], b, top) if keyed(r) in curves else r for r in rows]
+        rs = [r if c is None else at_budget(r, c, b) for r, c in zip(rows, found)]
         j = judge(rs)
         lost = [f"{m} {q} ({_learned(full['cells'][(m, q)])} -> {_learned(c)})" for (m, q), c in j["cells"].items()
                 if len(c["learned_seeds"]) < len(full["cells"][(m, q)]["learned_seeds"])]
@@ -87,7 +90,7 @@ def report(rows: list[dict], curves: dict[tuple[str, int], tuple], budgets: list
                    f"{j['rises']['verdict']} ({len(j['rises']['rising'])} of "
                    f"{len(j['rises']['per_mixer'])}) | {sum(c['seeds_split'] for c in j['cells'].values())} | "
                    f"{', '.join(lost) or 'none'} |")
-    note = (f"\n{len(missing)} rows have no stored curve and keep their full-budget values.\n" if missing else "\n")
+    note = (f"\n{missing} rows have no stored curve and keep their full-budget values.\n" if missing else "\n")
     return "\n".join(out) + note + (f"\nA cell has learned in a seed at corrected recall >= {LEARNED}. Runs cut at a "
                                     "budget are scored on their last validation check before it.\n")
 
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         curves, top = _curves(args.storage, [args.study, *args.seed_study])
         if budgets[-1] > top:
             raise TableError(f"budget {budgets[-1]} is beyond the longest stored run ({top} steps)")
-        text = report(rows, curves, budgets, top)
+        text = report(rows, curves, budgets)
     except TableError as e:
         print(f"budget_whatif.py: {e}", file=sys.stderr)
         return 2
