@@ -212,16 +212,15 @@ PY
       if [ "$cal" != valid ]; then say "grid_s1: $GRID_STUDY's calibration is '${cal:-absent}', not valid: seed 1 not started"
       elif [ $left -gt 30 ]; then search $SPACE ${GRID_STUDY}_s1 $left $(hard_stop $left) --set train.seed=1 --calibrated-by $GRID_STUDY
       else say "no time left for the grid's seed 1"; fi ;;
-    placement_by:*)
-      left=$(( ${step#placement_by:} - ($(date +%s) - t0) ))
+    placement_by:*|placement_s1_by:*)
+      # placement_s1_by: the placement's second seed, study ${PLACE_STUDY}_s1 with --set train.seed=1, so both seeds can
+      # run in one call (placement_by:T/2+placement_s1_by:T/2) without changing PLACE_STUDY/PLACE_SET
+      local study=$PLACE_STUDY set=${PLACE_SET:-}
+      [[ $step == placement_s1_by:* ]] && study=${PLACE_STUDY}_s1 set=train.seed=1
+      left=$(( ${step#*_by:} - ($(date +%s) - t0) ))
       # PLACE_CALIBRATED_BY: the grid study whose calibration vouches for the same protocol (hlnas search --calibrated-by)
-      if [ $left -gt 30 ]; then search $PLACE_SPACE $PLACE_STUDY $left $(hard_stop $left) ${PLACE_SET:+--set $PLACE_SET} \
-        ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY}; else say "no time left for placement"; fi ;;
-    placement_s1_by:*)  # the placement's second seed: study ${PLACE_STUDY}_s1 with --set train.seed=1, so both seeds can
-                        # run in one call (placement_by:T/2+placement_s1_by:T/2) without changing PLACE_STUDY/PLACE_SET
-      left=$(( ${step#placement_s1_by:} - ($(date +%s) - t0) ))
-      if [ $left -gt 30 ]; then search $PLACE_SPACE ${PLACE_STUDY}_s1 $left $(hard_stop $left) --set train.seed=1 \
-        ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY}; else say "no time left for placement's seed 1"; fi ;;
+      if [ $left -gt 30 ]; then search $PLACE_SPACE $study $left $(hard_stop $left) ${set:+--set $set} \
+        ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY}; else say "no time left for placement ($study)"; fi ;;
     placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     calibrate_by:*)  # the recall protocol's controls: no run starts after T, and those in flight pause at their next
                      # check (kept on this machine: a back-to-back call continues them); the hard stop 60 s later
