@@ -22,9 +22,8 @@ ROOT = pathlib.Path(__file__).parents[1]
 SPACE = str(ROOT / "search_spaces" / "paper_grid_h200.yaml")
 
 
-_script = paper_grid_script
-collect = _script("collect")
-compare = _script("compare")
+collect = paper_grid_script("collect")
+compare = paper_grid_script("compare")
 
 
 # -- collect.py -------------------------------------------------------------------------------------
@@ -196,7 +195,7 @@ def test_collect_command_falls_back_to_the_calibration_when_the_seed_study_was_n
 # -- tabular_bench.py: one seed of a collect.py table ---------------------------------------------
 
 def test_tabular_bench_takes_one_seed_of_a_two_seed_table(grid, tmp_path):
-    bench = _script("tabular_bench")
+    bench = paper_grid_script("tabular_bench")
     out = tmp_path / "grid.csv"
     assert collect.main(["--storage", grid[0], "--study", "grid", "--seed-study", "grid_s1", "--out", str(out)]) == 0
     with pytest.raises(SystemExit, match="holds seeds 0, 1; pick one with --seed"):
@@ -228,7 +227,7 @@ def test_every_h200_protocol_builds_its_recall_models_and_task(path):
 def test_ladder_figure_refuses_sweep_rows_of_another_protocol_than_the_calibrations(tmp_path):
     """Beside a calibration (--study) a sweep row must share its stored space's recall protocol, mixer_hparams per mixer
     its layout has: session 19's 8-head HGRN-2 rows join the lr-5e-4 calibration's figure, its 1-head rows do not."""
-    fig_mod = _script("ladder_figure")
+    fig_mod = paper_grid_script("ladder_figure")
     storage = f"sqlite:///{tmp_path / 'cal.db'}"
     study = optuna.create_study(study_name="cal", storage=storage)
     study.set_user_attr("hlnas_space", load_space(str(ROOT / "search_spaces" / "paper_grid_h200_lr.yaml")).to_dict())
@@ -253,7 +252,7 @@ def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp
     at its steps to target, never at the budget, paused/cut as undecided at its steps. Of two rows of one key the
     one that says more counts: a decided over an undecided one (either order), the further of two undecided ones,
     else the later file's; another rate is another point, drawn in its own row of panels."""
-    fig_mod = _script("ladder_figure")
+    fig_mod = paper_grid_script("ladder_figure")
     storage = f"sqlite:///{tmp_path / 'cal.db'}"
     study = optuna.create_study(study_name="cal", storage=storage)
     run = {"status": "ok", "mqar_steps_done": 4000, "mqar_steps_to_target": None, "mqar_lr": 1e-3}
@@ -313,7 +312,7 @@ def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp
 
 
 def test_tabular_bench_table_prints_val_loss_to_three_decimals_and_blanks_a_row_without_one(grid, tmp_path):
-    bench = _script("tabular_bench")
+    bench = paper_grid_script("tabular_bench")
     out = tmp_path / "grid.csv"
     assert collect.main(["--storage", grid[0], "--study", "grid", "--out", str(out)]) == 0
     tb = bench.TabularBenchmark.from_rows(bench.seed_rows(str(out), "0"), space=SPACE, missing="infeasible",

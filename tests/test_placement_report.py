@@ -11,10 +11,11 @@ import pytest
 
 from hlnas.layout import PLACEMENTS, Layout, attention_indices, build_layout, placement_of
 from hlnas.space import load_space
-from tests.test_paper_grid_tools import ROOT, _script
+from tests.helpers import paper_grid_script
+from tests.test_paper_grid_tools import ROOT
 
-collect = _script("collect")
-placement = _script("placement")
+collect = paper_grid_script("collect")
+placement = paper_grid_script("placement")
 TINY = str(ROOT / "experiments" / "paper_grid" / "placement_tiny.yaml")
 
 
