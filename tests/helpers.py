@@ -1,9 +1,10 @@
 """Helpers shared by the tests: comparisons for kernel and mixer tests, torch threads, a worker killer, the
-experiments' paper_grid scripts loaded as modules."""
+experiments' paper_grid scripts loaded as modules, a results CSV written."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import importlib.util
 import pathlib
 
@@ -106,3 +107,13 @@ def paper_grid_script(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def write_csv(path, rows: list[dict]) -> str:
+    """``rows`` as a CSV at ``path`` (the columns: every key, in first-seen order), as collect.py writes its tables;
+    returns the path."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)

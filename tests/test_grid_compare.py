@@ -4,12 +4,11 @@ whose answers are known."""
 
 from __future__ import annotations
 
-import csv
 
 import pytest
 
 from hlnas.paper import recall_by_ratio
-from tests.helpers import paper_grid_script
+from tests.helpers import paper_grid_script, write_csv
 
 compare = paper_grid_script("compare")
 grid_figure = paper_grid_script("grid_figure")
@@ -212,12 +211,7 @@ def test_cost_per_candidate_and_seed_against_the_target():
 
 
 def test_compare_names_missing_columns_and_files_in_one_line(tmp_path, capsys):
-    path = tmp_path / "t.csv"
-    rows = findings_rows()
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "recall_baseline"], extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    path = write_csv(tmp_path / "t.csv", [{k: v for k, v in r.items() if k != "recall_baseline"} for r in findings_rows()])
     assert compare.main(["--table", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "lacks column(s) recall_baseline (collect.py writes them)" in err and "\n" not in err
@@ -250,12 +244,7 @@ def test_grid_figure_draws_every_seed_breaks_the_line_at_an_untrained_ratio_and_
 
 
 def test_grid_figure_command_writes_the_interactive_figure_and_names_a_bad_table_in_one_line(tmp_path, capsys):
-    path = tmp_path / "grid.csv"
-    rows = findings_rows()
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    path = write_csv(tmp_path / "grid.csv", findings_rows())
     assert grid_figure.main(["--table", str(path), "--out", str(tmp_path / "fig" / "grid.html")]) == 0
     assert "plotly" in (tmp_path / "fig" / "grid.html").read_text()
     assert grid_figure.main(["--table", str(tmp_path / "none.csv"), "--out", str(tmp_path / "x.html")]) == 2

@@ -4,14 +4,13 @@ known. No training: trials are written with optuna's create_trial."""
 
 from __future__ import annotations
 
-import csv
 
 import optuna
 import pytest
 
 from hlnas.layout import PLACEMENTS, Layout, attention_indices, build_layout, placement_of
 from hlnas.space import load_space
-from tests.helpers import paper_grid_script
+from tests.helpers import paper_grid_script, write_csv
 from tests.test_paper_grid_tools import ROOT
 
 collect = paper_grid_script("collect")
@@ -147,21 +146,13 @@ def test_placement_verdicts_follow_the_calibrations_rule():
 
 
 def test_placement_command_writes_its_files_and_refuses_a_table_without_placements(tmp_path, capsys):
-    path = tmp_path / "p.csv"
     rows = _table()
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    path = write_csv(tmp_path / "p.csv", rows)
     assert placement.main(["--table", str(path), "--out", str(tmp_path / "o"), "--no-png"]) == 0
     assert (tmp_path / "o" / "placement.md").read_text().startswith("# Does placement move recall?")
     fig = placement.figure(rows)
     assert len(fig.data) == 2 * 3 * 2 - 2  # 2 panels x 3 groups x 2 seeds, less gla's missing seed 1 in both panels
-    bare = tmp_path / "bare.csv"
-    with open(bare, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=[k for k in rows[0] if k != "placement"])
-        w.writeheader()
-        w.writerows([{k: v for k, v in r.items() if k != "placement"} for r in rows])
+    bare = write_csv(tmp_path / "bare.csv", [{k: v for k, v in r.items() if k != "placement"} for r in rows])
     assert placement.main(["--table", str(bare)]) == 2
     err = capsys.readouterr().err
     assert "no 'placement' column" in err and err.count("\n") == 1

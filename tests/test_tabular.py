@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 
 import optuna
 import pytest
@@ -16,19 +15,12 @@ from hlnas.space import load_space
 from hlnas.comparison import compare, load_sampler
 from hlnas.tabular import TabularBenchmark, run_sampler
 from hlnas.search.trial import layout_metrics
+from tests.helpers import write_csv
 
 
 @pytest.fixture(scope="module")
 def bench() -> TabularBenchmark:
     return TabularBenchmark.from_paper()
-
-
-def write_csv(path, rows: list[dict]) -> str:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        w.writeheader()
-        w.writerows(rows)
-    return str(path)
 
 
 # A hand-checkable table: GLA pure / 6:1 / 3:1 and the Transformer (dominated by GLA 6:1).
