@@ -166,7 +166,11 @@ DECODE = ["--mixers", "gla,gated_deltanet", "--ratios", "pure,3:1", "--preset", 
           "--lengths", "24,40", "--chunk", "16", "--decode", "2", "--device-name", "cpu"]
 
 
-def test_decode_memory_equals_the_cost_model_on_cpu(tmp_path):
+def test_decode_memory_equals_the_cost_model_on_cpu(tmp_path, monkeypatch):
+    import hlnas.nn as hnn
+
+    monkeypatch.setattr(hnn, "_TABLES", {})  # no table from an earlier test: the 40-token rows would grow one
+    monkeypatch.setattr(hnn, "_RETIRED", [])
     assert decode_memory.main([*DECODE, "--out", str(tmp_path)]) == 0
     rows, md = _rows(tmp_path, "decode_memory")
     assert [(r["layout"], r["context"]) for r in rows][:2] == [("AAAAAA", "24"), ("AAAAAA", "40")]
@@ -174,6 +178,9 @@ def test_decode_memory_equals_the_cost_model_on_cpu(tmp_path):
     for r in rows:  # the bytes held: the cache tensors, summed, and their storages, against the cost model
         assert int(r["cache_tensors"]) == int(r["storage"]) == int(r["predicted"]) > 0
         assert int(r["seen_tokens"]) == int(r["context"])
+        # RoPE's table was made to the longest context before the first row, so no row's decode grows it (on a GPU a
+        # grown table lands in the allocator's count: 12 MiB on the all-attention 32k row before it was made first)
+        assert r["rope_grown"] == "0" and int(r["rope_table"]) >= 2 * 4 * 40 * (64 // 4 // 2)
     pure = [r for r in rows if r["ratio"] == "pure"]
     assert all(r["predicted_kv"] == "0" and r["predicted_state"] == pure[0]["predicted_state"] for r in pure[:2])
     assert "10 of 10 rows equal" in md and "Baseline: the Transformer's bytes" in md
@@ -246,3 +253,24 @@ def test_decode_memory_on_the_gpu_allocator(tmp_path):
     args = ["--mixers", "gla,gated_deltanet,mamba2", "--ratios", "pure,3:1", "--preset", "proxy-tiny", "--layers", "6",
             "--lengths", "64,200", "--chunk", "64", "--decode", "3", "--device-name", "gpu", "--out", str(tmp_path)]
     assert decode_memory.main(args) == 0
+
+
+# -- results -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("full,short", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                                        ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", "nvidia-geforce-rtx-4090")])
+def test_files_are_named_by_the_card_that_measured_them(tmp_path, monkeypatch, full, short):
+    from experiments.bench import results
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: full)
+    assert results.card_name() == short
+    stem = results.write_results(str(tmp_path), "x", None, "T", "cmd", "note", ["a"], lambda r: (r["a"],), [{"a": 1}],
+                                 quiet=True)
+    assert stem.name.startswith(f"x_{short}_") and f"# T, {short}," in stem.with_suffix(".md").read_text()
+
+
+def test_without_cuda_the_card_is_cpu(monkeypatch):
+    from experiments.bench import results
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert results.card_name() == "cpu"

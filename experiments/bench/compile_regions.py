@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from experiments.bench.results import write_results
+from experiments.bench.results import DEVICE_NAME_HELP, write_results
 
 MODES = ("eager", "whole", "regional")
 
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, help="the recall model's depth (default: the space's)")
     p.add_argument("--backend", default="inductor", help="torch.compile backend (aot_eager: a quick smoke run)")
     p.add_argument("--steps", type=int, default=200, help="timed steps after the first")
-    p.add_argument("--device-name", default="h200")
+    p.add_argument("--device-name", default=None, help=DEVICE_NAME_HELP)
     p.add_argument("--out", default="experiments/bench")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one mode of one layout in this process
     p.add_argument("--mode", help=argparse.SUPPRESS)

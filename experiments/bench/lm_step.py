@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from experiments.bench.results import PEAK_BF16, write_results
+from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, write_results
 
 
 def main(argv=None) -> int:
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--modes", default="eager,graph,compile", help="eager (the baseline, always run first), graph, compile")
-    p.add_argument("--device-name", default="h200")
+    p.add_argument("--device-name", default=None, help=DEVICE_NAME_HELP)
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
 

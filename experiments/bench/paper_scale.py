@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 
-from experiments.bench.results import PEAK_BF16, environment, write_results
+from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, environment, write_results
 
 PAPER_ROWS = "matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,deltanet:3:1,gated_deltanet:3:1,mamba2:pure"
 PROFILE_STEPS = 2
@@ -392,7 +392,7 @@ def main(argv=None) -> int:
     p.add_argument("--autotune-compare", action="store_true")
     p.add_argument("--child-timeout", type=float, default=270, help="seconds per autotune mode (--autotune-compare)")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # rows also as JSON lines (the children's)
-    p.add_argument("--device-name", default="h200")
+    p.add_argument("--device-name", default=None, help=DEVICE_NAME_HELP)
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
     mq = None

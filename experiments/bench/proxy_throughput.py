@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 
-from experiments.bench.results import PEAK_BF16, write_results
+from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, write_results
 
 
 def recall_spec(number: int, layout: str, args, steps: int, compile: bool = False):
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
                         "as processes, each run's step under torch.compile (inductor), then captured; mps_compiled: "
                         "compiled under MPS; replicas_compiled: replicas with the compiled step")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend in the compiled modes")
-    p.add_argument("--device-name", default="h200", help="names the output files")
+    p.add_argument("--device-name", default=None, help=DEVICE_NAME_HELP)
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
 

@@ -11,10 +11,30 @@ from pathlib import Path
 PEAK_BF16 = 989e12  # H200 SXM dense bf16, NVIDIA datasheet
 
 
-def write_results(out: str, name: str, device: str, title: str, command: str, note: str,
+#: --device-name's help in every benchmark: the file names say which card measured them (a run asked of the "H200"
+#: device kind can land on an H100: on 2026-12-05 two benchmark files were named h200 from a fixed default)
+DEVICE_NAME_HELP = "names the output files and the table's title (default: the card, e.g. h100 or h200; cpu without one)"
+
+
+def card_name() -> str:
+    """The card this process runs on, short and lower case (``NVIDIA H100 80GB HBM3`` -> ``h100``); ``cpu`` without
+    CUDA; the full name, slugged, for a card with no ``H``/``A``/``B`` + digits model number."""
+    import re
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    full = torch.cuda.get_device_name()
+    model = re.search(r"\b([HABL]\d{2,3})\b", full)
+    return model.group(1).lower() if model else re.sub(r"[^a-z0-9]+", "-", full.lower()).strip("-")
+
+
+def write_results(out: str, name: str, device: str | None, title: str, command: str, note: str,
                   columns: list[str], cells, rows: list[dict], quiet: bool = False) -> Path:
     """``OUT/<name>_<device>_<date>.csv`` (every field of ``rows``) and ``.md`` (``columns``, a row's cells from
-    ``cells(row)``); returns the path without its suffix."""
+    ``cells(row)``); returns the path without its suffix. ``device`` None: :func:`card_name`."""
+    device = device or card_name()
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"{name}_{device}_{dt.date.today().isoformat()}"

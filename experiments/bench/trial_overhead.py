@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 
-from experiments.bench.results import environment, write_results
+from experiments.bench.results import DEVICE_NAME_HELP, card_name, environment, write_results
 
 RESULT = "TRIAL_OVERHEAD_RESULT "
 
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
     p.add_argument("--kinds", default="lm,recall")
     p.add_argument("--modes", default="cold,warm", help="run in this order: cold, cold_empty_cache, warm")
     p.add_argument("--child-timeout", type=float, default=240)
-    p.add_argument("--device-name", default="h200")
+    p.add_argument("--device-name", default=None, help=DEVICE_NAME_HELP)
     p.add_argument("--out", default="experiments/bench")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--spawned-at", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
         for kind in kinds:
             for i, lay in enumerate(layouts):
                 add({"kind": kind, "layout": lay, "mode": "warm", **one_trial(spec_for(space, lay, kind, i + 1, 1))})
-    print(f"wrote {args.out}/trial_overhead_{args.device_name}_*.csv and .md")
+    print(f"wrote {args.out}/trial_overhead_{args.device_name or card_name()}_*.csv and .md")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
