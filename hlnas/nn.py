@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
 
 __all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk",
-           "rope_table", "ROPE_TABLE", "swiglu_hidden"]
+           "rope_table", "grow_rope_tables", "rope_tables_bytes", "ROPE_TABLE", "swiglu_hidden"]
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -190,6 +190,22 @@ def rope_table(device: torch.device, length: int, half: int, theta: float) -> tu
             _RETIRED.append(have)
         _TABLES[key] = table
         return table
+
+
+def grow_rope_tables(length: int) -> None:
+    """Grow every table made so far to cover positions ``0..length-1``: a decode to ``length`` then allocates no
+    table of its own (experiments/bench/decode_memory.py: what the cache holds, measured apart from this)."""
+    with _TABLES_LOCK:
+        keys = list(_TABLES)
+    for device, half, theta in keys:
+        rope_table(torch.device(device), length, half, theta)
+
+
+def rope_tables_bytes() -> int:
+    """Bytes held by the RoPE tables of every device, the grown-out ones kept alive included: per device and width,
+    shared by every sequence and model, so not part of any cache."""
+    with _TABLES_LOCK:
+        return sum(t.nbytes for pair in [*_TABLES.values(), *_RETIRED] for t in pair)
 
 
 def _cos_sin(x: Tensor, offset: int, theta: float, table: bool | None) -> tuple[Tensor, Tensor]:

@@ -30,6 +30,22 @@ def test_the_table_is_made_once_grows_by_doubling_and_keeps_the_old_one(monkeypa
     assert rope_table(cpu, 41, 8, 500.0) is not grown and rope_table(cpu, 41, 4, 10000.0) is not grown  # own keys
 
 
+def test_grow_rope_tables_covers_a_length_for_every_key_and_counts_its_bytes(monkeypatch):
+    monkeypatch.setattr(nn_, "_TABLES", {})
+    monkeypatch.setattr(nn_, "_RETIRED", [])
+    cpu = torch.device("cpu")
+    assert nn_.rope_tables_bytes() == 0
+    a, b = rope_table(cpu, 10, 8, 10000.0), rope_table(cpu, 20, 4, 500.0)
+    assert nn_.rope_tables_bytes() == 2 * 4 * (10 * 8 + 20 * 4)  # cos and sin, float32
+    nn_.grow_rope_tables(100)
+    big_a, big_b = rope_table(cpu, 100, 8, 10000.0), rope_table(cpu, 100, 4, 500.0)
+    assert big_a[0].shape == (100, 8) and big_b[0].shape == (100, 4)
+    assert nn_._RETIRED == [a, b] and len(nn_._TABLES) == 2  # no new key, each grown once
+    assert nn_.rope_tables_bytes() == 2 * 4 * (10 * 8 + 20 * 4 + 100 * 8 + 100 * 4)
+    nn_.grow_rope_tables(50)  # shorter: nothing changes
+    assert rope_table(cpu, 100, 8, 10000.0) is big_a and len(nn_._RETIRED) == 2
+
+
 def test_the_default_follows_rope_table(monkeypatch):
     made = []
     real = nn_.rope_table

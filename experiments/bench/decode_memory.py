@@ -19,6 +19,8 @@ after the real decode, less what it held before it, is the cache alone. Per row:
   ``allocated_bytes`` (the caching allocator's 512-byte rounding) after the decode, less before;
 * ``equal``: the measured bytes (``device_requested`` on CUDA, ``storage`` on CPU) == ``predicted``;
 * ``vs_transformer``: the measured bytes over the Transformer's at the same L (the baseline of the same run);
+* ``rope_table``: the bytes of RoPE's cos/sin tables (made to the longest context before the first row: per
+  device and shared by every sequence, so not the cache's) and ``rope_grown``: their growth during the row (0);
 * ``prefill_s`` and ``decode_ms_per_token``.
 
 Writes ``OUT/decode_memory_<device>_<date>.csv`` and ``.md``, rewritten after every layout.
@@ -31,7 +33,7 @@ import gc
 import sys
 import time
 
-from experiments.bench.results import environment, write_results
+from experiments.bench.results import DEVICE_NAME_HELP, environment, write_results
 
 
 def _stats(dev) -> dict:
@@ -84,6 +86,7 @@ def measure(layout, cfg, args, dev, dtype) -> list[dict]:
 
     from hlnas.budget import layout_cost
     from hlnas.model import build_model
+    from hlnas.nn import grow_rope_tables, rope_tables_bytes
 
     lengths = [int(x) for x in args.lengths.split(",")]
     torch.manual_seed(0)
@@ -94,13 +97,18 @@ def measure(layout, cfg, args, dev, dtype) -> list[dict]:
     warm = model.new_cache()  # compiles the prefill and decode kernels; allocates what persists (cuBLAS workspaces)
     decode(model, ids, warm, min(ids.shape[1], args.chunk + 10), args.chunk, 2)  # two prefill chunks, 2 decoded
     del warm
+    # RoPE's cos/sin table (hlnas.nn.rope_table) is per device, shared by every sequence and model, and grows by
+    # doubling as positions pass its end: made to the longest context here, it is not counted as the cache's. On the
+    # H100 on 2026-12-05 the all-attention 32k row measured 12 MiB over the cost model without this: the table
+    # grown from 8k to 16k and 32k (cos and sin, float32, both kept).
+    grow_rope_tables(max(lengths))
     rows = []
     for length in lengths:
         gc.collect()
         if dev.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        before = _stats(dev)
+        before, rope_before = _stats(dev), rope_tables_bytes()
         cache = model.new_cache()
         prefill_s, ms_tok = decode(model, ids, cache, length, args.chunk, args.decode)
         gc.collect()
@@ -111,7 +119,8 @@ def measure(layout, cfg, args, dev, dtype) -> list[dict]:
         row = {"layout": str(layout), "ratio": layout.ratio, "context": length, "batch": args.batch, "dtype": args.dtype,
                "predicted_kv": cost.kv_cache_bytes, "predicted_state": cost.state_bytes, "predicted": predicted,
                "cache_tensors": tensors, "storage": storage, "device_requested": "", "device_allocated": "",
-               "peak_extra": "", "seen_tokens": cache.seen_tokens}
+               "peak_extra": "", "seen_tokens": cache.seen_tokens, "rope_table": rope_tables_bytes(),
+               "rope_grown": rope_tables_bytes() - rope_before}
         if dev.type == "cuda":
             row.update(device_requested=after["requested"] - before["requested"],
                        device_allocated=after["allocated"] - before["allocated"],
@@ -145,7 +154,7 @@ def main(argv=None) -> int:
     p.add_argument("--decode", type=int, default=32, help="tokens decoded one at a time after the prefill")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
-    p.add_argument("--device-name", default="h200")
+    p.add_argument("--device-name", default=None, help=DEVICE_NAME_HELP)
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
     if args.decode < 1 or args.chunk < 1 or min(int(x) for x in args.lengths.split(",")) <= args.decode:
@@ -162,7 +171,7 @@ def main(argv=None) -> int:
     layouts = [build_layout("transformer", None, args.layers)]
     layouts += [build_layout(m, r, args.layers) for m in args.mixers.split(",") for r in args.ratios.split(",")]
     command = "python -m experiments.bench.decode_memory " + " ".join(argv)
-    rows = []
+    rows, stem = [], None
     for layout in layouts:
         try:
             rows += measure(layout, cfg, args, dev, parse_dtype(args.dtype))
@@ -183,7 +192,7 @@ def main(argv=None) -> int:
                 f"{args.chunk}, then {args.decode} tokens decoded one at a time. Measured: {measured}. Predicted: "
                 f"hlnas.budget.layout_cost kv_cache_bytes + state_bytes. {n_eq} of {len(rows)} rows equal. Baseline: the "
                 f"Transformer's bytes at the same context, same run. {environment()}.")
-        write_results(args.out, "decode_memory", args.device_name, "Decode memory: measured vs cost model", command,
+        stem = write_results(args.out, "decode_memory", args.device_name, "Decode memory: measured vs cost model", command,
                       note, ["layout", "context", "predicted KV MiB", "predicted state MiB", "measured MiB",
                              "allocated MiB", "equal", "vs Transformer", "peak extra MiB", "decode ms/token"],
                       lambda r: (r["layout"], r.get("context", ""), _mib(r.get("predicted_kv", "")),
@@ -192,7 +201,7 @@ def main(argv=None) -> int:
                                  r.get("vs_transformer", ""), _mib(r.get("peak_extra", "")),
                                  r.get("decode_ms_per_token", "")), rows, quiet=True)
     print(f"{sum(1 for r in rows if r.get('equal') is True)} of {len(rows)} rows equal the cost model; "
-          f"wrote {args.out}/decode_memory_{args.device_name}_*.csv and .md")
+          f"wrote {stem}.csv and .md")
     return 0 if all(r.get("equal") is True for r in rows) else 1
 
 
