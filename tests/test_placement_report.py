@@ -101,13 +101,45 @@ def test_collect_labels_each_placement_row_with_its_own_ratio_and_placement(tmp_
         ["explicit:1", "front", "middle", "paper", "spread"]
 
 
+def test_collect_gives_a_borrowing_study_the_lenders_calibration_runs_until_its_own_trial_ran(tmp_path, capsys):
+    """A placement study borrowed the grid's calibration (--calibrated-by): its paper rows show the lender's calibration
+    runs (recall only) at every seed until the study's own trial of that layout ran; collect.main finds the lender."""
+    space = load_space(TINY)
+    url = f"sqlite:///{tmp_path}/p.db"
+    paper31, paper61 = str(build_layout("hgrn", "3:1", 6)), str(build_layout("hgrn", "6:1", 6))
+    run = lambda key, lay, seed, raw: {"key": key, "layout": lay, "seed": seed, "status": "ok", "recall_raw": raw,  # noqa: E731
+                                       "recall_baseline": 0.25, "recall": (raw - 0.25) / 0.75, "mqar_s": 9.0}
+    lend = optuna.create_study(storage=url, study_name="tiny", directions=["maximize", "minimize", "minimize"])
+    lend.set_user_attr("hlnas_calibration", {"status": "valid", "runs": {
+        "hybrid:hgrn:s0": run("hybrid:hgrn:s0", paper31, 0, 0.97), "hybrid:hgrn:s1": run("hybrid:hgrn:s1", paper31, 1, 0.94),
+        "ladder:hgrn:s0": run("ladder:hgrn:s0", paper61, 0, 0.91)}})
+    study = optuna.create_study(storage=url, study_name="placement_tiny", directions=["maximize", "minimize", "minimize"])
+    study.set_user_attr("hlnas_space", space.to_dict())
+    study.set_user_attr("hlnas_calibration", {"status": "valid", "verdict": {}, "borrowed_from": {"study": "tiny"}})
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, values=[0.5, 1.0, 2.0], user_attrs={
+        "layout": paper61, "status": "ok", "recall_raw": 0.99, "recall_baseline": 0.25, "recall": 0.9867, "val_loss": 1.9}))
+    assert collect.lender(study) == "tiny" and collect.lender(lend) is None
+    by = {(r["seed"], r["layout"]): r for r in collect.rows(study, lent=lend)}
+    assert (by[(0, paper31)]["recall_raw"], by[(0, paper31)]["val_loss"]) == (0.97, None)
+    assert by[(0, paper31)]["source"] == "tiny calibration hybrid:hgrn:s0 (recall only)"
+    assert by[(1, paper31)]["recall_raw"] == 0.94 and by[(1, paper31)]["placement"] == "paper"
+    assert by[(0, paper61)]["source"] == "placement_tiny#0" and by[(0, paper61)]["val_loss"] == 1.9  # its own trial wins
+    assert by[(0, str(build_layout("hgrn", "3:1", 6, placement="front")))]["status"] == "not run"
+    assert {r["seed"] for r in by.values()} == {0, 1}
+    assert {r["status"] for r in collect.rows(study) if r["layout"] == paper31} == {"not run"}  # without the lender
+    out = tmp_path / "p.csv"
+    assert collect.main(["--storage", url, "--study", "placement_tiny", "--out", str(out)]) == 0
+    assert "tiny calibration hybrid:hgrn:s1 (recall only)" in out.read_text()
+
+
 # -- placement.py -------------------------------------------------------------------------------------
 
-def _row(mixer, ratio, place, seed, raw, auc, steps=None, base=0.25, layers="5"):
+def _row(mixer, ratio, place, seed, raw, auc, steps=None, base=0.25, layers="5", val_loss=None):
     rec = max(0.0, (raw - base) / (1 - base))
     return {"mixer": mixer, "ratio": ratio, "placement": place, "layout": f"{mixer}-{place}", "seed": str(seed),
             "attention_layers": layers, "status": "ok", "recall_raw": str(raw), "recall_baseline": str(base),
-            "recall": str(rec), "recall_auc": str(auc), "mqar_steps_to_target": "" if steps is None else str(steps)}
+            "recall": str(rec), "recall_auc": str(auc), "mqar_steps_to_target": "" if steps is None else str(steps),
+            "val_loss": "" if val_loss is None else str(val_loss)}
 
 
 def _table():
@@ -143,6 +175,29 @@ def test_placement_verdicts_follow_the_calibrations_rule():
     # every recall beside its baseline; a placement at the baseline in every seed says so
     assert "| front | 5 | 0.260 / 0.250 | 0.250 |" in text and text.count("no recall") >= 1
     assert "in 1 of 2 decided (mixer, ratio) groups" in text
+
+
+def test_placement_asks_the_same_of_the_lm_half_with_lower_val_loss_the_better():
+    """Attention first can buy recall with LM quality (the H100 placement rows of 2026-12-05: HGRN-2 6:1 front
+    2.34 / 2.18 against 1.72 with attention last): the report says so beside the recall verdicts."""
+    rows = [_row("hgrn", "6:1", "paper", 0, 0.99, 0.8, 400, val_loss=1.70), _row("hgrn", "6:1", "paper", 1, 0.98, 0.8, 400, val_loss=1.72),
+            _row("hgrn", "6:1", "back", 0, 0.26, 0.0, val_loss=1.69), _row("hgrn", "6:1", "back", 1, 0.25, 0.0, val_loss=1.71),
+            _row("hgrn", "6:1", "front", 0, 0.99, 0.9, 300, val_loss=2.34), _row("hgrn", "6:1", "front", 1, 0.99, 0.9, 300, val_loss=2.18),
+            # gla 3:1: recall only (a calibration's runs): no LM verdict
+            _row("gla", "3:1", "paper", 0, 0.99, 0.8), _row("gla", "3:1", "paper", 1, 0.99, 0.8),
+            _row("gla", "3:1", "front", 0, 0.99, 0.8), _row("gla", "3:1", "front", 1, 0.99, 0.8)]
+    text, v = placement.report(rows, "t.csv")
+    lm = v[("hgrn", "6:1")]["val_loss"]
+    assert (lm["answer"], lm["best"], lm["worst"]) == ("yes", "back", "front")
+    places = placement.groups(rows)[("hgrn", "6:1")]
+    assert placement.versus_paper(places, "front", "val_loss") == "above"  # a higher loss than paper's, beyond spread
+    assert placement.versus_paper(places, "back", "val_loss") == "tie"
+    assert v[("gla", "3:1")]["val_loss"]["answer"] == "undecided"
+    assert "| front | 5 | 0.990 / 0.990 |" in text and "| 2.340 / 2.180 | above |" in text
+    assert "the LM's `val_loss` in 1 of 1" in text
+    # lower loss with the same spread does not count as moved the other way
+    flat = [{**r, "val_loss": "1.7"} for r in rows[:6]]
+    assert placement.report(flat)[1][("hgrn", "6:1")]["val_loss"]["answer"] == "no"
 
 
 def test_placement_command_writes_its_files_and_refuses_a_table_without_placements(tmp_path, capsys):

@@ -24,6 +24,12 @@ Seeds (``seed``, ``source`` columns):
      trained, so ``val_loss`` and ``train_wall_s`` are blank and ``source`` says ``recall only``);
   3. else ``not run``.
 
+A study that borrowed its calibration (``--calibrated-by``: a grid's second seed, a placement extension) holds no
+runs of its own; its rows fall back to the lending study's calibration runs (read from the same storage), and so
+does its own seed for a layout it has not trained yet: a placement study's ``paper`` rows show the calibration's
+recall, the same measurement its trial will take (``hlnas.search.calibration.calibrated_recall``), before that
+trial has trained its LM half.
+
 GPU-seconds (``gpu_s``) are the recall proxy's ``mqar_s`` plus the LM's ``train_wall_s``. Both are **wall
 seconds** of the run: when N runs share one GPU (time-slicing) each run's wall time holds the others' work too,
 so ``gpu_s`` overstates what a candidate costs alone. ``--concurrency N`` (how many runs shared the GPU) adds
@@ -185,21 +191,30 @@ def _same_space_but_seed(a, b) -> list[str]:
     return out
 
 
+def lender(study: optuna.Study) -> str | None:
+    """The study whose calibration ``study`` borrowed (``--calibrated-by``), or None."""
+    return ((study.user_attrs.get("hlnas_calibration") or {}).get("borrowed_from") or {}).get("study")
+
+
 def rows(study: optuna.Study, seed_study: optuna.Study | None = None, concurrency: int | None = None,
-         util_paths=()) -> list[dict]:
+         util_paths=(), lent: optuna.Study | None = None) -> list[dict]:
     """One row per candidate of the study's space and seed: the study's own seed first, then the other seeds
-    (the seed study's, then calibration's) in order; see the module docstring."""
+    (the seed study's, then calibration's) in order; ``lent``: the study whose calibration ``study`` borrowed
+    (:func:`lender`), whose runs stand in for the calibration's; see the module docstring."""
     if concurrency is not None and concurrency < 1:
         raise HlnasError(f"--concurrency must be >= 1, got {concurrency}")
     space = stored_space(study)
     seed0 = space.train.seed
-    shares = util_shares([study, *([seed_study] if seed_study is not None else [])], util_paths) if util_paths else None
+    studies = [study, *(s for s in (seed_study, lent) if s is not None)]
+    shares = util_shares(studies, util_paths) if util_paths else None
     by_layout = _by_layout(study)
     baseline = _protocol_baseline(space, [t.user_attrs for t in by_layout.values()])
-    other: dict[int, dict[str, dict]] = {}  # seed -> layout -> row fields
-    for run in ((study.user_attrs.get("hlnas_calibration") or {}).get("runs") or {}).values():
-        if run.get("seed") != seed0:
-            other.setdefault(run["seed"], {})[run["layout"]] = _calibration_row(study.study_name, run, concurrency, shares)
+    calibrated = lent if lent is not None else study
+    fallback: dict[int, dict[str, dict]] = {}  # seed -> layout -> a calibration run's row fields
+    for run in ((calibrated.user_attrs.get("hlnas_calibration") or {}).get("runs") or {}).values():
+        fallback.setdefault(run["seed"], {})[run["layout"]] = \
+            _calibration_row(calibrated.study_name, run, concurrency, shares)
+    other = {s: dict(by) for s, by in fallback.items() if s != seed0}  # seed -> layout -> row fields
     if seed_study is not None:
         s_space = stored_space(seed_study)
         s = s_space.train.seed
@@ -227,7 +242,9 @@ def rows(study: optuna.Study, seed_study: optuna.Study | None = None, concurrenc
                    "params": m4["params"], "kv_cache_bytes_4k": m4["kv_cache_bytes"],
                    "kv_cache_bytes_32k": m32["kv_cache_bytes"], "state_bytes": m4["state_bytes"]}
             if seed == seed0:
-                row.update(_trial_row(study.study_name, by_layout.get(layout), baseline, concurrency, shares))
+                t, cal = by_layout.get(layout), fallback.get(seed0, {}).get(layout)
+                row.update(cal if t is None and cal is not None else
+                           _trial_row(study.study_name, t, baseline, concurrency, shares))
             else:
                 row.update(other[seed].get(layout) or {"status": "not run", "concurrency": concurrency})
             out.append(row)
@@ -273,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         study = load_study(args.storage, args.study)
         seed_study = _seed_study(args.seed_storage or args.storage, args.seed_study) if args.seed_study else None
-        data = rows(study, seed_study, args.concurrency, args.util)
+        lent = load_study(args.storage, lender(study)) if lender(study) else None
+        data = rows(study, seed_study, args.concurrency, args.util, lent)
     except (HlnasError, ValueError, OSError) as e:
         print(f"collect.py: {e}", file=sys.stderr)
         return 2

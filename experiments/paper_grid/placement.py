@@ -10,7 +10,9 @@ only where they sit differs. For each measure (the final ``recall``, corrected f
 graded ``recall_auc``) it asks the calibration's question of the best and the worst placement by seed mean: is the
 best above the worst in every seed, and are their means apart by more than twice the larger seed spread (max - min
 over seeds, at least 0.01: ``hlnas.calibration_outlook.pure_below``)? ``yes`` then; ``no`` when not; ``undecided``
-when either has fewer than two seeds. Each other placement is also set against ``paper`` by the same rule (``above``,
+when either has fewer than two seeds. The LM half's ``val_loss`` (lower is better) gets the same question, so a
+placement that buys recall with LM quality shows as both (rows without an LM half, a calibration's recall-only runs,
+have none). Each other placement is also set against ``paper`` by the same rule (``above``,
 ``below`` or ``tie``). Raw recall is printed beside its no-recall baseline; a placement at or below it in a seed is
 marked ``no recall``.
 
@@ -29,8 +31,9 @@ from experiments.paper_grid.compare import SPREAD_FLOOR, TableError, _f, _g, che
 from hlnas.calibration_outlook import pure_below
 from hlnas.layout import PLACEMENTS
 
-MEASURES = ("recall", "recall_auc")
-_VALUES = ("recall", "recall_raw", "recall_baseline", "recall_auc", "mqar_steps_to_target")
+MEASURES = ("recall", "recall_auc", "val_loss")
+LOWER_IS_BETTER = {"val_loss"}
+_VALUES = ("recall", "recall_raw", "recall_baseline", "recall_auc", "mqar_steps_to_target", "val_loss")
 
 
 def groups(rows: list[dict]) -> dict[tuple[str, str], dict[str, dict]]:
@@ -74,22 +77,24 @@ def compare_pair(low: dict, high: dict, measure: str) -> dict:
 
 
 def verdict(places: dict[str, dict], measure: str) -> dict:
-    """Best and worst placement by seed mean and whether placement moves ``measure``: yes / no / undecided."""
+    """Best and worst placement by seed mean (lowest best for :data:`LOWER_IS_BETTER`) and whether placement moves
+    ``measure``, the highest mean above the lowest by :func:`compare_pair`: yes / no / undecided."""
     means = {p: mean(xs.values()) for p, c in places.items() if (xs := _per_seed(c, measure))}
     if len(means) < 2:
         return {"answer": "undecided", "why": "fewer than two placements scored", "best": None, "worst": None}
     order = sorted(means, key=means.get)  # stable: two placements even where every mean is equal
-    best, worst = order[-1], order[0]
-    pair = compare_pair(places[worst], places[best], measure)
+    best, worst = (order[0], order[-1]) if measure in LOWER_IS_BETTER else (order[-1], order[0])
+    pair = compare_pair(places[order[0]], places[order[-1]], measure)
     answer = "undecided" if pair["holds"] is None else ("yes" if pair["holds"] else "no")
-    why = (f"best {best} {means[best]:.3f}, worst {worst} {means[worst]:.3f}: gap {pair['gap']:.3f}"
+    why = (f"best {best} {means[best]:.3f}, worst {worst} {means[worst]:.3f}: gap {abs(pair['gap']):.3f}"
            + ("" if pair["need"] is None else f" vs twice the spread {pair['need']:.3f}")
            + (" (fewer than two seeds)" if pair["holds"] is None else ""))
     return {"answer": answer, "why": why, "best": best, "worst": worst, "means": means, **pair}
 
 
 def versus_paper(places: dict[str, dict], name: str, measure: str) -> str:
-    """``above`` / ``below`` the paper placement beyond the spread, ``tie`` within it, ``-`` without two seeds."""
+    """``above`` / ``below`` the paper placement beyond the spread, ``tie`` within it, ``-`` without two seeds (for
+    ``val_loss`` above is worse)."""
     if name == "paper" or "paper" not in places:
         return "-"
     up = compare_pair(places["paper"], places[name], measure)
@@ -121,15 +126,16 @@ def report(rows: list[dict], source: str = "the table") -> tuple[str, dict]:
            "above the worst in every seed and by more than twice the larger seed spread (at least 0.01), as "
            "`hlnas calibrate` separates a pure model from its hybrid; `vs paper`: the same rule against the paper "
            "placement.", "",
-           "| mixer | ratio | placement moves recall | placement moves recall_auc |", "|---|---|---|---|"]
+           "| mixer | ratio | placement moves recall | placement moves recall_auc | placement moves val_loss (LM) |",
+           "|---|---|---|---|---|"]
     verdicts = {key: {m: verdict(places, m) for m in MEASURES} for key, places in gs.items()}
     for (mixer, ratio), v in verdicts.items():
-        out.append(f"| {mixer} | {ratio} | **{v['recall']['answer']}**: {v['recall']['why']} | "
-                   f"**{v['recall_auc']['answer']}**: {v['recall_auc']['why']} |")
+        out.append(f"| {mixer} | {ratio} | " + " | ".join(f"**{v[m]['answer']}**: {v[m]['why']}" for m in MEASURES) + " |")
     for (mixer, ratio), places in gs.items():
         out += ["", f"## {mixer} {ratio}", "",
                 "| placement | attention layers | raw recall | no-recall | corrected (mean) | vs paper | recall_auc | "
-                "mean | vs paper | steps to target | |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                "mean | vs paper | steps to target | val_loss | vs paper | |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, c in places.items():
             rec, auc = _per_seed(c, "recall"), _per_seed(c, "recall_auc")
             base = {v["recall_baseline"] for v in c["seeds"].values() if v.get("recall_baseline") is not None}
@@ -139,18 +145,19 @@ def report(rows: list[dict], source: str = "the table") -> tuple[str, dict]:
                        f"{', '.join(f'{b:.3f}' for b in sorted(base)) or '-'} | {_g(mean(rec.values()))} | "
                        f"{versus_paper(places, name, 'recall')} | {_seeds_text(c, 'recall_auc')} | "
                        f"{_g(mean(auc.values()) if auc else None)} | {versus_paper(places, name, 'recall_auc')} | "
-                       f"{steps} | {_no_recall(c)} |")
+                       f"{steps} | {_seeds_text(c, 'val_loss')} | {versus_paper(places, name, 'val_loss')} | "
+                       f"{_no_recall(c)} |")
     moved = {m: sum(v[m]["answer"] == "yes" for v in verdicts.values()) for m in MEASURES}
     decided = {m: sum(v[m]["answer"] != "undecided" for v in verdicts.values()) for m in MEASURES}
     out += ["", f"Placement moves the final recall beyond the seed spread in {moved['recall']} of {decided['recall']} "
-                f"decided (mixer, ratio) groups and `recall_auc` in {moved['recall_auc']} of {decided['recall_auc']}, "
-                f"of {len(verdicts)}."]
+                f"decided (mixer, ratio) groups, `recall_auc` in {moved['recall_auc']} of {decided['recall_auc']} and "
+                f"the LM's `val_loss` in {moved['val_loss']} of {decided['val_loss']}, of {len(verdicts)}."]
     return "\n".join(out) + "\n", verdicts
 
 
 def figure(rows: list[dict]):
-    """Raw recall (the no-recall baseline dashed) and recall_auc per placement, a column per (mixer, ratio), a
-    marker per seed."""
+    """Raw recall (the no-recall baseline dashed), recall_auc and the LM's val_loss per placement, a column per
+    (mixer, ratio), a marker per seed."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -158,16 +165,16 @@ def figure(rows: list[dict]):
 
     gs = groups(rows)
     keys = list(gs)
-    fig = make_subplots(rows=2, cols=len(keys), shared_yaxes=True, horizontal_spacing=0.03, vertical_spacing=0.12,
+    fig = make_subplots(rows=3, cols=len(keys), shared_yaxes=True, horizontal_spacing=0.03, vertical_spacing=0.12,
                         subplot_titles=[f"{m} {r}" for m, r in keys])
     symbols = ("circle", "diamond", "square", "triangle-up")
     seeds = sorted({s for places in gs.values() for c in places.values() for s in c["seeds"]})
     for col, key in enumerate(keys, start=1):
         places = gs[key]
         names = list(places)
-        for row, measure in ((1, "recall_raw"), (2, "recall_auc")):
+        for row, measure in ((1, "recall_raw"), (2, "recall_auc"), (3, "val_loss")):
             for i, seed in enumerate(seeds):
-                xs = [n for n in names if seed in places[n]["seeds"]]
+                xs = [n for n in names if places[n]["seeds"].get(seed, {}).get(measure) is not None]
                 if not xs:
                     continue
                 fig.add_trace(go.Scatter(
@@ -182,9 +189,10 @@ def figure(rows: list[dict]):
                     fig.add_hline(y=max(base), line_dash="dash", line_color="#888", row=1, col=col)
     fig.update_yaxes(title_text="recall (raw; dashed: no-recall baseline)", row=1, col=1, range=[0, 1.05])
     fig.update_yaxes(title_text="recall_auc (corrected)", row=2, col=1, range=[0, 1.05])
+    fig.update_yaxes(title_text="val_loss (LM half; lower is better)", row=3, col=1)
     fig.update_layout(title="Placement of the attention layers at a fixed ratio: recall per seed",
                       template="plotly_white", legend=dict(orientation="h", y=-0.12),
-                      width=300 + 260 * len(keys), height=750)
+                      width=300 + 260 * len(keys), height=1050)
     return fig
 
 
