@@ -189,8 +189,12 @@ def figure(rows: list[dict]):
                     fig.add_hline(y=max(base), line_dash="dash", line_color="#888", row=1, col=col)
     fig.update_yaxes(title_text="recall (raw; dashed: no-recall baseline)", row=1, col=1, range=[0, 1.05])
     fig.update_yaxes(title_text="recall_auc (corrected)", row=2, col=1, range=[0, 1.05])
-    fig.update_yaxes(title_text="val_loss (LM half; lower is better)", row=3, col=1)
-    fig.update_layout(title="Placement of the attention layers at a fixed ratio: recall per seed",
+    losses = [v["val_loss"] for places in gs.values() for c in places.values() for v in c["seeds"].values()
+              if v.get("val_loss") is not None]
+    pad = 0.1 * (max(losses) - min(losses)) + 0.05 if losses else 0.0
+    fig.update_yaxes(title_text="val_loss (LM half; lower is better)", row=3, col=1,
+                     range=[min(losses) - pad, max(losses) + pad] if losses else None)
+    fig.update_layout(title="Placement of the attention layers at a fixed ratio: recall and the LM half per seed",
                       template="plotly_white", legend=dict(orientation="h", y=-0.12),
                       width=300 + 260 * len(keys), height=1050)
     return fig
