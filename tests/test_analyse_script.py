@@ -11,12 +11,12 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "paper_grid" / "analyse.sh"
 
 
-def _run(tmp_path: Path, *args: str, fail: str = "") -> tuple[subprocess.CompletedProcess, list[str]]:
+def _run(tmp_path: Path, *args: str, fail: str = "", **env_add: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     calls = tmp_path / "calls"
     fake = tmp_path / "python"
     fake.write_text(f'#!/bin/sh\necho "$*" >>{calls}\ncase "$*" in *{fail or "@never@"}*) exit 3;; esac\nexit 0\n')
     fake.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(fake)}
+    env = {**os.environ, "PYTHON": str(fake), **env_add}
     r = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
     return r, (calls.read_text().splitlines() if calls.exists() else [])
 
@@ -52,3 +52,20 @@ def test_a_missing_database_or_argument_is_one_line(tmp_path):
     assert r.returncode == 2 and "no study database at" in r.stderr and not calls
     r, _ = _run(tmp_path, "only-one")
     assert r.returncode == 2 and r.stderr.startswith("usage:")
+
+
+def test_place_analyses_a_placement_study_and_its_seed_1_twin_instead(tmp_path):
+    db = tmp_path / "h.db"
+    db.write_text("x")
+    out = tmp_path / "out"
+    r, calls = _run(tmp_path, str(db), str(out), "u.csv", PLACE="placement_x", PSP="p.yaml", SEEDS="3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    tools = [c.split()[1] if c.startswith("-m") else c.split()[0] for c in calls]
+    assert tools == ["experiments.paper_grid.collect", "experiments.paper_grid.placement",
+                     "experiments/paper_grid/tabular_bench.py", "experiments/paper_grid/tabular_bench.py", "hlnas"]
+    assert "--study placement_x --seed-study placement_x_s1" in calls[0] and "--util u.csv" in calls[0]
+    assert f"--out {out}/placement.csv" in calls[0] and f"--table {out}/placement.csv" in calls[1]
+    assert all("--space p.yaml" in c and "--seeds 3" in c for c in calls[2:4])
+    assert "--seed 0" in calls[2] and "--seed 1" in calls[3] and "--study placement_x" in calls[4]
+    assert not any("paper_grid_h200_lr" in c for c in calls)  # nothing of the grid's own analysis
+

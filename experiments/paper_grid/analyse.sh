@@ -9,6 +9,9 @@
 # budget_whatif.md (the grid's verdicts and cost under shorter recall budgets), figures/ (hlnas report, seed 0), tabular/ (each seed),
 # mf_replay/ (the rung scheduler replayed on seed 0's curves). Every step runs, whatever an earlier one said; the rc of
 # each is printed, and the script's is the first failure's.
+# PLACE=<study> (seed 1 in <study>_s1; PSP: its space) analyses a placement study instead (issue #20 points 5 and 6):
+# placement.csv (collect.py; the lender's calibration runs stand in for rows not trained yet), placement.md and .png,
+# tabular/ (each seed) and figures/ (hlnas report, seed 0).
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: bash $0 DB OUTDIR [GPU_UTIL_CSV ...]" >&2; exit 2; }
 DB=$1 D=$2; shift 2
@@ -27,6 +30,18 @@ step() {  # name, then the command
   echo "== $name rc=$r"; [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=$r
   return 0
 }
+if [ -n "${PLACE:-}" ]; then
+  PSP=${PSP:-experiments/paper_grid/placement_h200_lr.yaml}
+  step collect $PY -m experiments.paper_grid.collect --storage "$S" --study "$PLACE" --seed-study "${PLACE}_s1" \
+    --concurrency "$W" ${1:+--util "$@"} --out "$D/placement.csv"
+  step placement $PY -m experiments.paper_grid.placement --table "$D/placement.csv" --out "$D"
+  for s in 0 1; do
+    step "tabular seed $s" $PY experiments/paper_grid/tabular_bench.py --no-paper --seed $s --seeds "$SEEDS" --space "$PSP" \
+      --objectives recall_auc,kv_cache_bytes --missing "$MISSING" --table "$D/placement.csv" --out "$D/tabular"
+  done
+  step report $PY -m hlnas report --storage "$S" --study "$PLACE" --out "$D/figures"
+  exit $rc
+fi
 step collect $PY -m experiments.paper_grid.collect --storage "$S" --study "$G" --seed-study "${G}_s1" --concurrency "$W" \
   ${1:+--util "$@"} --out "$D/grid.csv"
 step compare $PY experiments/paper_grid/compare.py --table "$D/grid.csv" --out "$D/compare.md"
