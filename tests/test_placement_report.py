@@ -130,6 +130,11 @@ def test_collect_gives_a_borrowing_study_the_lenders_calibration_runs_until_its_
     out = tmp_path / "p.csv"
     assert collect.main(["--storage", url, "--study", "placement_tiny", "--out", str(out)]) == 0
     assert "tiny calibration hybrid:hgrn:s1 (recall only)" in out.read_text()
+    # a lender the storage lacks (kept elsewhere) is a warning, and the rows it would have given are 'not run'
+    optuna.delete_study(study_name="tiny", storage=url)
+    capsys.readouterr()
+    assert collect.main(["--storage", url, "--study", "placement_tiny", "--out", str(out)]) == 0
+    assert "warning" in capsys.readouterr().err and "tiny calibration" not in out.read_text()
 
 
 # -- placement.py -------------------------------------------------------------------------------------

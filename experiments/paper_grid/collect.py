@@ -264,14 +264,14 @@ def _fmt(v, spec: str = ".4f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def _seed_study(storage: str, name: str) -> optuna.Study | None:
-    """The seed study, or None with a warning when the storage lacks it (the seed grid has not started yet): the
-    other seeds' rows then come from the calibration alone, as for a layout the seed study has not trained."""
+def _optional_study(storage: str, name: str, without: str) -> optuna.Study | None:
+    """The study, or None with a warning naming what the rows do ``without`` it when the storage lacks it: a seed
+    study not started yet (the other seeds' rows then come from the calibration alone, as for a layout the seed study
+    has not trained), or a lender of a calibration kept in another storage."""
     try:
         return load_study(storage, name)
     except UnknownStudyError as e:
-        print(f"collect.py: warning: {e}; the other seeds' rows come from the calibration's runs alone (recall only)",
-              file=sys.stderr)
+        print(f"collect.py: warning: {e}; {without}", file=sys.stderr)
         return None
 
 
@@ -289,8 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = load_study(args.storage, args.study)
-        seed_study = _seed_study(args.seed_storage or args.storage, args.seed_study) if args.seed_study else None
-        lent = load_study(args.storage, lender(study)) if lender(study) else None
+        seed_study = _optional_study(args.seed_storage or args.storage, args.seed_study,
+                                     "the other seeds' rows come from the calibration's runs alone (recall only)") \
+            if args.seed_study else None
+        lent = _optional_study(args.storage, lender(study), "rows it has not trained are 'not run'") \
+            if lender(study) else None
         data = rows(study, seed_study, args.concurrency, args.util, lent)
     except (HlnasError, ValueError, OSError) as e:
         print(f"collect.py: {e}", file=sys.stderr)
