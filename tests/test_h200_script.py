@@ -227,3 +227,16 @@ def test_placement_s1_by_trains_the_placements_second_seed_in_its_own_study_besi
     assert set(got) == {"pl", "pl_s1"}
     assert "--set train.seed=1" in got["pl_s1"] and "--set" not in got["pl"]
     assert all("--calibrated-by grid" in ln and "--workers 2" in ln for ln in got.values())
+
+
+def test_a_search_step_prints_how_many_trials_its_log_says_done_and_where_the_study_stands(tmp_path):
+    """The call's output tail is what the session reads between back-to-back calls: each search says how many trials
+    its log has done and the study's state line from hlnas status."""
+    _machine(tmp_path, 'case "$*" in *device_count*) echo 1; exit 0;;\n'
+                       '  *"hlnas search"*) echo "  trial 3 done AAAA"; exit 0;;\n'
+                       '  *"hlnas status"*) echo "study pl: 9 complete, 15 waiting (target 24 trials)"; exit 0;; esac\n'
+                       'exit 0\n')
+    r = _run_steps(tmp_path, ["placement_by:200"], PLACE_STUDY="pl")
+    assert "1 trials done in this call's log" in r.stdout, r.stdout
+    assert "study pl: 9 complete, 15 waiting (target 24 trials)" in r.stdout
+

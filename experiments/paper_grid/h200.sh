@@ -142,7 +142,10 @@ search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard
   timeout -s TERM "$4" python3 -m hlnas search --space "$1" --storage $DB --study "$2" "${resume[@]}" \
     --executor processes --workers $workers --runs-per-worker ${RUNS_PER_WORKER:-1} --timeout "$3" --drain ${DRAIN:-0} --no-progress \
     "${@:5}" >>"$OUT/logs/search_$2.log" 2>&1
-  say "search $2 rc=$? ($workers workers)"; grep -c " done " "$OUT/logs/search_$2.log"; grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
+  say "search $2 rc=$? ($workers workers): $(grep -c " done " "$OUT/logs/search_$2.log") trials done in this call's log"
+  grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
+  # where the study stands now ("N complete, M waiting (target T trials)"): the session sees its progress in the tail
+  python3 -m hlnas status --storage $DB --study "$2" 2>/dev/null | head -1
 }
 
 # RUNS_PER_WORKER=auto: after a bench_proxy step in the same call, N runs on N streams of one worker when the
