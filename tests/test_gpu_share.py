@@ -38,6 +38,18 @@ def test_busy_time_is_shared_equally_among_the_runs_active_at_each_sample():
     assert totals == {"sampled": 7.4, "attributed": 7.0, "unattributed": 0.4}
 
 
+def test_a_run_the_samples_do_not_cover_gets_none_not_the_sampled_part():
+    """A run in a call whose utilisation file was not kept (no sample), or that began long before sampling did, would
+    be charged only what was sampled: RetNet pure seed 1 of the grid counted 11.2 GPU-s against about 118 s of wall."""
+    samples = [(T0 + 2 * i, 1.0) for i in range(10)]  # t = 0..18, busy
+    share, _ = attribute({"in": (T0, T0 + 20), "edge": (T0 + 15, T0 + 21), "half": (T0 - 20, T0 + 20),
+                          "before": (T0 - 100, T0 - 50)}, samples, period=2.0)
+    # t 0..14: "in" and "half" split each 2 busy seconds; t 16, 18: "in", "edge" and "half" split them three ways
+    assert share["in"] == pytest.approx(8 * 1.0 + 2 * 2 / 3, abs=0.05) and share["edge"] == pytest.approx(4 / 3, abs=0.05)
+    assert share["half"] is None  # sampled over 20 of its 40 s: its share would be half of what it took
+    assert share["before"] is None  # no sample at all (its call's file missing): not 0.0
+
+
 def _stored(clock, mqar_s=30.0, resumed=0.0):
     return {"mqar_s": mqar_s, "mqar": {"runs": [{"clock": clock, "resumed_s": resumed}]}}
 

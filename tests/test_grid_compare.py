@@ -208,6 +208,11 @@ def test_cost_per_candidate_and_seed_against_the_target():
     assert c4["cards"] == {"NVIDIA H200": 15, "NVIDIA H100 80GB HBM3": 5}
     assert "Cards (runs counted above): NVIDIA H200 15, NVIDIA H100 80GB HBM3 5. **Seconds of different cards are mixed.**" \
         in "\n".join(compare.cost_lines(c4))
+    # a run the utilisation files do not cover (collect.py leaves its gpu_s_util blank) is left out and named
+    rows[0]["gpu_s_util"] = ""
+    c5 = compare.cost(rows)
+    assert c5["n"] == 9 and c5["unmeasured"] == ["gla pure seed 0"]
+    assert "Not counted: 1 run(s) with wall seconds but no `gpu_s_util` (gla pure seed 0)" in "\n".join(compare.cost_lines(c5))
 
 
 def test_compare_names_missing_columns_and_files_in_one_line(tmp_path, capsys):

@@ -146,6 +146,12 @@ def test_collect_measures_each_rows_gpu_seconds_from_the_utilisation_counting_ea
     # [0,10) GLA alone 10; [10,20) GLA and T 5 each; [20,30) T and pure:gla:s1 5 each; [30,40) control s1 10; [40,50) s1's T 10
     assert (by[(0, GLA_31)], by[(0, T)], by[(1, GLA_PURE)], by[(1, T)]) == (15.0, 10.0, 5.0, 20.0)
     assert by[(0, HGRN_31)] is None and all(r.get("gpu_s_util") is None for r in collect.rows(s0, s1))
+    # without the file of the call that ran the control's seed-1 run ([30, 40) unsampled), seed 1's Transformer row
+    # is unknown, not its LM half alone (10): the grid's RetNet pure seed 1 had read 11.2 that way
+    util.write_text("".join(f"{dt.datetime.fromtimestamp(t0 + 2 * i, dt.timezone.utc):%Y/%m/%d %H:%M:%S}.000, 100 %, 1 MiB\n"
+                            for i in [*range(15), *range(20, 26)]))
+    by = {(r["seed"], r["layout"]): r.get("gpu_s_util") for r in collect.rows(s0, s1, util_paths=[util])}
+    assert by[(1, T)] is None and by[(0, GLA_31)] == 15.0
 
 
 def test_collect_refuses_a_seed_study_that_is_not_a_second_seed_of_the_same_grid(grid, tmp_path):

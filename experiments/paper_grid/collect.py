@@ -132,7 +132,8 @@ def _trial_util(shares: dict | None, study_name: str, t: optuna.trial.FrozenTria
     g = None if shares is None else shares.get(("trial", study_name, t.number))
     src = t.user_attrs.get("recall_from")
     if g is not None and src and ":" in src:
-        g += shares.get(("cal", *src.split(":", 1)), 0.0)
+        cal = shares.get(("cal", *src.split(":", 1)))  # None: that run's call is not in the files, or it has no clock
+        g = None if cal is None else g + cal  # the LM half alone would undercount the candidate
     return None if g is None else round(g, 1)
 
 

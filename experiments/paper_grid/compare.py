@@ -351,16 +351,20 @@ def cost(rows: list[dict], target: float = TARGET_GPU_S) -> dict:
     # the best measure given: the utilisation's share (measured), wall / concurrency (an estimate), wall seconds
     col = next((c for c in ("gpu_s_util", "gpu_s_est") if any(_f(r.get(c)) is not None for r in rows)), "gpu_s")
     per_seed: dict[str, dict] = {}
+    unmeasured = []  # rows that ran (a wall time) but have no value in the column: not counted, and said so
     for r in rows:
         g = _f(r.get(col))
         if g is None:
+            if _f(r.get("gpu_s")) is not None:
+                unmeasured.append(f"{r.get('mixer')} {r.get('ratio')} seed {r.get('seed') or '0'}")
             continue
         s = per_seed.setdefault(str(r.get("seed") or "0"), {"full": [], "recall_only": []})
         (s["full"] if _f(r.get("train_wall_s")) is not None else s["recall_only"]).append((g, r))
     full = [g for s in per_seed.values() for g, _ in s["full"]]
     conc = next((r.get("concurrency") for r in rows if r.get("concurrency")), None)
     out = {"column": col, "concurrency": conc, "per_seed": {}, "target": target,
-           "mean": mean(full) if full else None, "max": max(full) if full else None, "n": len(full)}
+           "mean": mean(full) if full else None, "max": max(full) if full else None, "n": len(full),
+           "unmeasured": unmeasured}
     for seed, s in per_seed.items():
         g = [x for x, _ in s["full"]]
         top = max(s["full"], key=lambda t: t[0])[1] if s["full"] else None
@@ -389,6 +393,9 @@ def cost_lines(c: dict) -> list[str]:
     else:
         lines += ["", f"Mean {c['mean']:.1f}, max {c['max']:.1f} over {c['n']} candidate runs: "
                       f"{'meets' if c['meets'] else 'misses'} the target of <= {c['target']:.0f} GPU-s per candidate on average."]
+    if c.get("unmeasured"):
+        lines += ["", f"Not counted: {len(c['unmeasured'])} run(s) with wall seconds but no `{c['column']}` "
+                      f"({', '.join(c['unmeasured'])}): the utilisation files do not cover a run they need."]
     if c.get("cards"):
         known = [k for k in c["cards"] if k != "unrecorded"]
         parts = [f"{k} {n}" if k != "unrecorded" else f"{n} unrecorded (runs from before hlnas stored the card)"

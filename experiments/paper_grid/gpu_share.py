@@ -16,6 +16,9 @@ What this assumes, and where it errs:
 * clocks agree: run times are the device's ``time.time()`` and the samples its nvidia-smi timestamps, both UTC.
 
 Samples where no known run was active (the machine's start, installs) stay unattributed; ``attribute`` reports them.
+A run the samples do not cover (a call whose ``gpu_util.csv`` was not kept, or a run that began before sampling did)
+gets ``None``, not the part that was sampled: summed as it stood, a grid run trained in an uncovered calibration call
+counted 11.2 GPU-s where its wall seconds put it near 118 (RetNet pure, seed 1, 2026-12-05).
 """
 
 from __future__ import annotations
@@ -51,12 +54,19 @@ def sample_period(samples: list[tuple[float, float]]) -> float:
     return median(gaps)
 
 
+#: a run counts as covered by the samples when they account for this share of its interval, less two sample periods
+#: (its first and last partial periods)
+COVERED = 0.8
+
+
 def attribute(intervals: dict[str, tuple[float, float]], samples: list[tuple[float, float]],
-              period: float | None = None) -> tuple[dict[str, float], dict[str, float]]:
-    """Split each sample's busy seconds among the runs active at it. Returns (GPU-seconds per run, totals) where totals
-    has ``sampled`` (all busy seconds), ``attributed`` and ``unattributed`` (busy while no known run was active)."""
+              period: float | None = None) -> tuple[dict[str, float | None], dict[str, float]]:
+    """Split each sample's busy seconds among the runs active at it. Returns (GPU-seconds per run, None for a run the
+    samples do not cover (:data:`COVERED`), totals) where totals has ``sampled`` (all busy seconds), ``attributed`` and
+    ``unattributed`` (busy while no known run was active)."""
     period = sample_period(samples) if period is None else period
     share = {k: 0.0 for k in intervals}
+    seen = {k: 0 for k in intervals}
     unattributed = 0.0
     for t, busy in samples:
         active = [k for k, (t0, t1) in intervals.items() if t0 <= t < t1]
@@ -65,8 +75,10 @@ def attribute(intervals: dict[str, tuple[float, float]], samples: list[tuple[flo
             continue
         for k in active:
             share[k] += busy * period / len(active)
+            seen[k] += 1
+    covered = {k: seen[k] * period >= COVERED * (t1 - t0) - 2 * period for k, (t0, t1) in intervals.items()}
     sampled = sum(b for _, b in samples) * period
-    return ({k: round(v, 1) for k, v in share.items()},
+    return ({k: round(v, 1) if covered[k] else None for k, v in share.items()},
             {"sampled": round(sampled, 1), "attributed": round(sampled - unattributed, 1),
              "unattributed": round(unattributed, 1)})
 
