@@ -61,11 +61,12 @@ def test_place_analyses_a_placement_study_and_its_seed_1_twin_instead(tmp_path):
     r, calls = _run(tmp_path, str(db), str(out), "u.csv", PLACE="placement_x", PSP="p.yaml", SEEDS="3")
     assert r.returncode == 0, r.stdout + r.stderr
     tools = [c.split()[1] if c.startswith("-m") else c.split()[0] for c in calls]
-    assert tools == ["experiments.paper_grid.collect", "experiments.paper_grid.placement",
+    assert tools == ["experiments.paper_grid.collect", "experiments.paper_grid.placement", "experiments.paper_grid.take_off",
                      "experiments/paper_grid/tabular_bench.py", "experiments/paper_grid/tabular_bench.py", "hlnas"]
     assert "--study placement_x --seed-study placement_x_s1" in calls[0] and "--util u.csv" in calls[0]
     assert f"--out {out}/placement.csv" in calls[0] and f"--table {out}/placement.csv" in calls[1]
-    assert all("--space p.yaml" in c and "--seeds 3" in c for c in calls[2:4])
-    assert "--seed 0" in calls[2] and "--seed 1" in calls[3] and "--study placement_x" in calls[4]
+    assert "--study placement_x --seed-study placement_x_s1" in calls[2] and "--by-placement" in calls[2]
+    assert all("--space p.yaml" in c and "--seeds 3" in c for c in calls[3:5])
+    assert "--seed 0" in calls[3] and "--seed 1" in calls[4] and "--study placement_x" in calls[5]
     assert not any("paper_grid_h200_lr" in c for c in calls)  # nothing of the grid's own analysis
 

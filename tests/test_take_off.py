@@ -45,6 +45,21 @@ def test_a_split_cell_shows_one_seed_taking_off_and_the_other_never():
     assert fig.layout.xaxis.range == (0, 400)
 
 
+def test_by_placement_gives_each_placement_of_a_cell_its_row_and_colour():
+    """A placement study: HGRN-2 6:1 with attention last in each block (paper), first (front) and last (back)."""
+    seed0 = _study("p", _trial(0, "NNNNNANNNNNA", "hgrn2", "6:1", [0.0, 0.5, 0.99]),
+                   _trial(1, "AANNNNNNNNNN", "hgrn2", "6:1", [0.6, 0.99]),
+                   _trial(2, "NNNNNNNNNNAA", "hgrn2", "6:1", [0.0, 0.0, 0.0, 0.0]))
+    curves = take_off.cell_curves({0: seed0}, ("6:1",), by_placement=True)
+    assert list(curves) == [("hgrn2 6:1", "paper"), ("hgrn2 6:1", "front"), ("hgrn2 6:1", "back")]
+    text = take_off.table(curves, ("mixer, ratio", "placement"))
+    assert text.startswith("| mixer, ratio | placement | seed |")
+    assert "| hgrn2 6:1 | front | 0 | 100 |" in text and "| hgrn2 6:1 | back | 0 | never |" in text
+    fig = take_off.figure(curves)
+    assert len({t.line.color for t in fig.data}) == 3 and [t.name for t in fig.data][1] == "front, seed 0"
+    assert list(take_off.cell_curves({0: seed0}, ("6:1",))) == [("hgrn2", "6:1")]  # without it: one cell, as before
+
+
 def test_main_reads_both_seeds_studies_and_says_in_one_line_what_is_missing(tmp_path, capsys):
     storage = f"sqlite:///{tmp_path / 's.db'}"
     for name, curve in (("g", [0.0, 0.01]), ("g_s1", [0.2, 0.99])):

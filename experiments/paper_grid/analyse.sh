@@ -11,7 +11,7 @@
 # each is printed, and the script's is the first failure's.
 # PLACE=<study> (seed 1 in <study>_s1; PSP: its space) analyses a placement study instead (issue #20 points 5 and 6):
 # placement.csv (collect.py; the lender's calibration runs stand in for rows not trained yet), placement.md and .png,
-# tabular/ (each seed) and figures/ (hlnas report, seed 0).
+# take_off.md and .png (per placement), tabular/ (each seed) and figures/ (hlnas report, seed 0).
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: bash $0 DB OUTDIR [GPU_UTIL_CSV ...]" >&2; exit 2; }
 DB=$1 D=$2; shift 2
@@ -35,6 +35,8 @@ if [ -n "${PLACE:-}" ]; then
   step collect $PY -m experiments.paper_grid.collect --storage "$S" --study "$PLACE" --seed-study "${PLACE}_s1" \
     --concurrency "$W" ${1:+--util "$@"} --out "$D/placement.csv"
   step placement $PY -m experiments.paper_grid.placement --table "$D/placement.csv" --out "$D"
+  step "take-off" $PY -m experiments.paper_grid.take_off --storage "$S" --study "$PLACE" --seed-study "${PLACE}_s1" \
+    --ratios 6:1,3:1 --by-placement --out "$D"
   for s in 0 1; do
     step "tabular seed $s" $PY experiments/paper_grid/tabular_bench.py --no-paper --seed $s --seeds "$SEEDS" --space "$PSP" \
       --objectives recall_auc,kv_cache_bytes --missing "$MISSING" --table "$D/placement.csv" --out "$D/tabular"
