@@ -59,6 +59,7 @@ from hlnas.errors import HlnasError
 from hlnas.layout import placement_of
 from hlnas.score.ruler import RULER_TASKS
 from hlnas.space import space_from_dict
+from hlnas.search.calibration import calibration_lender as lender  # the study whose calibration a study borrowed
 from hlnas.search.storage import UnknownStudyError, load_study
 
 COLUMNS = ["mixer", "ratio", "placement", "layout", "seed", "source", "attention_layers", "params", "kv_cache_bytes_4k", "kv_cache_bytes_32k",
@@ -192,11 +193,6 @@ def _same_space_but_seed(a, b) -> list[str]:
     return out
 
 
-def lender(study: optuna.Study) -> str | None:
-    """The study whose calibration ``study`` borrowed (``--calibrated-by``), or None."""
-    return ((study.user_attrs.get("hlnas_calibration") or {}).get("borrowed_from") or {}).get("study")
-
-
 def rows(study: optuna.Study, seed_study: optuna.Study | None = None, concurrency: int | None = None,
          util_paths=(), lent: optuna.Study | None = None) -> list[dict]:
     """One row per candidate of the study's space and seed: the study's own seed first, then the other seeds
@@ -293,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         seed_study = _optional_study(args.seed_storage or args.storage, args.seed_study,
                                      "the other seeds' rows come from the calibration's runs alone (recall only)") \
             if args.seed_study else None
-        lent = _optional_study(args.storage, lender(study), "rows it has not trained are 'not run'") \
-            if lender(study) else None
+        lent_name = lender(study)
+        lent = _optional_study(args.storage, lent_name, "rows it has not trained are 'not run'") if lent_name else None
         data = rows(study, seed_study, args.concurrency, args.util, lent)
     except (HlnasError, ValueError, OSError) as e:
         print(f"collect.py: {e}", file=sys.stderr)

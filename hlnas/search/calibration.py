@@ -26,7 +26,7 @@ from hlnas.space import SearchSpace
 
 __all__ = ["PAUSED", "needs_calibration", "check_replicas", "calibrate_if_needed", "run_calibration",
            "calibration_failed_message", "borrow_calibration", "borrowable_calibration", "protocol_differences",
-           "RECALL_ATTR", "calibrated_recall", "close_calibration"]
+           "RECALL_ATTR", "calibrated_recall", "calibration_lender", "close_calibration"]
 
 #: what :func:`calibrate_if_needed` returns when the time limit paused the calibration
 PAUSED = "paused"
@@ -123,6 +123,11 @@ def closed_message(study_name: str, cal: dict) -> str:
             "--study")
 
 
+def calibration_lender(study: optuna.Study) -> str | None:
+    """The study whose calibration ``study`` borrowed (``--calibrated-by``, :func:`borrow_calibration`), or None."""
+    return ((study.user_attrs.get("hlnas_calibration") or {}).get("borrowed_from") or {}).get("study")
+
+
 def calibrated_recall(study: optuna.Study, space: SearchSpace) -> dict[str, tuple[str, dict]]:
     """The fresh-model recall results that the calibration ``study`` relies on (its own, or the one it borrowed with
     ``--calibrated-by``) finished at ``space``'s training seed: ``{layout: (where, result)}``, ``where`` naming the run
@@ -133,8 +138,7 @@ def calibrated_recall(study: optuna.Study, space: SearchSpace) -> dict[str, tupl
     from hlnas.search import optuna_adapter
     from hlnas.search.storage import load_study
 
-    cal = study.user_attrs.get("hlnas_calibration") or {}
-    source_name = (cal.get("borrowed_from") or {}).get("study")
+    source_name = calibration_lender(study)
     source = study if source_name is None else load_study(optuna_adapter.storage_of(study), source_name)
     name = source_name or study.study_name
     out = {}
