@@ -114,13 +114,14 @@ def measure(layout, cfg, args, dev, dtype) -> list[dict]:
         gc.collect()
         after = _stats(dev)
         tensors, storage = held_bytes(cache)
+        rope_after = rope_tables_bytes()
         cost = layout_cost(layout, cfg, context=length, batch=args.batch, dtype=args.dtype)
         predicted = cost.kv_cache_bytes + cost.state_bytes
         row = {"layout": str(layout), "ratio": layout.ratio, "context": length, "batch": args.batch, "dtype": args.dtype,
                "predicted_kv": cost.kv_cache_bytes, "predicted_state": cost.state_bytes, "predicted": predicted,
                "cache_tensors": tensors, "storage": storage, "device_requested": "", "device_allocated": "",
-               "peak_extra": "", "seen_tokens": cache.seen_tokens, "rope_table": rope_tables_bytes(),
-               "rope_grown": rope_tables_bytes() - rope_before}
+               "peak_extra": "", "seen_tokens": cache.seen_tokens, "rope_table": rope_after,
+               "rope_grown": rope_after - rope_before}
         if dev.type == "cuda":
             row.update(device_requested=after["requested"] - before["requested"],
                        device_allocated=after["allocated"] - before["allocated"],
