@@ -30,6 +30,12 @@ step() {  # name, then the command
   echo "== $name rc=$r"; [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=$r
   return 0
 }
+tabular() {  # the tabular benchmark on each seed's rows: $1 the space, $2 the collected table
+  for s in 0 1; do
+    step "tabular seed $s" $PY experiments/paper_grid/tabular_bench.py --no-paper --seed $s --seeds "$SEEDS" --space "$1" \
+      --objectives recall_auc,kv_cache_bytes --missing "$MISSING" --table "$2" --out "$D/tabular"
+  done
+}
 if [ -n "${PLACE:-}" ]; then
   PSP=${PSP:-experiments/paper_grid/placement_h200_lr.yaml}
   step collect $PY -m experiments.paper_grid.collect --storage "$S" --study "$PLACE" --seed-study "${PLACE}_s1" \
@@ -37,10 +43,7 @@ if [ -n "${PLACE:-}" ]; then
   step placement $PY -m experiments.paper_grid.placement --table "$D/placement.csv" --out "$D"
   step "take-off" $PY -m experiments.paper_grid.take_off --storage "$S" --study "$PLACE" --seed-study "${PLACE}_s1" \
     --ratios 6:1,3:1 --by-placement --out "$D"
-  for s in 0 1; do
-    step "tabular seed $s" $PY experiments/paper_grid/tabular_bench.py --no-paper --seed $s --seeds "$SEEDS" --space "$PSP" \
-      --objectives recall_auc,kv_cache_bytes --missing "$MISSING" --table "$D/placement.csv" --out "$D/tabular"
-  done
+  tabular "$PSP" "$D/placement.csv"
   step report $PY -m hlnas report --storage "$S" --study "$PLACE" --out "$D/figures"
   exit $rc
 fi
@@ -52,9 +55,6 @@ step "take-off" $PY -m experiments.paper_grid.take_off --storage "$S" --study "$
 step "budget what-if" $PY -m experiments.paper_grid.budget_whatif --storage "$S" --study "$G" --seed-study "${G}_s1" \
   --table "$D/grid.csv" --budgets 1000,1500,2000,2500,3000,4000 --out "$D/budget_whatif.md"
 step report $PY -m hlnas report --storage "$S" --study "$G" --out "$D/figures"
-for s in 0 1; do
-  step "tabular seed $s" $PY experiments/paper_grid/tabular_bench.py --no-paper --seed $s --seeds "$SEEDS" --space "$SP" \
-    --objectives recall_auc,kv_cache_bytes --missing "$MISSING" --table "$D/grid.csv" --out "$D/tabular"
-done
+tabular "$SP" "$D/grid.csv"
 step "mf replay" $PY -m hlnas bench-samplers --study "$G" --storage "$S" --missing "$MISSING" --out "$D/mf_replay"
 exit $rc
