@@ -209,11 +209,12 @@ def write_outputs(comparison: Comparison, out_dir: str | os.PathLike, *, png: bo
                 for i, (h, lay) in enumerate(zip(r.hv, r.layouts), start=1):
                     w.writerow([label, r.seed, r.asked, r.repeats, i, f"{h:.6f}", lay])
     if png:
+        from hlnas.figure_style import write_png
         from hlnas.report import ReportError, find_chromium
 
         if find_chromium() is None:
             raise ReportError("PNG export needs a Chromium/Chrome browser (kaleido drives one headless) and none was "
                               "found; install one (Debian/Ubuntu: apt-get install -y chromium) or leave out --png")
         paths.append(out / f"{stem}.png")
-        fig.write_image(paths[-1], width=1000, height=600, scale=2)
+        write_png(fig, paths[-1], width=1000, height=600, scale=2)
     return paths

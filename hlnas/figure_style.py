@@ -7,7 +7,7 @@ import hlnas.metrics as metric_table
 from hlnas.paper import mixer_and_ratio
 from hlnas.pareto import StudyData, TrialRecord
 
-__all__ = ["MIXER_COLORS", "metric_titles", "format_metric", "hover", "empty"]
+__all__ = ["MIXER_COLORS", "metric_titles", "format_metric", "hover", "empty", "write_png"]
 
 MIXER_COLORS = {
     "attention": "#d62728", "transformer": "#444444", "hgrn": "#1f77b4", "hgrn2": "#17becf", "retnet": "#9467bd",
@@ -67,3 +67,29 @@ def empty(title: str, message: str):
     fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     fig.update_layout(title=title, template="plotly_white", xaxis_visible=False, yaxis_visible=False)
     return fig
+
+
+# kaleido >= 1 loads its plotting script into a fresh Chromium tab per export; now and then the export runs before the
+# script is in, and fails with "ReferenceError: kaleido_scopes is not defined" (seen 2026-12-05 in analyse.sh: the same
+# figure wrote on the next try). That is the one failure worth retrying; any other error is the figure's or the
+# browser's and is raised at once.
+_PAGE_NOT_READY = "kaleido_scopes is not defined"
+PNG_TRIES = 3
+
+
+def write_png(figs, paths, **kwargs) -> None:
+    """Write one plotly figure (or a list) to PNG through kaleido, retrying the export when kaleido's page was not
+    ready (``PNG_TRIES`` in all). ``kwargs`` go to ``plotly.io.write_image(s)`` (width, height, scale)."""
+    import plotly.io as pio
+
+    many = isinstance(figs, (list, tuple))
+    for attempt in range(1, PNG_TRIES + 1):
+        try:
+            if many:
+                pio.write_images(list(figs), list(paths), **kwargs)
+            else:
+                pio.write_image(figs, paths, **kwargs)
+            return
+        except RuntimeError as e:
+            if _PAGE_NOT_READY not in str(e) or attempt == PNG_TRIES:
+                raise

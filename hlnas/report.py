@@ -13,6 +13,7 @@ import html
 from pathlib import Path
 
 from hlnas.errors import HlnasError
+from hlnas.figure_style import write_png
 from hlnas.figures import build_figures, format_metric
 from hlnas.paper import mixer_and_ratio
 from hlnas.pareto import StudyData, TrialRecord, front, load_study, study_data
@@ -159,11 +160,9 @@ def write_report(storage_url, study_name: str, out_dir, *, png: bool = True, wid
     page.write_text(report_html(data, figures), encoding="utf-8")
     written = [page]
     if png:
-        import plotly.io as pio
-
         paths = [out / f"{fid}.png" for fid in figures]
         try:
-            pio.write_images(list(figures.values()), paths, width=width, height=height)
+            write_png(list(figures.values()), paths, width=width, height=height)
         except RuntimeError as e:
             if "chrome" in str(e).lower() or "browser" in str(e).lower():
                 raise ReportError(f"PNG export failed to start Chromium: {e}; {_INSTALL}") from e

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hlnas.figures import build_figures, calibration_info, plot_calibration, plot_tradeoff, tradeoff_info
 from hlnas.pareto import StudyData, TrialRecord
 from hlnas.report import report_html
@@ -132,3 +134,44 @@ def test_the_reports_front_table_names_a_graded_recall_objective():
     html = report_html(_graded_data(), {})
     assert "<th>recall (recall_auc)</th>" in html and "<th>recall_raw</th>" in html
     assert "<th>recall</th>" in report_html(data(), {})
+
+
+def test_write_png_retries_only_when_kaleidos_page_was_not_ready(monkeypatch, tmp_path):
+    # kaleido now and then exports before its script is in the page (seen in analyse.sh on 2026-12-05): that error is
+    # retried; any other is raised on the first try, and a page that never loads fails after PNG_TRIES
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    from hlnas import figure_style
+
+    calls = []
+
+    def flaky(fig, path, **kw):
+        calls.append(path)
+        if len(calls) < 2:
+            raise RuntimeError("ReferenceError: kaleido_scopes is not defined")
+        path.write_bytes(b"png")
+
+    monkeypatch.setattr(pio, "write_image", flaky)
+    figure_style.write_png(go.Figure(), tmp_path / "a.png", scale=2)
+    assert len(calls) == 2 and (tmp_path / "a.png").read_bytes() == b"png"
+
+    def broken(fig, path, **kw):
+        calls.append(path)
+        raise RuntimeError("Chromium failed to start")
+
+    calls.clear()
+    monkeypatch.setattr(pio, "write_image", broken)
+    with pytest.raises(RuntimeError, match="Chromium"):
+        figure_style.write_png(go.Figure(), tmp_path / "b.png")
+    assert len(calls) == 1
+
+    def never_ready(fig, path, **kw):
+        calls.append(path)
+        raise RuntimeError("kaleido_scopes is not defined")
+
+    calls.clear()
+    monkeypatch.setattr(pio, "write_image", never_ready)
+    with pytest.raises(RuntimeError, match="kaleido_scopes"):
+        figure_style.write_png(go.Figure(), tmp_path / "c.png")
+    assert len(calls) == figure_style.PNG_TRIES

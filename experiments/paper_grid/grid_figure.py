@@ -18,6 +18,7 @@ from pathlib import Path
 from statistics import mean
 
 from experiments.paper_grid.compare import RATIOS, TableError, cells, check_columns, read_table, seeds_split
+from hlnas.figure_style import write_png
 
 __all__ = ["series", "figure", "main"]
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if out.suffix == ".html":
         fig.write_html(out, include_plotlyjs="cdn")
     else:
-        fig.write_image(out, scale=2)  # at the figure's own size
+        write_png(fig, out, scale=2)  # at the figure's own size
     print(f"wrote {out}")
     return 0
 

@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
+from hlnas.figure_style import write_png
 from hlnas.layout import Layout
 
 
@@ -226,7 +227,7 @@ def main(argv=None) -> int:
     if a.out.suffix == ".html":
         fig.write_html(a.out)
     else:
-        fig.write_image(a.out, width=1100, height=120 + 330 * len({x.lr for x in points}), scale=2)
+        write_png(fig, a.out, width=1100, height=120 + 330 * len({x.lr for x in points}), scale=2)
     print(f"wrote {a.out} ({len(points)} runs)")
     return 0
 

@@ -29,6 +29,7 @@ from statistics import mean
 
 from experiments.paper_grid.compare import SPREAD_FLOOR, TableError, _f, _g, check_columns, read_table
 from hlnas.calibration_outlook import pure_below
+from hlnas.figure_style import write_png
 from hlnas.layout import PLACEMENTS
 
 MEASURES = ("recall", "recall_auc", "val_loss")
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "placement.md").write_text(text)
         if not args.no_png:
-            figure(rows).write_image(out / "placement.png", scale=2)  # at the figure's own size
+            write_png(figure(rows), out / "placement.png", scale=2)  # at the figure's own size
     return 0
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from hlnas.comparison import compare, load_sampler, write_outputs
+from hlnas.figure_style import write_png
 from hlnas.tabular import DEFAULT_SAMPLERS, TabularBenchmark
 
 
@@ -72,7 +73,7 @@ def run(bench: TabularBenchmark, args, stem: str, out: Path, command: str) -> Pa
     front = result.rescored(bench.with_scale("front"))
     write_outputs(result, out, png=not args.no_png, html_js="cdn", stem=stem)
     if not args.no_png:
-        front.plot().write_image(out / f"{stem}_front.png", width=1000, height=600, scale=2)
+        write_png(front.plot(), out / f"{stem}_front.png", width=1000, height=600, scale=2)
     per_sampler, last = {}, 0.0
     for label in result.runs:  # seconds per sampler (all its seeds)
         per_sampler[label], last = timing[label] - last, timing[label]

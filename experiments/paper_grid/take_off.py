@@ -23,6 +23,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from hlnas.figure_style import write_png
+
 __all__ = ["TAKE_OFF", "take_off_step", "cell_curves", "table", "figure", "main"]
 
 TAKE_OFF = 0.1  # corrected recall: the K=64 plateau sits at 0-0.02 corrected, a run that learns passes 0.1 in a few checks
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         f"reached the target stopped there (its last check).\n\n"
         f"{table(curves, ('mixer, ratio', 'placement') if args.by_placement else ('mixer', 'ratio'))}\n")
     fig, path = figure(curves), out / f"take_off.{args.format}"
-    fig.write_html(path, include_plotlyjs="cdn") if args.format == "html" else fig.write_image(path, scale=2)
+    fig.write_html(path, include_plotlyjs="cdn") if args.format == "html" else write_png(fig, path, scale=2)
     print(f"wrote {out / 'take_off.md'} and {path}")
     return 0
 
