@@ -212,6 +212,10 @@ def test_placement_command_writes_its_files_and_refuses_a_table_without_placemen
     assert (tmp_path / "o" / "placement.md").read_text().startswith("# Does placement move recall?")
     fig = placement.figure(rows)
     assert len(fig.data) == 2 * 3 * 2 - 2  # 2 panels x 3 groups x 2 seeds, less gla's missing seed 1 in both panels
+    # an explicit placement's tick says "explicit" (its layers would overrun the next column); the data keep the name
+    named = [{**r, "placement": "explicit:1,4"} if r["placement"] == "front" else r for r in rows]
+    ticks = placement.figure(named).layout.xaxis.ticktext
+    assert "explicit" in ticks and not any(":" in t for t in ticks)
     bare = write_csv(tmp_path / "bare.csv", [{k: v for k, v in r.items() if k != "placement"} for r in rows])
     assert placement.main(["--table", str(bare)]) == 2
     err = capsys.readouterr().err

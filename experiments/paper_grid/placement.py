@@ -183,6 +183,9 @@ def figure(rows: list[dict]):
                     legendgroup=f"seed {seed}", showlegend=col == 1 and row == 1,
                     marker=dict(symbol=symbols[i % len(symbols)], size=9, color=MIXER_COLORS.get(key[0], "#444")),
                     hovertext=[places[n]["layout"] for n in xs]), row=row, col=col)
+            # an explicit placement's name lists its layers, too long for a tick beside the next column's: the
+            # layers are in its hover text and in placement.md
+            fig.update_xaxes(tickvals=names, ticktext=[n.split(":")[0] for n in names], row=row, col=col)
             if row == 1:
                 base = [v["recall_baseline"] for n in names for v in places[n]["seeds"].values()
                         if v.get("recall_baseline") is not None]
