@@ -45,7 +45,9 @@ def test_the_dispatcher_patterns_are_read():
 
 def test_every_step_the_readme_names_is_one_h200_sh_knows():
     steps = _readme_steps()
-    assert {"placement_by:60", "placement_s1_by:60", "bench_decode:180", "sweep_by:400"} <= set(steps)
+    # the parser finds the plan's steps at all (each block's kind of step is there, whatever its T)
+    for family in ("placement_by:", "placement_s1_by:", "bench_lm:", "sweep_by:", "gpu_tests:"):
+        assert any(s.startswith(family) for s in steps), family
     case = "|".join(_dispatch_patterns())
     script = f'for s in "$@"; do case "$s" in {case}) ;; *) echo "$s";; esac; done'
     unknown = subprocess.run(["bash", "-c", script, "_", *steps], capture_output=True, text=True, check=True).stdout.split()
