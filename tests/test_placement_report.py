@@ -220,3 +220,28 @@ def test_placement_command_writes_its_files_and_refuses_a_table_without_placemen
     assert placement.main(["--table", str(bare)]) == 2
     err = capsys.readouterr().err
     assert "no 'placement' column" in err and err.count("\n") == 1
+
+
+def test_first_attention_split_says_whether_the_first_attention_layers_depth_decides_recall():
+    # HGRN-2 6:1 on the H200 protocol (session 28): learned with the first attention layer at 0, 2 or 5, never at 10
+    # or 20, in both seeds
+    def place(name, layers, raws):
+        return [_row("hgrn2", "6:1", name, s, raw, 0.5, layers=layers, base=0.016) for s, raw in enumerate(raws)]
+
+    rows = (place("paper", "5 11 17 23", (0.99, 1.0)) + place("front", "0 1 2 3", (0.999, 0.985))
+            + place("back", "20 21 22 23", (0.011, 0.012)) + place("middle", "10 11 12 13", (0.032, 0.016))
+            + place("explicit:2,9,14,21", "2 9 14 21", (0.988, 1.0)))
+    d = placement.first_attention_split(placement.groups(rows)[("hgrn2", "6:1")])
+    assert (d["split"], d["learned"], d["never"], d["last_learned"], d["first_never"]) == (True, [0, 2, 5], [10, 20], 5, 10)
+    text, _ = placement.report(rows)
+    assert "learned in every seed: 0, 2, 5; that never did: 10, 20: **recall came only with an attention layer by layer 5**" in text
+    # a placement that learned in one seed of two is neither side; interleaved depths are no split
+    mixed = rows + place("spread", "0 8 15 23", (0.99, 0.02))
+    assert placement.first_attention_split(placement.groups(mixed)[("hgrn2", "6:1")])["learned"] == [0, 2, 5]
+    inter = rows + place("explicit:1,12", "1 12 13 14", (0.01, 0.01))
+    d = placement.first_attention_split(placement.groups(inter)[("hgrn2", "6:1")])
+    assert d["split"] is False and d["never"] == [1, 10, 20]
+    assert "does not separate them" in placement.report(inter)[0]
+    # nothing that never learned: nothing to split
+    d = placement.first_attention_split(placement.groups(rows[:4])[("hgrn2", "6:1")])
+    assert d["split"] is None and d["never"] == []

@@ -105,6 +105,42 @@ def versus_paper(places: dict[str, dict], name: str, measure: str) -> str:
     return "above" if up["holds"] else "below" if down["holds"] else "tie"
 
 
+LEARNED, NEVER = 0.5, 0.1  # corrected recall: above LEARNED in every seed learned; under NEVER (take_off.py's take-off
+# level: the K=64 plateau sits at 0-0.02 corrected) in every seed never left the no-recall plateau
+
+
+def first_attention_split(places: dict[str, dict]) -> dict:
+    """Does the depth of the first attention layer decide whether a placement learns recall? Each placement whose
+    corrected recall is above :data:`LEARNED` in every seed counts as learned, each under :data:`NEVER` in every seed as
+    never; ``split`` is True when every learned placement's first attention layer comes before every never one's
+    (``last_learned`` < ``first_never``), False when they interleave, None when one side is empty (nothing to split)."""
+    learned, never = [], []
+    for c in places.values():
+        rec = list(_per_seed(c, "recall").values())
+        first = min((int(i) for i in str(c["layers"]).split()), default=None)
+        if not rec or first is None:
+            continue
+        if min(rec) > LEARNED:
+            learned.append(first)
+        elif max(rec) < NEVER:
+            never.append(first)
+    if not learned or not never:
+        return {"split": None, "learned": sorted(learned), "never": sorted(never)}
+    return {"split": max(learned) < min(never), "learned": sorted(learned), "never": sorted(never),
+            "last_learned": max(learned), "first_never": min(never)}
+
+
+def _split_text(d: dict) -> str:
+    learned, never = (", ".join(map(str, d[k])) or "none" for k in ("learned", "never"))
+    firsts = f"First attention layer of the placements that learned in every seed: {learned}; that never did: {never}"
+    if d["split"] is None:
+        return f"{firsts}."
+    if d["split"]:
+        return (f"{firsts}: **recall came only with an attention layer by layer {d['last_learned']}** (none learned "
+                f"with the first at {d['first_never']} or later).")
+    return f"{firsts}: the first attention layer's depth does not separate them."
+
+
 def _seeds_text(cell: dict, measure: str, spec: str = ".3f") -> str:
     return " / ".join(_g(v.get(measure), spec) for _, v in sorted(cell["seeds"].items()))
 
@@ -148,6 +184,7 @@ def report(rows: list[dict], source: str = "the table") -> tuple[str, dict]:
                        f"{_g(mean(auc.values()) if auc else None)} | {versus_paper(places, name, 'recall_auc')} | "
                        f"{steps} | {_seeds_text(c, 'val_loss')} | {versus_paper(places, name, 'val_loss')} | "
                        f"{_no_recall(c)} |")
+        out += ["", _split_text(first_attention_split(places))]
     moved = {m: sum(v[m]["answer"] == "yes" for v in verdicts.values()) for m in MEASURES}
     decided = {m: sum(v[m]["answer"] != "undecided" for v in verdicts.values()) for m in MEASURES}
     out += ["", f"Placement moves the final recall beyond the seed spread in {moved['recall']} of {decided['recall']} "
