@@ -232,7 +232,7 @@ def test_first_attention_split_says_whether_the_first_attention_layers_depth_dec
             + place("back", "20 21 22 23", (0.011, 0.012)) + place("middle", "10 11 12 13", (0.032, 0.016))
             + place("explicit:2,9,14,21", "2 9 14 21", (0.988, 1.0)))
     d = placement.first_attention_split(placement.groups(rows)[("hgrn2", "6:1")])
-    assert (d["split"], d["learned"], d["never"], d["last_learned"], d["first_never"]) == (True, [0, 2, 5], [10, 20], 5, 10)
+    assert (d["split"], d["learned"], d["never"]) == ("early", [0, 2, 5], [10, 20])
     text, _ = placement.report(rows)
     assert "learned in every seed: 0, 2, 5; that never did: 10, 20: **recall came only with an attention layer by layer 5**" in text
     # a placement that learned in one seed of two is neither side; interleaved depths are no split
@@ -242,6 +242,11 @@ def test_first_attention_split_says_whether_the_first_attention_layers_depth_dec
     d = placement.first_attention_split(placement.groups(inter)[("hgrn2", "6:1")])
     assert d["split"] is False and d["never"] == [1, 10, 20]
     assert "does not separate them" in placement.report(inter)[0]
+    # the CPU twin's way round: attention in layer 0 never learned, every later first layer did
+    late = place("paper", "5", (0.99, 0.99)) + place("front", "0", (0.02, 0.01)) + place("middle", "2", (0.9, 0.95))
+    d = placement.first_attention_split(placement.groups(late)[("hgrn2", "6:1")])
+    assert (d["split"], d["learned"], d["never"]) == ("late", [2, 5], [0])
+    assert "recall came only with the first attention layer at 2 or later** (none learned with it at 0" in placement.report(late)[0]
     # nothing that never learned: nothing to split
     d = placement.first_attention_split(placement.groups(rows[:4])[("hgrn2", "6:1")])
     assert d["split"] is None and d["never"] == []

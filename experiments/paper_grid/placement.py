@@ -112,8 +112,9 @@ LEARNED, NEVER = 0.5, 0.1  # corrected recall: above LEARNED in every seed learn
 def first_attention_split(places: dict[str, dict]) -> dict:
     """Does the depth of the first attention layer decide whether a placement learns recall? Each placement whose
     corrected recall is above :data:`LEARNED` in every seed counts as learned, each under :data:`NEVER` in every seed as
-    never; ``split`` is True when every learned placement's first attention layer comes before every never one's
-    (``last_learned`` < ``first_never``), False when they interleave, None when one side is empty (nothing to split)."""
+    never. ``split``: ``early`` when every learned placement's first attention layer comes before every never one's
+    (the H200 protocol's HGRN-2 6:1), ``late`` when after (the CPU twin, where attention in layer 0 never learned),
+    False when they interleave, None when one side is empty (nothing to split)."""
     learned, never = [], []
     for c in places.values():
         rec = list(_per_seed(c, "recall").values())
@@ -124,21 +125,22 @@ def first_attention_split(places: dict[str, dict]) -> dict:
             learned.append(first)
         elif max(rec) < NEVER:
             never.append(first)
-    if not learned or not never:
-        return {"split": None, "learned": sorted(learned), "never": sorted(never)}
-    return {"split": max(learned) < min(never), "learned": sorted(learned), "never": sorted(never),
-            "last_learned": max(learned), "first_never": min(never)}
+    d = {"split": None, "learned": sorted(learned), "never": sorted(never)}
+    if learned and never:
+        d["split"] = "early" if max(learned) < min(never) else "late" if max(never) < min(learned) else False
+    return d
 
 
 def _split_text(d: dict) -> str:
     learned, never = (", ".join(map(str, d[k])) or "none" for k in ("learned", "never"))
     firsts = f"First attention layer of the placements that learned in every seed: {learned}; that never did: {never}"
-    if d["split"] is None:
-        return f"{firsts}."
-    if d["split"]:
-        return (f"{firsts}: **recall came only with an attention layer by layer {d['last_learned']}** (none learned "
-                f"with the first at {d['first_never']} or later).")
-    return f"{firsts}: the first attention layer's depth does not separate them."
+    if d["split"] == "early":
+        return (f"{firsts}: **recall came only with an attention layer by layer {max(d['learned'])}** (none learned "
+                f"with the first at {min(d['never'])} or later).")
+    if d["split"] == "late":
+        return (f"{firsts}: **recall came only with the first attention layer at {min(d['learned'])} or later** "
+                f"(none learned with it at {max(d['never'])} or earlier).")
+    return f"{firsts}." if d["split"] is None else f"{firsts}: the first attention layer's depth does not separate them."
 
 
 def _seeds_text(cell: dict, measure: str, spec: str = ".3f") -> str:
