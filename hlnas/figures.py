@@ -10,6 +10,9 @@
 * ``hlnas_hypervolume``: hypervolume after each completed trial;
 * ``hlnas_layouts``: rows = candidates, columns = layers, colour = mixer, attention in red;
 * ``hlnas_calibration`` / ``hlnas_calibration_table``: the recall protocol's controls and verdict;
+* ``hlnas_recall_vs_placement``: raw recall beside the no-recall band per placement of the attention layers, a panel
+  per (mixer, ratio) trained at two placements or more, placements by their first attention layer
+  (:mod:`hlnas.placement_figures`);
 * ``hlnas_recall_curves``: corrected recall at every check of each trial's fresh recall model (user attr
   ``hlnas_checks``), one line per trial coloured by mixer, the front thick, trials the rung scheduler stopped
   dotted, paused or running ones dashed, the rungs' step budgets as vertical lines.
@@ -34,6 +37,7 @@ from hlnas.pareto import (
 )  # fmt: skip
 from hlnas.paper import attention_share, mixer_and_ratio
 from hlnas.figure_style import MIXER_COLORS, empty, format_metric, hover, metric_titles
+from hlnas.placement_figures import placement_info, plot_placement
 from hlnas.calibration_figures import (CURVE_METRICS, CalibrationInfo, CurveLine, CurvesInfo, calibration_info, curves_info,
                                        plot_calibration, plot_calibration_table, plot_curves)
 
@@ -48,7 +52,7 @@ __all__ = [
 PAPER_RULER_AXIS = "RULER average, ranks only"  # the paper's recall measure beside a graded one (hlnas.paper)
 FIGURE_IDS = ("hlnas_recall_vs_kv", "hlnas_loss_vs_kv", "hlnas_recall_vs_ratio", "hlnas_lm_vs_ratio",
               "hlnas_ruler", "hlnas_hypervolume", "hlnas_layouts", "hlnas_calibration",
-              "hlnas_calibration_table", "hlnas_recall_curves")  # fmt: skip
+              "hlnas_calibration_table", "hlnas_recall_curves", "hlnas_recall_vs_placement")  # fmt: skip
 # -- trade-offs ----------------------------------------------------------------------------
 
 
@@ -420,4 +424,5 @@ def build_figures(data: StudyData) -> dict[str, object]:
         "hlnas_calibration": plot_calibration(calibration_info(data)),
         "hlnas_calibration_table": plot_calibration_table(calibration_info(data)),
         "hlnas_recall_curves": plot_curves(curves_info(data)),
+        "hlnas_recall_vs_placement": plot_placement(placement_info(data)),
     }
