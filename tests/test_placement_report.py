@@ -81,6 +81,26 @@ def test_the_cpu_placement_twin_runs_the_default_spaces_recall_protocol():
     assert len(place.candidates()) == 22 and not place.include_transformer
 
 
+def test_the_shift_twin_changes_the_cpu_twins_recall_protocol_by_the_attention_input_convolution_only():
+    """placement_tiny_shift.yaml answers "is it the convolution?" only while that is its one change: the attention
+    layers' input convolution (the H100 protocol's, started as the shift), and the short convolutions the recall
+    model's mixer_hparams must repeat because they replace the candidate's mapping."""
+    from hlnas.search.calibration import protocol_differences
+
+    twin, shift = load_space(TINY), load_space(str(ROOT / "experiments" / "paper_grid" / "placement_tiny_shift.yaml"))
+    diffs = protocol_differences(twin, shift)
+    assert [d.split(":")[0] for d in diffs] == [
+        "scale.score.mqar.model.mixer_hparams.attention.input_conv",
+        "scale.score.mqar.model.mixer_hparams.attention.input_conv_init",
+        "scale.score.mqar.model.mixer_hparams.hgrn.use_short_conv",
+        "scale.score.mqar.model.mixer_hparams.hgrn2.use_short_conv"]
+    model = shift.to_dict()["scale"]["model"]["mixer_hparams"]
+    recall_model = shift.to_dict()["scale"]["score"]["mqar"]["model"]["mixer_hparams"]
+    assert {m: recall_model[m] for m in model} == model  # repeated, not changed
+    assert recall_model["attention"] == {"input_conv": 4, "input_conv_init": "shift"}
+    assert shift.to_dict()["scale"]["train"] == twin.to_dict()["scale"]["train"]  # the LM half is the twin's
+
+
 # -- collect.py on a placement study ------------------------------------------------------------------
 
 def test_collect_labels_each_placement_row_with_its_own_ratio_and_placement(tmp_path):
