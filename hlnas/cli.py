@@ -221,11 +221,13 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--calibrate", action="store_true",
                      help="with --resume: run the controls now on a study started with --skip-calibration")
     cal.add_argument("--calibrated-by", metavar="STUDY",
-                     help="take the valid calibration of STUDY (same storage) instead of running the controls again: "
-                          "refused unless it ran the same recall protocol (depth, scale, calibration; the seed, the "
-                          "candidates and the sampler may differ) over these mixers. For a grid's second seed "
-                          "(--set train.seed=1) or a placement extension. Stored with the study. Layouts it ran at "
-                          "this study's seed take its recall result and train only their LM half")
+                     help="take the valid calibration of STUDY (same storage) instead of running the controls: refused "
+                          "unless it ran the same recall protocol (depth, scale, calibration; seed, candidates, sampler "
+                          "may differ) over these mixers; for a grid's second seed or a placement extension. Stored. "
+                          "Layouts it ran at this study's seed take its recall result and train only their LM half")
+    p.add_argument("--results-from", action="append", default=[], metavar="STUDY",
+                   help="adopt STUDY's results (same storage; repeatable; stored) for layouts it trained with the same "
+                        "depth, scale and seed, instead of training them (a placement extension's paper cells)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_search)
 
@@ -266,7 +268,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, drain=args.drain,
                            retry_failed=args.retry_failed,
                            skip_calibration=args.skip_calibration, calibrate=args.calibrate,
-                           calibrated_by=args.calibrated_by)
+                           calibrated_by=args.calibrated_by, results_from=args.results_from)
     except KeyboardInterrupt:
         ui.close()
         stored = resumable(storage, name)  # a stop before the study was whole leaves nothing to resume

@@ -85,6 +85,10 @@ class SearchProgress:
                 self.write(f"  trial {data['number']:>3} {data['status']:<9} {data['layout']}  {m.get('error_kind')}: {err[0] if err else ''}")
             if self.bar is not None:
                 self.bar.set_postfix(failed=self.failed, refresh=True)
+        elif kind == "adopted":  # a --results-from study's result: counts like a trained trial
+            self.write(f"  trial {data['number']:>3} adopted   {data['layout']} (measured as {data['from']}; nothing trained)")
+            if self.bar is not None:
+                self.bar.update(1)
         elif kind == "trained":  # layouts trained before the loop (a resume, calibration's seed-0 runs) count too
             if self.bar is not None:
                 self.bar.total = max(self.bar.total or 0, data["of"])

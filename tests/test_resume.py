@@ -91,7 +91,7 @@ def test_an_interrupt_names_a_study_to_resume_only_when_it_is_stored(where, tmp_
     argv = ["search", "--space", str(space_file), "--storage", url, "--study", "c", "--trials", "1", "--workers", "1",
             "--no-progress"]
     target = {"storage_opened": (hlnas.search.study, "open_or_create_storage"), "creating": (optuna, "create_study"),
-              "executor_starting": (hlnas.search.study, "_executor"), "searching": (hlnas.search.study, "search_loop")}[where]
+              "executor_starting": (hlnas.search.study, "executor_from_options"), "searching": (hlnas.search.study, "search_loop")}[where]
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own Ctrl-C, whatever runs the tests
     try:
         with monkeypatch.context() as m:

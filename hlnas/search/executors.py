@@ -24,7 +24,8 @@ from hlnas.errors import ConfigError, HlnasError
 from hlnas.search.trial import TrialResult, TrialSpec, run_trial
 from hlnas.overrides import is_int
 
-__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "RayExecutor", "make_executor", "run_on_own_stream", "EXECUTORS"]
+__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "RayExecutor", "make_executor", "executor_from_options",
+           "run_on_own_stream", "EXECUTORS"]
 
 EXECUTORS = ("inline", "processes", "ray")
 
@@ -373,3 +374,23 @@ def make_executor(kind: str, workers: int = 1, **kwargs) -> Executor:
     if kind == "ray":
         return RayExecutor(workers, **kwargs)
     raise ConfigError(f"unknown executor '{kind}'; allowed: {', '.join(EXECUTORS)}")
+
+
+def executor_from_options(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial, runs_per_worker: int = 1):
+    """The executor named by :func:`hlnas.search.study.run_search`'s options (an :class:`Executor` object is used as given)."""
+    if not isinstance(executor, str):
+        return executor
+    kwargs = {}
+    if executor == "ray":
+        # one GPU per trial when the driver sees CUDA, unless told otherwise
+        gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if _cuda_available() else 0.0)
+        kwargs = {"address": address, "cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus}
+    elif executor == "processes":
+        kwargs = {"cpus_per_trial": cpus_per_trial, "runs_per_worker": runs_per_worker}
+    return make_executor(executor, workers, **kwargs)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

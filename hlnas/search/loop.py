@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 
 from hlnas.rungs import RUNG_ATTR
 from hlnas.search import optuna_adapter
+from hlnas.search.adopt import adopt, adoptable_results
 from hlnas.search.calibration import calibrated_recall
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.order import longest_first
@@ -128,6 +129,8 @@ class _Search:
         study, space, emit = self.study, self.space, self.emit
         # layouts whose recall the calibration measured at this seed already: their trials train only the LM half
         self.measured_recall = calibrated_recall(study, space) if space.rungs is None else {}
+        # layouts a --results-from study measured with the same settings: told that result, not trained
+        self.adopted = adoptable_results(study, self.metrics_names) if space.rungs is None else {}
         self.done_by_layout = completed_by_layout(study)  # queueing the grid below completes nothing
         if enqueue_grid and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
             # the calibration's seed-0 runs are trials already: queueing their layouts again only made copies of
@@ -350,6 +353,9 @@ class _Search:
             self.study.tell(trial, state=TrialState.FAIL)
             self.dead[spec.layout] = optuna_adapter.frozen_of(self.study, trial)
             self.emit("infeasible", {"number": trial.number, "layout": spec.layout, "error": bad})
+        elif spec.layout in self.adopted:
+            adopt(self.study, self.metrics_names, trial, *self.adopted[spec.layout], self.emit)
+            self._told(trial, spec.layout)
         elif self.sched is not None:  # a new trial starts at the first rung
             self.open_trials[trial.number] = (trial, spec.layout)
             self.store_rung(trial.number, self.sched.start(trial.number))
@@ -385,7 +391,7 @@ class _Search:
             if self.paused_dir is not None:  # told: a state it paused with earlier is of no more use
                 shutil.rmtree(self.paused_dir(layout), ignore_errors=True)
             if frozen.state == TrialState.COMPLETE:
-                self.done_by_layout[layout] = frozen
+                self._told(trial, layout, frozen)
             elif frozen.user_attrs.get("error_kind") == "worker_died":
                 requeue(study, trial.params, trial.number)
                 self.requeued = requeued_waiting(study)
@@ -394,11 +400,21 @@ class _Search:
                 self.dead[layout] = frozen
             emit("finished", {"number": result.number, "layout": layout, "status": result.status,
                               "metrics": result.metrics, "error": result.error})
-            front_now = tuple(sorted(t.number for t in study.best_trials))
-            if front_now != self.last_front:  # the live front, whenever it changes
-                self.last_front = front_now
-                emit("front", {"rows": front_rows(study)})
-            self.waiting = settle_waiting(study, self.waiting, self.done_by_layout, emit, finished=layout)
+            self._front_and_waiting(layout)
+
+    def _told(self, trial, layout: str, frozen=None) -> None:
+        """A trial of ``layout`` told COMPLETE (trained, or adopted): it is the layout's result from now on."""
+        self.done_by_layout[layout] = frozen or optuna_adapter.frozen_of(self.study, trial)
+        if frozen is None:  # adopted: no finished event follows
+            self._front_and_waiting(layout)
+
+    def _front_and_waiting(self, layout: str) -> None:
+        """After a trial of ``layout`` was told: the live front when it changed, duplicates that waited on it."""
+        front_now = tuple(sorted(t.number for t in self.study.best_trials))
+        if front_now != self.last_front:
+            self.last_front = front_now
+            self.emit("front", {"rows": front_rows(self.study)})
+        self.waiting = settle_waiting(self.study, self.waiting, self.done_by_layout, self.emit, finished=layout)
 
     def _interrupted(self) -> None:
         """Ctrl-C/SIGTERM: leave nothing RUNNING; what was under way is failed and re-queued for a resume."""

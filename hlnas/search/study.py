@@ -18,7 +18,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import optuna
@@ -27,16 +27,16 @@ from optuna.trial import TrialState
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.overrides import is_int, is_number
-from hlnas.search.executors import Executor, InlineExecutor, make_executor
+from hlnas.search.executors import Executor, InlineExecutor, executor_from_options
 from hlnas.search.lease import DriverLease
+from hlnas.search.adopt import check_results_from, store_results_from
 from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_if_needed, check_replicas,
                                      needs_calibration)
 from hlnas.search.loop import search_loop
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
 from hlnas.search.samplers import make_sampler
 from hlnas.search import optuna_adapter
-from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, study_names
-from hlnas.search.storage import open_storage
+from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, open_storage, study_names
 from hlnas.space import SearchSpace, space_from_dict
 import hlnas.calibrate as calib
 
@@ -161,6 +161,7 @@ def run_search(
     replicas: bool = False,
     drain: float = 0.0,
     calibrated_by: str | None = None,
+    results_from: Sequence[str] = (),
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
@@ -178,7 +179,8 @@ def run_search(
     choice is stored with the study: a resume keeps it unless ``calibrate`` says to run the controls now.
     ``calibrated_by`` names a study in the same storage whose valid calibration ran the same recall protocol (a second
     seed of a grid, a placement extension): its verdict is stored as this study's, marked ``borrowed_from``
-    (:func:`hlnas.search.calibration.borrow_calibration`), and no control runs.
+    (:func:`hlnas.search.calibration.borrow_calibration`), and no control runs. ``results_from`` names studies whose
+    results of the same layouts, measured the same way, this study adopts instead of training (:mod:`hlnas.search.adopt`).
     ``calibrate_only`` stops after the calibration (``hlnas calibrate``).
 
     ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
@@ -204,8 +206,11 @@ def run_search(
     store = open_or_create_storage(storage)
     if calibrated_by is not None and space is not None and needs_calibration(space):
         borrowable_calibration(store, space, calibrated_by)  # refused before a study is created for nothing
+    if space is not None:
+        check_results_from(store, space, results_from)  # refused before a study is created for nothing
     existed = study_name in study_names(store)
     study, space = _create_or_load(space, store, study_name, resume, skip_calibration)
+    store_results_from(study, check_results_from(store, space, results_from))  # a resume: against its stored space
     if calibrate:
         _check_calibrate(space)  # a resumed study's stored space
     check_replicas(space, replicas)
@@ -387,6 +392,7 @@ class _Options:
     replicas: bool
     drain: float
     calibrated_by: str | None
+    results_from: Sequence[str]
 
 
 def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool) -> optuna.Study:
@@ -402,7 +408,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
     if requeued:
         emit("requeued", {"n": requeued})
     try:
-        ex = _executor(o.executor, o.workers, address=o.address, cpus_per_trial=o.cpus_per_trial,
+        ex = executor_from_options(o.executor, o.workers, address=o.address, cpus_per_trial=o.cpus_per_trial,
                        gpus_per_trial=o.gpus_per_trial, runs_per_worker=o.runs_per_worker)
     except BaseException:
         if fresh and not study.get_trials(deepcopy=False):  # created just now for nothing: leave no empty study
@@ -443,26 +449,6 @@ def _check_runs_per_worker(runs_per_worker, executor) -> None:
     if runs_per_worker > 1 and executor != "processes":
         raise ConfigError(f"--runs-per-worker {runs_per_worker} needs --executor processes (trials sharing a worker "
                           f"process, each on its own CUDA stream); got executor {executor!r}")
-
-
-def _executor(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial, runs_per_worker: int = 1):
-    """The executor named by the search options (an :class:`~hlnas.search.executors.Executor` object is used as given)."""
-    if not isinstance(executor, str):
-        return executor
-    kwargs = {}
-    if executor == "ray":
-        # one GPU per trial when the driver sees CUDA, unless told otherwise
-        gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if _cuda_available() else 0.0)
-        kwargs = {"address": address, "cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus}
-    elif executor == "processes":
-        kwargs = {"cpus_per_trial": cpus_per_trial, "runs_per_worker": runs_per_worker}
-    return make_executor(executor, workers, **kwargs)
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def load_hlnas_study(storage: str, name: str) -> optuna.Study:
