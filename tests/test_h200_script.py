@@ -227,6 +227,14 @@ def test_placement_s1_by_trains_the_placements_second_seed_in_its_own_study_besi
     assert set(got) == {"pl", "pl_s1"}
     assert "--set train.seed=1" in got["pl_s1"] and "--set" not in got["pl"]
     assert all("--calibrated-by grid" in ln and "--workers 2" in ln for ln in got.values())
+    assert not any("--results-from" in ln for ln in got.values())  # only where asked
+    # PLACE_RESULTS_FROM / PLACE_S1_RESULTS_FROM: each seed adopts the grid's results of its own seed
+    calls.unlink()
+    _run_steps(tmp_path, ["placement_by:200/2+placement_s1_by:200/2"], PLACE_STUDY="pl", PLACE_CALIBRATED_BY="grid",
+               PLACE_RESULTS_FROM="grid", PLACE_S1_RESULTS_FROM="grid_s1")
+    got = {ln.split("--study ")[1].split()[0]: ln for ln in calls.read_text().splitlines()}
+    assert "--results-from grid " in got["pl"] + " " and "--results-from grid_s1" in got["pl_s1"]
+    assert "--results-from grid " not in got["pl_s1"] + " "
 
 
 def test_a_search_step_prints_how_many_trials_its_log_says_done_and_where_the_study_stands(tmp_path):

@@ -218,12 +218,15 @@ PY
     placement_by:*|placement_s1_by:*)
       # placement_s1_by: the placement's second seed, study ${PLACE_STUDY}_s1 with --set train.seed=1, so both seeds can
       # run in one call (placement_by:T/2+placement_s1_by:T/2) without changing PLACE_STUDY/PLACE_SET
-      local study=$PLACE_STUDY set=${PLACE_SET:-}
-      [[ $step == placement_s1_by:* ]] && study=${PLACE_STUDY}_s1 set=train.seed=1
+      local study=$PLACE_STUDY set=${PLACE_SET:-} from=${PLACE_RESULTS_FROM:-}
+      [[ $step == placement_s1_by:* ]] && study=${PLACE_STUDY}_s1 set=train.seed=1 from=${PLACE_S1_RESULTS_FROM:-}
       left=$(( ${step#*_by:} - ($(date +%s) - t0) ))
-      # PLACE_CALIBRATED_BY: the grid study whose calibration vouches for the same protocol (hlnas search --calibrated-by)
+      # PLACE_CALIBRATED_BY: the grid study whose calibration vouches for the same protocol (hlnas search --calibrated-by);
+      # PLACE_RESULTS_FROM / PLACE_S1_RESULTS_FROM: the grid study of the same seed, whose trained layouts (the paper
+      # cells) each seed adopts instead of training them again (hlnas search --results-from)
       if [ $left -gt 30 ]; then search $PLACE_SPACE $study $left $(hard_stop $left) ${set:+--set $set} \
-        ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY}; else say "no time left for placement ($study)"; fi ;;
+        ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY} ${from:+--results-from $from}
+      else say "no time left for placement ($study)"; fi ;;
     placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     calibrate_by:*)  # the recall protocol's controls: no run starts after T, and those in flight pause at their next
                      # check (kept on this machine: a back-to-back call continues them); the hard stop 60 s later
