@@ -13,6 +13,7 @@ from hlnas.search.executors import InlineExecutor
 from hlnas.search.study import run_search
 from hlnas.search.trial import TrialResult
 from hlnas.space import load_space
+from tests.helpers import paper_grid_script
 
 
 def _space(placements, ratios=("6:1", "3:1"), name="s"):
@@ -31,7 +32,8 @@ class FakeTraining:
         self.trained.append(spec.layout)
         share = spec.layout.count("A") / len(spec.layout)
         return TrialResult(spec.number, "ok", {"status": "ok", "recall": 0.5 + share, "val_loss": 2.0 + share,
-                                               "kv_cache_bytes": float(spec.layout.count("A") * 1000)}, wall_s=1.0)
+                                               "kv_cache_bytes": float(spec.layout.count("A") * 1000),
+                                               "started_at": 100.0, "finished_at": 101.0}, wall_s=1.0)
 
 
 def _search(space, url, name, fake, **kw):
@@ -56,7 +58,11 @@ def test_a_placement_extension_adopts_the_grids_paper_cells_and_trains_only_the_
         t = done[layout]
         assert t.user_attrs["result_from"] == f"grid#{by_layout[layout].number}" and "reused_from" not in t.user_attrs
         assert t.values == by_layout[layout].values and t.user_attrs["wall_s"] == 0.0
+        assert "started_at" not in t.user_attrs  # the source run's clock is its own: not this trial's GPU time
     assert "result_from" not in done["AHHHHH"].user_attrs
+    collect = paper_grid_script("collect")  # the analysis names where an adopted row was measured
+    row = collect._trial_row("place", done["HHHHHA"], None, None)
+    assert row["source"] == f"place#{done['HHHHHA'].number} (result of grid#{by_layout['HHHHHA'].number})"
     assert place.user_attrs[RESULTS_FROM_ATTR] == ["grid"]
     assert {t.number for t in place.best_trials} >= {done["HHHHHA"].number}  # an adopted result is on the front
     from hlnas.console import SearchProgress

@@ -164,7 +164,8 @@ def _trial_row(study_name: str, t: optuna.trial.FrozenTrial | None, baseline, co
            "status": ("not run" if t is None else a.get("status") or t.state.name.lower()),
            "error_kind": a.get("error_kind"), "trial": None if t is None else t.number,
            "source": None if t is None else f"{study_name}#{t.number}"
-                     + (f" (recall of {a['recall_from']})" if a.get("recall_from") else "")}
+                     + (f" (recall of {a['recall_from']})" if a.get("recall_from") else "")
+                     + (f" (result of {a['result_from']})" if a.get("result_from") else "")}
     if t is not None and t.state == optuna.trial.TrialState.RUNNING:
         row["status"] = "running when the lease ended"
     row.update({f"ruler_{k}": v for k, v in tasks.items()})
