@@ -7,7 +7,7 @@ import hlnas.metrics as metric_table
 from hlnas.paper import mixer_and_ratio
 from hlnas.pareto import StudyData, TrialRecord
 
-__all__ = ["MIXER_COLORS", "metric_titles", "format_metric", "hover", "empty", "write_png"]
+__all__ = ["MIXER_COLORS", "metric_titles", "format_metric", "hover", "empty", "recall_baseline", "write_png"]
 
 MIXER_COLORS = {
     "attention": "#d62728", "transformer": "#444444", "hgrn": "#1f77b4", "hgrn2": "#17becf", "retnet": "#9467bd",
@@ -38,6 +38,15 @@ def metric_titles(data: StudyData) -> dict[str, str]:
     else:
         recall = "recall"
     return {**_TITLES, "recall": recall}
+
+
+def recall_baseline(data: StudyData) -> tuple[float | None, str | None]:
+    """The study's strongest no-recall baseline (the same test instances for every trial: one value)."""
+    got = [(r.metric("recall_baseline"), r.attrs.get("recall_baseline_name")) for r in data.records
+           if r.metric("recall_baseline") is not None]
+    if not got:
+        return None, None
+    return max(got, key=lambda t: t[0])
 
 
 def format_metric(name: str, value) -> str:

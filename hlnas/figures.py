@@ -36,7 +36,7 @@ from hlnas.pareto import (
     ParetoInfo, StudyData, front, hypervolume_history, pareto_info,
 )  # fmt: skip
 from hlnas.paper import attention_share, mixer_and_ratio
-from hlnas.figure_style import MIXER_COLORS, empty, format_metric, hover, metric_titles
+from hlnas.figure_style import MIXER_COLORS, empty, format_metric, hover, metric_titles, recall_baseline
 from hlnas.placement_figures import placement_info, plot_placement
 from hlnas.calibration_figures import (CURVE_METRICS, CalibrationInfo, CurveLine, CurvesInfo, calibration_info, curves_info,
                                        plot_calibration, plot_calibration_table, plot_curves)
@@ -67,15 +67,6 @@ class TradeoffInfo(NamedTuple):
     # the paper's RULER averages on their own axis: beside a graded measure (recall_auc) they are another quantity,
     # comparable by rank only (hlnas.paper); beside final recall both are accuracies and share the axis
     paper_secondary: bool = False
-
-
-def recall_baseline(data: StudyData) -> tuple[float | None, str | None]:
-    """The study's strongest no-recall baseline (the same test instances for every trial: one value)."""
-    got = [(r.metric("recall_baseline"), r.attrs.get("recall_baseline_name")) for r in data.records
-           if r.metric("recall_baseline") is not None]
-    if not got:
-        return None, None
-    return max(got, key=lambda t: t[0])
 
 
 def tradeoff_info(data: StudyData, y_metric: str = "recall", x_metric: str = "kv_cache_bytes") -> TradeoffInfo:

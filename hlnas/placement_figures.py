@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hlnas.figure_style import MIXER_COLORS, empty, hover, metric_titles
+from hlnas.figure_style import MIXER_COLORS, empty, hover, metric_titles, recall_baseline
 from hlnas.errors import LayoutError, UnknownMixerError
 from hlnas.layout import Layout, placement_of
 from hlnas.paper import attention_share, mixer_and_ratio
@@ -40,8 +40,6 @@ def placement_info(data: StudyData) -> PlacementInfo:
     """Every ok single-mixer hybrid trial, grouped by (mixer, ratio); the groups with two placements or more, in order
     of attention share then mixer, each group's points by first attention layer (one point a layout: a reused result
     is the same run)."""
-    from hlnas.figures import recall_baseline  # figures imports this module
-
     ok = [r for r in data.records if r.status == "ok" and r.layout]
     raw = any(r.metric("recall_raw") is not None for r in ok)
     metric = "recall_raw" if raw else "recall"
