@@ -64,6 +64,21 @@ class SearchProgress:
         else:
             print(text, file=sys.stderr, flush=True)
 
+    def _finished(self, data: dict) -> None:
+        m = data.get("metrics") or {}
+        if data["status"] == "ok":
+            self.write(f"  trial {data['number']:>3} done      {data['layout']}  {recall_text(m)}  "
+                       f"KV {m.get('kv_cache_bytes', 0) / 2**20:.1f} MiB  val_loss {m.get('val_loss', float('nan')):.3f}  "
+                       f"({m.get('train_wall_s', 0):.0f}s train)")
+            if self.bar is not None:
+                self.bar.update(1)
+        else:
+            self.failed += 1
+            err = (data.get("error") or "").strip().splitlines()
+            self.write(f"  trial {data['number']:>3} {data['status']:<9} {data['layout']}  {m.get('error_kind')}: {err[0] if err else ''}")
+        if self.bar is not None:
+            self.bar.set_postfix(failed=self.failed, refresh=True)
+
     def event(self, kind: str, data: dict) -> None:
         self._start_bar()
         if kind in _LINES:
@@ -72,19 +87,7 @@ class SearchProgress:
             taken = f"  (recall: calibration run {data['recall_from']}; LM half only)" if data.get("recall_from") else ""
             self.write(f"  trial {data['number']:>3} started   {data['layout']}{taken}")
         elif kind == "finished":
-            m = data.get("metrics") or {}
-            if data["status"] == "ok":
-                self.write(f"  trial {data['number']:>3} done      {data['layout']}  {recall_text(m)}  "
-                           f"KV {m.get('kv_cache_bytes', 0) / 2**20:.1f} MiB  val_loss {m.get('val_loss', float('nan')):.3f}  "
-                           f"({m.get('train_wall_s', 0):.0f}s train)")
-                if self.bar is not None:
-                    self.bar.update(1)
-            else:
-                self.failed += 1
-                err = (data.get("error") or "").strip().splitlines()
-                self.write(f"  trial {data['number']:>3} {data['status']:<9} {data['layout']}  {m.get('error_kind')}: {err[0] if err else ''}")
-            if self.bar is not None:
-                self.bar.set_postfix(failed=self.failed, refresh=True)
+            self._finished(data)
         elif kind == "adopted":  # a --results-from study's result: counts like a trained trial
             self.write(f"  trial {data['number']:>3} adopted   {data['layout']} (measured as {data['from']}; nothing trained)")
             if self.bar is not None:

@@ -193,12 +193,7 @@ def run_search(
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
                      gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address, drain=drain)
     _check_runs_per_worker(runs_per_worker, executor)
-    if calibrate and skip_calibration:
-        raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
-    bad_source = calibrated_by is not None and (not isinstance(calibrated_by, str) or not calibrated_by)
-    if bad_source or (calibrated_by is not None and (calibrate or skip_calibration)):
-        raise ConfigError(f"--calibrated-by takes a study name and excludes --calibrate and --skip-calibration; got "
-                          f"{calibrated_by!r}{' with one of them' if calibrate or skip_calibration else ''}")
+    _check_calibration_options(calibrate, skip_calibration, calibrated_by)
     if calibrate and space is not None:
         _check_calibrate(space)
     if space is not None:
@@ -435,6 +430,15 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
     finally:
         ex.shutdown()
     return study
+
+
+def _check_calibration_options(calibrate: bool, skip_calibration: bool, calibrated_by) -> None:
+    if calibrate and skip_calibration:
+        raise ConfigError("--calibrate and --skip-calibration contradict each other; pass one of them")
+    bad_source = calibrated_by is not None and (not isinstance(calibrated_by, str) or not calibrated_by)
+    if bad_source or (calibrated_by is not None and (calibrate or skip_calibration)):
+        raise ConfigError(f"--calibrated-by takes a study name and excludes --calibrate and --skip-calibration; got "
+                          f"{calibrated_by!r}{' with one of them' if calibrate or skip_calibration else ''}")
 
 
 def _check_calibrate(space: SearchSpace) -> None:
