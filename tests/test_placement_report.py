@@ -101,6 +101,21 @@ def test_the_shift_twin_changes_the_cpu_twins_recall_protocol_by_the_attention_i
     assert shift.to_dict()["scale"]["train"] == twin.to_dict()["scale"]["train"]  # the LM half is the twin's
 
 
+def test_the_deep_cpu_twin_is_the_shift_twin_at_the_h100_depth():
+    """placement_deep_cpu.yaml tests the H100's depth effect at CPU size only while depth (with the zero residual init
+    that depth needs) is what it changes from the shift twin: hgrn is not among its mixers, and its calibration asks for
+    the one mixer it has at its one ratio."""
+    from hlnas.search.calibration import protocol_differences
+
+    shift = load_space(str(ROOT / "experiments" / "paper_grid" / "placement_tiny_shift.yaml"))
+    deep = load_space(str(ROOT / "experiments" / "paper_grid" / "placement_deep_cpu.yaml"))
+    keys = {d.split(":")[0] for d in protocol_differences(shift, deep)}
+    assert keys == {"layers", "scale.score.mqar.model.residual_init", "calibration.hybrid_ratio",
+                    "calibration.pure_below_min_mixers", "scale.model.mixer_hparams.hgrn.use_short_conv",
+                    "scale.score.mqar.model.mixer_hparams.hgrn.use_short_conv"}
+    assert deep.mixers == ("hgrn2",) and deep.n_layers == 24 and len(deep.candidates()) == 4
+
+
 # -- collect.py on a placement study ------------------------------------------------------------------
 
 def test_collect_labels_each_placement_row_with_its_own_ratio_and_placement(tmp_path):
