@@ -202,12 +202,16 @@ class SearchSpace:
         body["calibration"] = {k: v for k, v in body["calibration"].items() if k not in ("order", "mixer_order")}
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
-    def diff(self, other: "SearchSpace") -> list[str]:
-        """What differs from ``other``, one line per dotted key (name and source do not count)."""
+    def diff(self, other: "SearchSpace", ignore: tuple[str, ...] = ()) -> list[str]:
+        """What differs from ``other``, one line per dotted key (name and source do not count, nor a key in
+        ``ignore`` or below one: ``"scale.train"`` leaves out every training setting)."""
         a, b = _flatten(self.to_dict()), _flatten(other.to_dict())
+        skip = ("name", *ignore)
         out = []
         for key in [*a, *(k for k in b if k not in a)]:
-            if key != "name" and a.get(key, _UNSET) != b.get(key, _UNSET):
+            if any(key == k or key.startswith(k + ".") for k in skip):
+                continue
+            if a.get(key, _UNSET) != b.get(key, _UNSET):
                 out.append(f"{key}: {_show(a.get(key, _UNSET))} -> {_show(b.get(key, _UNSET))}")
         return out
 

@@ -35,8 +35,7 @@ _OWN_STUDY = ("requeued_from", "reused_from", "calibration", "result_from", "wal
 def result_differences(space: SearchSpace, other: SearchSpace) -> list[str]:
     """How ``other`` would measure a layout differently from ``space``, one ``key: a -> b`` line each ([] when it
     would not): every setting but the candidates, the search and the calibration; the training seed counts."""
-    return [line for line in space.diff(other)
-            if not any(line.split(":", 1)[0] == k or line.split(":", 1)[0].startswith(k + ".") for k in _NOT_RESULT)]
+    return space.diff(other, ignore=_NOT_RESULT)
 
 
 def check_results_from(storage, space: SearchSpace, sources) -> list[str]:

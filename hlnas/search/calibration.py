@@ -60,10 +60,7 @@ _NOT_PROTOCOL = ("name", "source", "mixers", "ratios", "placements", "attention_
 def protocol_differences(space: SearchSpace, other: SearchSpace) -> list[str]:
     """How ``other``'s recall protocol differs from ``space``'s, one ``key: a -> b`` line each ([] when the same): the
     depth, the scale (model, training, data, scoring) and the calibration's thresholds, not the candidates."""
-    def own(line: str) -> bool:
-        key = line.split(":", 1)[0]
-        return not any(key == k or key.startswith(k + ".") for k in _NOT_PROTOCOL)
-    return [line for line in space.diff(other) if own(line)]
+    return space.diff(other, ignore=_NOT_PROTOCOL)
 
 
 def borrowable_calibration(storage, space: SearchSpace, source: str) -> dict:
