@@ -11,12 +11,12 @@ resume adopts from them too.
 
 from __future__ import annotations
 
-import math
-
 import optuna
 from optuna.trial import TrialState
 
 from hlnas.errors import HlnasError
+from hlnas.search.records import objective_values, tell_result
+from hlnas.search.trial import TrialResult
 from hlnas.space import SearchSpace
 
 __all__ = ["RESULTS_FROM_ATTR", "result_differences", "check_results_from", "store_results_from", "adoptable_results",
@@ -82,7 +82,7 @@ def adoptable_results(study: optuna.Study, metrics_names) -> dict[str, tuple[str
             a = t.user_attrs
             if "layout" not in a or "reused_from" in a:
                 continue
-            if all(isinstance(a.get(m), (int, float)) and math.isfinite(a[m]) for m in metrics_names):
+            if objective_values(metrics_names, a) is not None:  # what adopt's tell will read from them
                 out.setdefault(a["layout"], (f"{name}#{t.number}", dict(a)))
     return out
 
@@ -90,9 +90,6 @@ def adoptable_results(study: optuna.Study, metrics_names) -> dict[str, tuple[str
 def adopt(study: optuna.Study, metrics_names, trial, where: str, attrs: dict, emit) -> None:
     """Tell ``trial`` the result measured in ``where`` (``STUDY#N``), as if it had trained it: its metrics stored,
     its objective values computed from them for this study's objectives, ``result_from`` naming the source."""
-    from hlnas.search.records import tell_result
-    from hlnas.search.trial import TrialResult
-
     metrics = {k: v for k, v in attrs.items() if k not in _OWN_STUDY}
     trial.set_user_attr("result_from", where)
     tell_result(study, metrics_names, trial, TrialResult(trial.number, "ok", {**metrics, "status": "ok"}, wall_s=0.0))
