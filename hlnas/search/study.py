@@ -201,11 +201,11 @@ def run_search(
     store = open_or_create_storage(storage)
     if calibrated_by is not None and space is not None and needs_calibration(space):
         borrowable_calibration(store, space, calibrated_by)  # refused before a study is created for nothing
-    if space is not None:
-        check_results_from(store, space, results_from)  # refused before a study is created for nothing
+    # refused before a study is created for nothing; a resume without a space: against its stored one, once loaded
+    sources = None if space is None else check_results_from(store, space, results_from)
     existed = study_name in study_names(store)
     study, space = _create_or_load(space, store, study_name, resume, skip_calibration)
-    store_results_from(study, check_results_from(store, space, results_from))  # a resume: against its stored space
+    store_results_from(study, check_results_from(store, space, results_from) if sources is None else sources)
     if calibrate:
         _check_calibrate(space)  # a resumed study's stored space
     check_replicas(space, replicas)
