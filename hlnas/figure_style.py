@@ -7,12 +7,20 @@ import hlnas.metrics as metric_table
 from hlnas.paper import mixer_and_ratio
 from hlnas.pareto import StudyData, TrialRecord
 
-__all__ = ["MIXER_COLORS", "metric_titles", "format_metric", "hover", "empty", "recall_baseline", "write_png"]
+__all__ = ["MIXER_COLORS", "mixer_rank", "metric_titles", "format_metric", "hover", "empty", "recall_baseline", "write_png"]
 
 MIXER_COLORS = {
     "attention": "#d62728", "transformer": "#444444", "hgrn": "#1f77b4", "hgrn2": "#17becf", "retnet": "#9467bd",
     "gla": "#2ca02c", "deltanet": "#ff7f0e", "gated_deltanet": "#8c564b", "mamba2": "#e377c2", "average": "#7f7f7f",
 }  # fmt: skip
+
+
+def mixer_rank(name: str) -> int:
+    """Where a mixer sorts in figures and legends: :data:`MIXER_COLORS`' order, unknown ones after."""
+    order = list(MIXER_COLORS)
+    return order.index(name) if name in order else len(order)
+
+
 _HOVER_METRICS = ("recall", "recall_raw", "recall_baseline", "kv_cache_bytes", "val_loss", "mqar_acc", "lm_acc", "params", "state_bytes",
                   "flops_per_token", "tokens_per_s", "train_wall_s")  # fmt: skip
 _TITLES = {name: m.title for name, m in metric_table.METRICS.items()}  # hlnas.metrics: one table of titles

@@ -36,7 +36,7 @@ from hlnas.pareto import (
     ParetoInfo, StudyData, front, hypervolume_history, pareto_info,
 )  # fmt: skip
 from hlnas.paper import attention_share, mixer_and_ratio
-from hlnas.figure_style import MIXER_COLORS, empty, format_metric, hover, metric_titles, recall_baseline
+from hlnas.figure_style import MIXER_COLORS, empty, format_metric, hover, metric_titles, mixer_rank, recall_baseline
 from hlnas.placement_figures import placement_info, plot_placement
 from hlnas.calibration_figures import (CURVE_METRICS, CalibrationInfo, CurveLine, CurvesInfo, calibration_info, curves_info,
                                        plot_calibration, plot_calibration_table, plot_curves)
@@ -190,7 +190,7 @@ def ratio_info(data: StudyData, metric: str = "recall") -> RatioInfo:
     ratios = sorted({r for (m, r) in sums if m != "transformer"}, key=lambda r: (attention_share(r), r))
     if data.paper_grid:
         ratios = sorted(set(ratios) | set(PAPER_RATIOS), key=lambda r: (attention_share(r), r))
-    mixers = sorted({m for (m, _) in sums if m != "transformer"}, key=lambda m: list(MIXER_COLORS).index(m) if m in MIXER_COLORS else 99)
+    mixers = sorted({m for (m, _) in sums if m != "transformer"}, key=mixer_rank)
 
     def mean(v):
         return sum(v) / len(v) if v else None

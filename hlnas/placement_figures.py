@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hlnas.figure_style import MIXER_COLORS, empty, hover, metric_titles, recall_baseline
+from hlnas.figure_style import MIXER_COLORS, empty, hover, metric_titles, mixer_rank, recall_baseline
 from hlnas.errors import LayoutError, UnknownMixerError
 from hlnas.layout import Layout, placement_of
 from hlnas.paper import attention_share, mixer_and_ratio
@@ -59,12 +59,9 @@ def placement_info(data: StudyData) -> PlacementInfo:
             continue
         cell = by_cell.setdefault((mixer, ratio), {})
         cell.setdefault(r.layout, PlacementPoint(name, layout.attention_layers[0], value, r.number, hover(r)))
-    mixers = list(MIXER_COLORS)
-    groups = tuple(
-        (m, ratio, tuple(sorted(points.values(), key=lambda p: (p.first, p.placement))))
-        for (m, ratio), points in sorted(by_cell.items(), key=lambda kv: (attention_share(kv[0][1]), mixers.index(kv[0][0])
-                                                                          if kv[0][0] in mixers else 99, kv[0][0]))
-        if len({p.placement for p in points.values()}) >= 2)
+    cells = sorted(by_cell, key=lambda cell: (attention_share(cell[1]), mixer_rank(cell[0]), cell[0]))
+    groups = tuple((m, ratio, tuple(sorted(by_cell[m, ratio].values(), key=lambda p: (p.first, p.placement))))
+                   for m, ratio in cells if len({p.placement for p in by_cell[m, ratio].values()}) >= 2)
     title = metric_titles(data).get("recall_raw" if raw else "recall", metric)
     return PlacementInfo(groups, metric, title, baseline)
 
