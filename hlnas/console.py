@@ -177,7 +177,8 @@ def front_table(rows: list[dict], calibration: dict | None) -> str:
         lines.append(f"  {r['number']:>4}  {r['layout']:<26} {r['ratio']:<11} {format_value(r['recall']):>7} "
                      f"{format_value(r.get('recall_raw')):>7} {format_value(r.get('recall_baseline')):>7} {kv:>12} "
                      f"{format_value(r['val_loss']):>9} {r['params'] or 0:>12,}"
-                     + (f" {format_value(r.get('recall_auc')):>10}" if auc else ""))
+                     + (f" {format_value(r.get('recall_auc')):>10}" if auc else "")
+                     + (f"  (result of {r['result_from']})" if r.get("result_from") else ""))  # adopted, not trained here
     status = (calibration or {}).get("status")
     if status in ("skipped", "disabled", None):
         lines.append(f"  (calibration {status or 'not run'}: these recall numbers were not validated by the protocol's controls)")
@@ -188,10 +189,14 @@ def front_table(rows: list[dict], calibration: dict | None) -> str:
 
 
 def status_text(summary: dict) -> str:
-    """``hlnas status``: trial counts, objectives, the calibration and the front of
-    :func:`hlnas.search.study.study_summary`'s record."""
+    """``hlnas status``: trial counts (the complete ones split into trained and adopted where any were adopted),
+    objectives, the calibration and the front of :func:`hlnas.search.study.study_summary`'s record."""
     target = f" (target {summary['target']} trials)" if summary.get("target") else ""  # what a resumed search runs to
-    lines = [f"study '{summary['study']}': " + ", ".join(f"{v} {k}" for k, v in summary["trials"].items() if v) + target,
+    org = summary.get("origins") or {}
+    origins = (f" ({org['trained']} trained, {org['adopted']} adopted from {', '.join(org['adopted_from'])})"
+               if org.get("adopted") else "")  # --results-from: how many complete trials are other studies' results
+    lines = [f"study '{summary['study']}': " + ", ".join(f"{v} {k}" + (origins if k == "complete" else "")
+                                                         for k, v in summary["trials"].items() if v) + target,
              "objectives: " + ", ".join(f"{o['direction']} {o['metric']}" for o in summary["objectives"])]
     cal = summary["calibration"] or {}
     if cal.get("verdict"):

@@ -4,6 +4,8 @@ written; the sources are stored, so a resume adopts too."""
 
 from __future__ import annotations
 
+import re
+
 import optuna
 import pytest
 
@@ -96,3 +98,34 @@ def test_the_sources_are_stored_so_a_resume_adopts_from_them(tmp_path):
     assert sorted(first.trained + second.trained) == ["AAHHHH", "AHHHHH"]
     assert sorted(t.user_attrs["layout"] for t in place.trials if "result_from" in t.user_attrs) == ["HHAHHA", "HHHHHA"]
     assert place.user_attrs[RESULTS_FROM_ATTR] == ["grid"]
+
+
+def test_status_marks_the_adopted_trials_and_counts_them_apart_from_the_trained(tmp_path, capsys):
+    import json
+
+    from hlnas.cli import main
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    grid = _search(_space(["paper"], name="grid"), url, "grid", FakeTraining())
+    place = _search(_space(["paper", "front"], name="place"), url, "place", FakeTraining(), results_from=["grid"])
+    source = {t.user_attrs["layout"]: t.number for t in grid.trials}
+    own = {t.user_attrs["layout"]: t.number for t in place.trials}
+    assert main(["status", "--storage", url, "--study", "place"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("study 'place': 4 complete (2 trained, 2 adopted from grid)")
+    rows = {l.split()[1]: l for l in out.splitlines() if re.match(r"\s+\d+\s+[AH]{6}\s", l)}
+    assert set(rows) == {"HHAHHA", "HHHHHA", "AAHHHH", "AHHHHH"}  # every layout is on this toy front
+    for layout in ("HHAHHA", "HHHHHA"):  # adopted: the row names the trial that measured it
+        assert rows[layout].split()[0] == str(own[layout])
+        assert rows[layout].endswith(f"  (result of grid#{source[layout]})")
+    for layout in ("AAHHHH", "AHHHHH"):  # trained here: no marker
+        assert "result of" not in rows[layout] and re.search(r"[\d,]+$", rows[layout])
+    assert main(["status", "--storage", url, "--study", "place", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["origins"] == {"trained": 2, "adopted": 2, "adopted_from": ["grid"]}
+    assert {r["layout"]: r["result_from"] for r in d["front"]} == {
+        "HHAHHA": f"grid#{source['HHAHHA']}", "HHHHHA": f"grid#{source['HHHHHA']}", "AAHHHH": None, "AHHHHH": None}
+    # a study that adopted nothing prints its counts as before
+    assert main(["status", "--storage", url, "--study", "grid"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("study 'grid': 2 complete (target 10 trials)\n") and "result of" not in out

@@ -20,7 +20,7 @@ from hlnas.search.trial import TrialResult
 from hlnas.space import SearchSpace
 
 __all__ = ["RESULTS_FROM_ATTR", "result_differences", "check_results_from", "store_results_from", "adoptable_results",
-           "adopt"]
+           "adopt", "result_origins"]
 
 RESULTS_FROM_ATTR = "hlnas_results_from"
 #: what two spaces may differ in and still measure a layout the same: the candidates, how they are searched, and
@@ -94,3 +94,12 @@ def adopt(study: optuna.Study, metrics_names, trial, where: str, attrs: dict, em
     trial.set_user_attr("result_from", where)
     tell_result(study, metrics_names, trial, TrialResult(trial.number, "ok", {**metrics, "status": "ok"}, wall_s=0.0))
     emit("adopted", {"number": trial.number, "layout": attrs.get("layout"), "from": where})
+
+
+def result_origins(trials) -> dict:
+    """``{"trained": n, "adopted": m, "adopted_from": [STUDY, ...]}`` over the COMPLETE ``trials`` that count as the
+    study's own (its reused copies left out): how many it trained and how many it adopted (``result_from``), from
+    which studies (``hlnas status`` says it)."""
+    own = [t.user_attrs for t in trials if t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs]
+    sources = [a["result_from"].rpartition("#")[0] for a in own if "result_from" in a]
+    return {"trained": len(own) - len(sources), "adopted": len(sources), "adopted_from": list(dict.fromkeys(sources))}

@@ -173,7 +173,8 @@ def recover(study: optuna.Study) -> int:
 
 
 def front_rows(study: optuna.Study) -> list[dict]:
-    """The Pareto front (feasible COMPLETE trials), one dict per trial, sorted by KV-cache bytes."""
+    """The Pareto front (feasible COMPLETE trials), one dict per trial, sorted by KV-cache bytes; ``result_from``
+    (``STUDY#N``) where the trial adopted another study's result (:mod:`hlnas.search.adopt`), else None."""
     objs = study.user_attrs["hlnas_objectives"]
     rows = []
     for t in study.best_trials:
@@ -186,7 +187,7 @@ def front_rows(study: optuna.Study) -> list[dict]:
                      **({"recall_auc": a["recall_auc"]} if "recall_auc" in {o["metric"] for o in objs} else {}),
                      "recall_baseline_name": a.get("recall_baseline_name"),
                      "kv_cache_bytes": a.get("kv_cache_bytes"), "val_loss": a.get("val_loss"),
-                     "params": a.get("params")})
+                     "params": a.get("params"), "result_from": a.get("result_from")})
     rows.sort(key=lambda r: (r["kv_cache_bytes"] or 0, -(r["recall"] or 0)))
     return rows
 

@@ -29,7 +29,7 @@ from hlnas.errors import ConfigError, HlnasError
 from hlnas.overrides import is_int, is_number
 from hlnas.search.executors import Executor, InlineExecutor, executor_from_options
 from hlnas.search.lease import DriverLease
-from hlnas.search.adopt import check_results_from, store_results_from
+from hlnas.search.adopt import check_results_from, result_origins, store_results_from
 from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_if_needed, check_replicas,
                                      needs_calibration)
 from hlnas.search.loop import search_loop
@@ -464,8 +464,9 @@ def load_hlnas_study(storage: str, name: str) -> optuna.Study:
 
 
 def study_summary(study: optuna.Study) -> dict:
-    """What ``hlnas status`` shows of a stored hlnas study: its trials counted by state, objectives, calibration
-    (attr ``hlnas_calibration``) and Pareto front (:func:`front_rows`)."""
+    """What ``hlnas status`` shows of a stored hlnas study: its trials counted by state (the complete ones also by
+    origin: trained or adopted, :func:`~hlnas.search.adopt.result_origins`), objectives, calibration (attr
+    ``hlnas_calibration``) and Pareto front (:func:`front_rows`)."""
     trials = study.get_trials(deepcopy=False)
     counts = {s.name.lower(): sum(t.state == s for t in trials)
               for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)}
@@ -485,6 +486,7 @@ def study_summary(study: optuna.Study) -> dict:
         progress = calib.progress(space, cal.get("runs") or {})
     if cal.get("status") == "invalid" and cal.get("verdict") and not cal.get("borrowed_from"):
         advice = calib.advice(space, cal["verdict"])  # what hlnas calibrate printed when it failed, for a later reader
-    return {"study": study.study_name, "trials": counts, "objectives": study.user_attrs["hlnas_objectives"],
-            "calibration": study.user_attrs.get("hlnas_calibration"), "calibration_progress": progress,
-            "calibration_advice": advice, "front": front, "target": study.user_attrs.get("hlnas_trials")}
+    return {"study": study.study_name, "trials": counts, "origins": result_origins(trials),
+            "objectives": study.user_attrs["hlnas_objectives"], "calibration": study.user_attrs.get("hlnas_calibration"),
+            "calibration_progress": progress, "calibration_advice": advice, "front": front,
+            "target": study.user_attrs.get("hlnas_trials")}
