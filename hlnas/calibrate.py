@@ -41,7 +41,8 @@ from hlnas.calibration_text import (TABLE_COLUMNS, advice, format_table, hop_lin
                                     summary, table_cells)
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "CalibrationFailed", "plan", "verdict", "format_table", "table_cells",
-           "summary", "advice", "TABLE_COLUMNS", "graded_value", "mixer_lines", "run_summary", "training_length_recall"]
+           "summary", "advice", "TABLE_COLUMNS", "graded_value", "mixer_lines", "hop_lines", "run_summary",
+           "training_length_recall"]
 
 
 class CalibrationFailed(HlnasError):

@@ -121,7 +121,7 @@ def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
 
 def nondominated_ranks(points: Sequence[Sequence[float]]) -> list[int]:
     """Front index of each point (0: not dominated by any; minimization)."""
-    n, ranks, left, r = len(points), [0] * len(points), set(range(len(points))), 0
+    ranks, left, r = [0] * len(points), set(range(len(points))), 0
     while left:
         front = {i for i in left if not any(_dominates(points[j], points[i]) for j in left if j != i)}
         for i in front:
