@@ -246,6 +246,27 @@ def test_trial_overhead_probe_leaves_hlnas_as_it_was():
     assert (hlnas.training.step.make_step, hlnas.train.make_step) == before
 
 
+def test_trial_overhead_names_why_a_step_ran_eagerly(monkeypatch):
+    """A step that fell back to eager shows make_step's logged reason beside "eager" (a cold GLA recall trial on the
+    H100 ran eagerly on 2026-12-05 and the table could not say why)."""
+    import hlnas.search.trial
+    import hlnas.training.step
+
+    def fake_make_step(*a, **k):
+        hlnas.training.step.log.warning("CUDA graph step not used: %s; running eagerly", "capture failed (X: y)")
+        return (lambda: None), "eager"
+
+    def fake_run_trial(spec):
+        step, _ = hlnas.training.step.make_step()
+        step()
+
+    monkeypatch.setattr(hlnas.training.step, "make_step", fake_make_step)
+    monkeypatch.setattr(hlnas.search.trial, "run_trial", fake_run_trial)
+    row = trial_overhead.one_trial(None)
+    assert row["status"] == "ok"
+    assert row["step_mode"] == "eager (CUDA graph step not used: capture failed (X: y); running eagerly)"
+
+
 # -- on a GPU ------------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_decode_memory_on_the_gpu_allocator(tmp_path):

@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import gc
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -89,13 +90,20 @@ def first_step_probe(marks: dict):
             _sync()
             marks["first_opt_step"] = time.perf_counter()
 
+    class WhyEager(logging.Handler):  # make_step's one logged reason for an eager step, shown beside "eager"
+        def emit(self, record):
+            marks.setdefault("why_eager", record.getMessage())
+
     handle = register_optimizer_step_post_hook(on_opt_step)
+    why, step_log = WhyEager(logging.WARNING), logging.getLogger(hlnas.training.step.__name__)
+    step_log.addHandler(why)
     hlnas.training.step.make_step = hlnas.train.make_step = make_step
     try:
         yield
     finally:
         hlnas.training.step.make_step = hlnas.train.make_step = orig
         handle.remove()
+        step_log.removeHandler(why)
 
 
 def spec_for(space, layout_spec: str, kind: str, number: int, seed: int):
@@ -129,7 +137,8 @@ def one_trial(spec) -> dict:
     return {"status": "ok", "to_make_step_s": rel("make_step_in"),
             "make_step_s": round(marks["make_step_out"] - marks["make_step_in"], 3) if "make_step_out" in marks else "",
             "first_opt_step_s": rel("first_opt_step"), "first_step_s": rel("first_step"),
-            "step_mode": marks.get("step_mode", "")}
+            "step_mode": marks.get("step_mode", "") + (f" ({marks['why_eager'][:200]})" if marks.get("step_mode") == "eager"
+                                                        and "why_eager" in marks else "")}
 
 
 def load(args):
