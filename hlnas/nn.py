@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
 
 __all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk",
-           "rope_table", "grow_rope_tables", "rope_tables_bytes", "ROPE_TABLE", "swiglu_hidden"]
+           "rope_table", "grow_rope_tables", "rope_tables_bytes", "ROPE_TABLE", "swiglu_hidden", "fused_linear"]
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -32,7 +32,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        xf = x.float()
+        if type(self)._scale is RMSNorm._scale:
+            # torch's fused kernel, the same float32 math: on CUDA one kernel forward and one backward saving x and
+            # its rstd, where the composed form below ran about seven fp32 elementwise kernels each way and saved
+            # their [B, T, C] outputs (paper-340m Transformer 0.78x a plain-PyTorch one with nn.RMSNorm, at 1.16x
+            # its memory: experiments/bench/paper_scale_h100_2026-12-05.md)
+            return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
+        xf = x.float()  # a replicated norm (hlnas.training.replicas): one weight per replica's rows, in _scale
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self._scale(y, self.weight.float()).to(x.dtype)
 
@@ -146,7 +152,21 @@ class SwiGLU(nn.Module):
         return 3 * d_model * hidden
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = fused_linear(x, self.gate_proj, self.up_proj)
+        return self.down_proj(F.silu(gate) * up)
+
+
+def fused_linear(x: Tensor, *projs: nn.Module) -> tuple[Tensor, ...]:
+    """``tuple(p(x) for p in projs)`` as one matmul over the stacked weights where every ``p`` is a bias-free
+    ``nn.Linear``: the backward then takes x's gradient in one GEMM, where separate projections ran one each and
+    added them in float32 (the paper-340m profile: a Transformer's fp32 adds 47 ms a step against a plain-PyTorch
+    one's 19 with fused QKV and gate-up, experiments/bench/paper_scale_profile_h100_2026-12-05.md). The parameters
+    stay separate (names, init, state dicts and the replicated model, whose projections are not ``nn.Linear``, are
+    unchanged); the values are the same up to float rounding."""
+    if len(projs) < 2 or any(type(p) is not nn.Linear or p.bias is not None for p in projs):
+        return tuple(p(x) for p in projs)
+    out = F.linear(x, torch.cat([p.weight for p in projs]))
+    return out.split([p.out_features for p in projs], dim=-1)
 
 
 #: rotary() and rotary_qk() read cos/sin from a table made once per device (rope_table) instead of computing them in
@@ -221,8 +241,10 @@ def _cos_sin(x: Tensor, offset: int, theta: float, table: bool | None) -> tuple[
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     xf = x.to(compute_dtype(x))
-    x1, x2 = xf[..., :half], xf[..., half : 2 * half]
-    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., 2 * half :]], dim=-1)
+    # split, not slices: its backward is one cat, where each slice's backward fills a zero tensor of x's size and
+    # autograd then adds them (bit for bit the same values)
+    x1, x2, rest = xf.split([half, half, xf.shape[-1] - 2 * half], dim=-1)
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
     return out.to(x.dtype)
 
 

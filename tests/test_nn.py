@@ -43,3 +43,93 @@ def test_shifted_conv_backward_is_its_forward_transposed():
     xx = torch.randn(2, 9, 5, dtype=torch.float64, requires_grad=True)
     w = torch.randn(5, 1, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(_ShiftedConv.apply, (xx, w))
+
+
+# -- the fused forms of the LM's elementwise and projection work (issue #22 point 2) ----------------------------
+def _grads(out, *tensors):
+    return torch.autograd.grad(out.square().sum(), tensors)
+
+
+@pytest.mark.parametrize("act", [None, "swish", "sigmoid"])
+def test_rms_norm_fused_equals_the_composed_float32_form(act):
+    """RMSNorm's fused path (F.rms_norm) gives the composed form's values and gradients (x, weight, gate)."""
+    from hlnas.nn import GatedRMSNorm, RMSNorm
+
+    torch.manual_seed(0)
+    norm = RMSNorm(24, eps=1e-5) if act is None else GatedRMSNorm(24, eps=1e-5, act=act)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 7, 24, requires_grad=True)
+    g = torch.randn(3, 7, 24, requires_grad=True)
+    y = norm(x) if act is None else norm(x, g)
+    ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight
+    if act is not None:
+        ref = ref * (F.silu(g) if act == "swish" else torch.sigmoid(g))
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-6)
+    for a, b in zip(_grads(y, x, norm.weight, g) if act else _grads(y, x, norm.weight),
+                    _grads(ref, x, norm.weight, g) if act else _grads(ref, x, norm.weight)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_rms_norm_keeps_a_bf16_input_bf16():
+    from hlnas.nn import RMSNorm
+
+    x = torch.randn(2, 5, 16, dtype=torch.bfloat16)
+    assert RMSNorm(16)(x).dtype == torch.bfloat16
+
+
+def test_fused_linear_equals_separate_projections():
+    """One matmul over stacked weights: the same outputs and the same gradients for x and each weight."""
+    from torch import nn
+
+    from hlnas.nn import fused_linear
+
+    torch.manual_seed(0)
+    projs = [nn.Linear(16, n, bias=False) for n in (16, 8, 8)]
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    fused = fused_linear(x, *projs)
+    plain = tuple(p(x) for p in projs)
+    assert [t.shape for t in fused] == [t.shape for t in plain]
+    for a, b in zip(fused, plain):
+        torch.testing.assert_close(a, b)
+    loss = lambda outs: sum((o * (i + 1)).square().sum() for i, o in enumerate(outs))  # noqa: E731
+    wanted = (x, *(p.weight for p in projs))
+    for a, b in zip(torch.autograd.grad(loss(fused), wanted), torch.autograd.grad(loss(plain), wanted)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_linear_leaves_other_projections_as_they_are():
+    """A projection with a bias or of another type (the replicated model's) is called as it is."""
+    from torch import nn
+
+    from hlnas.nn import fused_linear
+
+    calls = []
+
+    class Spy(nn.Linear):
+        def forward(self, x):
+            calls.append(self)
+            return super().forward(x)
+
+    x = torch.randn(2, 3, 4)
+    spied = [Spy(4, 4, bias=False), nn.Linear(4, 2, bias=False)]
+    fused_linear(x, *spied)
+    assert calls == [spied[0]]
+    biased = [nn.Linear(4, 4), nn.Linear(4, 2, bias=False)]
+    out = fused_linear(x, *biased)
+    torch.testing.assert_close(out[0], biased[0](x))
+
+
+@pytest.mark.parametrize("head_dim", [8, 9])
+def test_rotary_split_is_bit_for_bit_the_sliced_form(head_dim):
+    from hlnas.nn import _cos_sin, _rotate
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 3, head_dim, requires_grad=True)
+    cos, sin = _cos_sin(x, 2, 10000.0, table=False)
+    y = _rotate(x, cos, sin)
+    h = head_dim // 2
+    x1, x2 = x[..., :h], x[..., h:2 * h]
+    ref = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 2 * h:]], dim=-1)
+    assert torch.equal(y, ref)
+    assert torch.equal(*(torch.autograd.grad((t * torch.arange(head_dim)).sum(), x)[0] for t in (y, ref)))

@@ -263,6 +263,19 @@ def tilelang_usable() -> tuple[bool, str]:
 FLA_RECURRENT_MAX_T = 64
 
 
+def _contiguous_inputs(fn):
+    """fla's kernels are called with dense inputs: their Triton pointers assume them (fla's own ``input_guard`` is not
+    on every op), and hlnas's projections may hand over split views (hlnas.nn.fused_linear). A no-op on dense ones."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        dense = lambda a: a.contiguous() if isinstance(a, Tensor) else a  # noqa: E731
+        return fn(*map(dense, args), **{k: dense(v) for k, v in kwargs.items()})
+
+    return call
+
+
+@_contiguous_inputs
 def fla_hgrn(x: Tensor, g: Tensor, *, initial_state: Tensor | None = None,
              output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
     from fla.ops.hgrn import chunk_hgrn, fused_recurrent_hgrn
@@ -281,6 +294,7 @@ def fla_hgrn(x: Tensor, g: Tensor, *, initial_state: Tensor | None = None,
     return chunk_hgrn(x, g, initial_state=h0, output_final_state=output_final_state)
 
 
+@_contiguous_inputs
 def fla_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float | None = None,
             initial_state: Tensor | None = None, output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
     """``fused_recurrent_gla`` for T <= 64 (as fla's layers do), else ``chunk_gla``; both take g in log
@@ -293,6 +307,7 @@ def fla_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float | None =
     return chunk_gla(q, k, v, g, scale=scale, initial_state=h0, output_final_state=output_final_state)
 
 
+@_contiguous_inputs
 def fla_simple_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None = None, *, g_gamma: Tensor | None = None,
                    scale: float | None = None, initial_state: Tensor | None = None,
                    output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -312,6 +327,7 @@ def fla_simple_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None = None, *, 
     return fn(q, k, v, g=g, g_gamma=g_gamma, scale=scale, initial_state=h0, output_final_state=output_final_state)
 
 
+@_contiguous_inputs
 def fla_delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: float | None = None,
                    initial_state: Tensor | None = None, output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
     from fla.ops.delta_rule import chunk_delta_rule, fused_recurrent_delta_rule
@@ -329,6 +345,7 @@ def fla_delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: floa
     return o.to(dtype), s
 
 
+@_contiguous_inputs
 def fla_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, scale: float | None = None,
                          initial_state: Tensor | None = None,
                          output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.attention import attention
 from hlnas.mixers.base import Mixer
-from hlnas.nn import ShortConvolution, rotary_qk
+from hlnas.nn import ShortConvolution, fused_linear, rotary_qk
 from hlnas.overrides import is_int
 
 
@@ -132,9 +132,10 @@ class Attention(Mixer):
         pos = cache.get("pos", 0) if cache is not None else 0
         if self.input_conv is not None:
             x = x + self.input_conv(x, cache, key="input_conv")
-        q = self.q_proj(x).view(B, T, hp.num_heads, self.head_dim)
-        k = self.k_proj(x).view(B, T, hp.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(B, T, hp.num_kv_heads, self.head_dim)
+        q, k, v = fused_linear(x, self.q_proj, self.k_proj, self.v_proj)
+        q = q.view(B, T, hp.num_heads, self.head_dim)
+        k = k.view(B, T, hp.num_kv_heads, self.head_dim)
+        v = v.view(B, T, hp.num_kv_heads, self.head_dim)
         q, k = rotary_qk(q, k, pos, hp.rope_theta)
         if cache is not None:
             if "k" in cache:

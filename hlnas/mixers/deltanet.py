@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.delta_rule import delta_rule
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import GatedRMSNorm, RMSNorm, ShortConvolution, compute_dtype
+from hlnas.nn import GatedRMSNorm, RMSNorm, ShortConvolution, compute_dtype, fused_linear
 
 _QK_ACTIVATIONS = ("silu", "relu", "elu", "identity")
 _QK_NORMS = ("l2", "sum")
@@ -137,7 +137,7 @@ class DeltaNet(Mixer):
 
     def _qkv(self, x: Tensor, cache: dict | None) -> tuple[Tensor, Tensor, Tensor]:
         hp = self.hp
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, k, v = fused_linear(x, self.q_proj, self.k_proj, self.v_proj)
         if hp.use_short_conv:
             q = self.q_conv1d(q, cache, key="conv_q")
             k = self.k_conv1d(k, cache, key="conv_k")

@@ -27,7 +27,7 @@ from hlnas.errors import ConfigError
 from hlnas.kernels.gated_delta_rule import gated_delta_rule
 from hlnas.mixers.base import Mixer
 from hlnas.mixers.deltanet import delta_state_bytes, l2norm
-from hlnas.nn import compute_dtype, GatedRMSNorm, RMSNorm, ShortConvolution
+from hlnas.nn import compute_dtype, GatedRMSNorm, RMSNorm, ShortConvolution, fused_linear
 
 
 class GatedDeltaNet(Mixer):
@@ -137,7 +137,7 @@ class GatedDeltaNet(Mixer):
         B, T, _ = x.shape
         hp = self.hp
         H = hp.num_heads
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, k, v = fused_linear(x, self.q_proj, self.k_proj, self.v_proj)
         if hp.use_short_conv:
             q = self.q_conv1d(q, cache, key="conv_q")
             k = self.k_conv1d(k, cache, key="conv_k")

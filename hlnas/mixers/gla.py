@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.gla import gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import GatedRMSNorm, RMSNorm, ShortConvolution
+from hlnas.nn import GatedRMSNorm, RMSNorm, ShortConvolution, fused_linear
 
 _FEATURE_MAPS = {None: None, "swish": F.silu, "relu": F.relu, "sigmoid": torch.sigmoid}
 
@@ -135,7 +135,7 @@ class GLA(Mixer):
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; ``cache`` is read and updated in place."""
         B, T, _ = x.shape
         hp, d = self.hp, self.dims
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, k, v = fused_linear(x, self.q_proj, self.k_proj, self.v_proj)
         if hp.use_short_conv:
             q = self.q_conv(q, cache, key="conv_q")
             k = self.k_conv(k, cache, key="conv_k")

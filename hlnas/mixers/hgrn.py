@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.hgrn import hgrn
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import compute_dtype, GatedRMSNorm, ShortConvolution
+from hlnas.nn import compute_dtype, GatedRMSNorm, ShortConvolution, fused_linear
 
 
 class HGRN(Mixer):
@@ -112,7 +112,7 @@ class HGRN(Mixer):
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; cache: "state" ``[B, D]`` float32 (+ conv windows)."""
         cdt = compute_dtype(x)
-        i, f = self.i_proj(x), self.f_proj(x)
+        i, f, g = fused_linear(x, self.i_proj, self.f_proj, self.g_proj)
         if self.hp.use_short_conv:
             i, f = self.i_conv(i, cache, key="conv_i"), self.f_conv(f, cache, key="conv_f")
         f = F.logsigmoid(f.to(cdt))
@@ -126,4 +126,4 @@ class HGRN(Mixer):
         o, ht = hgrn(i, f, initial_state=h0, output_final_state=cache is not None)
         if cache is not None:
             cache["state"] = ht.detach()
-        return self.o_proj(self.g_norm(o, self.g_proj(x)))
+        return self.o_proj(self.g_norm(o, g))

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.gla import gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import RMSNorm, ShortConvolution
+from hlnas.nn import RMSNorm, ShortConvolution, fused_linear
 
 
 class HGRN2(Mixer):
@@ -131,7 +131,7 @@ class HGRN2(Mixer):
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; ``cache`` is read and updated in place."""
         B, T, _ = x.shape
         hp = self.hp
-        q, f, i = self.q_proj(x), self.f_proj(x), self.i_proj(x)
+        q, f, i = fused_linear(x, self.q_proj, self.f_proj, self.i_proj)
         if hp.use_short_conv:
             q = self.q_conv(q, cache, key="conv_q")
             f = self.f_conv(f, cache, key="conv_f")

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.simple_gla import simple_gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import GatedRMSNorm, rotary_qk
+from hlnas.nn import GatedRMSNorm, fused_linear, rotary_qk
 
 #: smallest key head width the heads are reduced to at small d_model (Triton's tl.dot needs >= 16)
 MIN_HEAD_K_DIM = 16
@@ -99,14 +99,14 @@ class RetNet(Mixer):
         B, T, _ = x.shape
         H = self.hp.num_heads
         pos = cache.get("pos", 0) if cache is not None else 0
-        q, k = rotary_qk(self.q_proj(x).view(B, T, H, self.head_k_dim), self.k_proj(x).view(B, T, H, self.head_k_dim),
-                         pos, self.hp.rope_theta)
-        v = self.v_proj(x).view(B, T, H, self.head_v_dim)
+        q, k, v, g = fused_linear(x, self.q_proj, self.k_proj, self.v_proj, self.g_proj)
+        q, k = rotary_qk(q.view(B, T, H, self.head_k_dim), k.view(B, T, H, self.head_k_dim), pos, self.hp.rope_theta)
+        v = v.view(B, T, H, self.head_v_dim)
         h0 = None if cache is None else cache.get("state")
         o, ht = simple_gla(
             q, k, v, g_gamma=self.log_decay(x.device), initial_state=h0, output_final_state=cache is not None
         )
         if cache is not None:
             cache["state"], cache["pos"] = ht.detach(), pos + T
-        o = self.g_norm(o, self.g_proj(x).view(B, T, H, self.head_v_dim))
+        o = self.g_norm(o, g.view(B, T, H, self.head_v_dim))
         return self.o_proj(o.reshape(B, T, -1))

@@ -418,3 +418,18 @@ def test_every_fla_route_matches_pytorch_on_cuda(monkeypatch, case):
     assert g.keys() == g_ref.keys()
     for n in g:
         assert_close(f"d{n}", g_ref[n], g[n], 1e-2)
+
+
+def test_fla_calls_get_dense_inputs():
+    """The fla entry points see contiguous tensors, whatever views the mixers hand over (hlnas.nn.fused_linear's
+    split projections): fla's Triton pointers assume dense inputs."""
+    from hlnas.kernels.backends import _contiguous_inputs
+
+    seen = []
+    probe = _contiguous_inputs(lambda *a, **k: seen.extend([*a, *k.values()]))
+    base = torch.randn(2, 5, 12)
+    q, k, v = base.split([4, 4, 4], dim=-1)
+    assert not q.is_contiguous()
+    probe(q, k, v=v, scale=0.5, initial_state=None)
+    assert [t.is_contiguous() for t in seen if isinstance(t, torch.Tensor)] == [True, True, True]
+    assert torch.equal(seen[0], q) and seen[3:] == [0.5, None]
