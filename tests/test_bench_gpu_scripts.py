@@ -161,6 +161,19 @@ def test_paper_scale_autotune_compare_runs_both_modes_side_by_side(tmp_path, mon
     assert float(rows[1]["tok_s_full_vs_quick"]) > 0 and "Baseline: the quick rows" in md
 
 
+def test_paper_scale_full_autotune_gets_what_quick_left(tmp_path, monkeypatch):
+    """Quick compiles in seconds: full autotune's child may use the rest of both modes' time, not only its half (on
+    the H100 it did not finish within its half, 250 s)."""
+    timeouts = []
+    monkeypatch.setattr(paper_scale.subprocess, "run", lambda *a, timeout, **k: timeouts.append(timeout))
+    args = ["--only", "transformer", "--autotune-compare", "--child-timeout", "100", "--device-name", "cpu",
+            "--out", str(tmp_path)]
+    assert paper_scale.main(args) == 0
+    assert timeouts[0] == 100 and 195 < timeouts[1] <= 200
+    rows, _ = _rows(tmp_path, "paper_scale_autotune")
+    assert [r["status"] for r in rows] == ["not finished within 100 s (compile)", "not finished within 200 s (compile)"]
+
+
 # -- decode_memory -------------------------------------------------------------------------------------------------
 DECODE = ["--mixers", "gla,gated_deltanet", "--ratios", "pure,3:1", "--preset", "proxy-tiny", "--layers", "6",
           "--lengths", "24,40", "--chunk", "16", "--decode", "2", "--device-name", "cpu"]
