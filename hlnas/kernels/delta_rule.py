@@ -23,6 +23,7 @@ from torch import Tensor
 
 from hlnas.nn import compute_dtype
 from hlnas.kernels import backends, without_autocast
+from hlnas.kernels.recompute import maybe_recompute
 
 __all__ = ["delta_rule", "naive_delta_rule", "chunk_delta_rule_torch",
            # shared with gated_delta_rule (g=None: no decay)
@@ -164,4 +165,7 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: float | 
     if backends.route("delta_rule", backend, q=q, k=k, v=v, beta=beta, initial_state=initial_state) == "fla":
         return backends.fla_delta_rule(q, k, v, beta, scale=scale, initial_state=initial_state,
                                        output_final_state=output_final_state)
-    return chunked_delta_recurrence(q, k, v, beta, None, scale, initial_state, output_final_state, torch_chunk_size(q))
+    # large inputs keep only themselves for backward and recompute the rest there (hlnas.kernels.recompute)
+    C = torch_chunk_size(q)
+    return maybe_recompute(chunked_delta_recurrence, q, k, v, beta, None, scale, initial_state, output_final_state, C,
+                           qv=(q, v), chunk_size=C)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from hlnas.kernels import backends
+from hlnas.kernels.recompute import maybe_recompute
 from hlnas.kernels.delta_rule import check_delta_inputs, chunked_delta_recurrence, naive_delta_recurrence, torch_chunk_size
 
 __all__ = ["gated_delta_rule", "naive_gated_delta_rule", "chunk_gated_delta_rule_torch"]
@@ -60,4 +61,7 @@ def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *
     if backends.route("gated_delta_rule", backend, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state) == "fla":
         return backends.fla_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                              output_final_state=output_final_state)
-    return chunked_delta_recurrence(q, k, v, beta, g, scale, initial_state, output_final_state, torch_chunk_size(q))
+    # large inputs keep only themselves for backward and recompute the rest there (hlnas.kernels.recompute)
+    C = torch_chunk_size(q)
+    return maybe_recompute(chunked_delta_recurrence, q, k, v, beta, g, scale, initial_state, output_final_state, C,
+                           qv=(q, v), chunk_size=C)

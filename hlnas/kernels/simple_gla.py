@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from hlnas.nn import compute_dtype
 from hlnas.kernels import backends, without_autocast
+from hlnas.kernels.recompute import maybe_recompute
 
 __all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch"]
 
@@ -172,20 +172,7 @@ def simple_gla(
     inputs = dict(q=q, k=k, v=v, g=g, g_gamma=g_gamma, initial_state=initial_state)
     if backends.route("simple_gla", backend, **inputs) == "fla":  # its rules: backends.RULES["simple_gla"]
         return backends.fla_simple_gla(**inputs, scale=scale, output_final_state=output_final_state)
-    if torch.is_grad_enabled() and _chunk_state_bytes(q, v) > RECOMPUTE_ABOVE_BYTES:
-        # keep only the inputs for backward and recompute the rest there, one layer at a time
-        return checkpoint(chunk_simple_gla_torch, **inputs, scale=scale, output_final_state=output_final_state,
-                          use_reentrant=False)
-    return chunk_simple_gla_torch(**inputs, scale=scale, output_final_state=output_final_state)
+    # large inputs keep only themselves for backward and recompute the rest there (hlnas.kernels.recompute)
+    return maybe_recompute(chunk_simple_gla_torch, **inputs, qv=(q, v), scale=scale,
+                           output_final_state=output_final_state)
 
-
-#: above this many bytes of chunk-start states (``[B, H, T/64, K, V]`` float32), the PyTorch path recomputes its
-#: forward in backward instead of keeping its temporaries (each several times that size) for every layer: Mamba-2 at
-#: paper-340m (B=8, T=4096, 32 heads, K=128, V=64) holds 0.5 GiB of them a layer, about 3.5 GiB of saved
-#: temporaries, and ran out of the H200's memory over 24 layers; a 24-layer recall model at d=128 holds 4 MiB
-RECOMPUTE_ABOVE_BYTES = 64 * 2**20
-
-
-def _chunk_state_bytes(q: Tensor, v: Tensor, chunk_size: int = 64) -> int:
-    B, T, H, K = q.shape
-    return B * H * -(-T // chunk_size) * K * v.shape[-1] * 4

@@ -101,11 +101,12 @@ def test_fla_matches_torch(T, decay, h0):
 
 
 def test_large_inputs_recompute_in_backward_with_the_same_values_and_gradients(monkeypatch):
-    """Above RECOMPUTE_ABOVE_BYTES of chunk-start states the PyTorch path keeps only its inputs for backward
+    """Above hlnas.kernels.recompute.RECOMPUTE_ABOVE_BYTES of chunk-start states the PyTorch path keeps only its inputs for backward
     (Mamba-2 at paper-340m ran out of memory keeping every layer's temporaries): same outputs and gradients,
     and far fewer bytes saved for backward."""
     import torch
 
+    from hlnas.kernels import recompute
     from hlnas.kernels import simple_gla as sg
 
     torch.manual_seed(0)
@@ -130,7 +131,7 @@ def test_large_inputs_recompute_in_backward_with_the_same_values_and_gradients(m
         return o.detach(), S.detach(), grads, sum(saved)
 
     o1, S1, g1, kept = run()
-    monkeypatch.setattr(sg, "RECOMPUTE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(recompute, "RECOMPUTE_ABOVE_BYTES", 0)
     o2, S2, g2, recomputed = run()
     assert torch.equal(o1, o2) and torch.equal(S1, S2)
     for a, b in zip(g1, g2):
