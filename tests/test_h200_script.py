@@ -248,3 +248,49 @@ def test_a_search_step_prints_how_many_trials_its_log_says_done_and_where_the_st
     assert "1 trials done in this call's log" in r.stdout, r.stdout
     assert "study pl: 9 complete, 15 waiting (target 24 trials)" in r.stdout
 
+
+
+def test_wheels_in_parts_install_once_every_part_reached_the_machine(tmp_path):
+    """tilelang's wheels (82.5 MB) pass one call's carry: fetch_wheels.sh packs them as a tar in parts that calls carry
+    back to back. A call with some parts stages them on the machine and installs nothing; the call that brings the
+    last part installs every wheel of the tar; a later call installs nothing again."""
+    import io
+    import tarfile
+
+    repo, state, out = _machine(tmp_path, 'if [ "$1" = -m ]; then echo "$@" >>"$HOME/pip.log"; exit 0; fi\nexit 1\n')
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in ("a/z3_solver-4.15-py3-none-any.whl", "b/tilelang-0.1.15-cp312-none-any.whl"):
+            info = tarfile.TarInfo(name)
+            info.size = 4096
+            tar.addfile(info, io.BytesIO(b"w" * 4096))
+    data = buf.getvalue()
+    half = len(data) // 2
+    parts = repo / ".whl_parts"
+    env = {"HLNAS_SITE": str(tmp_path / "site"), "HLNAS_PARTS": str(tmp_path / "parts")}
+    (tmp_path / "site").mkdir()
+
+    def call(*chunks: tuple[str, bytes]) -> str:
+        import shutil
+
+        shutil.rmtree(parts, ignore_errors=True)
+        parts.mkdir()
+        (parts / "tilelang.parts").write_text("2\n")
+        for suffix, chunk in chunks:
+            (parts / f"tilelang.tar.{suffix}").write_bytes(chunk)
+        r = subprocess.run(["bash", str(SCRIPT), "check"], cwd=repo, capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "OUT": str(out),
+                                "HLNAS_STATE": str(state), "HOME": str(tmp_path), **env})
+        assert r.returncode == 2, r.stdout + r.stderr  # the fake python3 has no optuna: the script stops after setup
+        return r.stdout
+
+    pip_log = tmp_path / "pip.log"
+    assert "staged tilelang: 1 of 2 parts" in call(("aa", data[:half]))
+    assert not pip_log.exists()
+    said = call(("ab", data[half:]))
+    assert "installed 2 wheels of tilelang from 2 parts" in said
+    (line,) = pip_log.read_text().splitlines()
+    assert f"--target {tmp_path / 'site'}" in line and "z3_solver-4.15" in line and "tilelang-0.1.15" in line
+    assert (tmp_path / "site" / ".hlnas_tilelang").exists()
+    said = call()
+    assert "tilelang" not in said and len(pip_log.read_text().splitlines()) == 1
