@@ -25,6 +25,17 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+#: The fused forms of the LM's norms and projections (F.rms_norm in :class:`RMSNorm`, :func:`fused_linear`) run on CUDA
+#: only. Why: on the CPU default's recall models they measured 0.98-0.99x the composed forms' step
+#: (experiments/bench/cpu_recall_step_cpu_2026-12-05.md: the stacked weights' copy costs more than the one GEMM saves
+#: at d=64), and the CPU path stays bit for bit what the CPU results so far were measured with. Tests set it.
+FUSED_ON_CPU = False
+
+
+def _fused(x: Tensor) -> bool:
+    return x.is_cuda or FUSED_ON_CPU
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
@@ -32,7 +43,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        if type(self)._scale is RMSNorm._scale:
+        if _fused(x) and type(self)._scale is RMSNorm._scale:
             # torch's fused kernel, the same float32 math: on CUDA one kernel forward and one backward saving x and
             # its rstd, where the composed form below ran about seven fp32 elementwise kernels each way and saved
             # their [B, T, C] outputs (paper-340m Transformer 0.78x a plain-PyTorch one with nn.RMSNorm, at 1.16x
@@ -162,8 +173,8 @@ def fused_linear(x: Tensor, *projs: nn.Module) -> tuple[Tensor, ...]:
     added them in float32 (the paper-340m profile: a Transformer's fp32 adds 47 ms a step against a plain-PyTorch
     one's 19 with fused QKV and gate-up, experiments/bench/paper_scale_profile_h100_2026-12-05.md). The parameters
     stay separate (names, init, state dicts and the replicated model, whose projections are not ``nn.Linear``, are
-    unchanged); the values are the same up to float rounding."""
-    if len(projs) < 2 or any(type(p) is not nn.Linear or p.bias is not None for p in projs):
+    unchanged); the values are the same up to float rounding. On CUDA only (:data:`FUSED_ON_CPU`)."""
+    if not _fused(x) or len(projs) < 2 or any(type(p) is not nn.Linear or p.bias is not None for p in projs):
         return tuple(p(x) for p in projs)
     out = F.linear(x, torch.cat([p.weight for p in projs]))
     return out.split([p.out_features for p in projs], dim=-1)

@@ -46,12 +46,19 @@ def test_shifted_conv_backward_is_its_forward_transposed():
 
 
 # -- the fused forms of the LM's elementwise and projection work (issue #22 point 2) ----------------------------
+@pytest.fixture
+def fused_on_cpu(monkeypatch):
+    import hlnas.nn
+
+    monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", True)
+
+
 def _grads(out, *tensors):
     return torch.autograd.grad(out.square().sum(), tensors)
 
 
 @pytest.mark.parametrize("act", [None, "swish", "sigmoid"])
-def test_rms_norm_fused_equals_the_composed_float32_form(act):
+def test_rms_norm_fused_equals_the_composed_float32_form(act, fused_on_cpu):
     """RMSNorm's fused path (F.rms_norm) gives the composed form's values and gradients (x, weight, gate)."""
     from hlnas.nn import GatedRMSNorm, RMSNorm
 
@@ -71,14 +78,14 @@ def test_rms_norm_fused_equals_the_composed_float32_form(act):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_rms_norm_keeps_a_bf16_input_bf16():
+def test_rms_norm_keeps_a_bf16_input_bf16(fused_on_cpu):
     from hlnas.nn import RMSNorm
 
     x = torch.randn(2, 5, 16, dtype=torch.bfloat16)
     assert RMSNorm(16)(x).dtype == torch.bfloat16
 
 
-def test_fused_linear_equals_separate_projections():
+def test_fused_linear_equals_separate_projections(fused_on_cpu):
     """One matmul over stacked weights: the same outputs and the same gradients for x and each weight."""
     from torch import nn
 
@@ -98,7 +105,7 @@ def test_fused_linear_equals_separate_projections():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_fused_linear_leaves_other_projections_as_they_are():
+def test_fused_linear_leaves_other_projections_as_they_are(fused_on_cpu):
     """A projection with a bias or of another type (the replicated model's) is called as it is."""
     from torch import nn
 
@@ -133,3 +140,19 @@ def test_rotary_split_is_bit_for_bit_the_sliced_form(head_dim):
     ref = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 2 * h:]], dim=-1)
     assert torch.equal(y, ref)
     assert torch.equal(*(torch.autograd.grad((t * torch.arange(head_dim)).sum(), x)[0] for t in (y, ref)))
+
+
+def test_on_the_cpu_the_composed_forms_run_by_default():
+    """Without FUSED_ON_CPU a CPU tensor takes the composed forms: each projection called, the norm not fused."""
+    from unittest import mock
+
+    from torch import nn
+
+    from hlnas.nn import RMSNorm, fused_linear
+
+    projs = [nn.Linear(4, 4, bias=False), nn.Linear(4, 2, bias=False)]
+    with mock.patch.object(nn.Linear, "forward", autospec=True, side_effect=lambda self, x: x[..., :self.out_features]) as fwd:
+        fused_linear(torch.randn(2, 4), *projs)
+    assert fwd.call_count == 2
+    with mock.patch.object(F, "rms_norm", side_effect=AssertionError("fused on the CPU")):
+        RMSNorm(4)(torch.randn(2, 4))
