@@ -10,6 +10,7 @@ import sys
 
 from hlnas.catalog import code_table, linear_mixer_names
 from hlnas.cli_bench import add_bench
+from hlnas.cli_warm import add_warm
 from hlnas.errors import HlnasError
 from hlnas.outputs import output_dir as _out_dir, write_output as _write_text
 
@@ -473,15 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    _add_layout(sub)
-    _add_train(sub)
-    _add_eval(sub)
-    _add_search(sub)
-    _add_calibrate(sub)
-    _add_status(sub)
-    _add_dashboard(sub)
-    _add_report(sub)
-    add_bench(sub)
+    for add in (_add_layout, _add_train, _add_eval, _add_search, _add_calibrate, _add_status, _add_dashboard,
+                _add_report, add_bench, add_warm):  # the order of `hlnas --help`
+        add(sub)
     return parser
 
 

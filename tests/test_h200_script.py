@@ -294,3 +294,17 @@ def test_wheels_in_parts_install_once_every_part_reached_the_machine(tmp_path):
     assert (tmp_path / "site" / ".hlnas_tilelang").exists()
     said = call()
     assert "tilelang" not in said and len(pip_log.read_text().splitlines()) == 1
+
+
+def test_warm_runs_hlnas_warm_per_mixer_of_the_space_and_the_control(tmp_path):
+    """The warm step compiles at the grid space's own shapes: one `hlnas warm --space $SPACE --mixers M` per mixer of
+    the space and the all-attention control (issue #22 point 4), not a training script at a shape of its own."""
+    calls = tmp_path / "calls"
+    _machine(tmp_path, f'echo "$@" >>{calls}\ncase "$*" in *device_count*) echo 1;; esac\nexit 0\n')
+    _run_steps(tmp_path, ["warm:5"])
+    warms = [line.split() for line in calls.read_text().splitlines() if line.startswith("-m hlnas warm")]
+    assert sorted(w[-1] for w in warms) == sorted(
+        ["transformer", "hgrn", "retnet", "gla", "hgrn2", "deltanet", "gated_deltanet"])
+    assert all(w[w.index("--space") + 1] == "search_spaces/paper_grid_h200.yaml" for w in warms)
+    from hlnas.space import load_space  # every mixer warmed is one the space trains
+    assert {w[-1] for w in warms} == {*load_space(str(SCRIPT.parents[2] / "search_spaces" / "paper_grid_h200.yaml")).mixers, "transformer"}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU side of experiments/paper_grid (README there). Runs on the lent H200 machine, in the repo root:
 #   bash experiments/paper_grid/h200.sh STEP...
-# steps: warm[:T] (compile every mixer's kernels and check every op at once), check[:T], train_all[:T],
+# steps: warm[:T] (hlnas warm of $SPACE per mixer, in parallel, and check every op at once), check[:T], train_all[:T],
 #   grid:SECONDS / grid_by:T, placement:SECONDS / placement_by:T (T: seconds from the script's start),
 #   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs),
 #   grid_s1_by:T (the grid's second seed: the same space with --set train.seed=1 in study ${GRID_STUDY}_s1,
@@ -111,18 +111,18 @@ python3 -c "import optuna" 2>/dev/null || { say "optuna (and fla) not installed 
 [ -f $STATE/torch_ops ] && export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops)
 NG=$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')
 say "$(nvidia-smi -L | head -4 | tr '\n' ' ') ($NG GPUs)"
-MIXERS="transformer hgrn retnet gla hgrn2 deltanet gated_deltanet mamba2"
 
 # the GPU's utilisation every 2 s, for the GPU-seconds each call spent (runs share the GPU by time-slicing)
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 >"$OUT/logs/gpu_util.csv" 2>/dev/null &
 UTIL_PID=$!
 
 PIDS=()
-warm_mixers() {  # compile every kernel the grid uses, in parallel (Triton compiles on the CPU: 16+ cores here)
+WARM_MIXERS=${WARM_MIXERS:-"transformer hgrn retnet gla hgrn2 deltanet gated_deltanet"}  # $SPACE's mixers + the control
+warm_mixers() {  # hlnas warm: one short trial per mixer at $SPACE's own shapes, in parallel (Triton compiles on the CPU)
   local i=0
-  for m in $MIXERS; do
-    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 experiments/gpu_train_all.py --space $SPACE --mixers $m --no-baseline \
-      --ratio 6:1 --tokens 65536 --quick-score >"$OUT/logs/warm_$m.log" 2>&1 & PIDS+=($!); i=$((i + 1))
+  for m in $WARM_MIXERS; do
+    CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m hlnas warm --space $SPACE --mixers $m \
+      >"$OUT/logs/warm_$m.log" 2>&1 & PIDS+=($!); i=$((i + 1))
   done
 }
 check_ops() {  # every op in its own process (a CUDA fault in one must not poison the others), all GPUs
