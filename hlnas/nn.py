@@ -16,7 +16,8 @@ from torch import Tensor, nn
 from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
 
 __all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk",
-           "rope_table", "grow_rope_tables", "rope_tables_bytes", "ROPE_TABLE", "swiglu_hidden", "fused_linear"]
+           "rope_table", "grow_rope_tables", "rope_tables_bytes", "ROPE_TABLE", "swiglu_hidden", "fused_linear",
+           "lean_gated_norm", "fused_forms", "FUSED_ON_CPU"]
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -32,7 +33,8 @@ def compute_dtype(x: Tensor) -> torch.dtype:
 FUSED_ON_CPU = False
 
 
-def _fused(x: Tensor) -> bool:
+def fused_forms(x: Tensor) -> bool:
+    """Whether ``x``'s computations take the fused forms (:data:`FUSED_ON_CPU`)."""
     return x.is_cuda or FUSED_ON_CPU
 
 
@@ -43,7 +45,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        if _fused(x) and type(self)._scale is RMSNorm._scale:
+        if fused_forms(x) and type(self)._scale is RMSNorm._scale:
             # torch's fused kernel, the same float32 math: on CUDA one kernel forward and one backward saving x and
             # its rstd, where the composed form below ran about seven fp32 elementwise kernels each way and saved
             # their [B, T, C] outputs (paper-340m Transformer 0.78x a plain-PyTorch one with nn.RMSNorm, at 1.16x
@@ -60,7 +62,7 @@ class RMSNorm(nn.Module):
 
 
 class GatedRMSNorm(RMSNorm):
-    """RMSNorm(x) * act(gate): the output gate of GLA, HGRN, GatedDeltaNet and Mamba-2."""
+    """RMSNorm(x) * act(gate): the output gate of GLA, HGRN, RetNet, DeltaNet and GatedDeltaNet."""
 
     def __init__(self, dim: int, eps: float = 1e-6, act: str = "swish"):
         super().__init__(dim, eps)
@@ -69,8 +71,67 @@ class GatedRMSNorm(RMSNorm):
         self.act = act
 
     def forward(self, x: Tensor, gate: Tensor) -> Tensor:  # type: ignore[override]
+        if fused_forms(x) and type(self)._scale is RMSNorm._scale:
+            return lean_gated_norm(x, gate, self.weight, self.eps, self.act)
         g = F.silu(gate.float()) if self.act == "swish" else torch.sigmoid(gate.float())
         return (super().forward(x).float() * g).to(x.dtype)
+
+
+def _act_and_slope(g: Tensor, act: str) -> tuple[Tensor, Tensor]:
+    """act(g) and act'(g) in float32, for swish (silu) or sigmoid."""
+    s = torch.sigmoid(g)
+    if act == "sigmoid":
+        return s, s * (1 - s)
+    return g * s, s * (1 + g * (1 - s))
+
+
+class _LeanGatedNorm(torch.autograd.Function):
+    """A gated RMSNorm that keeps only its inputs (in their own dtype) and one rstd per row (or group) for
+    backward, and recomputes the rest there. Either ``RMSNorm(x) * w * act(gate)`` (``gate_first`` False: GLA, HGRN,
+    RetNet, the delta rules) or ``RMSNorm(x * silu(gate)) * w`` over ``groups`` equal slices of the last dim
+    (``gate_first``: Mamba-2's norm_before_gate=False). Float32 math throughout (float64 for float64 inputs), one rounding at the output.
+
+    Why: composed, autograd saved four or five float32 copies of the [B, T, C] activations a layer (the casts, the
+    normalised value, the activated gate); Mamba-2 at paper-340m (C = 2048, B=8, T=4096) kept 1.25 GiB a layer, about
+    30 GiB of its 24 layers, and ran out of the H100's memory (experiments/bench/paper_scale_h100_2026-12-05.md)."""
+
+    @staticmethod
+    def forward(ctx, x, gate, weight, eps, act, gate_first, groups):
+        cdt = compute_dtype(x)
+        xf, gf, w = x.to(cdt), gate.to(cdt), weight.to(cdt)
+        a, _ = _act_and_slope(gf, act)
+        h = (xf * a if gate_first else xf).unflatten(-1, (groups, -1))
+        rstd = torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)
+        y = (h * rstd).flatten(-2) * w
+        ctx.save_for_backward(x, gate, weight, rstd)
+        ctx.act, ctx.gate_first, ctx.groups = act, gate_first, groups
+        return (y if gate_first else y * a).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gate, weight, rstd = ctx.saved_tensors
+        cdt = compute_dtype(x)
+        xf, gf, w, dy = x.to(cdt), gate.to(cdt), weight.to(cdt), dy.to(cdt)
+        a, slope = _act_and_slope(gf, ctx.act)
+        h = (xf * a if ctx.gate_first else xf).unflatten(-1, (ctx.groups, -1))
+        n = (h * rstd).flatten(-2)  # the normalised value, before the weight
+        dgate = None
+        if not ctx.gate_first:  # y = n w a
+            dgate = dy * n * w * slope
+            dy = dy * a
+        dw = (dy * n).reshape(-1, n.shape[-1]).sum(0)
+        dn = (dy * w).unflatten(-1, (ctx.groups, -1))
+        nn_ = n.unflatten(-1, (ctx.groups, -1))
+        dh = (rstd * (dn - nn_ * (dn * nn_).mean(-1, keepdim=True))).flatten(-2)
+        if ctx.gate_first:  # h = x a
+            dgate, dh = dh * xf * slope, dh * a
+        return dh.to(x.dtype), dgate.to(gate.dtype), dw.to(weight.dtype), None, None, None, None
+
+
+def lean_gated_norm(x: Tensor, gate: Tensor, weight: Tensor, eps: float, act: str = "swish", gate_first: bool = False,
+                    groups: int = 1) -> Tensor:
+    """:class:`_LeanGatedNorm` as a function (Mamba-2's grouped norm calls it)."""
+    return _LeanGatedNorm.apply(x, gate, weight, eps, act, gate_first, groups)
 
 
 class _ShiftedConv(torch.autograd.Function):
@@ -174,7 +235,7 @@ def fused_linear(x: Tensor, *projs: nn.Module) -> tuple[Tensor, ...]:
     one's 19 with fused QKV and gate-up, experiments/bench/paper_scale_profile_h100_2026-12-05.md). The parameters
     stay separate (names, init, state dicts and the replicated model, whose projections are not ``nn.Linear``, are
     unchanged); the values are the same up to float rounding. On CUDA only (:data:`FUSED_ON_CPU`)."""
-    if not _fused(x) or len(projs) < 2 or any(type(p) is not nn.Linear or p.bias is not None for p in projs):
+    if not fused_forms(x) or len(projs) < 2 or any(type(p) is not nn.Linear or p.bias is not None for p in projs):
         return tuple(p(x) for p in projs)
     out = F.linear(x, torch.cat([p.weight for p in projs]))
     return out.split([p.out_features for p in projs], dim=-1)

@@ -53,6 +53,7 @@ def _step_ops(model) -> collections.Counter:
 
 def test_hlnas_transformer_issues_the_plain_transformers_ops(monkeypatch):
     monkeypatch.setattr(hnn, "FUSED_ON_CPU", True)  # the forms the CUDA step runs
+    monkeypatch.setattr(hnn, "_TABLES", {})  # RoPE's table made in this step, as the plain model makes its cos/sin
     cfg, n_layers = ModelConfig(d_model=64, vocab_size=256, n_heads=4, mlp_hidden=128), 3
     layout = build_layout("transformer", None, n_layers)
     plain, ours = plain_transformer(resolve_config(layout, cfg)), build_model(layout, cfg)

@@ -156,3 +156,65 @@ def test_on_the_cpu_the_composed_forms_run_by_default():
     assert fwd.call_count == 2
     with mock.patch.object(F, "rms_norm", side_effect=AssertionError("fused on the CPU")):
         RMSNorm(4)(torch.randn(2, 4))
+
+
+# -- the lean gated norm: inputs and one rstd kept for backward, the rest recomputed (issue #22 point 3) ----------
+@pytest.mark.parametrize("act, gate_first, groups", [("swish", False, 1), ("sigmoid", False, 1), ("swish", True, 1),
+                                                     ("swish", True, 3)])
+def test_lean_gated_norm_gradients_are_exact_in_float64(act, gate_first, groups):
+    from hlnas.nn import lean_gated_norm
+
+    torch.manual_seed(0)
+    x, g = (torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    w = torch.empty(12, dtype=torch.float64).uniform_(0.5, 1.5).requires_grad_()
+    assert torch.autograd.gradcheck(lambda *t: lean_gated_norm(*t, 1e-5, act, gate_first, groups), (x, g, w))
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_mamba2_grouped_norm_lean_equals_composed(dtype, tol, monkeypatch):
+    """Mamba-2's RMSNorm(y * silu(z)) over groups: the lean form (CUDA, or FUSED_ON_CPU) gives the composed form's
+    values and gradients, in float32 and within bf16 rounding for bf16 inputs."""
+    import hlnas.nn
+    from hlnas.mixers.mamba2 import _GroupedGatedRMSNorm
+
+    torch.manual_seed(0)
+    norm = _GroupedGatedRMSNorm(24, groups=2, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    y, z = (torch.randn(3, 7, 24).to(dtype).requires_grad_() for _ in range(2))
+    runs = []
+    for fused in (False, True):
+        monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", fused)
+        out = norm(y, z)
+        runs.append((out, *_grads(out.float(), y, z, norm.weight)))
+    assert runs[0][0].dtype == runs[1][0].dtype == dtype
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)
+
+
+def _saved_bytes(fn) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``fn()`` runs (parameters included)."""
+    seen = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def test_lean_gated_norm_keeps_only_its_bf16_inputs_for_backward(monkeypatch):
+    """The composed gated norm saved float32 copies of bf16 activations (2 bytes a value became 4, several times);
+    the lean one keeps x and the gate as they came, the weight and one float32 rstd per row."""
+    import hlnas.nn
+    from hlnas.nn import GatedRMSNorm
+
+    norm = GatedRMSNorm(256)
+    x, g = (torch.randn(4, 64, 256, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    inputs = 2 * x.numel() * 2 + 256 * 4 + 4 * 64 * 4  # x and gate in bf16, the weight, rstd [4, 64, 1]
+    monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", True)
+    assert _saved_bytes(lambda: norm(x, g)) == inputs
+    monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", False)
+    assert _saved_bytes(lambda: norm(x, g)) > 3 * inputs

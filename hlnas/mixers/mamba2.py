@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.simple_gla import simple_gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import compute_dtype, ShortConvolution
+from hlnas.nn import compute_dtype, fused_forms, lean_gated_norm, ShortConvolution
 
 
 class _GroupedGatedRMSNorm(nn.Module):
@@ -35,6 +35,8 @@ class _GroupedGatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:
+        if fused_forms(y) and type(self)._scale is _GroupedGatedRMSNorm._scale:
+            return lean_gated_norm(y, z, self.weight, self.eps, "swish", gate_first=True, groups=self.groups)
         cdt = compute_dtype(y)
         h = y.to(cdt) * F.silu(z.to(cdt))
         h = h.unflatten(-1, (self.groups, -1))
