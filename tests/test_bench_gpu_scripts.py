@@ -273,9 +273,13 @@ def test_trial_overhead_names_why_a_step_ran_eagerly(monkeypatch):
         step, _ = hlnas.training.step.make_step()
         step()
 
+    import hlnas.train
+
+    trainers = hlnas.train.make_step
     monkeypatch.setattr(hlnas.training.step, "make_step", fake_make_step)
     monkeypatch.setattr(hlnas.search.trial, "run_trial", fake_run_trial)
     row = trial_overhead.one_trial(None)
+    assert hlnas.train.make_step is trainers  # the trainer's name for it is its own again, not the fake
     assert row["status"] == "ok"
     assert row["step_mode"] == "eager (CUDA graph step not used: capture failed (X: y); running eagerly)"
 
@@ -308,3 +312,21 @@ def test_without_cuda_the_card_is_cpu(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert results.card_name() == "cpu"
+
+
+def test_saved_memory_counts_less_for_the_lean_gated_norm(tmp_path):
+    """saved_memory: per mixer a layer's saved GiB, composed and lean, from one run; the lean norm keeps less wherever
+    a gated norm sits (Mamba-2, GLA) and the same where none does (the Transformer); the flags are restored."""
+    import csv
+
+    import hlnas.nn
+    from experiments.bench import saved_memory
+
+    assert saved_memory.main(["--mixers", "mamba2,gla,transformer", "--preset", "proxy-tiny", "--seq-len", "64",
+                              "--out", str(tmp_path), "--device-name", "cpu"]) == 0
+    (path,) = tmp_path.glob("saved_memory_cpu_*.csv")
+    rows = {r["mixer"]: r for r in csv.DictReader(open(path))}
+    for m in ("mamba2", "gla"):
+        assert 0 < float(rows[m]["lean_gib"]) < float(rows[m]["composed_gib"])
+    assert rows["transformer"]["lean_gib"] == rows["transformer"]["composed_gib"]
+    assert hlnas.nn.LEAN_GATED_NORM and not hlnas.nn.FUSED_ON_CPU
