@@ -17,7 +17,8 @@ from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's si
 
 __all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk",
            "rope_table", "grow_rope_tables", "rope_tables_bytes", "ROPE_TABLE", "swiglu_hidden", "fused_linear",
-           "lean_gated_norm", "fused_forms", "FUSED_ON_CPU"]
+           "lean_gated_norm", "fused_forms", "FUSED_ON_CPU",
+           "LEAN_GATED_NORM"]
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -61,6 +62,11 @@ class RMSNorm(nn.Module):
         return y * w
 
 
+#: The gated norms take :func:`lean_gated_norm` wherever the fused forms run (:func:`fused_forms`); off, they take the
+#: composed form there too (experiments/bench/saved_memory.py compares the two).
+LEAN_GATED_NORM = True
+
+
 class GatedRMSNorm(RMSNorm):
     """RMSNorm(x) * act(gate): the output gate of GLA, HGRN, RetNet, DeltaNet and GatedDeltaNet."""
 
@@ -71,7 +77,7 @@ class GatedRMSNorm(RMSNorm):
         self.act = act
 
     def forward(self, x: Tensor, gate: Tensor) -> Tensor:  # type: ignore[override]
-        if fused_forms(x) and type(self)._scale is RMSNorm._scale:
+        if LEAN_GATED_NORM and fused_forms(x) and type(self)._scale is RMSNorm._scale:
             return lean_gated_norm(x, gate, self.weight, self.eps, self.act)
         g = F.silu(gate.float()) if self.act == "swish" else torch.sigmoid(gate.float())
         return (super().forward(x).float() * g).to(x.dtype)

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.simple_gla import simple_gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
+import hlnas.nn as hnn
 from hlnas.nn import compute_dtype, fused_forms, lean_gated_norm, ShortConvolution
 
 
@@ -35,7 +36,7 @@ class _GroupedGatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:
-        if fused_forms(y) and type(self)._scale is _GroupedGatedRMSNorm._scale:
+        if hnn.LEAN_GATED_NORM and fused_forms(y) and type(self)._scale is _GroupedGatedRMSNorm._scale:
             return lean_gated_norm(y, z, self.weight, self.eps, "swish", gate_first=True, groups=self.groups)
         cdt = compute_dtype(y)
         h = y.to(cdt) * F.silu(z.to(cdt))
@@ -160,12 +161,14 @@ class Mamba2(Mixer):
         g = -torch.exp(self.A_log.to(cdt)) * dt  # log-decay A * dt <= 0
         k = Bm.view(B, T, G, N).repeat_interleave(H // G, dim=2)
         q = Cm.view(B, T, G, N).repeat_interleave(H // G, dim=2)
-        v = xs.to(cdt) * dt[..., None]
+        xs = xs.to(cdt)  # once: each of the two products below saved its own float32 copy for backward (6 GiB of
+        # Mamba-2's 24 layers at paper-340m, B=8, T=4096; experiments/bench/saved_memory.py)
+        v = xs * dt[..., None]
         h0 = None if cache is None else cache.get("state")
         y, ht = simple_gla(q, k, v, g, scale=1.0, initial_state=h0, output_final_state=cache is not None)
         if cache is not None:
             cache["state"] = ht.detach()
         # D skip connection; [..., None] rather than [:, None]: the same for D [H], and right for the replicated
         # model's per-row D [B, 1, H] (hlnas.training.replicas)
-        y = y.to(cdt) + xs.to(cdt) * self.D.to(cdt)[..., None]
+        y = y.to(cdt) + xs * self.D.to(cdt)[..., None]
         return self.out_proj(self.norm(y.reshape(B, T, self.inner).to(x.dtype), z))
