@@ -68,8 +68,25 @@ def test_a_rope_row_runs_with_the_rope_table_and_is_set_against_its_row_without(
     assert by["transformer@rope"]["mode"] == "eager+rope" and by["transformer"]["mode"] == "eager"
     assert float(by["transformer@rope"]["tok_s_vs_own"]) > 0 and not by["transformer"].get("tok_s_vs_own")
     assert seen and hnn.ROPE_TABLE == "the default"  # the table by the rope row only (the other row computes in place)
-    with pytest.raises(SystemExit, match="unknown variant 'ropes'; allowed: @compile, @rope, @compile\\+rope"):
+    with pytest.raises(SystemExit, match="unknown variant 'ropes'; allowed: @compile, @rope, @compile\\+rope, @composed"):
         paper_scale.main([*args[:-6], "--only", "transformer@ropes", "--device-name", "cpu", "--out", str(tmp_path)])
+
+
+def test_a_composed_row_runs_the_composed_gated_norm_against_its_lean_row(tmp_path, monkeypatch):
+    """@composed: the gated norms' composed form for that row only (LEAN_GATED_NORM off, restored after), set against
+    the same row with the lean norm (the fused forms on, as on CUDA; the GPU run measures the difference)."""
+    import hlnas.nn as hnn
+
+    seen = []
+    real = hnn.lean_gated_norm
+    monkeypatch.setattr(hnn, "FUSED_ON_CPU", True)
+    monkeypatch.setattr(hnn, "lean_gated_norm", lambda *a, **k: seen.append(1) or real(*a, **k))
+    args = ["--preset", "proxy-tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
+            "--only", "gla:3:1@composed", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert paper_scale.main(args) == 0 and not seen and hnn.LEAN_GATED_NORM  # composed throughout, then restored
+    assert paper_scale.main([*args[:-5], "gla:3:1,gla:3:1@composed", *args[-4:]]) == 0 and seen
+    by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
+    assert by["gla:3:1@composed"]["mode"] == "eager+composed" and float(by["gla:3:1@composed"]["tok_s_vs_own"]) > 0
 
 
 def test_recall_space_rows_time_the_spaces_recall_model_not_the_preset(tmp_path):
@@ -327,6 +344,6 @@ def test_saved_memory_counts_less_for_the_lean_gated_norm(tmp_path):
     (path,) = tmp_path.glob("saved_memory_cpu_*.csv")
     rows = {r["mixer"]: r for r in csv.DictReader(open(path))}
     for m in ("mamba2", "gla"):
-        assert 0 < float(rows[m]["lean_gib"]) < float(rows[m]["composed_gib"])
-    assert rows["transformer"]["lean_gib"] == rows["transformer"]["composed_gib"]
+        assert 0 < int(rows[m]["lean_bytes"]) < int(rows[m]["composed_bytes"])
+    assert int(rows["transformer"]["lean_bytes"]) == int(rows["transformer"]["composed_bytes"]) > 0
     assert hlnas.nn.LEAN_GATED_NORM and not hlnas.nn.FUSED_ON_CPU

@@ -16,7 +16,9 @@ mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory 
 ``@compile`` (``gla:3:1@compile``) trains that model under ``torch.compile`` (inductor, block by block as
 ``train.compile`` does) inside the same step, and its
 ``tok/s vs own row`` is its speed over the uncompiled row of the same run (issue #21 point 2); ``@rope`` and
-``@compile+rope`` take RoPE's cos/sin from one table (``hlnas.nn.rope_table``), measured against the same row without. Every model
+``@compile+rope`` take RoPE's cos/sin from one table (``hlnas.nn.rope_table``), measured against the same row without;
+``@composed`` runs the gated norms' composed form (``hlnas.nn.LEAN_GATED_NORM`` off), against the same row with the
+lean one (its tokens/s and peak memory, issue #22 point 3). Every model
 trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused AdamW,
 clipping, bf16 autocast, ``lm_loss``) on random tokens of the batch's shape: the rows differ in the model alone.
 
@@ -48,7 +50,8 @@ import time
 
 from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, environment, write_results
 
-PAPER_ROWS = "matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,deltanet:3:1,gated_deltanet:3:1,mamba2:pure"
+PAPER_ROWS = ("matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,deltanet:3:1,gated_deltanet:3:1,mamba2:pure,"
+              "gla:3:1@composed,mamba2:pure@composed")  # the last two: the lean gated norm's speed and memory
 PROFILE_STEPS = 2
 
 
@@ -176,12 +179,14 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 
     cfg = recall_config(args.recall_space) if args.recall_space else preset(args.preset)
     spec, _, variant = spec.partition("@")  # "@compile": the model as train.compile compiles it (inductor, block by block), then the same step
-    if variant not in ("", "compile", "rope", "compile+rope"):
-        raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile, @rope, @compile+rope")
+    if variant not in ("", "compile", "rope", "compile+rope", "composed"):
+        raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile, @rope, @compile+rope, "
+                         "@composed")
     import hlnas.nn as hnn
 
     rope, rope_default = "rope" in variant, hnn.ROPE_TABLE  # RoPE's cos/sin from one table (hlnas.nn), this row only
-    variant = variant.replace("rope", "").strip("+")
+    lean, lean_default = variant != "composed", hnn.LEAN_GATED_NORM  # @composed: the gated norms' composed form
+    variant = variant.replace("rope", "").replace("composed", "").strip("+")
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
     # at context T the cost model's attention term, 2 T d per token (the paper's Table 4: one FLOP per multiply-add),
@@ -191,7 +196,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
            "status": "ok"}
     model = opt = step = None
     try:
-        hnn.ROPE_TABLE = rope
+        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM = rope, lean
         if dev.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -209,7 +214,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
         step, mode = make_step(compiled(model, True, "train.compile") if variant else model, opt, lm_loss, (x, y), graph=graph, clip=1.0,
                                autocast=torch.bfloat16 if dev.type == "cuda" else None, rewind_warmup=True)
-        mode += ("+compile" if variant else "") + ("+rope" if rope else "")
+        mode += ("+compile" if variant else "") + ("+rope" if rope else "") + ("" if lean else "+composed")
         loss = step(x, y)
         _sync(dev)
         row["first_step_s"] = round(time.perf_counter() - t0, 2)
@@ -231,7 +236,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         del e
     finally:
-        hnn.ROPE_TABLE = rope_default
+        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM = rope_default, lean_default
         del model, opt, step
         gc.collect()
         if dev.type == "cuda":
@@ -288,6 +293,8 @@ def _ratios(rows: list[dict]) -> None:
             own = next((o for o in rows if o["row"] == mine and o.get("tok_s")), None)
             if own:
                 r["tok_s_vs_own"] = round(r["tok_s"] / own["tok_s"], 3)
+                if r.get("peak_gib") and own.get("peak_gib"):
+                    r["peak_vs_own"] = round(r["peak_gib"] / own["peak_gib"], 3)
         if r.get("mfu") and mm and r["row"] != "matmul":
             r["mfu_of_matmul"] = round(r["mfu"] * PEAK_BF16 / (mm["tflops"] * 1e12), 4)
 
@@ -307,7 +314,7 @@ def _summary(rows: list[dict]) -> str:
 
 
 COLUMNS = ["row", "params M", "first step s", "step ms", "tok/s", "MFU", "MFU of matmul", "peak GiB", "held at start GiB",
-           "tok/s vs plain", "peak vs plain", "tok/s vs own row", "status", "notes"]
+           "tok/s vs plain", "peak vs plain", "tok/s vs own row", "peak vs own row", "status", "notes"]
 
 
 def _cells(r):
@@ -315,7 +322,7 @@ def _cells(r):
     tok = f"{r['tok_s']:,}" if r.get("tok_s") else (f"{r['tflops']} TFLOP/s" if r.get("tflops") else "")
     return (r["row"], r.get("params_m", ""), r.get("first_step_s", ""), r.get("step_ms", ""), tok, pct(r.get("mfu", "")),
             pct(r.get("mfu_of_matmul", "")), r.get("peak_gib", ""), r.get("held_gib_at_start", ""), r.get("tok_s_vs_plain", ""),
-            r.get("peak_vs_plain", ""), r.get("tok_s_vs_own", ""), r.get("status", ""), r.get("notes", ""))
+            r.get("peak_vs_plain", ""), r.get("tok_s_vs_own", ""), r.get("peak_vs_own", ""), r.get("status", ""), r.get("notes", ""))
 
 
 def _write(args, rows, command, name="paper_scale"):

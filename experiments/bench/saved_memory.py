@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import weakref
 
 from experiments.bench.results import DEVICE_NAME_HELP, environment, write_results
 
@@ -40,24 +41,28 @@ def saved_bytes(mixer: str, n_layers: int, args) -> int:
     torch.manual_seed(0)
     model = build_model(Layout(full.mixers[-n_layers:]), cfg.replace(target_params=None, mlp_hidden=cfg.mlp_width))
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
+    saved = []  # (a weak reference to the tensor, its storage's address and bytes)
 
     def pack(t):
         s = t.untyped_storage()
         if s.data_ptr() not in params:
-            seen[s.data_ptr()] = s.nbytes()
+            saved.append((weakref.ref(t), s.data_ptr(), s.nbytes()))
         return t
 
     ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq_len + 1))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            lm_loss(model(ids[:, :-1]), ids[:, 1:])
-    return sum(seen.values())
+            loss = lm_loss(model(ids[:, :-1]), ids[:, 1:])
+    # what the graph still holds once the forward is done, each storage once: a node whose output went unused was
+    # freed with what it saved, and its storage's address may since have been reused
+    held = {ptr: nbytes for ref, ptr, nbytes in saved if ref() is not None}
+    del loss
+    return sum(held.values())
 
 
-def layer_gib(mixer: str, args) -> float:
-    """GiB one layer of ``mixer`` keeps for backward at ``--scale-to`` sequences."""
-    return (saved_bytes(mixer, 2, args) - saved_bytes(mixer, 1, args)) * args.scale_to / args.batch / 2**30
+def layer_bytes(mixer: str, args) -> int:
+    """Bytes one layer of ``mixer`` keeps for backward at ``--scale-to`` sequences."""
+    return (saved_bytes(mixer, 2, args) - saved_bytes(mixer, 1, args)) * args.scale_to // args.batch
 
 
 def mixer_row(mixer: str, args) -> dict:
@@ -67,9 +72,10 @@ def mixer_row(mixer: str, args) -> dict:
     row = {"mixer": mixer}
     for lean in (False, True):
         hnn.LEAN_GATED_NORM = lean
-        row["lean_gib" if lean else "composed_gib"] = round(layer_gib(mixer, args), 3)
-    row["ratio"] = round(row["lean_gib"] / row["composed_gib"], 3)
-    row["saved_24_layers_gib"] = round(24 * (row["composed_gib"] - row["lean_gib"]), 1)
+        row["lean_bytes" if lean else "composed_bytes"] = layer_bytes(mixer, args)
+    row["composed_gib"], row["lean_gib"] = (round(row[k] / 2**30, 3) for k in ("composed_bytes", "lean_bytes"))
+    row["ratio"] = round(row["lean_bytes"] / row["composed_bytes"], 3)
+    row["saved_24_layers_gib"] = round(24 * (row["composed_bytes"] - row["lean_bytes"]) / 2**30, 1)
     print(f"{mixer:16s} composed {row['composed_gib']:6.2f} GiB  lean {row['lean_gib']:6.2f} GiB  "
           f"ratio {row['ratio']:.3f}", flush=True)
     return row

@@ -288,7 +288,7 @@ PY
       [[ $step == bench_paper:* ]] && t=${step#bench_paper:} || t=540
       timeout $(cap $t) python3 -m experiments.bench.paper_scale --out "$OUT/logs" --profile ${BENCH_ONLY:+--only $BENCH_ONLY} \
         ${BENCH_MODE:+--mode $BENCH_MODE} >"$OUT/logs/bench_paper.log" 2>&1
-      say "bench_paper rc=$?"; cat "$OUT"/logs/paper_scale_h200_*.md 2>/dev/null ;;
+      say "bench_paper rc=$?"; cat "$OUT"/logs/paper_scale_h[0-9]*_*.md 2>/dev/null ;;
     bench_recall*)  # issues #20 point 7 and #21: the recall model's training step at the calibrating space's shape
                     # (CUDA graph, as the proxy) against a plain-PyTorch Transformer of that shape, with the per-op
                     # profile: what limits a recall-proxy GPU-second (about 2 % MFU at batch 64)
