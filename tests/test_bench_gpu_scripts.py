@@ -341,7 +341,7 @@ def test_saved_memory_counts_less_for_the_lean_gated_norm(tmp_path):
 
     assert saved_memory.main(["--mixers", "mamba2,gla,transformer", "--preset", "proxy-tiny", "--seq-len", "64",
                               "--out", str(tmp_path), "--device-name", "cpu"]) == 0
-    (path,) = tmp_path.glob("saved_memory_cpu_*.csv")
+    (path,) = tmp_path.glob("saved_memory_t64_cpu_*.csv")
     rows = {r["mixer"]: r for r in csv.DictReader(open(path))}
     for m in ("mamba2", "gla"):
         assert 0 < int(rows[m]["lean_bytes"]) < int(rows[m]["composed_bytes"])

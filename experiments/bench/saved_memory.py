@@ -11,7 +11,9 @@ at 1 and at 2 layers of the mixer (its 24-layer MLP width); a layer's bytes are 
 (:data:`hlnas.kernels.recompute.RECOMPUTE_ABOVE_BYTES`) is scaled the same way, so a call that recomputes at the target
 batch recomputes here. The baseline is the same count with :data:`hlnas.nn.LEAN_GATED_NORM` off, in the same run.
 
-On the CPU the linear mixers run their PyTorch kernels, which keep more than fla's do on a GPU, and RMSNorm's
+Writes ``OUT/saved_memory_t<T>_<device>_<date>.csv`` and ``.md``. On a 24 GiB CPU machine DeltaNet's, HGRN-2's and
+RetNet's PyTorch paths run out of memory at T=4096 (the 2026-12-05 table has them at T=1024). On the CPU the linear
+mixers run their PyTorch kernels, which keep more than fla's do on a GPU, and RMSNorm's
 ``F.rms_norm`` decomposes; the gated norm's difference is the same on both. It measures bytes, not time.
 """
 
@@ -107,7 +109,7 @@ def main(argv=None) -> int:
     note = (f"{args.preset}, T={args.seq_len}, {args.batch} sequence(s) counted, scaled to B={args.scale_to}; GiB one "
             f"layer keeps for backward (bf16 autocast, fused forms on); baseline: the composed gated norm "
             f"(hlnas.nn.LEAN_GATED_NORM off) in the same run. {environment()}.")
-    write_results(args.out, "saved_memory", args.device_name, "Activation memory a layer keeps for backward",
+    write_results(args.out, f"saved_memory_t{args.seq_len}", args.device_name, "Activation memory a layer keeps for backward",
                   "python -m experiments.bench.saved_memory " + " ".join(argv if argv is not None else sys.argv[1:]),
                   note, ["mixer", "composed GiB", "lean GiB", "ratio", "24 layers save GiB"],
                   lambda r: [r["mixer"], r["composed_gib"], r["lean_gib"], r["ratio"], r["saved_24_layers_gib"]], rows)
