@@ -11,15 +11,15 @@ at 1 and at 2 layers of the mixer (its 24-layer MLP width); a layer's bytes are 
 (:data:`hlnas.kernels.recompute.RECOMPUTE_ABOVE_BYTES`) is scaled the same way, so a call that recomputes at the target
 batch recomputes here. The baseline is the same count with :data:`hlnas.nn.LEAN_GATED_NORM` off, in the same run.
 
-Writes ``OUT/saved_memory_t<T>_<device>_<date>.csv`` and ``.md``. On a 24 GiB CPU machine DeltaNet's, HGRN-2's and
-RetNet's PyTorch paths run out of memory at T=4096 (the 2026-12-05 table has them at T=1024). On the CPU the linear
-mixers run their PyTorch kernels, which keep more than fla's do on a GPU, and RMSNorm's
+Writes ``OUT/saved_memory_t<T>_<device>_<date>.csv`` and ``.md``. On the CPU the linear mixers run their PyTorch
+kernels, which keep more than fla's do on a GPU, and RMSNorm's
 ``F.rms_norm`` decomposes; the gated norm's difference is the same on both. It measures bytes, not time.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import weakref
 
@@ -46,6 +46,9 @@ def saved_bytes(mixer: str, n_layers: int, args) -> int:
     saved = []  # (a weak reference to the tensor, its storage's address and bytes)
 
     def pack(t):
+        # detached: the same storage, no grad_fn. A node that saves its own output would otherwise hold a tensor that
+        # holds the node, a cycle through C++ that Python's gc never frees (1.4-1.8 GB a call leaked at T=4096)
+        t = t.detach()
         s = t.untyped_storage()
         if s.data_ptr() not in params:
             saved.append((weakref.ref(t), s.data_ptr(), s.nbytes()))
@@ -58,7 +61,8 @@ def saved_bytes(mixer: str, n_layers: int, args) -> int:
     # what the graph still holds once the forward is done, each storage once: a node whose output went unused was
     # freed with what it saved, and its storage's address may since have been reused
     held = {ptr: nbytes for ref, ptr, nbytes in saved if ref() is not None}
-    del loss
+    del loss, model
+    gc.collect()  # the graph and model now, not when the next row's allocations have piled on them
     return sum(held.values())
 
 
