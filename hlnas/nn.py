@@ -51,10 +51,13 @@ class RMSNorm(nn.Module):
             # its rstd, where the composed form below ran about seven fp32 elementwise kernels each way and saved
             # their [B, T, C] outputs (paper-340m Transformer 0.78x a plain-PyTorch one with nn.RMSNorm, at 1.16x
             # its memory: experiments/bench/paper_scale_h100_2026-12-05.md)
-            return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
-        xf = x.float()  # a replicated norm (hlnas.training.replicas): one weight per replica's rows, in _scale
+            cdt = compute_dtype(x)
+            return F.rms_norm(x.to(cdt), (x.shape[-1],), self.weight.to(cdt), self.eps).to(x.dtype)
+        # float32, float64 for float64 inputs (the reference tests: it once rounded them to float32); a replicated norm
+        # (hlnas.training.replicas) applies one weight per replica's rows, in _scale
+        xf = x.to(compute_dtype(x))
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self._scale(y, self.weight.float()).to(x.dtype)
+        return self._scale(y, self.weight.to(xf.dtype)).to(x.dtype)
 
     def _scale(self, y: Tensor, w: Tensor) -> Tensor:
         """y times the per-channel weight on its last dim (the replicated model, hlnas.training.replicas, applies one
@@ -79,8 +82,9 @@ class GatedRMSNorm(RMSNorm):
     def forward(self, x: Tensor, gate: Tensor) -> Tensor:  # type: ignore[override]
         if LEAN_GATED_NORM and fused_forms(x) and type(self)._scale is RMSNorm._scale:
             return lean_gated_norm(x, gate, self.weight, self.eps, self.act)
-        g = F.silu(gate.float()) if self.act == "swish" else torch.sigmoid(gate.float())
-        return (super().forward(x).float() * g).to(x.dtype)
+        cdt = compute_dtype(x)
+        g = F.silu(gate.to(cdt)) if self.act == "swish" else torch.sigmoid(gate.to(cdt))
+        return (super().forward(x).to(cdt) * g).to(x.dtype)
 
 
 def _act_and_slope(g: Tensor, act: str) -> tuple[Tensor, Tensor]:
@@ -95,7 +99,8 @@ class _LeanGatedNorm(torch.autograd.Function):
     """A gated RMSNorm that keeps only its inputs (in their own dtype) and one rstd per row (or group) for
     backward, and recomputes the rest there. Either ``RMSNorm(x) * w * act(gate)`` (``gate_first`` False: GLA, HGRN,
     RetNet, the delta rules) or ``RMSNorm(x * silu(gate)) * w`` over ``groups`` equal slices of the last dim
-    (``gate_first``: Mamba-2's norm_before_gate=False). Float32 math throughout (float64 for float64 inputs), one rounding at the output.
+    (``gate_first``: Mamba-2's norm_before_gate=False). Float32 math throughout (float64 for float64 inputs), one
+    rounding at the output.
 
     Why: composed, autograd saved four or five float32 copies of the [B, T, C] activations a layer (the casts, the
     normalised value, the activated gate); Mamba-2 at paper-340m (C = 2048, B=8, T=4096) kept 1.25 GiB a layer, about

@@ -218,3 +218,34 @@ def test_lean_gated_norm_keeps_only_its_bf16_inputs_for_backward(monkeypatch):
     assert _saved_bytes(lambda: norm(x, g)) == inputs
     monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", False)
     assert _saved_bytes(lambda: norm(x, g)) > 3 * inputs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gate_first", [False, True])
+def test_lean_gated_norm_on_cuda_compiled_and_in_a_graph_equals_eager(gate_first):
+    """On CUDA the gated norms take the lean form inside compiled blocks and captured steps: torch.compile's trace of
+    its autograd.Function and a CUDA graph replay give eager's values and gradients."""
+    from hlnas.nn import lean_gated_norm
+
+    torch.manual_seed(0)
+    x, g = (torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    w = torch.rand(256, device="cuda", requires_grad=True)
+
+    def run(fn):
+        out = fn(x, g, w, 1e-5, "swish", gate_first, 2 if gate_first else 1)
+        return (out, *torch.autograd.grad(out.float().square().sum(), (x, g, w)))
+
+    want = run(lean_gated_norm)
+    for a, b in zip(run(torch.compile(lean_gated_norm, fullgraph=True)), want):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run(lean_gated_norm)  # warm-up on a side stream, as a capture wants
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run(lean_gated_norm)
+    graph.replay()
+    for a, b in zip(captured, want):
+        torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=0)

@@ -113,7 +113,8 @@ def main(argv=None) -> int:
     note = (f"{args.preset}, T={args.seq_len}, {args.batch} sequence(s) counted, scaled to B={args.scale_to}; GiB one "
             f"layer keeps for backward (bf16 autocast, fused forms on); baseline: the composed gated norm "
             f"(hlnas.nn.LEAN_GATED_NORM off) in the same run. {environment()}.")
-    write_results(args.out, f"saved_memory_t{args.seq_len}", args.device_name, "Activation memory a layer keeps for backward",
+    write_results(args.out, f"saved_memory_t{args.seq_len}", args.device_name,
+                  "Activation memory a layer keeps for backward",
                   "python -m experiments.bench.saved_memory " + " ".join(argv if argv is not None else sys.argv[1:]),
                   note, ["mixer", "composed GiB", "lean GiB", "ratio", "24 layers save GiB"],
                   lambda r: [r["mixer"], r["composed_gib"], r["lean_gib"], r["ratio"], r["saved_24_layers_gib"]], rows)

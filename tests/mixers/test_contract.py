@@ -90,3 +90,23 @@ def test_flops_grow_only_for_attention(name):
         assert f2 - f1 == 2 * 3072 * CFG.d_model
     else:
         assert f2 == f1
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_fused_forms_equal_the_composed_ones(name, monkeypatch):
+    """The forms CUDA runs (hlnas.nn.FUSED_ON_CPU: fused RMSNorm, one matmul over stacked projections, the lean gated
+    norm) give each mixer's composed outputs and gradients, in float64."""
+    import hlnas.nn
+
+    _, _, m = make(name)
+    x = torch.randn(2, 19, CFG.d_model, dtype=torch.float64, requires_grad=True)
+    runs = []
+    for fused in (False, True):
+        monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", fused)
+        y = m(x)
+        runs.append((y, *torch.autograd.grad(y.square().sum(), (x, *m.parameters()), allow_unused=True)))
+    for i, (a, b) in enumerate(zip(*runs)):
+        if a is None or b is None:
+            assert a is None and b is None, f"{name}: gradient {i} exists in one form only"
+            continue
+        assert_close(f"{name} fused vs composed, output/gradient {i}", b, a, 1e-9)
