@@ -100,15 +100,18 @@ class HybridLM(nn.Module):
     def new_cache(self) -> Cache:
         return Cache(len(self.blocks))
 
-    def forward(self, input_ids: Tensor, cache: Cache | None = None, blocks=None) -> Tensor:
+    def forward(self, input_ids: Tensor, cache: Cache | None = None, blocks=None, head: bool = True) -> Tensor:
         """input_ids ``[B, T]`` -> logits ``[B, T, vocab]``. With ``cache``, continues from its state. ``blocks``:
-        callables run in place of :attr:`blocks`, one each (their compiled forms: :func:`hlnas.training.step.compiled`)."""
+        callables run in place of :attr:`blocks`, one each (their compiled forms: :func:`hlnas.training.step.compiled`).
+        ``head=False``: the final hidden states ``[B, T, d_model]`` instead, for a loss that applies :attr:`lm_head`
+        itself (:mod:`hlnas.training.head_loss`)."""
         x = self.embed(input_ids)
         for i, block in enumerate(self.blocks if blocks is None else blocks):
             x = block(x, None if cache is None else cache.layers[i])
         if cache is not None:
             cache.seen_tokens += input_ids.shape[1]
-        return self.lm_head(self.norm(x))
+        x = self.norm(x)
+        return self.lm_head(x) if head else x
 
     @property
     def compile_regions(self) -> nn.ModuleList:

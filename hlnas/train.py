@@ -31,6 +31,7 @@ from hlnas.layout import Layout
 from hlnas.model import HybridLM, build_model, seeded_model
 from hlnas.overrides import config_to_dict
 from hlnas.training.checkpoint import resume, save_checkpoint
+from hlnas.training.head_loss import lm_step_loss
 from hlnas.training.loop import autocast_dtype, cosine_lr, device_name, run_steps  # noqa: F401  (cosine_lr, device_name: re-exported)
 from hlnas.training.step import compiled, make_optimizer, make_step
 from hlnas.training.validation import validation_loss
@@ -333,9 +334,11 @@ class _Run:
         first = next(batches, None) if start < cfg.steps else None
         if first is None:
             return
-        step_fn, mode = make_step(compiled(self.model, cfg.compile, "train.compile"), self.opt, lm_loss,
+        loss_fn, model_kwargs = lm_step_loss(self.model, self.device, lm_loss)  # the head's loss in chunks on CUDA
+        step_fn, mode = make_step(compiled(self.model, cfg.compile, "train.compile"), self.opt, loss_fn,
                                   self._on_device(first), graph=_graphed(cfg, self.device), clip=cfg.grad_clip,
-                                  autocast=autocast_dtype(cfg.autocast, self.device), rewind_warmup=True)
+                                  autocast=autocast_dtype(cfg.autocast, self.device), rewind_warmup=True,
+                                  model_kwargs=model_kwargs)
         self.result.step_mode, self.mode = mode, mode
         self.done = run_steps(step_fn, self.opt, map(self._on_device, itertools.chain([first], batches)),
                               lambda step: lr_at(step, cfg), start=start, stop=cfg.steps, after_step=self._after_step)

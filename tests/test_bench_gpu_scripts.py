@@ -68,7 +68,7 @@ def test_a_rope_row_runs_with_the_rope_table_and_is_set_against_its_row_without(
     assert by["transformer@rope"]["mode"] == "eager+rope" and by["transformer"]["mode"] == "eager"
     assert float(by["transformer@rope"]["tok_s_vs_own"]) > 0 and not by["transformer"].get("tok_s_vs_own")
     assert seen and hnn.ROPE_TABLE == "the default"  # the table by the rope row only (the other row computes in place)
-    with pytest.raises(SystemExit, match="unknown variant 'ropes'; allowed: @compile, @rope, @compile\\+rope, @composed"):
+    with pytest.raises(SystemExit, match="unknown variant 'ropes'; allowed: @compile, @rope, @compile\\+rope, @composed, @logits"):
         paper_scale.main([*args[:-6], "--only", "transformer@ropes", "--device-name", "cpu", "--out", str(tmp_path)])
 
 
@@ -86,7 +86,23 @@ def test_a_composed_row_runs_the_composed_gated_norm_against_its_lean_row(tmp_pa
     assert paper_scale.main(args) == 0 and not seen and hnn.LEAN_GATED_NORM  # composed throughout, then restored
     assert paper_scale.main([*args[:-5], "gla:3:1,gla:3:1@composed", *args[-4:]]) == 0 and seen
     by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
-    assert by["gla:3:1@composed"]["mode"] == "eager+composed" and float(by["gla:3:1@composed"]["tok_s_vs_own"]) > 0
+    assert by["gla:3:1@composed"]["mode"] == "eager+composed+chunked_ce"
+    assert float(by["gla:3:1@composed"]["tok_s_vs_own"]) > 0
+
+
+def test_a_logits_row_takes_the_whole_logits_loss_against_its_chunked_row(tmp_path, monkeypatch):
+    """With the fused forms on (as on CUDA) hlnas's rows take the head's loss in chunks and the plain row the whole
+    logits; @logits takes the whole logits for that row only, set against its own row."""
+    import hlnas.nn as hnn
+    import hlnas.training.head_loss as head_loss
+
+    monkeypatch.setattr(hnn, "FUSED_ON_CPU", True)
+    args = ["--preset", "proxy-tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
+            "--only", "plain,transformer,transformer@logits", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert paper_scale.main(args) == 0 and head_loss.CHUNKED_HEAD_LOSS
+    by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
+    assert by["plain"]["mode"] == "eager" and by["transformer"]["mode"] == "eager+chunked_ce"
+    assert by["transformer@logits"]["mode"] == "eager" and float(by["transformer@logits"]["tok_s_vs_own"]) > 0
 
 
 def test_recall_space_rows_time_the_spaces_recall_model_not_the_preset(tmp_path):

@@ -18,9 +18,11 @@ mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory 
 ``tok/s vs own row`` is its speed over the uncompiled row of the same run (issue #21 point 2); ``@rope`` and
 ``@compile+rope`` take RoPE's cos/sin from one table (``hlnas.nn.rope_table``), measured against the same row without;
 ``@composed`` runs the gated norms' composed form (``hlnas.nn.LEAN_GATED_NORM`` off), against the same row with the
-lean one (its tokens/s and peak memory, issue #22 point 3). Every model
-trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused AdamW,
-clipping, bf16 autocast, ``lm_loss``) on random tokens of the batch's shape: the rows differ in the model alone.
+lean one (its tokens/s and peak memory, issue #22 point 3); ``@logits`` takes the loss on the whole logits
+(``hlnas.training.head_loss.CHUNKED_HEAD_LOSS`` off) where hlnas's rows take the head's loss in chunks on CUDA. Every
+model trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused
+AdamW, clipping, bf16 autocast, ``hlnas.training.head_loss.lm_step_loss``: the plain row, without an ``lm_head``, keeps
+``lm_loss`` on its whole logits) on random tokens of the batch's shape: the rows differ in the model and its loss.
 
 Per row: the first step's seconds (Triton compile and autotune included: the compile cost), steady tokens/s over
 ``--steps`` steps after ``--warmup``, MFU = 3 x forward FLOPs per token x tokens/s over the H200's dense bf16 peak
@@ -51,7 +53,8 @@ import time
 from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, environment, write_results
 
 PAPER_ROWS = ("matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,deltanet:3:1,gated_deltanet:3:1,mamba2:pure,"
-              "gla:3:1@composed,mamba2:pure@composed")  # the last two: the lean gated norm's speed and memory
+              "gla:3:1@composed,mamba2:pure@composed,transformer@logits")
+# the last three: the lean gated norm's and the chunked head loss's speed and memory, each against its own row
 PROFILE_STEPS = 2
 
 
@@ -176,17 +179,20 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
     from hlnas.layout import build_layout
     from hlnas.model import build_model
     from hlnas.train import lm_loss
+    from hlnas.training.head_loss import lm_step_loss
 
     cfg = recall_config(args.recall_space) if args.recall_space else preset(args.preset)
     spec, _, variant = spec.partition("@")  # "@compile": the model as train.compile compiles it (inductor, block by block), then the same step
-    if variant not in ("", "compile", "rope", "compile+rope", "composed"):
+    if variant not in ("", "compile", "rope", "compile+rope", "composed", "logits"):
         raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile, @rope, @compile+rope, "
-                         "@composed")
+                         "@composed, @logits")
+    import hlnas.training.head_loss as head_loss
     import hlnas.nn as hnn
 
     rope, rope_default = "rope" in variant, hnn.ROPE_TABLE  # RoPE's cos/sin from one table (hlnas.nn), this row only
     lean, lean_default = variant != "composed", hnn.LEAN_GATED_NORM  # @composed: the gated norms' composed form
-    variant = variant.replace("rope", "").replace("composed", "").strip("+")
+    chunked, chunked_default = variant != "logits", head_loss.CHUNKED_HEAD_LOSS  # @logits: the whole logits' loss
+    variant = variant.replace("rope", "").replace("composed", "").replace("logits", "").strip("+")
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
     # at context T the cost model's attention term, 2 T d per token (the paper's Table 4: one FLOP per multiply-add),
@@ -196,7 +202,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
            "status": "ok"}
     model = opt = step = None
     try:
-        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM = rope, lean
+        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS = rope, lean, chunked
         if dev.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -212,9 +218,14 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         graph = args.mode == "graph"
         t0 = time.perf_counter()
         opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
-        step, mode = make_step(compiled(model, True, "train.compile") if variant else model, opt, lm_loss, (x, y), graph=graph, clip=1.0,
-                               autocast=torch.bfloat16 if dev.type == "cuda" else None, rewind_warmup=True)
-        mode += ("+compile" if variant else "") + ("+rope" if rope else "") + ("" if lean else "+composed")
+        # hlnas's rows take the step's loss as hlnas.train does (the head's loss in chunks on CUDA); plain's model has
+        # no lm_head and keeps the whole logits, as one writes it
+        loss_fn, model_kwargs = lm_step_loss(model, dev, lm_loss)
+        step, mode = make_step(compiled(model, True, "train.compile") if variant else model, opt, loss_fn, (x, y),
+                               graph=graph, clip=1.0, autocast=torch.bfloat16 if dev.type == "cuda" else None,
+                               rewind_warmup=True, model_kwargs=model_kwargs)
+        mode += (("+compile" if variant else "") + ("+rope" if rope else "") + ("" if lean else "+composed")
+                 + ("+chunked_ce" if model_kwargs else ""))
         loss = step(x, y)
         _sync(dev)
         row["first_step_s"] = round(time.perf_counter() - t0, 2)
@@ -236,7 +247,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         del e
     finally:
-        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM = rope_default, lean_default
+        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS = rope_default, lean_default, chunked_default
         del model, opt, step
         gc.collect()
         if dev.type == "cuda":

@@ -181,7 +181,8 @@ def _capture(body: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor] 
 
 def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[Tensor, Tensor], Tensor],
               example: tuple[Tensor, Tensor], *, graph: bool = True, clip: float = 1.0,
-              autocast: torch.dtype | None = None, rewind_warmup: bool = False) -> tuple[Callable[[Tensor, Tensor], Tensor], str]:
+              autocast: torch.dtype | None = None, rewind_warmup: bool = False,
+              model_kwargs: dict | None = None) -> tuple[Callable[[Tensor, Tensor], Tensor], str]:
     """``(step, mode)``: ``step(x, y)`` runs one optimizer step on batch ``x``/``y`` (shapes of ``example``)
     and returns the loss tensor; ``mode`` is ``"graph"`` or ``"eager"``. A replicated model
     (:mod:`hlnas.training.replicas`) with its :class:`~hlnas.training.replica_step.ReplicaAdamW` works as it is:
@@ -190,10 +191,12 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
 
     Capture trains :data:`WARMUP_STEPS` eager steps and one captured step on ``example``. The recall proxy counts
     them as steps; with ``rewind_warmup`` they leave no trace (model and optimizer are put back, :func:`rewind`), so
-    the first ``step`` call is the run's first step, as in eager mode (the LM trainer)."""
+    the first ``step`` call is the run's first step, as in eager mode (the LM trainer). ``model_kwargs``: passed to
+    every ``model(x, ...)`` call (``head=False`` where ``loss_fn`` applies the LM head itself)."""
     dev = example[0].device
     params = [p for p in model.parameters() if p.requires_grad]
     own_clip = getattr(opt, "clip_grad_norm_", None)  # an optimizer that clips its own way (ReplicaAdamW)
+    kw = model_kwargs or {}
 
     def ctx():
         if autocast is None:
@@ -203,7 +206,7 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
 
     def one_step(x: Tensor, y: Tensor, captured: bool) -> Tensor:
         with ctx():
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(model(x, **kw), y)
         # a loss vector (one per replica, hlnas.training.replica_step): each replica's gradient is its own loss's
         (loss.sum() if loss.ndim else loss).backward()
         if own_clip is not None:  # per replica (ReplicaAdamW): each replica's own norm

@@ -1,0 +1,97 @@
+"""The LM head and its cross-entropy in one, a chunk of tokens at a time, never holding the whole logits (issue #22
+points 1 and 3).
+
+At paper-340m (B=8, T=4096, vocabulary 32000) the composed ``cross_entropy(lm_head(h).float())`` holds float32 logits
+(3.9 GiB), their log-softmax for backward (3.9 GiB) and, in backward, the float32 and bf16 gradients of the logits:
+about 10 GiB at the moment every layer's activations are still held, the step's peak. On the H100 three paper-scale
+rows ran out of memory, one while allocating exactly those 3.91 GiB (experiments/bench/paper_scale_h100_2026-12-05.md).
+
+Here the forward computes, per chunk of about :data:`CHUNK_LOGIT_BYTES` of float32 logits, the chunk's loss terms and
+at once their gradients with respect to the hidden states and the head's weight (softmax minus the one-hot target,
+over the count of scored tokens), and keeps only those: the hidden states' gradient ``[N, d]`` and the weight's
+``[V, d]``. Backward scales them by the incoming gradient. The matmuls run in the autocast dtype when autocast is on
+(as ``lm_head`` would), the softmax in float32 (float64 for float64 inputs). Tokens whose target is -100 are not scored; with none scored the loss
+is 0 (``F.cross_entropy`` gives NaN)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["CHUNK_LOGIT_BYTES", "CHUNKED_HEAD_LOSS", "linear_cross_entropy", "head_loss", "lm_step_loss"]
+
+#: float32 logits one chunk computes at a time (256 MiB: 2,097 tokens at a 32,000 vocabulary)
+CHUNK_LOGIT_BYTES = 256 * 2**20
+IGNORE_INDEX = -100
+#: the LM step takes :func:`lm_step_loss`'s chunked loss where the fused forms run (CUDA, or hlnas.nn.FUSED_ON_CPU);
+#: off, the composed one there too (experiments/bench/paper_scale.py's ``@logits`` rows)
+CHUNKED_HEAD_LOSS = True
+
+
+def _matmul_dtype(h: Tensor) -> torch.dtype:
+    dev = h.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else h.dtype
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, targets: Tensor, chunk: int) -> Tensor:
+        mm = _matmul_dtype(h)
+        acc = torch.float64 if mm == torch.float64 else torch.float32  # the softmax's and the sums' dtype
+        with torch.autocast(h.device.type, enabled=False):
+            w = weight.to(mm)
+            scored = targets != IGNORE_INDEX
+            count = scored.sum().clamp(min=1).to(acc)
+            loss = torch.zeros((), dtype=acc, device=h.device)
+            grad_h = torch.empty_like(h)
+            grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+            for s in range(0, h.shape[0], chunk):
+                hc, tc, sc = h[s : s + chunk].to(mm), targets[s : s + chunk], scored[s : s + chunk]
+                logits = (hc @ w.t()).to(acc)
+                lse = logits.logsumexp(-1)
+                picked = logits.gather(-1, tc.clamp(min=0)[:, None])[:, 0]
+                loss += ((lse - picked) * sc).sum()
+                # d loss / d logits: (softmax - onehot) / count on scored rows, 0 elsewhere (in place: one buffer)
+                g = logits.sub_(lse[:, None]).exp_()
+                g[torch.arange(g.shape[0], device=g.device), tc.clamp(min=0)] -= 1
+                g.mul_((sc / count)[:, None])
+                g = g.to(mm)
+                grad_h[s : s + chunk] = g @ w
+                grad_w += (g.t() @ hc).to(acc)
+        ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
+        return loss / count
+
+    @staticmethod
+    def backward(ctx, dloss: Tensor):
+        grad_h, grad_w = ctx.saved_tensors
+        return grad_h * dloss.to(grad_h.dtype), grad_w * dloss.to(grad_w.dtype), None, None
+
+
+def linear_cross_entropy(h: Tensor, weight: Tensor, targets: Tensor, chunk: int | None = None) -> Tensor:
+    """``F.cross_entropy((h @ weight.T).float(), targets, ignore_index=-100)`` for h ``[..., d]``, weight ``[V, d]``,
+    targets ``[...]``, without the whole logits; ``chunk``: tokens a chunk (default from :data:`CHUNK_LOGIT_BYTES`)."""
+    chunk = chunk or max(1, CHUNK_LOGIT_BYTES // (4 * weight.shape[0]))
+    return _LinearCrossEntropy.apply(h.flatten(0, -2), weight, targets.flatten(), chunk)
+
+
+def head_loss(head: nn.Linear) -> Callable[[Tensor, Tensor], Tensor]:
+    """A step's loss on the model's final hidden states (``model(x, head=False)``) through ``head`` (bias-free)."""
+    if head.bias is not None:
+        raise ValueError("head_loss takes a bias-free LM head")
+    return lambda h, targets: linear_cross_entropy(h, head.weight, targets)
+
+
+def lm_step_loss(model: nn.Module, device: torch.device,
+                 composed: Callable[[Tensor, Tensor], Tensor]) -> tuple[Callable[[Tensor, Tensor], Tensor], dict]:
+    """``(loss_fn, model_kwargs)`` for an LM training step (:func:`hlnas.training.step.make_step`): on the fused forms'
+    devices the chunked head loss on ``model(x, head=False)``, else ``composed`` on the logits (the CPU default keeps
+    its path bit for bit)."""
+    from hlnas.nn import fused_forms
+
+    head = getattr(model, "lm_head", None)
+    if (CHUNKED_HEAD_LOSS and fused_forms(torch.empty(0, device=device)) and isinstance(head, nn.Linear)
+            and head.bias is None):
+        return head_loss(head), {"head": False}
+    return composed, {}
