@@ -17,8 +17,7 @@ from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's si
 
 __all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk",
            "rope_table", "grow_rope_tables", "rope_tables_bytes", "ROPE_TABLE", "swiglu_hidden", "fused_linear",
-           "lean_gated_norm", "fused_forms", "FUSED_ON_CPU",
-           "LEAN_GATED_NORM"]
+           "lean_gated_norm", "takes_lean_norm", "fused_on", "fused_forms", "FUSED_ON_CPU", "LEAN_GATED_NORM"]
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -34,9 +33,14 @@ def compute_dtype(x: Tensor) -> torch.dtype:
 FUSED_ON_CPU = False
 
 
+def fused_on(device: torch.device | str) -> bool:
+    """Whether computations on ``device`` take the fused forms (CUDA; the CPU where :data:`FUSED_ON_CPU`)."""
+    return torch.device(device).type == "cuda" or FUSED_ON_CPU
+
+
 def fused_forms(x: Tensor) -> bool:
-    """Whether ``x``'s computations take the fused forms (:data:`FUSED_ON_CPU`)."""
-    return x.is_cuda or FUSED_ON_CPU
+    """Whether ``x``'s computations take the fused forms (:func:`fused_on` its device)."""
+    return fused_on(x.device)
 
 
 class RMSNorm(nn.Module):
@@ -70,6 +74,13 @@ class RMSNorm(nn.Module):
 LEAN_GATED_NORM = True
 
 
+def takes_lean_norm(norm: nn.Module, x: Tensor, base: type) -> bool:
+    """Whether the gated norm ``norm`` takes :func:`lean_gated_norm` for ``x``: :data:`LEAN_GATED_NORM` on, the fused
+    forms' device, and one weight applied as ``base._scale`` applies it (the replicated model, hlnas.training.replicas,
+    swaps in a ``_scale`` with one weight per replica, which only the composed form has)."""
+    return LEAN_GATED_NORM and fused_forms(x) and type(norm)._scale is base._scale
+
+
 class GatedRMSNorm(RMSNorm):
     """RMSNorm(x) * act(gate): the output gate of GLA, HGRN, RetNet, DeltaNet and GatedDeltaNet."""
 
@@ -80,7 +91,7 @@ class GatedRMSNorm(RMSNorm):
         self.act = act
 
     def forward(self, x: Tensor, gate: Tensor) -> Tensor:  # type: ignore[override]
-        if LEAN_GATED_NORM and fused_forms(x) and type(self)._scale is RMSNorm._scale:
+        if takes_lean_norm(self, x, RMSNorm):
             return lean_gated_norm(x, gate, self.weight, self.eps, self.act)
         cdt = compute_dtype(x)
         g = F.silu(gate.to(cdt)) if self.act == "swish" else torch.sigmoid(gate.to(cdt))
@@ -88,7 +99,7 @@ class GatedRMSNorm(RMSNorm):
 
 
 def _act_and_slope(g: Tensor, act: str) -> tuple[Tensor, Tensor]:
-    """act(g) and act'(g) in float32, for swish (silu) or sigmoid."""
+    """act(g) and act'(g) in g's dtype, for swish (silu) or sigmoid."""
     s = torch.sigmoid(g)
     if act == "sigmoid":
         return s, s * (1 - s)

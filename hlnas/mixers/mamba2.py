@@ -23,8 +23,7 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.simple_gla import simple_gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-import hlnas.nn as hnn
-from hlnas.nn import compute_dtype, fused_forms, lean_gated_norm, ShortConvolution
+from hlnas.nn import compute_dtype, lean_gated_norm, ShortConvolution, takes_lean_norm
 
 
 class _GroupedGatedRMSNorm(nn.Module):
@@ -36,7 +35,7 @@ class _GroupedGatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:
-        if hnn.LEAN_GATED_NORM and fused_forms(y) and type(self)._scale is _GroupedGatedRMSNorm._scale:
+        if takes_lean_norm(self, y, _GroupedGatedRMSNorm):
             return lean_gated_norm(y, z, self.weight, self.eps, "swish", gate_first=True, groups=self.groups)
         cdt = compute_dtype(y)
         h = y.to(cdt) * F.silu(z.to(cdt))

@@ -88,10 +88,9 @@ def lm_step_loss(model: nn.Module, device: torch.device,
     """``(loss_fn, model_kwargs)`` for an LM training step (:func:`hlnas.training.step.make_step`): on the fused forms'
     devices the chunked head loss on ``model(x, head=False)``, else ``composed`` on the logits (the CPU default keeps
     its path bit for bit)."""
-    from hlnas.nn import fused_forms
+    from hlnas.nn import fused_on
 
     head = getattr(model, "lm_head", None)
-    if (CHUNKED_HEAD_LOSS and fused_forms(torch.empty(0, device=device)) and isinstance(head, nn.Linear)
-            and head.bias is None):
+    if CHUNKED_HEAD_LOSS and fused_on(device) and isinstance(head, nn.Linear) and head.bias is None:
         return head_loss(head), {"head": False}
     return composed, {}
