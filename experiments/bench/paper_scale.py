@@ -189,10 +189,11 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
     import hlnas.training.head_loss as head_loss
     import hlnas.nn as hnn
 
-    rope, rope_default = "rope" in variant, hnn.ROPE_TABLE  # RoPE's cos/sin from one table (hlnas.nn), this row only
-    lean, lean_default = variant != "composed", hnn.LEAN_GATED_NORM  # @composed: the gated norms' composed form
-    chunked, chunked_default = variant != "logits", head_loss.CHUNKED_HEAD_LOSS  # @logits: the whole logits' loss
-    variant = variant.replace("rope", "").replace("composed", "").replace("logits", "").strip("+")
+    flags = set(variant.split("+"))
+    rope, rope_default = "rope" in flags, hnn.ROPE_TABLE  # RoPE's cos/sin from one table (hlnas.nn), this row only
+    lean, lean_default = "composed" not in flags, hnn.LEAN_GATED_NORM  # @composed: the gated norms' composed form
+    chunked, chunked_default = "logits" not in flags, head_loss.CHUNKED_HEAD_LOSS  # @logits: the whole logits' loss
+    compile_model = "compile" in flags  # @compile: the model under torch.compile
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
     # at context T the cost model's attention term, 2 T d per token (the paper's Table 4: one FLOP per multiply-add),
@@ -221,10 +222,10 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         # hlnas's rows take the step's loss as hlnas.train does (the head's loss in chunks on CUDA); plain's model has
         # no lm_head and keeps the whole logits, as one writes it
         loss_fn, model_kwargs = lm_step_loss(model, dev, lm_loss)
-        step, mode = make_step(compiled(model, True, "train.compile") if variant else model, opt, loss_fn, (x, y),
+        step, mode = make_step(compiled(model, True, "train.compile") if compile_model else model, opt, loss_fn, (x, y),
                                graph=graph, clip=1.0, autocast=torch.bfloat16 if dev.type == "cuda" else None,
                                rewind_warmup=True, model_kwargs=model_kwargs)
-        mode += (("+compile" if variant else "") + ("+rope" if rope else "") + ("" if lean else "+composed")
+        mode += (("+compile" if compile_model else "") + ("+rope" if rope else "") + ("" if lean else "+composed")
                  + ("+chunked_ce" if model_kwargs else ""))
         loss = step(x, y)
         _sync(dev)

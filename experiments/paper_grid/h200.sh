@@ -107,7 +107,7 @@ elif [ -f $STATE/h200.db ] && [ "$carried" -lt "$mine" ]; then
 fi
 export PYTHONPATH=$SITE:$PWD
 # a fresh machine (the last one went back after 30 s idle) has nothing installed: say so at once
-python3 -c "import optuna" 2>/dev/null || { say "optuna (and fla) not installed on this machine: carry .whl/gpu (and .whl/a) in this call (experiments/device/README.md)"; exit 2; }
+python3 -c "import optuna" 2>/dev/null || { say "optuna (and fla) not installed on this machine: carry .whl/gpu in this call (experiments/device/README.md)"; exit 2; }
 [ -f $STATE/torch_ops ] && export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops)
 NG=$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')
 say "$(nvidia-smi -L | head -4 | tr '\n' ' ') ($NG GPUs)"
