@@ -39,10 +39,8 @@ def warm_layouts(space: SearchSpace, mixers: Sequence[str] | None = None) -> lis
                           f"{', '.join([*space.mixers, 'transformer'])}")
     hybrids = [r for r in ([space.hetero_ratio] if space.hetero_ratio else space.ratios) if r and r != "pure"]
     densest = min(hybrids, key=parse_ratio) if hybrids else None  # 3:1 before 24:1: the most attention layers
-    layouts = []
-    for m in chosen:
-        ratio = None if m == "transformer" else densest or "pure"
-        layouts.append(str(build_layout(m, None if ratio == "pure" else ratio, space.n_layers)))
+    # a ratio of None builds the pure model (the all-attention one for the transformer)
+    layouts = [str(build_layout(m, None if m == "transformer" else densest, space.n_layers)) for m in chosen]
     if mixers is None:
         layouts.append(str(build_layout("transformer", None, space.n_layers)))
     return list(dict.fromkeys(layouts))
