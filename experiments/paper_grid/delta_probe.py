@@ -1,0 +1,128 @@
+"""The delta-rule probe's sweep rows -> does a narrower key state or a harder K separate pure from 3:1? (issue #20 point 2)
+
+    python -m experiments.paper_grid.delta_probe experiments/results/delta_probe_h200_<date>/*/recall_sweep.jsonl \
+        --out experiments/results/delta_probe_h200_<date>/probe.md
+
+Reads ``experiments/recall_sweep.py``'s rows (one JSON object a case) of ``delta_capacity_keys.json`` and
+``delta_capacity_size.json`` and pairs each mixer's pure model with its 3:1 hybrid at the same setting (the case's
+``tag`` less its ``pure`` / ``3:1`` word). Per setting and seed it prints raw recall beside the no-recall baseline,
+the corrected recall and ``auc`` (the area under the corrected validation curve over the step budget), then asks
+``hlnas calibrate``'s question of both measures: is the pure model below its hybrid in every seed, the means apart by
+more than twice the larger seed spread (:func:`hlnas.calibration_outlook.pure_below`)? ``yes``, ``no``, or
+``reversed`` where the hybrid sits below the pure model by the same rule. A case its time budget cut short says so:
+its later checks count 0 in ``auc`` (recall_sweep's schedule), so a cut pure model and a cut hybrid are compared on
+the steps they ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from hlnas.calibration_outlook import pure_below
+
+SPREAD_FLOOR = 0.01  # hlnas calibrate's
+LEARNED = 0.5  # corrected recall at which a run counts as having learned the task (compare.py's)
+ROLE = re.compile(r"\b(pure|3:1)\s*")
+
+
+def corrected(raw: float, baseline: float) -> float:
+    """Recall above the no-recall baseline, as a share of the room above it (hlnas.score's correction)."""
+    return max(0.0, (raw - baseline) / (1 - baseline)) if baseline < 1 else 0.0
+
+
+def read_rows(paths: list[Path]) -> list[dict]:
+    """Every row of the given JSONL files; a later row of the same case (tag and seed) replaces an earlier one."""
+    rows: dict[tuple, dict] = {}
+    for path in paths:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as e:
+            raise SystemExit(f"delta_probe: cannot read {path}: {e.strerror}") from None
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"delta_probe: {path} line {n} is not JSON: {e.msg}") from None
+            rows[(r.get("tag") or r["layout"], r.get("seed", 0))] = r
+    return list(rows.values())
+
+
+def settings(rows: list[dict]) -> dict[str, dict[str, dict[int, dict]]]:
+    """``setting -> role -> seed -> row``: role ``pure`` or ``3:1`` from the tag (the control's rows are ``control``)."""
+    out: dict[str, dict[str, dict[int, dict]]] = {}
+    for r in rows:
+        tag = r.get("tag") or r["layout"]
+        m = ROLE.search(tag)
+        role, setting = (m.group(1), ROLE.sub("", tag, count=1).replace(" ,", ",").strip()) if m else ("control", tag)
+        out.setdefault(setting, {}).setdefault(role, {})[int(r.get("seed", 0))] = r
+    return out
+
+
+def measures(r: dict) -> dict:
+    ok = r.get("status") == "ok" and r.get("acc") is not None
+    return {"recall": corrected(r["acc"], r["baseline"]) if ok else None, "auc": r.get("auc") if ok else None}
+
+
+def verdict(pure: dict[int, dict], hyb: dict[int, dict], measure: str) -> tuple[str, str]:
+    """``yes`` (pure below its hybrid by the calibration's rule), ``reversed`` (the hybrid below the pure model by
+    it), ``no``, or ``undecided`` with fewer than two seeds of each scored on ``measure``."""
+    p = {s: v for s, r in pure.items() if (v := measures(r)[measure]) is not None}
+    h = {s: v for s, r in hyb.items() if (v := measures(r)[measure]) is not None}
+    if min(len(p), len(h)) < 2:
+        return "undecided", f"{len(p)} pure and {len(h)} hybrid seeds scored"
+    below, gap, need = pure_below(p, h, SPREAD_FLOOR)
+    above, _, _ = pure_below(h, p, SPREAD_FLOOR)
+    answer = "yes" if below else ("reversed" if above else "no")
+    return answer, f"hybrid - pure {gap:+.3f} vs twice the spread {need:.3f}"
+
+
+def _run_text(r: dict) -> str:
+    if r.get("status") != "ok" or r.get("acc") is None:
+        return f"{r.get('status', 'failed')}: {(r.get('error') or '')[:60]}"
+    m = measures(r)
+    steps = r.get("steps_to_target") or "-"
+    cut = f", cut at {r['cut_at']}" if r.get("cut_at") else ""
+    return f"{r['acc']:.3f} [{r['baseline']:.3f}] -> {m['recall']:.3f}, auc {m['auc']:.3f}, {steps}{cut}"
+
+
+def report(rows: list[dict], source: str) -> str:
+    """The probe's table: a line per setting and role, its seeds side by side, then the two verdicts per setting."""
+    lines = [f"# The delta-rule probe: pure vs 3:1 (issue #20 point 2)", "",
+             f"Rows: {source}. Each run: raw recall [no-recall baseline] -> corrected, auc (area under the corrected "
+             "validation curve over the step budget), steps to the stop (`-`: not reached). A verdict `yes` is the "
+             "calibration's \"pure below its hybrid\": every seed, and the means apart by more than twice the larger "
+             "seed spread; `reversed` is the hybrid below the pure model by the same rule.", "",
+             "| setting | role | seeds | recall: pure below 3:1? | auc: pure below 3:1? |", "|---|---|---|---|---|"]
+    for setting, roles in settings(rows).items():
+        pair = "pure" in roles and "3:1" in roles
+        verdicts = [verdict(roles["pure"], roles["3:1"], m) for m in ("recall", "auc")] if pair else None
+        for i, role in enumerate(r for r in ("control", "pure", "3:1") if r in roles):
+            runs = roles[role]
+            learned = sum((measures(r)["recall"] or 0) >= LEARNED for r in runs.values())
+            seeds = f"learned {learned}/{len(runs)}: " + " / ".join(f"s{s}: {_run_text(r)}" for s, r in sorted(runs.items()))
+            cells = (["", ""] if not verdicts or i else [f"**{a}** ({why})" for a, why in verdicts])
+            lines.append(f"| {setting if i == 0 else ''} | {role} | {seeds} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("rows", nargs="+", type=Path, help="recall_sweep.jsonl files")
+    p.add_argument("--out", type=Path, help="write the markdown here too")
+    args = p.parse_args(argv)
+    text = report(read_rows(args.rows), ", ".join(str(x) for x in args.rows))
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
