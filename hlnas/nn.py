@@ -70,8 +70,9 @@ class RMSNorm(nn.Module):
 
 
 #: The gated norms take :func:`lean_gated_norm` wherever the fused forms run (:func:`fused_forms`); off, they take the
-#: composed form there too (experiments/bench/saved_memory.py compares the two).
-LEAN_GATED_NORM = True
+#: composed form there too (experiments/bench/saved_memory.py compares the two). HLNAS_LEAN_GATED_NORM=0 turns it off
+#: (a device diagnosis: its first GPU run, 2026-12-06, met a misaligned address in compiled GatedDeltaNet models).
+LEAN_GATED_NORM = os.environ.get("HLNAS_LEAN_GATED_NORM", "1") != "0"
 
 
 def takes_lean_norm(norm: nn.Module, x: Tensor, base: type) -> bool:

@@ -1,5 +1,5 @@
 """Helpers shared by the tests: comparisons for kernel and mixer tests, torch threads, a worker killer, the
-experiments' paper_grid scripts loaded as modules, a results CSV written."""
+experiments' paper_grid scripts loaded as modules, a results CSV written, a CUDA graph capture."""
 
 from __future__ import annotations
 
@@ -81,6 +81,24 @@ def forward_and_grads(fn, inputs: dict, const=(), **kw):
     wrt = [n for n in leaves if n not in const]
     grads = torch.autograd.grad((o * do).sum() + (ht * dht).sum(), [leaves[n] for n in wrt])
     return o, ht, dict(zip(wrt, grads))
+
+
+def captured_replay(fn, *leaves: torch.Tensor):
+    """``fn(*leaves)`` captured in a CUDA graph and replayed, on fresh copies of ``leaves`` first used on the capture's
+    own side stream (warm-up there, then capture on it). Autograd remembers the stream a leaf was first used on and
+    makes the capture wait on it at the end of backward: leaves already used on the default stream (an eager run to
+    compare with) invalidate the capture (pytorch #164302), as the first run of two such tests on an H100 showed."""
+    fresh = tuple(t.detach().clone().requires_grad_(t.requires_grad) for t in leaves)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(*fresh)  # warm-up, as a capture wants
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        out = fn(*fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
 
 
 def kill_first_worker_at_next_start(seen: dict):

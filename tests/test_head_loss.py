@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import hlnas.nn
 import hlnas.training.head_loss as head_loss
 from hlnas.training.head_loss import linear_cross_entropy
+from tests.helpers import captured_replay
 
 
 def _case(dtype=torch.float64):
@@ -87,7 +88,7 @@ def test_on_cuda_under_autocast_and_in_a_captured_graph_it_matches_the_composed_
     w = (torch.randn(8000, 256, device="cuda") * 0.05).requires_grad_()
     t = torch.randint(0, 8000, (4096,), device="cuda")
 
-    def both():
+    def both(h=h, w=w):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             got = linear_cross_entropy(h, w, t, 1000)
             want = F.cross_entropy(F.linear(h, w).float(), t)
@@ -97,13 +98,5 @@ def test_on_cuda_under_autocast_and_in_a_captured_graph_it_matches_the_composed_
     torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(gh, wh, rtol=5e-2, atol=1e-4)
     torch.testing.assert_close(gw, ww, rtol=5e-2, atol=1e-4)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        both()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = both()
-    graph.replay()
+    captured = captured_replay(both, h, w)
     torch.testing.assert_close(captured[0], got, rtol=0, atol=0)

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from hlnas.nn import ShortConvolution
+from tests.helpers import captured_replay
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -231,21 +232,13 @@ def test_lean_gated_norm_on_cuda_compiled_and_in_a_graph_equals_eager(gate_first
     x, g = (torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
     w = torch.rand(256, device="cuda", requires_grad=True)
 
-    def run(fn):
+    def run(fn, x, g, w):
         out = fn(x, g, w, 1e-5, "swish", gate_first, 2 if gate_first else 1)
         return (out, *torch.autograd.grad(out.float().square().sum(), (x, g, w)))
 
-    want = run(lean_gated_norm)
-    for a, b in zip(run(torch.compile(lean_gated_norm, fullgraph=True)), want):
+    want = run(lean_gated_norm, x, g, w)
+    for a, b in zip(run(torch.compile(lean_gated_norm, fullgraph=True), x, g, w), want):
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run(lean_gated_norm)  # warm-up on a side stream, as a capture wants
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = run(lean_gated_norm)
-    graph.replay()
+    captured = captured_replay(lambda *t: run(lean_gated_norm, *t), x, g, w)
     for a, b in zip(captured, want):
         torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=0)
