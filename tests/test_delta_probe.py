@@ -43,11 +43,13 @@ def test_reversed_when_the_hybrid_sits_below_and_undecided_with_one_seed(tmp_pat
 
 def test_a_failed_run_is_not_scored_and_a_later_row_replaces_an_earlier(tmp_path):
     first = _write(tmp_path, [_row("m pure a", 0, 0.9, 0.7)], "1.jsonl")
-    later = _write(tmp_path, [_row("m pure a", 0, None, None, status="failed", error="CUDA error: boom")], "2.jsonl")
+    later = _write(tmp_path, [_row("m pure a", 0, None, None, status="failed", error="tail\nmore",
+                                   replicas_error="AcceleratorError: CUDA error: boom\nSearch for")], "2.jsonl")
     rows = delta_probe.read_rows([first, later])
     assert len(rows) == 1 and rows[0]["status"] == "failed"
     assert delta_probe.measures(rows[0]) == {"recall": None, "auc": None}
-    assert "failed: CUDA error: boom" in delta_probe.report(rows, "t")
+    text = delta_probe.report(rows, "t")
+    assert "failed: AcceleratorError: CUDA error: boom |" in text and "Search for" not in text
 
 
 def test_corrected_recall_is_the_share_of_the_room_above_the_baseline():
@@ -62,3 +64,12 @@ def test_bad_input_is_one_line(tmp_path):
         delta_probe.read_rows([bad])
     with pytest.raises(SystemExit, match="cannot read"):
         delta_probe.read_rows([tmp_path / "missing.jsonl"])
+
+
+def test_a_pair_with_a_run_cut_by_the_time_budget_is_undecided(tmp_path):
+    rows = [_row("d pure k", s, 0.95, 0.04, cut_at=600) for s in (0, 1)] + \
+           [_row("d 3:1 k", s, 0.99, 0.9) for s in (0, 1)]
+    g = delta_probe.settings(delta_probe.read_rows([_write(tmp_path, rows)]))["d k"]
+    for measure in ("recall", "auc"):
+        answer, why = delta_probe.verdict(g["pure"], g["3:1"], measure)
+        assert answer == "undecided" and "cut by the time budget at 600" in why

@@ -10,8 +10,8 @@ the corrected recall and ``auc`` (the area under the corrected validation curve 
 ``hlnas calibrate``'s question of both measures: is the pure model below its hybrid in every seed, the means apart by
 more than twice the larger seed spread (:func:`hlnas.calibration_outlook.pure_below`)? ``yes``, ``no``, or
 ``reversed`` where the hybrid sits below the pure model by the same rule. A case its time budget cut short says so:
-its later checks count 0 in ``auc`` (recall_sweep's schedule), so a cut pure model and a cut hybrid are compared on
-the steps they ran.
+its later checks count 0 in ``auc`` (recall_sweep's schedule), and a pair with a cut run is ``undecided``: runs cut
+after different step counts compare on neither measure.
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ def verdict(pure: dict[int, dict], hyb: dict[int, dict], measure: str) -> tuple[
     it), ``no``, or ``undecided`` with fewer than two seeds of each scored on ``measure``."""
     p = {s: v for s, r in pure.items() if (v := measures(r)[measure]) is not None}
     h = {s: v for s, r in hyb.items() if (v := measures(r)[measure]) is not None}
+    cut = sorted({r["cut_at"] for r in (*pure.values(), *hyb.values()) if r.get("cut_at")})
+    if cut:  # runs stopped by the time budget after different step counts: neither measure compares them
+        return "undecided", f"runs cut by the time budget at {', '.join(map(str, cut))} steps"
     if min(len(p), len(h)) < 2:
         return "undecided", f"{len(p)} pure and {len(h)} hybrid seeds scored"
     below, gap, need = pure_below(p, h, SPREAD_FLOOR)
@@ -83,8 +86,9 @@ def verdict(pure: dict[int, dict], hyb: dict[int, dict], measure: str) -> tuple[
 
 
 def _run_text(r: dict) -> str:
-    if r.get("status") != "ok" or r.get("acc") is None:
-        return f"{r.get('status', 'failed')}: {(r.get('error') or '')[:60]}"
+    if r.get("status") != "ok" or r.get("acc") is None:  # the first error's first line (replicas fail first)
+        why = next((line for e in (r.get("replicas_error"), r.get("error")) if e for line in e.splitlines() if line), "")
+        return f"{r.get('status', 'failed')}: {why[:80].replace('|', '/')}"
     m = measures(r)
     steps = r.get("steps_to_target") or "-"
     cut = f", cut at {r['cut_at']}" if r.get("cut_at") else ""
