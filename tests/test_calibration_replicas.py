@@ -193,3 +193,31 @@ def test_a_replica_runs_wall_time_includes_the_recall_it_shared():
         assert r.metrics["mqar_s"] >= 0.2 and r.wall_s + slack >= r.metrics["mqar_s"]
     assert got.metrics["train_wall_s"] > 0
     assert got.wall_s + slack >= got.metrics["mqar_s"] + got.metrics["train_wall_s"]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_cuda_error_in_the_replicas_fails_every_run_of_the_unit_instead_of_training_them_alone(monkeypatch):
+    """A CUDA error leaves the process's context unusable (the delta-rule probe's misaligned address on 2026-12-06:
+    each seed then 'trained alone' in the dead context and failed with the error's tail). The unit's runs fail at once
+    as cuda_error, so the executor replaces the worker, each with the replicas' own error."""
+    import dataclasses
+
+    import hlnas.score.recall_replicas as rr
+    from hlnas.search.records import layout_spec
+    from hlnas.search.trial import run_trial
+
+    space = space_from_dict(real_space())
+    specs = [layout_spec(space, -1 - s, "HHA", seed=s, recall_only=True) for s in (0, 1)]
+    solo = []
+
+    def misaligned(*a, **k):
+        raise RuntimeError("CUDA error: misaligned address")
+
+    monkeypatch.setattr(rr, "train_mqar_seeds", misaligned)
+    monkeypatch.setattr("hlnas.search.trial._run_one", lambda *a, **k: solo.append(a) or pytest.fail("trained alone"))
+    got = run_trial(dataclasses.replace(specs[0], replicas=(specs[1],)))
+    assert not solo
+    for s, g in zip(specs, (got, *got.replicas)):
+        assert (g.number, g.status, g.error_kind) == (s.number, "failed", "cuda_error")
+        assert g.metrics["replicas_error"] == "RuntimeError: CUDA error: misaligned address"
+        assert g.error.startswith("RuntimeError: CUDA error: misaligned address")
