@@ -153,6 +153,7 @@ def _by_hop(by_hop: dict | None) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", help="JSON file of cases (see the module docstring)")
+    p.add_argument("--match", help="only the cases whose tag contains this text (a part of a case file, e.g. one mixer)")
     p.add_argument("--layouts", help="comma-separated layouts or mixer:ratio (instead of --cases), crossed with --lrs")
     p.add_argument("--lrs", default="1e-3")
     p.add_argument("--layers", type=int, default=24)
@@ -219,6 +220,10 @@ def _cases(args) -> list[dict]:
     """The cases to run: --cases' file, or --layouts crossed with --lrs; each with its layout string, lr and seed."""
     if args.cases:
         cases = json.loads(Path(args.cases).read_text())
+        if args.match:
+            cases = [c for c in cases if args.match in (c.get("tag") or "")]
+            if not cases:
+                raise SystemExit(f"recall_sweep: no case of {args.cases} has a tag containing {args.match!r}")
     else:
         cases = [{"layout": lay, "lr": float(lr)} for lay in (args.layouts or "").split(",") if lay
                  for lr in args.lrs.split(",")]

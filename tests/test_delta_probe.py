@@ -66,10 +66,17 @@ def test_bad_input_is_one_line(tmp_path):
         delta_probe.read_rows([tmp_path / "missing.jsonl"])
 
 
-def test_a_pair_with_a_run_cut_by_the_time_budget_is_undecided(tmp_path):
-    rows = [_row("d pure k", s, 0.95, 0.04, cut_at=600) for s in (0, 1)] + \
-           [_row("d 3:1 k", s, 0.99, 0.9) for s in (0, 1)]
+def test_a_pair_with_a_cut_run_compares_auc_over_the_steps_every_run_covers(tmp_path):
+    """Final recall after different step counts says nothing; the area under the curve over the first 600 steps
+    does: the hybrids reached the stop at 300 and hold it, the pure models crawl."""
+    pure = [[100, 0.02], [200, 0.03], [300, 0.05], [400, 0.1], [500, 0.2], [600, 0.3]]
+    hybrid = [[100, 0.3], [200, 0.9], [300, 0.99]]
+    rows = [_row("d pure k", s, 0.3, 0.04, cut_at=600, curve=pure) for s in (0, 1)] + \
+           [_row("d 3:1 k", s, 0.99, 0.9, curve=hybrid, steps_to_target=300) for s in (0, 1)]
     g = delta_probe.settings(delta_probe.read_rows([_write(tmp_path, rows)]))["d k"]
-    for measure in ("recall", "auc"):
-        answer, why = delta_probe.verdict(g["pure"], g["3:1"], measure)
-        assert answer == "undecided" and "cut by the time budget at 600" in why
+    answer, why = delta_probe.verdict(g["pure"], g["3:1"], "recall")
+    assert answer == "undecided" and "the first at 600 steps" in why
+    answer, why = delta_probe.verdict(g["pure"], g["3:1"], "auc")
+    assert answer == "yes" and "over the first 600 steps" in why
+    held = delta_probe.measures(rows[2], 600)["auc"]
+    assert held > delta_probe.measures(rows[2], 300)["auc"] > delta_probe.measures(rows[0], 600)["auc"] > 0

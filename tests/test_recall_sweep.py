@@ -169,3 +169,15 @@ def test_a_misspelt_layout_in_a_case_file_is_one_line_naming_it(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "layout string 'hgrn2': unknown layout code 'h'" in r.stderr and "H=hgrn, N=hgrn2" in r.stderr
+
+
+def test_match_keeps_the_cases_whose_tag_contains_it_and_refuses_one_that_matches_none():
+    from experiments import recall_sweep
+
+    path = ROOT / "experiments" / "paper_grid" / "delta_capacity_keys.json"
+    args = recall_sweep._parser().parse_args(["--cases", str(path), "--match", "gated_deltanet"])
+    cases = recall_sweep._cases(args)
+    assert len(cases) == 8 and all(c["tag"].startswith("gated_deltanet") for c in cases)
+    args = recall_sweep._parser().parse_args(["--cases", str(path), "--match", "mamba"])
+    with pytest.raises(SystemExit, match="no case of .* has a tag containing 'mamba'"):
+        recall_sweep._cases(args)

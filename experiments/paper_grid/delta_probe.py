@@ -10,8 +10,8 @@ the corrected recall and ``auc`` (the area under the corrected validation curve 
 ``hlnas calibrate``'s question of both measures: is the pure model below its hybrid in every seed, the means apart by
 more than twice the larger seed spread (:func:`hlnas.calibration_outlook.pure_below`)? ``yes``, ``no``, or
 ``reversed`` where the hybrid sits below the pure model by the same rule. A case its time budget cut short says so:
-its later checks count 0 in ``auc`` (recall_sweep's schedule), and a pair with a cut run is ``undecided``: runs cut
-after different step counts compare on neither measure.
+its later checks count 0 in the sweep's ``auc``, so in a pair with a cut run final recall is ``undecided`` (runs cut
+after different step counts) and ``auc`` is compared over the steps every run of the pair covers.
 """
 
 from __future__ import annotations
@@ -64,25 +64,40 @@ def settings(rows: list[dict]) -> dict[str, dict[str, dict[int, dict]]]:
     return out
 
 
-def measures(r: dict) -> dict:
+def measures(r: dict, until: int | None = None) -> dict:
+    """Corrected final recall and ``auc``; with ``until``, ``auc`` over the run's first ``until`` steps instead (from
+    its stored checks, a run stopped at the target held there: hlnas.score.recall_proxy.learning_auc)."""
+    from hlnas.score.recall_proxy import learning_auc
+
     ok = r.get("status") == "ok" and r.get("acc") is not None
-    return {"recall": corrected(r["acc"], r["baseline"]) if ok else None, "auc": r.get("auc") if ok else None}
+    auc = r.get("auc") if ok else None
+    if ok and until is not None and r.get("curve"):
+        auc = learning_auc(r["curve"], until, r["baseline"], r.get("steps_to_target") is not None)
+    return {"recall": corrected(r["acc"], r["baseline"]) if ok else None, "auc": auc}
+
+
+def common_steps(runs: list[dict]) -> int | None:
+    """The steps every scored run of a pair covers where some were cut by the time budget (a run that stopped at its
+    target covers any number: it holds its value); None where none was cut."""
+    cut = [r["cut_at"] for r in runs if r.get("cut_at")]
+    return min(cut) if cut else None
 
 
 def verdict(pure: dict[int, dict], hyb: dict[int, dict], measure: str) -> tuple[str, str]:
     """``yes`` (pure below its hybrid by the calibration's rule), ``reversed`` (the hybrid below the pure model by
     it), ``no``, or ``undecided`` with fewer than two seeds of each scored on ``measure``."""
-    p = {s: v for s, r in pure.items() if (v := measures(r)[measure]) is not None}
-    h = {s: v for s, r in hyb.items() if (v := measures(r)[measure]) is not None}
-    cut = sorted({r["cut_at"] for r in (*pure.values(), *hyb.values()) if r.get("cut_at")})
-    if cut:  # runs stopped by the time budget after different step counts: neither measure compares them
-        return "undecided", f"runs cut by the time budget at {', '.join(map(str, cut))} steps"
+    until = common_steps([*pure.values(), *hyb.values()])
+    if until is not None and measure == "recall":  # final recall after different step counts compares nothing
+        return "undecided", f"runs cut by the time budget, the first at {until} steps"
+    p = {s: v for s, r in pure.items() if (v := measures(r, until)[measure]) is not None}
+    h = {s: v for s, r in hyb.items() if (v := measures(r, until)[measure]) is not None}
     if min(len(p), len(h)) < 2:
         return "undecided", f"{len(p)} pure and {len(h)} hybrid seeds scored"
     below, gap, need = pure_below(p, h, SPREAD_FLOOR)
     above, _, _ = pure_below(h, p, SPREAD_FLOOR)
     answer = "yes" if below else ("reversed" if above else "no")
-    return answer, f"hybrid - pure {gap:+.3f} vs twice the spread {need:.3f}"
+    over = "" if until is None else f", over the first {until} steps: runs cut by the time budget"
+    return answer, f"hybrid - pure {gap:+.3f} vs twice the spread {need:.3f}{over}"
 
 
 def _run_text(r: dict) -> str:
