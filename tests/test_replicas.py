@@ -93,6 +93,31 @@ def test_two_replicas_train_as_their_solo_runs(mixer):
         assert_same_run(solo_losses, solo_model, losses[r], rep, r, f"{mixer} replica {r} (seed {seed}, lr {lr})")
 
 
+def test_every_parameter_starts_on_a_slot_boundary_and_one_head_delta_rules_train_as_solo():
+    """GatedDeltaNet with one head has 1-element parameters (A_log, dt_bias): packed tight, every view after them
+    began 4 bytes off and the compiled replicated step met a misaligned address on the H100 (2026-12-06). Each
+    parameter and its gradient now start on a SLOT_BYTES boundary; the padding counts as no parameter and trains as
+    nothing (the replicas still equal their solo runs)."""
+    from hlnas.training.replicas import SLOT_BYTES
+
+    layout, cfg = _setup("gated_deltanet", mixer_hparams={**HP, "gated_deltanet": {"num_heads": 1, "head_dim": 16}})
+    solo = seeded_model(layout, cfg, 1)
+    assert any(p.numel() == 1 for p in solo.parameters())  # the case that broke
+    runs = [(1, 3e-3), (2, 1e-3)]
+    losses, rep, _ = replica_run(layout, cfg, [s for s, _ in runs], [lr for _, lr in runs])
+    assert rep.num_params() == sum(p.numel() for p in solo.parameters()) < rep.flat.shape[1]
+    for k in rep.names:
+        for t in (rep.stacked[k], rep.stacked[k].grad):
+            assert t.data_ptr() % SLOT_BYTES == 0 and t.stride(0) * t.element_size() % SLOT_BYTES == 0, k
+    gaps = torch.ones(rep.flat.shape[1], dtype=torch.bool)
+    for lo, hi in zip(rep.offsets, rep.ends):
+        gaps[lo:hi] = False
+    assert gaps.any() and not rep.flat[:, gaps].any() and not rep.flat_grad[:, gaps].any()
+    for r, (seed, lr) in enumerate(runs):
+        solo_losses, solo_model = solo_run(layout, cfg, seed, lr)
+        assert_same_run(solo_losses, solo_model, losses[r], rep, r, f"one-head gated_deltanet replica {r}")
+
+
 @pytest.mark.parametrize("start", ["shift", "shift2", "split2"])
 def test_shift_started_attention_conv_replicas_train_as_their_solo_runs(start):
     # issue #20's protocols: the attention-input conv started as a shift (or split2), zero residual outputs

@@ -24,8 +24,8 @@ activations take the folded batch as it is: no op of an hlnas model mixes batch 
 listed above is refused by name (:class:`ReplicaError`).
 
 Storage: all weights live in one ``[R, N]`` tensor (:attr:`ReplicatedLM.flat`, replica r in row r, each solo
-parameter at a fixed column range), the parameters are views of it, and their gradients views of one ``[R, N]``
-gradient (:attr:`ReplicatedLM.flat_grad`). So per-replica clipping, the AdamW update with per-replica learning rates,
+parameter at a fixed column range starting on a :data:`SLOT_BYTES` boundary, the gaps zero), the parameters are views
+of it, and their gradients views of one ``[R, N]`` gradient (:attr:`ReplicatedLM.flat_grad`). So per-replica clipping, the AdamW update with per-replica learning rates,
 freezing a replica, and loading fresh weights into a slot are single ops on rows
 (:mod:`hlnas.training.replica_step`). Gradients must be zeroed in place (``flat_grad.zero_()``), never set to None.
 Training only: no decode cache.
@@ -51,6 +51,10 @@ __all__ = ["ReplicaError", "ReplicatedLM", "ReplicatedLinear", "ReplicatedEmbedd
 # the parameters are views of one [R, N] storage, their gradients views of another, on purpose (one op per update):
 # autograd accumulates into them in place and says each time that such strides "may impair performance"
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+
+#: Each parameter's column range in :attr:`ReplicatedLM.flat` (and each row) starts on a multiple of this many bytes:
+#: kernels read 16-byte vectors and Hopper's tensor-memory loads want 16-byte aligned bases; 64 covers both with room.
+SLOT_BYTES = 64
 
 
 class ReplicaError(ConfigError):
@@ -177,22 +181,31 @@ class ReplicatedLM(nn.Module):
         self.replicas, self.fold = R, _Fold(R)
         self.names = list(solo[0])  # solo parameter names, in the order of their column ranges in flat
         sizes = [solo[0][k].numel() for k in self.names]
-        self.offsets = [0]
+        # each parameter's columns start on a SLOT_BYTES boundary, and so does each row: GatedDeltaNet with one head
+        # has 1-element parameters (A_log, dt_bias), and packed tight the views after them began 4 bytes off; on the
+        # H100 the compiled replicated step then died of a misaligned address (2026-12-06)
+        align = max(1, SLOT_BYTES // p0.element_size())
+        self.offsets, self.ends = [], []
+        at = 0
         for n in sizes:
-            self.offsets.append(self.offsets[-1] + n)
-        N = self.offsets[-1]
+            self.offsets.append(at)
+            self.ends.append(at + n)
+            at += -(-n // align) * align
+        N, self._n_params = at, sum(sizes)
         with torch.no_grad():
-            self.flat = torch.empty(R, N, dtype=p0.dtype, device=p0.device)
+            self.flat = torch.zeros(R, N, dtype=p0.dtype, device=p0.device)  # the padding stays 0, its gradient too
             for r, s in enumerate(solo):
-                torch.cat([s[k].detach().reshape(-1) for k in self.names], out=self.flat[r])
+                for k, lo, hi in zip(self.names, self.offsets, self.ends):
+                    self.flat[r, lo:hi].copy_(s[k].detach().reshape(-1))
         self.flat_grad = torch.zeros_like(self.flat)
         # weight decay as hlnas.training.step.make_optimizer decides it on the solo parameter: matrices, unless marked
-        decays = [weight_decays(solo[0][k]) for k in self.names]
-        self.decays = torch.cat([torch.full((n,), d, dtype=torch.bool, device=p0.device) for n, d in zip(sizes, decays)])
+        self.decays = torch.zeros(N, dtype=torch.bool, device=p0.device)
+        for k, lo, hi in zip(self.names, self.offsets, self.ends):
+            self.decays[lo:hi] = weight_decays(solo[0][k])
         self.stacked: dict[str, nn.Parameter] = {}
         by_id: dict[int, nn.Parameter] = {}
         for i, k in enumerate(self.names):
-            lo, hi = self.offsets[i], self.offsets[i + 1]
+            lo, hi = self.offsets[i], self.ends[i]
             p = nn.Parameter(self.flat[:, lo:hi].view(R, *shapes[k]))
             p.grad = self.flat_grad[:, lo:hi].view(R, *shapes[k])
             self.stacked[k] = by_id[id(solo[0][k])] = p
@@ -279,8 +292,8 @@ class ReplicatedLM(nn.Module):
         return model
 
     def num_params(self) -> int:
-        """Parameters of one replica."""
-        return self.flat.shape[1]
+        """Parameters of one replica (without the padding between them)."""
+        return self._n_params
 
 
 def replicate(models: list[nn.Module]) -> ReplicatedLM:
