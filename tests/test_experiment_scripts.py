@@ -9,7 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # the runnable ones: a helper module (experiments/bench/results.py) has no command line
-SCRIPTS = sorted(p for d in ("experiments", "experiments/bench", "experiments/paper_grid") for p in (ROOT / d).glob("*.py")
+SCRIPTS = sorted(p for d in ("experiments", "experiments/bench", "experiments/paper_grid", "experiments/device")
+                 for p in (ROOT / d).glob("*.py")
                  if "sys.argv" in p.read_text() or "__main__" in p.read_text())
 
 # one process for all of them (torch is imported once): each script's --help must exit 0 and print its usage
@@ -74,3 +75,17 @@ def test_mqar_curve_trains_the_shift_started_attention_conv(capsys, monkeypatch)
                             "--attention-conv-init", "shift"]) == 0
     assert "AA: test accuracy" in capsys.readouterr().out
     assert seen[0].model["mixer_hparams"]["attention"] == {"input_conv": 4, "input_conv_init": "shift"}
+
+
+def test_diagnose_recall_trains_a_case_and_prints_the_whole_traceback_of_one_that_fails(capsys):
+    """The device diagnosis (experiments/device/diagnose_recall.py): a case trains its few steps and says ok; a case
+    that fails prints its full traceback and FAILED, exit 1 (a sweep brings back only an error's tail)."""
+    from experiments.device import diagnose_recall
+
+    case = '{"layout": "AH", "d_model": 32, "kv_pairs": 2, "seq_len": 16, "vocab": 32, "n_heads": 2}'
+    assert diagnose_recall.main(["--case", case, "--steps", "2", "--eval-every", "1", "--no-compile", "--label", "t"]) == 0
+    assert "t ok: 2 steps" in capsys.readouterr().out
+    bad = case.replace('"AH"', '"AQ"')  # Q is no mixer's code
+    assert diagnose_recall.main(["--case", bad, "--steps", "2", "--no-compile", "--label", "b"]) == 1
+    out = capsys.readouterr()
+    assert "b FAILED" in out.out and "Traceback" in out.err

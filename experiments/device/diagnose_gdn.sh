@@ -7,7 +7,7 @@
 # Needs fla on PYTHONPATH (h200.sh's /tmp/site).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/diag"
-D=(python3 experiments/device/diagnose_recall.py --cases experiments/paper_grid/delta_capacity_keys.json --index 8 --steps 20)
+D=(python3 -m experiments.device.diagnose_recall --cases experiments/paper_grid/delta_capacity_keys.json --index 8 --steps 20)
 GRID='{"layout": "gated_deltanet:3:1", "residual_init": "zero", "compile": true,
        "mixer_hparams": {"attention": {"input_conv": 4, "input_conv_init": "shift"}}}'
 export CUDA_LAUNCH_BLOCKING=1
@@ -15,6 +15,6 @@ export CUDA_LAUNCH_BLOCKING=1
 HLNAS_LEAN_GATED_NORM=0 "${D[@]}" --label solo_no_lean >"$OUT/diag/solo_no_lean.log" 2>&1 &
 "${D[@]}" --no-compile --label solo_eager >"$OUT/diag/solo_eager.log" 2>&1 &
 "${D[@]}" --seeds 0,1 --label replicas >"$OUT/diag/replicas.log" 2>&1 &
-python3 experiments/device/diagnose_recall.py --case "$GRID" --steps 20 --label grid_gdn >"$OUT/diag/grid_gdn.log" 2>&1 &
+python3 -m experiments.device.diagnose_recall --case "$GRID" --steps 20 --label grid_gdn >"$OUT/diag/grid_gdn.log" 2>&1 &
 wait
 for f in "$OUT"/diag/*.log; do tail -n 1 "$f"; done

@@ -2,8 +2,8 @@
 diagnosis of a case that failed inside a sweep, where only the error's tail comes back (and a sticky CUDA error takes
 every later run of its worker with it).
 
-    CUDA_LAUNCH_BLOCKING=1 python experiments/device/diagnose_recall.py --case '{"layout": "gated_deltanet:pure", ...}'
-    python experiments/device/diagnose_recall.py --cases experiments/paper_grid/delta_capacity_keys.json --index 8 --seeds 0,1
+    CUDA_LAUNCH_BLOCKING=1 python -m experiments.device.diagnose_recall --case '{"layout": "gated_deltanet:pure", ...}'
+    python -m experiments.device.diagnose_recall --cases experiments/paper_grid/delta_capacity_keys.json --index 8 --seeds 0,1
 
 A case is recall_sweep.py's (the same keys and defaults); ``--seeds`` with two or more trains them as replicas of one
 model (hlnas.score.recall_replicas), as ``recall_sweep.py --replicas`` does. Prints one line: ``ok`` with the steps,
@@ -17,9 +17,6 @@ import json
 import sys
 import time
 import traceback
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: experiments as a package
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,14 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     from hlnas.score.recall_replicas import train_mqar_seeds
 
     sweep_args = recall_sweep._parser().parse_args(["--eval-every", str(args.eval_every), "--target", "1"])
-    case = {**case, "steps": args.steps, "budget_s": None, "layout": recall_sweep._layout(case["layout"], 24)}
-    case.setdefault("lr", 5e-4)
+    case = {"lr": 5e-4, **case, "steps": args.steps, "budget_s": None}
     if args.no_compile:
         case["compile"] = False
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [case.get("seed", 0)]
-    recipe = recall_sweep._spec(0, case, sweep_args).recipe
     t0 = time.perf_counter()
-    try:
+    try:  # the case's own mistakes (a layout, a mixer setting) print their traceback too
+        recipe = recall_sweep._spec(0, {**case, "layout": recall_sweep._layout(case["layout"], 24)}, sweep_args).recipe
         if len(seeds) > 1:
             out = train_mqar_seeds(recipe.layout, recipe.model, recipe.score.mqar, seeds)[0]
         else:
