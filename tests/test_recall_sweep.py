@@ -142,7 +142,8 @@ def test_pause_by_without_state_is_refused_with_a_one_line_reason(tmp_path):
     assert r.returncode == 2 and "--pause-by needs --state" in r.stderr
 
 
-CASE_FILES = sorted((ROOT / "experiments" / "paper_grid").glob("*_cases.json"))
+CASE_FILES = sorted({*(ROOT / "experiments" / "paper_grid").glob("*_cases.json"),
+                     *(ROOT / "experiments" / "paper_grid").glob("delta_capacity_*.json")})
 assert len(CASE_FILES) >= 3
 
 
