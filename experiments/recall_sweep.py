@@ -137,10 +137,20 @@ def _row(case: dict, r, at_s: float) -> dict:
             "baseline_name": m.get("mqar_baseline_name"), "steps": m.get("mqar_steps_done"), "schedule": schedule,
             "auc": m.get("mqar_auc"), "steps_to_target": m.get("mqar_steps_to_target"),
             "wall_s": round(r.wall_s, 1), "mode": mq.get("mode"), "params": mq.get("params"),
-            "curve": run.get("curve"), "error": (r.error or m.get("mqar_error") or "")[-300:] or None,
+            "curve": run.get("curve"), "error": _error_text(r.error or m.get("mqar_error")),
             "kv_pairs": mq.get("kv_pairs"), "seq_len": mq.get("seq_len"), "model": mq.get("model"),
             "task": mq.get("task"), "vt": mq.get("vt"), "by_hop": m.get("mqar_by_hop"),
             "replicas_error": m.get("replicas_error"), "at_s": round(at_s, 1), **cut}
+
+
+def _error_text(error: str | None, keep: int = 300) -> str | None:
+    """A failed case's error for its row: its first line (the exception and its message) and the end of the rest,
+    where the row once kept only the last 300 characters (on 2026-12-06 a CUDA error's row said nothing but the
+    tail of CUDA's advice)."""
+    if not error:
+        return None
+    first, _, rest = error.strip().partition("\n")
+    return first if not rest else f"{first} [...] {rest[-keep:]}" if len(rest) > keep else f"{first}\n{rest}"
 
 
 def _by_hop(by_hop: dict | None) -> str:

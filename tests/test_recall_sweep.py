@@ -182,3 +182,13 @@ def test_match_keeps_the_cases_whose_tag_contains_it_and_refuses_one_that_matche
     args = recall_sweep._parser().parse_args(["--cases", str(path), "--match", "mamba"])
     with pytest.raises(SystemExit, match="no case of .* has a tag containing 'mamba'"):
         recall_sweep._cases(args)
+
+
+def test_a_failed_cases_row_keeps_the_errors_first_line():
+    from experiments import recall_sweep
+
+    tail = "CUDA kernel errors might be asynchronously reported at some other API call\n" * 10
+    text = recall_sweep._error_text("AcceleratorError: CUDA error: misaligned address\n" + tail)
+    assert text.startswith("AcceleratorError: CUDA error: misaligned address [...] ") and len(text) < 400
+    assert recall_sweep._error_text("ValueError: short\nline") == "ValueError: short\nline"
+    assert recall_sweep._error_text(None) is None and recall_sweep._error_text("") is None
