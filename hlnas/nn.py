@@ -70,8 +70,8 @@ class RMSNorm(nn.Module):
 
 
 #: The gated norms take :func:`lean_gated_norm` wherever the fused forms run (:func:`fused_forms`); off, they take the
-#: composed form there too (experiments/bench/saved_memory.py compares the two). HLNAS_LEAN_GATED_NORM=0 turns it off
-#: (a device diagnosis: its first GPU run, 2026-12-06, met a misaligned address in compiled GatedDeltaNet models).
+#: composed form there too (experiments/bench/saved_memory.py compares the two). HLNAS_LEAN_GATED_NORM=0 turns it off, a
+#: switch for device diagnoses (on 2026-12-06 it cleared the lean norm of a misaligned address: experiments/device/).
 LEAN_GATED_NORM = os.environ.get("HLNAS_LEAN_GATED_NORM", "1") != "0"
 
 

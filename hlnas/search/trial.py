@@ -118,7 +118,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             recall = _replica_recall(spec)
         except Exception as e:  # each run trains its own recall, as without replicas
             why = f"{type(e).__name__}: {e}"[:500]
-            if _classify(e) == "cuda_error":  # sticky: every run here would fail on it; the executor replaces the worker
+            if _classify(e) == "cuda_error":  # sticky: every run in this process would fail; the executor replaces it
                 failed = [_failure(s, {"replicas_error": why}, e, t0) for s in specs]
                 return dataclasses.replace(failed[0], replicas=tuple(failed[1:]))
     if any(r is not None and r.get("mqar_finished") is False for r in recall):  # paused: the next call continues them

@@ -25,9 +25,10 @@ listed above is refused by name (:class:`ReplicaError`).
 
 Storage: all weights live in one ``[R, N]`` tensor (:attr:`ReplicatedLM.flat`, replica r in row r, each solo
 parameter at a fixed column range starting on a :data:`SLOT_BYTES` boundary, the gaps zero), the parameters are views
-of it, and their gradients views of one ``[R, N]`` gradient (:attr:`ReplicatedLM.flat_grad`). So per-replica clipping, the AdamW update with per-replica learning rates,
-freezing a replica, and loading fresh weights into a slot are single ops on rows
-(:mod:`hlnas.training.replica_step`). Gradients must be zeroed in place (``flat_grad.zero_()``), never set to None.
+of it, and their gradients views of one ``[R, N]`` gradient (:attr:`ReplicatedLM.flat_grad`). So per-replica
+clipping, the AdamW update with per-replica learning rates, freezing a replica, and loading fresh weights into a slot
+are single ops on rows (:mod:`hlnas.training.replica_step`). Gradients must be zeroed in place (``flat_grad.zero_()``),
+never set to None.
 Training only: no decode cache.
 """
 
