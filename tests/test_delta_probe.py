@@ -1,4 +1,4 @@
-"""experiments/paper_grid/delta_probe.py: pairs each setting's pure and 3:1 runs and judges them by the calibration's rule."""
+"""experiments/paper_grid/delta_probe.py: pairs each setting's pure and 3:1 runs, judged by the calibration's rule."""
 
 import json
 
@@ -80,3 +80,16 @@ def test_a_pair_with_a_cut_run_compares_auc_over_the_steps_every_run_covers(tmp_
     assert answer == "yes" and "over the first 600 steps" in why
     held = delta_probe.measures(rows[2], 600)["auc"]
     assert held > delta_probe.measures(rows[2], 300)["auc"] > delta_probe.measures(rows[0], 600)["auc"] > 0
+
+
+def test_a_pair_whose_control_learned_in_no_seed_is_no_result(tmp_path):
+    rows = [_row("control d64 K64 L256", s, 0.016, 0.0, baseline=0.016) for s in (0, 1)] + \
+           [_row("dn pure d64 K64 L256", s, 0.02, 0.0, baseline=0.016) for s in (0, 1)] + \
+           [_row("dn 3:1 d64 K64 L256", s, 0.99, 0.9, baseline=0.016) for s in (0, 1)] + \
+           [_row("dn pure d128 K64 L256", s, 0.02, 0.0, baseline=0.016) for s in (0, 1)] + \
+           [_row("dn 3:1 d128 K64 L256", s, 0.99, 0.9, baseline=0.016) for s in (0, 1)]
+    text = delta_probe.report(delta_probe.read_rows([_write(tmp_path, rows)]), "t")
+    line = next(x for x in text.splitlines() if x.startswith("| dn d64 K64 L256 |"))
+    assert line.count("**no control** (its control learned in 0 of 2 seeds (0.016 / 0.016 raw))") == 2
+    line = next(x for x in text.splitlines() if x.startswith("| dn d128 K64 L256 |"))
+    assert "**yes**" in line and "no control" not in line  # no control in these rows: the grid's calibration holds

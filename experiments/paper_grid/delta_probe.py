@@ -1,4 +1,4 @@
-"""The delta-rule probe's sweep rows -> does a narrower key state or a harder K separate pure from 3:1? (issue #20 point 2)
+"""The delta-rule probe's sweep rows -> does a narrower key state or a harder K separate pure from 3:1? (#20 point 2)
 
     python -m experiments.paper_grid.delta_probe experiments/results/delta_probe_h200_<date>/*/recall_sweep.jsonl \
         --out experiments/results/delta_probe_h200_<date>/probe.md
@@ -9,7 +9,9 @@ Reads ``experiments/recall_sweep.py``'s rows (one JSON object a case) of ``delta
 the corrected recall and ``auc`` (the area under the corrected validation curve over the step budget), then asks
 ``hlnas calibrate``'s question of both measures: is the pure model below its hybrid in every seed, the means apart by
 more than twice the larger seed spread (:func:`hlnas.calibration_outlook.pure_below`)? ``yes``, ``no``, or
-``reversed`` where the hybrid sits below the pure model by the same rule. A case its time budget cut short says so:
+``reversed`` where the hybrid sits below the pure model by the same rule, ``no control`` where the rows'
+all-attention control at the same width and task (``d64 K64 L256`` in the tag) learned in no seed. A case its time
+budget cut short says so:
 its later checks count 0 in the sweep's ``auc``, so in a pair with a cut run final recall is ``undecided`` (runs cut
 after different step counts) and ``auc`` is compared over the steps every run of the pair covers.
 """
@@ -54,7 +56,7 @@ def read_rows(paths: list[Path]) -> list[dict]:
 
 
 def settings(rows: list[dict]) -> dict[str, dict[str, dict[int, dict]]]:
-    """``setting -> role -> seed -> row``: role ``pure`` or ``3:1`` from the tag (the control's rows are ``control``)."""
+    """``setting -> role -> seed -> row``: role ``pure`` or ``3:1`` from the tag (a control's rows: ``control``)."""
     out: dict[str, dict[str, dict[int, dict]]] = {}
     for r in rows:
         tag = r.get("tag") or r["layout"]
@@ -102,12 +104,29 @@ def verdict(pure: dict[int, dict], hyb: dict[int, dict], measure: str) -> tuple[
 
 def _run_text(r: dict) -> str:
     if r.get("status") != "ok" or r.get("acc") is None:  # the first error's first line (replicas fail first)
-        why = next((line for e in (r.get("replicas_error"), r.get("error")) if e for line in e.splitlines() if line), "")
+        errors = (e for e in (r.get("replicas_error"), r.get("error")) if e)
+        why = next((line for e in errors for line in e.splitlines() if line), "")
         return f"{r.get('status', 'failed')}: {why[:80].replace('|', '/')}"
     m = measures(r)
     steps = r.get("steps_to_target") or "-"
     cut = f", cut at {r['cut_at']}" if r.get("cut_at") else ""
     return f"{r['acc']:.3f} [{r['baseline']:.3f}] -> {m['recall']:.3f}, auc {m['auc']:.3f}, {steps}{cut}"
+
+
+SHAPE = re.compile(r"\bd\d+ K\d+ L\d+\b")  # a tag's recall-model width and task: "d64 K64 L256"
+
+
+def failed_controls(groups: dict[str, dict[str, dict[int, dict]]]) -> dict[str, str]:
+    """``shape -> why`` for each all-attention control in the rows that learned in no seed: a pair at that shape has no
+    passing control, so its verdicts are no result (the project's rule: a protocol's control must learn it first)."""
+    out = {}
+    for setting, roles in groups.items():
+        runs = roles.get("control", {})
+        shape = SHAPE.search(setting)
+        if runs and shape and not any((measures(r)["recall"] or 0) >= LEARNED for r in runs.values()):
+            raws = " / ".join(f"{r['acc']:.3f}" if r.get("acc") is not None else "failed" for r in runs.values())
+            out[shape.group(0)] = f"its control learned in 0 of {len(runs)} seeds ({raws} raw)"
+    return out
 
 
 def report(rows: list[dict], source: str) -> str:
@@ -116,15 +135,22 @@ def report(rows: list[dict], source: str) -> str:
              f"Rows: {source}. Each run: raw recall [no-recall baseline] -> corrected, auc (area under the corrected "
              "validation curve over the step budget), steps to the stop (`-`: not reached). A verdict `yes` is the "
              "calibration's \"pure below its hybrid\": every seed, and the means apart by more than twice the larger "
-             "seed spread; `reversed` is the hybrid below the pure model by the same rule.", "",
+             "seed spread; `reversed` is the hybrid below the pure model by the same rule; `no control`: the rows' "
+             "all-attention control at that width and task learned in no seed, so the pair is no result.", "",
              "| setting | role | seeds | recall: pure below 3:1? | auc: pure below 3:1? |", "|---|---|---|---|---|"]
-    for setting, roles in settings(rows).items():
+    groups = settings(rows)
+    no_control = failed_controls(groups)
+    for setting, roles in groups.items():
         pair = "pure" in roles and "3:1" in roles
         verdicts = [verdict(roles["pure"], roles["3:1"], m) for m in ("recall", "auc")] if pair else None
+        shape = SHAPE.search(setting)
+        if verdicts and shape and shape.group(0) in no_control:  # not a result, whatever the pair did
+            verdicts = [("no control", no_control[shape.group(0)])] * 2
         for i, role in enumerate(r for r in ("control", "pure", "3:1") if r in roles):
             runs = roles[role]
             learned = sum((measures(r)["recall"] or 0) >= LEARNED for r in runs.values())
-            seeds = f"learned {learned}/{len(runs)}: " + " / ".join(f"s{s}: {_run_text(r)}" for s, r in sorted(runs.items()))
+            each = " / ".join(f"s{s}: {_run_text(r)}" for s, r in sorted(runs.items()))
+            seeds = f"learned {learned}/{len(runs)}: {each}"
             cells = (["", ""] if not verdicts or i else [f"**{a}** ({why})" for a, why in verdicts])
             lines.append(f"| {setting if i == 0 else ''} | {role} | {seeds} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
