@@ -24,16 +24,11 @@ import re
 import sys
 from pathlib import Path
 
+from experiments.paper_grid.compare import LEARNED, SPREAD_FLOOR
 from hlnas.calibration_outlook import pure_below
+from hlnas.metrics import corrected
 
-SPREAD_FLOOR = 0.01  # hlnas calibrate's
-LEARNED = 0.5  # corrected recall at which a run counts as having learned the task (compare.py's)
 ROLE = re.compile(r"\b(pure|3:1)\s*")
-
-
-def corrected(raw: float, baseline: float) -> float:
-    """Recall above the no-recall baseline, as a share of the room above it (hlnas.score's correction)."""
-    return max(0.0, (raw - baseline) / (1 - baseline)) if baseline < 1 else 0.0
 
 
 def read_rows(paths: list[Path]) -> list[dict]:
