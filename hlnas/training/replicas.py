@@ -193,23 +193,19 @@ class ReplicatedLM(nn.Module):
             self.ends.append(at + n)
             at += -(-n // align) * align
         N, self._n_params = at, sum(sizes)
-        with torch.no_grad():
-            self.flat = torch.zeros(R, N, dtype=p0.dtype, device=p0.device)  # the padding stays 0, its gradient too
-            for r, s in enumerate(solo):
-                for k, lo, hi in zip(self.names, self.offsets, self.ends):
-                    self.flat[r, lo:hi].copy_(s[k].detach().reshape(-1))
+        self.flat = torch.zeros(R, N, dtype=p0.dtype, device=p0.device)  # the padding stays 0, its gradient too
         self.flat_grad = torch.zeros_like(self.flat)
         # weight decay as hlnas.training.step.make_optimizer decides it on the solo parameter: matrices, unless marked
         self.decays = torch.zeros(N, dtype=torch.bool, device=p0.device)
-        for k, lo, hi in zip(self.names, self.offsets, self.ends):
-            self.decays[lo:hi] = weight_decays(solo[0][k])
         self.stacked: dict[str, nn.Parameter] = {}
         by_id: dict[int, nn.Parameter] = {}
-        for i, k in enumerate(self.names):
-            lo, hi = self.offsets[i], self.ends[i]
+        for k, lo, hi in zip(self.names, self.offsets, self.ends):
             p = nn.Parameter(self.flat[:, lo:hi].view(R, *shapes[k]))
             p.grad = self.flat_grad[:, lo:hi].view(R, *shapes[k])
             self.stacked[k] = by_id[id(solo[0][k])] = p
+            self.decays[lo:hi] = weight_decays(solo[0][k])
+        for r, m in enumerate(models):
+            self.load_replica(r, m)
         self.inner = copy.deepcopy(first)
         self._swap(first, by_id)
         self.layout, self.cfg = getattr(first, "layout", None), getattr(first, "cfg", None)
