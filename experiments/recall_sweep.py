@@ -150,7 +150,9 @@ def _error_text(error: str | None, keep: int = 300) -> str | None:
     if not error:
         return None
     first, _, rest = error.strip().partition("\n")
-    return first if not rest else f"{first} [...] {rest[-keep:]}" if len(rest) > keep else f"{first}\n{rest}"
+    if len(rest) <= keep:
+        return f"{first}\n{rest}" if rest else first
+    return f"{first} [...] {rest[-keep:]}"
 
 
 def _by_hop(by_hop: dict | None) -> str:
