@@ -264,9 +264,15 @@ def test_train_mqar_replicas_gives_each_run_its_solo_proxy_result():
     assert stops == [10, 2, 10]  # seed 2 reaches the target at its first check; seed 3 then starts in its slot
 
 
+# one 32-wide GatedDeltaNet head: its 1-element A_log and dt_bias once left every later parameter of the replicas' flat
+# storage 4 bytes off, and the first gradient zeroing died of "misaligned address" on the H100 (2026-12-06)
+ONE_HEAD_GDN = {**HP, "gated_deltanet": {"num_heads": 1, "head_dim": 32, "expand_v": 4.0}}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", ["AAAA", "GZAH"])
-def test_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(layout):
+@pytest.mark.parametrize("layout, hparams", [("AAAA", HP), ("GZAH", HP), ("ZZAZ", ONE_HEAD_GDN)],
+                         ids=["control", "mixed", "one_head_gated_deltanet"])
+def test_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(layout, hparams):
     """On CUDA (bf16 autocast, fla kernels, one captured graph per step): two runs as replicas give their solo graph
     runs' steps and curves within bf16 tolerance (accuracies within one validation instance's share)."""
     from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
@@ -274,7 +280,7 @@ def test_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(layout):
 
     base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
     cfg = MqarConfig(seq_len=64, kv_pairs=4, vocab=64, batch=16, steps=40, eval_every=10, val=64, test=64,
-                     model={"residual_init": "zero", "mixer_hparams": HP})
+                     model={"residual_init": "zero", "mixer_hparams": hparams})
     runs = [(1, 3e-3), (2, 1e-3)]
     got = train_mqar_replicas(Layout.parse(layout), base, cfg, runs, device="cuda")
     setup = recall_setup(Layout.parse(layout), base, cfg)
