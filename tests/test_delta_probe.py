@@ -93,3 +93,20 @@ def test_a_pair_whose_control_learned_in_no_seed_is_no_result(tmp_path):
     assert line.count("**no control** (its control learned in 0 of 2 seeds (0.016 / 0.016 raw))") == 2
     line = next(x for x in text.splitlines() if x.startswith("| dn d128 K64 L256 |"))
     assert "**yes**" in line and "no control" not in line  # no control in these rows: the grid's calibration holds
+
+
+def test_a_paused_run_never_continued_counts_as_cut_at_its_steps(tmp_path):
+    """A probe spread over device calls (recall_sweep --state) leaves a `paused` row where the machine went back before
+    the next call: its numbers are shown and scored like a run the time budget cut at that many steps."""
+    climbing = [[100, 0.02], [200, 0.05], [300, 0.1], [400, 0.2]]
+    rows = [_row("d pure k", s, 0.2, 0.01, status="paused", steps=400, curve=climbing) for s in (0, 1)] + \
+           [_row("d 3:1 k", s, 0.99, 0.9, curve=[[100, 0.5], [200, 0.99]], steps_to_target=200, steps=200)
+            for s in (0, 1)] + [_row("d pure j", 0, None, None, status="unfinished")]
+    g = delta_probe.settings(delta_probe.read_rows([_write(tmp_path, rows)]))["d k"]
+    assert delta_probe.cut_at(rows[0]) == 400 and delta_probe.cut_at(rows[2]) is None
+    answer, why = delta_probe.verdict(g["pure"], g["3:1"], "recall")
+    assert answer == "undecided" and "the first at 400 steps" in why
+    assert delta_probe.verdict(g["pure"], g["3:1"], "auc")[0] == "yes"
+    text = delta_probe.report(delta_probe.read_rows([_write(tmp_path, rows)]), "t")
+    assert "0.200 [0.062] -> 0.147, auc" in text and ", paused at 400" in text
+    assert "unfinished: " in text  # a case that never started is listed, not scored

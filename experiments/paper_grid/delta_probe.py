@@ -11,7 +11,7 @@ the corrected recall and ``auc`` (the area under the corrected validation curve 
 more than twice the larger seed spread (:func:`hlnas.calibration_outlook.pure_below`)? ``yes``, ``no``, or
 ``reversed`` where the hybrid sits below the pure model by the same rule, ``no control`` where the rows'
 all-attention control at the same width and task (``d64 K64 L256`` in the tag) learned in no seed. A case its time
-budget cut short says so:
+budget cut short, or that paused (``--state``: a probe spread over device calls) and was not continued, says so:
 its later checks count 0 in the sweep's ``auc``, so in a pair with a cut run final recall is ``undecided`` (runs cut
 after different step counts) and ``auc`` is compared over the steps every run of the pair covers.
 """
@@ -61,12 +61,20 @@ def settings(rows: list[dict]) -> dict[str, dict[str, dict[int, dict]]]:
     return out
 
 
+def cut_at(r: dict) -> int | None:
+    """The steps after which a run was stopped short of its budget without reaching its target: by the time budget
+    (``cut_at``) or paused and never continued (a ``paused`` row, its ``steps``); None for a run that finished."""
+    if r.get("cut_at"):
+        return int(r["cut_at"])
+    return int(r["steps"]) if r.get("status") == "paused" and r.get("steps") else None
+
+
 def measures(r: dict, until: int | None = None) -> dict:
     """Corrected final recall and ``auc``; with ``until``, ``auc`` over the run's first ``until`` steps instead (from
     its stored checks, a run stopped at the target held there: hlnas.score.recall_proxy.learning_auc)."""
     from hlnas.score.recall_proxy import learning_auc
 
-    ok = r.get("status") == "ok" and r.get("acc") is not None
+    ok = r.get("status") in ("ok", "paused") and r.get("acc") is not None
     auc = r.get("auc") if ok else None
     if ok and until is not None and r.get("curve"):
         auc = learning_auc(r["curve"], until, r["baseline"], r.get("steps_to_target") is not None)
@@ -76,7 +84,7 @@ def measures(r: dict, until: int | None = None) -> dict:
 def common_steps(runs: list[dict]) -> int | None:
     """The steps every scored run of a pair covers where some were cut by the time budget (a run that stopped at its
     target covers any number: it holds its value); None where none was cut."""
-    cut = [r["cut_at"] for r in runs if r.get("cut_at")]
+    cut = [c for r in runs if (c := cut_at(r))]
     return min(cut) if cut else None
 
 
@@ -85,7 +93,7 @@ def verdict(pure: dict[int, dict], hyb: dict[int, dict], measure: str) -> tuple[
     it), ``no``, or ``undecided`` with fewer than two seeds of each scored on ``measure``."""
     until = common_steps([*pure.values(), *hyb.values()])
     if until is not None and measure == "recall":  # final recall after different step counts compares nothing
-        return "undecided", f"runs cut by the time budget, the first at {until} steps"
+        return "undecided", f"runs cut short (time budget or paused), the first at {until} steps"
     p = {s: v for s, r in pure.items() if (v := measures(r, until)[measure]) is not None}
     h = {s: v for s, r in hyb.items() if (v := measures(r, until)[measure]) is not None}
     if min(len(p), len(h)) < 2:
@@ -93,18 +101,19 @@ def verdict(pure: dict[int, dict], hyb: dict[int, dict], measure: str) -> tuple[
     below, gap, need = pure_below(p, h, SPREAD_FLOOR)
     above, _, _ = pure_below(h, p, SPREAD_FLOOR)
     answer = "yes" if below else ("reversed" if above else "no")
-    over = "" if until is None else f", over the first {until} steps: runs cut by the time budget"
+    over = "" if until is None else f", over the first {until} steps: runs cut short"
     return answer, f"hybrid - pure {gap:+.3f} vs twice the spread {need:.3f}{over}"
 
 
 def _run_text(r: dict) -> str:
-    if r.get("status") != "ok" or r.get("acc") is None:  # the first error's first line (replicas fail first)
+    if r.get("status") not in ("ok", "paused") or r.get("acc") is None:  # the first error's first line (replicas fail first)
         errors = (e for e in (r.get("replicas_error"), r.get("error")) if e)
         why = next((line for e in errors for line in e.splitlines() if line), "")
         return f"{r.get('status', 'failed')}: {why[:80].replace('|', '/')}"
     m = measures(r)
     steps = r.get("steps_to_target") or "-"
-    cut = f", cut at {r['cut_at']}" if r.get("cut_at") else ""
+    cut = (f", cut at {r['cut_at']}" if r.get("cut_at") else
+           f", paused at {r['steps']}" if r.get("status") == "paused" else "")
     return f"{r['acc']:.3f} [{r['baseline']:.3f}] -> {m['recall']:.3f}, auc {m['auc']:.3f}, {steps}{cut}"
 
 
