@@ -39,10 +39,11 @@ def test_plain_baseline_has_the_transformers_parameter_count(name):
 
 def test_paper_scale_cpu_smoke(tmp_path):
     args = ["--preset", "proxy-tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
-            "--only", "matmul,plain,transformer,gla:3:1", "--profile", "--device-name", "cpu", "--out", str(tmp_path)]
+            "--only", "matmul,plain,transformer,gla:3:1,gla:3:1@composed", "--profile", "--device-name", "cpu",
+            "--out", str(tmp_path)]
     assert paper_scale.main(args) == 0
     rows, md = _rows(tmp_path, "paper_scale")
-    assert [r["row"] for r in rows] == ["matmul", "plain", "transformer", "gla:3:1"]
+    assert [r["row"] for r in rows] == ["matmul", "plain", "transformer", "gla:3:1", "gla:3:1@composed"]
     assert "mfu" in rows[0] and all(r["status"] == "ok" for r in rows)
     by = {r["row"]: r for r in rows}
     assert by["plain"]["params_m"] == by["transformer"]["params_m"] and float(by["plain"]["tok_s_vs_plain"]) == 1.0
@@ -52,6 +53,8 @@ def test_paper_scale_cpu_smoke(tmp_path):
     (prof,) = tmp_path.glob("paper_scale_profile_cpu_*.md")
     text = prof.read_text()
     assert "## plain" in text and "## gla:3:1" in text and "aten::" in text
+    assert "## gla:3:1@composed" in text  # a variant row's profile is headed by its own name, not its base row's
+    assert text.count("Every kernel by kind") == 4 and "| matmul |" in text and "limited by " in text
 
 
 def test_a_rope_row_runs_with_the_rope_table_and_is_set_against_its_row_without(tmp_path, monkeypatch):

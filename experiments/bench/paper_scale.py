@@ -240,7 +240,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         if dev.type == "cuda":
             row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
         if profile is not None:
-            profile.append((spec, profile_steps(step, x, y, dev)))
+            profile.append((f"{spec}@{variant}" if variant else spec, profile_steps(step, x, y, dev)))
     except torch.cuda.OutOfMemoryError as e:
         row["status"] = "oom: " + str(e).splitlines()[0][:160]
         del e
@@ -267,8 +267,11 @@ def recall_config(space_path: str):
     return recall_model_config(space.model, dict(mq.model), mq.vocab)
 
 
-def profile_steps(step, x, y, dev) -> list[dict]:
-    """Top 15 kernels by self device time over PROFILE_STEPS steps (a CPU run: CPU ops by self CPU time)."""
+def profile_steps(step, x, y, dev) -> tuple[list[dict], list[dict]]:
+    """Top 15 kernels by self device time over PROFILE_STEPS steps (a CPU run: CPU ops by self CPU time), and every
+    kernel's time summed by kind (experiments.bench.kernel_classes: what limits the step)."""
+    from experiments.bench.kernel_classes import by_kind
+
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -287,8 +290,9 @@ def profile_steps(step, x, y, dev) -> list[dict]:
         us = lambda e: e.self_cpu_time_total  # noqa: E731
     total = sum(us(e) for e in kern) or 1
     top = sorted(kern, key=us, reverse=True)[:15]
+    kinds = by_kind([(e.key, us(e) / 1e3 / PROFILE_STEPS) for e in kern])
     return [{"op": e.key[:90], "calls": e.count // PROFILE_STEPS, "ms_per_step": round(us(e) / 1e3 / PROFILE_STEPS, 2),
-             "share": round(us(e) / total, 3)} for e in top]
+             "share": round(us(e) / total, 3)} for e in top], kinds
 
 
 # -- the tables ----------------------------------------------------------------------------------------------------
@@ -350,10 +354,16 @@ def _write(args, rows, command, name="paper_scale"):
 
 
 def write_profile(stem, profile: list, name: str = "paper_scale") -> None:
+    """Per row: its top 15 kernels, then every kernel summed by kind with the kind that limits the step."""
+    from experiments.bench.kernel_classes import limit_line
+
     lines = [f"# Per-op profile beside {stem.name}.md ({PROFILE_STEPS} steps per row, self time)", ""]
-    for spec, top in profile:
+    for spec, (top, kinds) in profile:
         lines += [f"## {spec}", "", "| op | calls/step | ms/step | share |", "|---|---|---|---|"]
         lines += [f"| `{t['op']}` | {t['calls']} | {t['ms_per_step']} | {100 * t['share']:.1f}% |" for t in top] + [""]
+        lines += [f"Every kernel by kind (`experiments/bench/kernel_classes.py`), {limit_line(kinds)}:", "",
+                  "| kind | ms/step | share |", "|---|---|---|"]
+        lines += [f"| {k['kind']} | {k['ms_per_step']} | {100 * k['share']:.1f}% |" for k in kinds] + [""]
     path = stem.parent / stem.name.replace(f"{name}_", f"{name}_profile_", 1)
     path.with_suffix(".md").write_text("\n".join(lines))
 
