@@ -30,7 +30,9 @@ TOL = 1e-2
 
 def run_op(name: str, mod, inputs: dict, backend: str | None):
     # RetNet's g_gamma is a constant of the layer, not a learned input: no gradient, as in the model
-    leaves = {k: v.detach().clone().requires_grad_(v.is_floating_point() and k != "g_gamma") for k, v in inputs.items()}
+    # a setting that is not a tensor (causal_conv1d's activation) passes as it is
+    leaves = {k: v.detach().clone().requires_grad_(v.is_floating_point() and k != "g_gamma") if torch.is_tensor(v) else v
+              for k, v in inputs.items()}
     if name == "attention":
         fn = mod.attention if backend != "ref" else mod.naive_attention
         out = fn(leaves["q"], leaves["k"], leaves["v"])
@@ -41,7 +43,7 @@ def run_op(name: str, mod, inputs: dict, backend: str | None):
 
 
 def grads(out, leaves, cot):
-    keys = [k for k, v in leaves.items() if v.requires_grad]
+    keys = [k for k, v in leaves.items() if torch.is_tensor(v) and v.requires_grad]
     gs = torch.autograd.grad(out, [leaves[k] for k in keys], cot, allow_unused=True)
     return {k: g for k, g in zip(keys, gs) if g is not None}
 
@@ -61,7 +63,7 @@ def check(name: str, B: int, T: int, H: int, K: int, V: int) -> dict:
     mod = importlib.import_module(f"hlnas.kernels.{name}")
     extra = {"decay": variant} if variant else {}
     x16 = make_inputs(name, B, T, H, K, V, dtype=torch.bfloat16, device="cuda", seed=1, **extra)
-    x32 = {k: (v.float() if v.is_floating_point() else v) for k, v in x16.items()}
+    x32 = {k: (v.float() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in x16.items()}
     t0 = time.perf_counter()
     out, leaves = run_op(name, mod, x16, "fla")
     cot = torch.randn_like(out)

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from hlnas.config import swiglu_hidden  # noqa: F401  (re-exported: the MLP's sizing rule)
 
-__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "ShortConvolution", "SwiGLU", "rotary", "rotary_qk",
+__all__ = ["compute_dtype", "RMSNorm", "GatedRMSNorm", "SwiGLU", "rotary", "rotary_qk",
            "rope_table", "grow_rope_tables", "rope_tables_bytes", "ROPE_TABLE", "swiglu_hidden", "fused_linear",
            "lean_gated_norm", "takes_lean_norm", "fused_on", "fused_forms", "FUSED_ON_CPU", "LEAN_GATED_NORM"]
 
@@ -155,84 +155,6 @@ def lean_gated_norm(x: Tensor, gate: Tensor, weight: Tensor, eps: float, act: st
                     groups: int = 1) -> Tensor:
     """:class:`_LeanGatedNorm` as a function (Mamba-2's grouped norm calls it)."""
     return _LeanGatedNorm.apply(x, gate, weight, eps, act, gate_first, groups)
-
-
-class _ShiftedConv(torch.autograd.Function):
-    """Causal depthwise conv as shifted multiply-adds, one autograd node: ``y[:, t] = sum_k xx[:, t + k] * w[:, 0, k]``
-    for xx ``[B, T + K - 1, C]`` (the past prepended), w ``[C, 1, K]`` -> y ``[B, T, C]``. The backward is the same sum
-    transposed: ``dxx[:, j] = sum_k dy[:, j - k] * w[:, 0, k]`` and ``dw[:, 0, k] = sum_(b, t) xx[:, t + k] * dy``.
-    The taps are copied to ``[K, C]`` first: multiplying by a strided column ``w[:, 0, k]`` (stride K) took ~3x as long
-    as by a contiguous row on CPU."""
-
-    @staticmethod
-    def forward(ctx, xx: Tensor, w: Tensor) -> Tensor:
-        K = w.shape[-1]
-        T = xx.shape[1] - K + 1
-        taps = w[:, 0, :].t().contiguous()  # [K, C]
-        y = xx[:, 0:T] * taps[0]
-        for k in range(1, K):
-            y.addcmul_(xx[:, k : k + T], taps[k])
-        ctx.save_for_backward(xx, taps)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy: Tensor):
-        xx, taps = ctx.saved_tensors
-        B, TK, C = xx.shape
-        K = taps.shape[0]
-        T = TK - K + 1
-        dxx = dw = None
-        if ctx.needs_input_grad[0]:
-            dxx = xx.new_zeros(B, TK, C)
-            for k in range(K):
-                dxx[:, k : k + T].addcmul_(dy, taps[k])
-        if ctx.needs_input_grad[1]:
-            dw = torch.stack([(xx[:, k : k + T] * dy).sum((0, 1)) for k in range(K)], 1).unsqueeze(1)  # [C, 1, K]
-        return dxx, dw
-
-
-class ShortConvolution(nn.Module):
-    """Causal depthwise conv1d over time (kernel ``size``), optional SiLU, as in fla's ShortConvolution.
-
-    Decode state: the last ``size - 1`` inputs, ``[B, size-1, C]`` in the input dtype.
-    """
-
-    def __init__(self, channels: int, size: int = 4, activation: str | None = "silu", bias: bool = False):
-        super().__init__()
-        self.channels, self.size, self.activation = channels, size, activation
-        self.weight = nn.Parameter(torch.empty(channels, 1, size))
-        self.bias = nn.Parameter(torch.zeros(channels)) if bias else None
-        nn.init.kaiming_uniform_(self.weight, a=5**0.5)
-
-    @staticmethod
-    def state_bytes(channels: int, size: int, batch: int, itemsize: int) -> int:
-        return batch * (size - 1) * channels * itemsize
-
-    def forward(self, x: Tensor, cache: dict | None = None, key: str = "conv") -> Tensor:
-        """x: [B, T, C] -> [B, T, C]. With ``cache``, prepends and updates ``cache[key]``."""
-        B, T, C = x.shape
-        if cache is not None and key in cache:
-            past = cache[key]
-        else:
-            past = x.new_zeros(B, self.size - 1, C)
-        xx = torch.cat([past, x], dim=1)  # [B, size-1+T, C]
-        if cache is not None:
-            cache[key] = xx[:, -(self.size - 1):].detach().clone()
-        w = self.weight.to(x.dtype)
-        b = None if self.bias is None else self.bias.to(x.dtype)
-        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-            # the same sum as shifted multiply-adds (equal to conv1d within float rounding; tests/test_nn.py): oneDNN's
-            # depthwise conv1d backward took ~0.8 ms a call on a 2-core CPU for the default space's [16, 32, 64]
-            # tensors, about a tenth of an HGRN recall-model step; one autograd node with its own backward, since the
-            # same sum left to autograd was ~30 small ops a call (experiments/bench/cpu_recall_step.py)
-            y = _ShiftedConv.apply(xx, w)
-            if b is not None:
-                y = y + b
-        else:
-            y = F.conv1d(xx.transpose(1, 2), w, b, groups=C).transpose(1, 2)
-        if self.activation == "silu":
-            y = F.silu(y)
-        return y
 
 
 class SwiGLU(nn.Module):

@@ -6,6 +6,7 @@ GPU's allocator is the ``gpu`` test at the end (run by h200.sh's check step)."""
 from __future__ import annotations
 
 import csv
+import os
 
 import pytest
 import torch
@@ -71,8 +72,28 @@ def test_a_rope_row_runs_with_the_rope_table_and_is_set_against_its_row_without(
     assert by["transformer@rope"]["mode"] == "eager+rope" and by["transformer"]["mode"] == "eager"
     assert float(by["transformer@rope"]["tok_s_vs_own"]) > 0 and not by["transformer"].get("tok_s_vs_own")
     assert seen and hnn.ROPE_TABLE == "the default"  # the table by the rope row only (the other row computes in place)
-    with pytest.raises(SystemExit, match="unknown variant 'ropes'; allowed: @compile, @rope, @compile\\+rope, @composed, @logits"):
+    with pytest.raises(SystemExit, match="unknown variant 'ropes'; allowed: @compile, @rope, @compile\\+rope, @composed, @logits, @torchconv"):
         paper_scale.main([*args[:-6], "--only", "transformer@ropes", "--device-name", "cpu", "--out", str(tmp_path)])
+
+
+def test_a_torchconv_row_keeps_the_short_convs_on_pytorch_for_that_row_only(tmp_path, monkeypatch):
+    """@torchconv: HLNAS_TORCH_OPS names causal_conv1d while the row builds and trains (the route reads it at each
+    call), beside what the user had set, and is restored after; its row is set against its own."""
+    import hlnas.kernels.backends as backends
+
+    seen = []
+    real = backends.route
+    monkeypatch.setattr(backends, "route", lambda op, *a, **k: (seen.append((op, os.environ.get("HLNAS_TORCH_OPS")))
+                                                                or real(op, *a, **k)))
+    monkeypatch.setenv("HLNAS_TORCH_OPS", "simple_gla")
+    args = ["--preset", "proxy-tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
+            "--only", "deltanet:3:1,deltanet:3:1@torchconv", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert paper_scale.main(args) == 0 and os.environ["HLNAS_TORCH_OPS"] == "simple_gla"
+    convs = [env for op, env in seen if op == "causal_conv1d"]
+    assert convs[0] == "simple_gla" and convs[-1] == "simple_gla,causal_conv1d"
+    by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
+    assert by["deltanet:3:1@torchconv"]["mode"].endswith("+torchconv")
+    assert float(by["deltanet:3:1@torchconv"]["tok_s_vs_own"]) > 0
 
 
 def test_a_composed_row_runs_the_composed_gated_norm_against_its_lean_row(tmp_path, monkeypatch):

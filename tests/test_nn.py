@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hlnas.nn import ShortConvolution
+from hlnas.mixers.short_conv import ShortConvolution
 from tests.helpers import captured_replay
 
 
@@ -36,9 +36,9 @@ def test_short_convolution_cpu_equals_conv1d(dtype, bias, activation):
 
 
 def test_shifted_conv_backward_is_its_forward_transposed():
-    """The CPU conv's hand-written backward (hlnas.nn._ShiftedConv) against autograd's numerical gradient, for the
+    """The CPU conv's hand-written backward (hlnas.kernels.causal_conv1d._ShiftedConv) against autograd's numerical gradient, for the
     padded input (the past window included) and the taps."""
-    from hlnas.nn import _ShiftedConv
+    from hlnas.kernels.causal_conv1d import _ShiftedConv
 
     torch.manual_seed(0)
     xx = torch.randn(2, 9, 5, dtype=torch.float64, requires_grad=True)

@@ -9,7 +9,8 @@ recurrence in plain PyTorch: the ground truth the other two paths are tested aga
 the path and calls fla: the ``backend=`` argument, ``HLNAS_KERNEL_BACKEND`` (``auto`` | ``fla`` |
 ``torch``), ``HLNAS_TORCH_OPS``, the per-op rules that refuse fla where its kernels fail (each logged
 once), the argument adaptation for fla, and ``HLNAS_TRITON_AUTOTUNE=quick``. Attention has no fla path:
-it always runs torch SDPA.
+it always runs torch SDPA. ``causal_conv1d`` (the short convolutions) is not a recurrence: its reference is a loop over
+time windows, and fla's kernel takes only calls without a decode state.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from hlnas.kernels.backends import BACKENDS, fla_status, quick_autotune, resolve
 __all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend", "quick_autotune", "warn_once", "without_autocast"]
 
 #: Every sequence op, one module each under hlnas/kernels/, with ``<op>`` and ``naive_<op>`` (inputs for checks: tests/kernels/inputs.py).
-OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule")
+OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule", "causal_conv1d")
 
 
 def without_autocast(fn):

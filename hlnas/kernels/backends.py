@@ -40,7 +40,8 @@ __all__ = [
     "BACKENDS", "RULES", "Rule", "route", "resolve_backend", "fla_status", "use_backend", "warn_once", "needs_grad",
     "FLA_MIN_HEAD_DIM", "FLA_RECURRENT_MAX_T", "gated_backward_verdict", "fla_gated_backward_ok", "simple_gla_gated_backward_ok",
     "tilelang_usable",
-    "fla_hgrn", "fla_gla", "fla_simple_gla", "fla_delta_rule", "fla_gated_delta_rule", "quick_autotune",
+    "fla_hgrn", "fla_gla", "fla_simple_gla", "fla_delta_rule", "fla_gated_delta_rule", "fla_causal_conv1d",
+    "quick_autotune",
 ]
 
 log = logging.getLogger("hlnas.kernels")
@@ -115,6 +116,7 @@ def needs_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+FLA_CONV_MAX_WIDTH = 4  # fla's causal_conv1d: its layers' short convs are width 4 (its CUDA backend takes 2-4)
 FLA_MIN_HEAD_DIM = 64  # smallest key head dim whose fla kernels passed on the H200 (experiments/results)
 
 
@@ -160,8 +162,25 @@ def _gated_delta_rule_backward(q, k, v, g, beta, initial_state=None) -> tuple[bo
     return True, "no gradient needed"
 
 
+def _conv_without_state(x: Tensor, weight: Tensor, initial_state: Tensor | None = None,
+                        output_final_state: bool = False) -> tuple[bool, str]:
+    # fla keeps a conv state as [N, C, K] and hlnas's decode cache as the last K - 1 inputs [B, K - 1, C]: decoding
+    # (a few tokens a call) stays on PyTorch, training and prefill without a cache take fla's kernel
+    if initial_state is not None or output_final_state:
+        return False, "a decode state in or out stays on the PyTorch path"
+    if not 2 <= weight.shape[-1] <= FLA_CONV_MAX_WIDTH:  # the widths fla's own layers use; wider ones never ran here
+        return False, f"conv width {weight.shape[-1]} outside 2..{FLA_CONV_MAX_WIDTH}"
+    return x.dtype != torch.float64, "fla's kernels take 16/32-bit floats, not float64"
+
+
+def _not_compiling(**_) -> tuple[bool, str]:
+    # inside torch.compile inductor fuses the PyTorch conv with its neighbours; fla's kernel would break the graph
+    return not torch.compiler.is_compiling(), "under torch.compile"
+
+
 #: op -> the rules a call must pass to run on fla, checked in order (ops not listed have none).
 RULES: dict[str, tuple[Rule, ...]] = {
+    "causal_conv1d": (Rule(_conv_without_state, None), Rule(_not_compiling, None)),
     "simple_gla": (Rule(_simple_gla_head_dim), Rule(_simple_gla_gated_backward, _BOTH)),
     "delta_rule": (Rule(_not_float64, None),),
     "gated_delta_rule": (Rule(_not_float64, None), Rule(_gated_delta_rule_backward, _BOTH)),
@@ -365,6 +384,15 @@ def fla_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tenso
     else:
         o, s = chunk_gated_delta_rule(q, k.to(dtype), v.to(dtype), **kw)
     return o.to(dtype), s
+
+
+def fla_causal_conv1d(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None) -> Tensor:
+    """fla's Triton causal conv (forward and backward kernels, the activation fused): x ``[B, T, C]`` (strided views
+    such as one third of a fused q/k/v projection are read in place), weight ``[C, 1, K]`` -> y ``[B, T, C]``."""
+    from fla.modules.causal_conv1d import causal_conv1d
+
+    y, _ = causal_conv1d(x, weight[:, 0, :], bias, activation=activation, backend="triton")
+    return y
 
 
 # -- compile time ------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Token mixers: one file per mixer, each a :class:`~hlnas.mixers.base.Mixer` subclass.
+"""Token mixers: one file per mixer, each a :class:`~hlnas.mixers.base.Mixer` subclass, and the short convolution they
+share (:mod:`hlnas.mixers.short_conv`).
 
 The name -> class registry is :data:`hlnas.catalog.MIXERS` (lazy, no torch at import).
 """

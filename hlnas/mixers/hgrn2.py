@@ -32,7 +32,8 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.gla import gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import RMSNorm, ShortConvolution, fused_linear
+from hlnas.nn import RMSNorm, fused_linear
+from hlnas.mixers.short_conv import ShortConvolution
 
 
 class HGRN2(Mixer):

@@ -10,7 +10,7 @@ has a replicated form here:
 * ``nn.Linear`` (every projection, the MLPs, the LM head, GLA's low-rank gate ``gk_proj``) -> :class:`ReplicatedLinear`,
   one batched matmul over ``[R, B*T, C]``;
 * ``nn.Embedding`` -> :class:`ReplicatedEmbedding`, one table per replica (a tied LM head shares it);
-* :class:`~hlnas.nn.ShortConvolution` (the mixers' short convs, attention's input conv, Mamba-2's conv1d) ->
+* :class:`~hlnas.mixers.short_conv.ShortConvolution` (the mixers' short convs, attention's input conv, Mamba-2's conv1d) ->
   per-replica taps on CPU, the replicas folded into the channels (groups) of one ``conv1d`` elsewhere;
 * the norms (:class:`~hlnas.nn.RMSNorm`, :class:`~hlnas.nn.GatedRMSNorm`, Mamba-2's grouped gated norm): their
   ``_scale`` hook applies each replica's weight to its rows;
@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from hlnas.errors import ConfigError
-from hlnas.nn import ShortConvolution
+from hlnas.mixers.short_conv import ShortConvolution
 from hlnas.training.step import weight_decays
 
 __all__ = ["ReplicaError", "ReplicatedLM", "ReplicatedLinear", "ReplicatedEmbedding", "replicate"]
@@ -105,7 +105,7 @@ def _replicated_scale(self, y: Tensor, w: Tensor) -> Tensor:
 
 
 class ReplicatedShortConvolution(ShortConvolution):
-    """:class:`~hlnas.nn.ShortConvolution` with ``weight [R, C, 1, size]`` (and ``bias [R, C]``) on ``[R*B, T, C]``.
+    """:class:`~hlnas.mixers.short_conv.ShortConvolution` with ``weight [R, C, 1, size]`` (and ``bias [R, C]``) on ``[R*B, T, C]``.
 
     CPU float: the solo module's shifted multiply-adds, each replica's taps on its rows (the same elementwise ops,
     so the same numbers). Elsewhere (or with ``use_conv1d``): the replicas folded into the channels of one

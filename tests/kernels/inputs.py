@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["DELTA_SHAPES", "delta_shape_id", "delta_case", "make_inputs", *[f"{op}_inputs" for op in ("attention", "delta_rule", "gated_delta_rule", "gla", "hgrn", "simple_gla")]]
+__all__ = ["DELTA_SHAPES", "delta_shape_id", "delta_case", "make_inputs", *[f"{op}_inputs" for op in ("attention", "delta_rule", "gated_delta_rule", "gla", "hgrn", "simple_gla", "causal_conv1d")]]
 
 
 def attention_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
@@ -84,7 +84,18 @@ def simple_gla_inputs(
     return {name: t.to(device=device, dtype=dtype) for name, t in out.items()}
 
 
-_BY_OP = {"attention": attention_inputs, "delta_rule": delta_rule_inputs, "gated_delta_rule": gated_delta_rule_inputs,
+def causal_conv1d_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0,
+                         width: int = 4) -> dict:
+    """Random x ``[B, T, H*K]``, a depthwise weight ``[H*K, 1, width]`` and bias for the short convolution (H and K
+    give the channel count as a mixer's heads x head dim do; V is ignored), SiLU as the q/k/v convs use."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    C = H * K
+    out = {"x": torch.randn(B, T, C, generator=g), "weight": torch.randn(C, 1, width, generator=g) / width**0.5,
+           "bias": 0.1 * torch.randn(C, generator=g)}
+    return {**{n: t.to(device=device, dtype=dtype) for n, t in out.items()}, "activation": "silu"}
+
+
+_BY_OP = {"causal_conv1d": causal_conv1d_inputs, "attention": attention_inputs, "delta_rule": delta_rule_inputs, "gated_delta_rule": gated_delta_rule_inputs,
           "gla": gla_inputs, "hgrn": hgrn_inputs, "simple_gla": simple_gla_inputs}
 
 
