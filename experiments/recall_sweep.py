@@ -166,6 +166,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", help="JSON file of cases (see the module docstring)")
     p.add_argument("--match", help="only the cases whose tag contains this text (a part of a case file, e.g. one mixer)")
+    p.add_argument("--seeds", help="only the cases of these seeds, comma-separated (a case file's seeds over several "
+                                   "sessions: a paused case cannot outlive its machine)")
     p.add_argument("--layouts", help="comma-separated layouts or mixer:ratio (instead of --cases), crossed with --lrs")
     p.add_argument("--lrs", default="1e-3")
     p.add_argument("--layers", type=int, default=24)
@@ -236,6 +238,14 @@ def _cases(args) -> list[dict]:
             cases = [c for c in cases if args.match in (c.get("tag") or "")]
             if not cases:
                 raise SystemExit(f"recall_sweep: no case of {args.cases} has a tag containing {args.match!r}")
+        if args.seeds:
+            try:
+                seeds = {int(x) for x in args.seeds.split(",") if x.strip()}
+            except ValueError:
+                raise SystemExit(f"recall_sweep: --seeds takes comma-separated integers, got {args.seeds!r}") from None
+            cases = [c for c in cases if int(c.get("seed", 0)) in seeds]
+            if not cases:
+                raise SystemExit(f"recall_sweep: no case of {args.cases} has a seed in {sorted(seeds)}")
     else:
         cases = [{"layout": lay, "lr": float(lr)} for lay in (args.layouts or "").split(",") if lay
                  for lr in args.lrs.split(",")]

@@ -184,6 +184,21 @@ def test_match_keeps_the_cases_whose_tag_contains_it_and_refuses_one_that_matche
         recall_sweep._cases(args)
 
 
+def test_seeds_keeps_the_cases_of_those_seeds_and_refuses_a_bad_list():
+    from experiments import recall_sweep
+
+    path = ROOT / "experiments" / "paper_grid" / "delta_capacity_k128.json"
+    args = recall_sweep._parser().parse_args(["--cases", str(path), "--seeds", "1", "--match", "deltanet pure"])
+    cases = recall_sweep._cases(args)
+    assert [(c["tag"], c["seed"]) for c in cases] == [("deltanet pure d128 K128 L512", 1),
+                                                     ("gated_deltanet pure d128 K128 L512", 1)]
+    assert len(recall_sweep._cases(recall_sweep._parser().parse_args(["--cases", str(path), "--seeds", "0"]))) == 5
+    with pytest.raises(SystemExit, match="--seeds takes comma-separated integers, got 'a'"):
+        recall_sweep._cases(recall_sweep._parser().parse_args(["--cases", str(path), "--seeds", "a"]))
+    with pytest.raises(SystemExit, match=r"no case of .* has a seed in \[7\]"):
+        recall_sweep._cases(recall_sweep._parser().parse_args(["--cases", str(path), "--seeds", "7"]))
+
+
 def test_a_failed_cases_row_keeps_the_errors_first_line():
     from experiments import recall_sweep
 
