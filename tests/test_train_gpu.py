@@ -14,7 +14,8 @@ from hlnas.train import TrainConfig, train
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("layout", ["AAAA", "GGAG"])
+# DZAD: the delta rules' short convolutions on fla's causal conv (eager and captured) or, compiled, on PyTorch's
+@pytest.mark.parametrize("layout", ["AAAA", "GGAG", "DZAD"])
 def test_graphed_lm_step_follows_the_eager_one(layout):
     cfg = ModelConfig(d_model=128, n_layers=4, vocab_size=256, n_heads=2)
     base = dict(tokens=40 * 8 * 128, batch_size=8, seq_len=128, log_every=5, device="cuda")
@@ -27,7 +28,7 @@ def test_graphed_lm_step_follows_the_eager_one(layout):
     assert abs(eager.val_loss - graph.val_loss) < 0.03 * eager.val_loss
 
 
-@pytest.mark.parametrize("layout", ["AAAA", "GGAG"])
+@pytest.mark.parametrize("layout", ["AAAA", "GGAG", "DZAD"])
 def test_a_compiled_model_is_captured_too_and_follows_the_eager_run(layout):
     """train.compile with the graph on: the compiled model inside the captured step (as the recall proxy's
     score.mqar.compile), the same losses within bf16 noise."""
