@@ -72,7 +72,7 @@ def test_a_rope_row_runs_with_the_rope_table_and_is_set_against_its_row_without(
     assert by["transformer@rope"]["mode"] == "eager+rope" and by["transformer"]["mode"] == "eager"
     assert float(by["transformer@rope"]["tok_s_vs_own"]) > 0 and not by["transformer"].get("tok_s_vs_own")
     assert seen and hnn.ROPE_TABLE == "the default"  # the table by the rope row only (the other row computes in place)
-    with pytest.raises(SystemExit, match="unknown variant 'ropes'; allowed: @compile, @rope, @compile\\+rope, @composed, @logits, @torchconv"):
+    with pytest.raises(SystemExit, match="unknown variant 'ropes'; allowed: @compile, @rope, @compile\\+rope, @composed, @logits, @torchconv, @chunkN"):
         paper_scale.main([*args[:-6], "--only", "transformer@ropes", "--device-name", "cpu", "--out", str(tmp_path)])
 
 
@@ -127,6 +127,29 @@ def test_a_logits_row_takes_the_whole_logits_loss_against_its_chunked_row(tmp_pa
     by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
     assert by["plain"]["mode"] == "eager" and by["transformer"]["mode"] == "eager+chunked_ce"
     assert by["transformer@logits"]["mode"] == "eager" and float(by["transformer@logits"]["tok_s_vs_own"]) > 0
+
+
+def test_a_chunk_row_computes_the_head_loss_in_chunks_of_that_many_mib(tmp_path, monkeypatch):
+    """@chunkN: the chunked head loss with N MiB of float32 logits a chunk for that row only (CHUNK_LOGIT_BYTES,
+    restored after), set against its own row; a malformed N is refused in one line."""
+    import hlnas.nn as hnn
+    import hlnas.training.head_loss as head_loss
+
+    chunks = []
+    real = head_loss._LinearCrossEntropy.apply
+    monkeypatch.setattr(hnn, "FUSED_ON_CPU", True)
+    monkeypatch.setattr(head_loss._LinearCrossEntropy, "apply", lambda h, w, t, c: chunks.append(c) or real(h, w, t, c))
+    monkeypatch.setattr(head_loss, "CHUNK_LOGIT_BYTES", 4 * 2**10)  # 4 KiB: 4 tokens a chunk at proxy-tiny's vocab 256
+    args = ["--preset", "proxy-tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
+            "--only", "transformer,transformer@chunk1", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert paper_scale.main(args) == 0 and head_loss.CHUNK_LOGIT_BYTES == 4 * 2**10
+    assert set(chunks) == {4, 2**20 // (4 * 256)}  # the default row's 4 tokens, then 1 MiB's 1,024
+    by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
+    assert by["transformer@chunk1"]["mode"] == "eager+chunked_ce+chunk1"
+    assert float(by["transformer@chunk1"]["tok_s_vs_own"]) > 0
+    for bad in ("chunk", "chunk0", "chunkx"):
+        with pytest.raises(SystemExit, match=f"unknown variant '{bad}'; allowed: .*@chunkN"):
+            paper_scale.main([*args[:-6], "--only", f"transformer@{bad}", "--device-name", "cpu", "--out", str(tmp_path)])
 
 
 def test_recall_space_rows_time_the_spaces_recall_model_not_the_preset(tmp_path):

@@ -21,7 +21,9 @@ mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory 
 lean one (its tokens/s and peak memory, issue #22 point 3); ``@logits`` takes the loss on the whole logits
 (``hlnas.training.head_loss.CHUNKED_HEAD_LOSS`` off) where hlnas's rows take the head's loss in chunks on CUDA;
 ``@torchconv`` keeps the short convolutions on their PyTorch path (``HLNAS_TORCH_OPS=causal_conv1d`` for the row) where
-the others take fla's Triton kernel (``hlnas.kernels.causal_conv1d``). Every
+the others take fla's Triton kernel (``hlnas.kernels.causal_conv1d``); ``@chunkN`` (``transformer@chunk1024``) computes
+the chunked head loss N MiB of float32 logits at a time instead of ``hlnas.training.head_loss.CHUNK_LOGIT_BYTES``'s 256
+(issue #22 point 2: speed against memory at the head). Every
 model trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused
 AdamW, clipping, bf16 autocast, ``hlnas.training.head_loss.lm_step_loss``: the plain row, without an ``lm_head``, keeps
 ``lm_loss`` on its whole logits) on random tokens of the batch's shape: the rows differ in the model and its loss.
@@ -47,6 +49,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -55,7 +58,8 @@ import time
 from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, environment, write_results
 
 PAPER_ROWS = ("matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,deltanet:3:1,gated_deltanet:3:1,mamba2:pure,"
-              "gla:3:1@composed,mamba2:pure@composed,transformer@logits,gated_deltanet:3:1@torchconv")
+              "gla:3:1@composed,mamba2:pure@composed,transformer@logits,transformer@chunk1024,"
+              "gated_deltanet:3:1@torchconv")
 # the last three: the lean gated norm's and the chunked head loss's speed and memory, each against its own row
 PROFILE_STEPS = 2
 
@@ -185,9 +189,10 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 
     cfg = recall_config(args.recall_space) if args.recall_space else preset(args.preset)
     spec, _, variant = spec.partition("@")  # "@compile": the model as train.compile compiles it (inductor, block by block), then the same step
-    if variant not in ("", "compile", "rope", "compile+rope", "composed", "logits", "torchconv"):
+    if variant not in ("", "compile", "rope", "compile+rope", "composed", "logits", "torchconv") and not (
+            re.fullmatch(r"chunk[1-9]\d*", variant)):
         raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile, @rope, @compile+rope, "
-                         "@composed, @logits, @torchconv")
+                         "@composed, @logits, @torchconv, @chunkN (N MiB of logits a chunk)")
     import hlnas.training.head_loss as head_loss
     import hlnas.nn as hnn
 
@@ -197,6 +202,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
     chunked, chunked_default = "logits" not in flags, head_loss.CHUNKED_HEAD_LOSS  # @logits: the whole logits' loss
     compile_model = "compile" in flags  # @compile: the model under torch.compile
     torch_ops = os.environ.get("HLNAS_TORCH_OPS")  # @torchconv: the short convs' PyTorch path (read at each call)
+    chunk_bytes = head_loss.CHUNK_LOGIT_BYTES  # @chunkN: N MiB of logits a chunk (read at each loss call)
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
     # at context T the cost model's attention term, 2 T d per token (the paper's Table 4: one FLOP per multiply-add),
@@ -209,6 +215,8 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS = rope, lean, chunked
         if "torchconv" in flags:
             os.environ["HLNAS_TORCH_OPS"] = ",".join(filter(None, [torch_ops, "causal_conv1d"]))
+        if variant.startswith("chunk"):
+            head_loss.CHUNK_LOGIT_BYTES = int(variant[len("chunk"):]) * 2**20
         if dev.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -231,7 +239,8 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
                                graph=graph, clip=1.0, autocast=torch.bfloat16 if dev.type == "cuda" else None,
                                rewind_warmup=True, model_kwargs=model_kwargs)
         mode += (("+compile" if compile_model else "") + ("+rope" if rope else "") + ("" if lean else "+composed")
-                 + ("+chunked_ce" if model_kwargs else "") + ("+torchconv" if "torchconv" in flags else ""))
+                 + ("+chunked_ce" if model_kwargs else "") + ("+torchconv" if "torchconv" in flags else "")
+                 + (f"+{variant}" if variant.startswith("chunk") else ""))
         loss = step(x, y)
         _sync(dev)
         row["first_step_s"] = round(time.perf_counter() - t0, 2)
@@ -254,6 +263,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
         del e
     finally:
         hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS = rope_default, lean_default, chunked_default
+        head_loss.CHUNK_LOGIT_BYTES = chunk_bytes
         if torch_ops is None:
             os.environ.pop("HLNAS_TORCH_OPS", None)
         else:
