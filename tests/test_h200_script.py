@@ -121,6 +121,11 @@ def test_sweep_by_carries_finished_rows_to_a_fresh_machine_and_brings_them_back(
     keys = lambda text: [line.split('"')[3] for line in text.splitlines()]  # noqa: E731
     assert keys(seen.read_text()) == ["a", "b", "b", "c"]  # carried first: of two rows of a key the last is read
     assert keys((out / "sweep_done" / "some_probe.jsonl").read_text()) == ["a", "b", "c", "new"]
+    import tarfile
+
+    with tarfile.open(out / "logs.tgz") as tar:  # the same rows inside logs.tgz, should the return leave the file out
+        inside = tar.extractfile("logs/sweep_done_some_probe.jsonl").read().decode()
+    assert keys(inside) == ["a", "b", "c", "new"]
 
 
 def test_inductor_cache_is_restored_on_a_fresh_machine_and_comes_back_beside_tritons(tmp_path):

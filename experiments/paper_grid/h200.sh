@@ -342,8 +342,11 @@ PY
         --deadline $left --grace $(( grace > 0 ? grace : 0 )) "${keep[@]}" --out "$OUT/logs/sweep" ${SWEEP_ARGS:-} \
         >"$OUT/logs/sweep.log" 2>&1
       say "sweep rc=$?"; cat "$OUT/logs/sweep/recall_sweep.md" 2>/dev/null
+      # and a copy inside logs.tgz: a call's return takes 8 files, and on 2026-12-06 extra logs beside the sweep
+      # pushed sweep_done/ out (the rows of that call survived only in the sweep's own jsonl)
       [ -f "$STATE/sweep/$name/done.jsonl" ] && mkdir -p "$OUT/sweep_done" \
-        && awk '!seen[$0]++' "$STATE/sweep/$name/done.jsonl" >"$OUT/sweep_done/$name.jsonl" ;;
+        && awk '!seen[$0]++' "$STATE/sweep/$name/done.jsonl" >"$OUT/sweep_done/$name.jsonl" \
+        && cp "$OUT/sweep_done/$name.jsonl" "$OUT/logs/sweep_done_$name.jsonl" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 }
