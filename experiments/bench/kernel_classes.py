@@ -47,7 +47,8 @@ def by_kind(ops: list[tuple[str, float]], total: float | None = None) -> list[di
     first. A ``total`` larger than the sum (a file's top 15 of all kernels) adds a ``below the top 15`` line."""
     sums: dict[str, float] = {}
     for name, ms in ops:
-        sums[classify(name)] = sums.get(classify(name), 0.0) + ms
+        kind = classify(name)
+        sums[kind] = sums.get(kind, 0.0) + ms
     listed = sum(sums.values())
     total = total if total and total > listed else listed
     rows = [{"kind": k, "ms_per_step": round(v, 2), "share": round(v / total, 3) if total else 0.0}

@@ -69,12 +69,17 @@ def cut_at(r: dict) -> int | None:
     return int(r["steps"]) if r.get("status") == "paused" and r.get("steps") else None
 
 
+def scored(r: dict) -> bool:
+    """Whether a row has a recall to read: a finished run, or one paused with its checks so far."""
+    return r.get("status") in ("ok", "paused") and r.get("acc") is not None
+
+
 def measures(r: dict, until: int | None = None) -> dict:
     """Corrected final recall and ``auc``; with ``until``, ``auc`` over the run's first ``until`` steps instead (from
     its stored checks, a run stopped at the target held there: hlnas.score.recall_proxy.learning_auc)."""
     from hlnas.score.recall_proxy import learning_auc
 
-    ok = r.get("status") in ("ok", "paused") and r.get("acc") is not None
+    ok = scored(r)
     auc = r.get("auc") if ok else None
     if ok and until is not None and r.get("curve"):
         auc = learning_auc(r["curve"], until, r["baseline"], r.get("steps_to_target") is not None)
@@ -106,7 +111,7 @@ def verdict(pure: dict[int, dict], hyb: dict[int, dict], measure: str) -> tuple[
 
 
 def _run_text(r: dict) -> str:
-    if r.get("status") not in ("ok", "paused") or r.get("acc") is None:  # the first error's first line (replicas fail first)
+    if not scored(r):  # the first error's first line (replicas fail first)
         errors = (e for e in (r.get("replicas_error"), r.get("error")) if e)
         why = next((line for e in errors for line in e.splitlines() if line), "")
         return f"{r.get('status', 'failed')}: {why[:80].replace('|', '/')}"
