@@ -133,9 +133,10 @@ class Rule:
 _BOTH = "using the PyTorch kernel (forward and backward) instead of fla"
 
 
-def _not_float64(q: Tensor, **_) -> tuple[bool, str]:
-    # fla's Triton kernels take 16/32-bit floats; float64 (tests) always runs the PyTorch path
-    return q.dtype != torch.float64, "fla's kernels take 16/32-bit floats, not float64"
+def _not_float64(**inputs: Tensor | None) -> tuple[bool, str]:
+    # fla's Triton kernels take 16/32-bit floats; float64 (tests) always runs the PyTorch path (the leading tensor's
+    # dtype: q, or the conv's x)
+    return next(iter(inputs.values())).dtype != torch.float64, "fla's kernels take 16/32-bit floats, not float64"
 
 
 def _simple_gla_head_dim(q: Tensor, **_) -> tuple[bool, str]:
@@ -170,7 +171,7 @@ def _conv_without_state(x: Tensor, weight: Tensor, initial_state: Tensor | None 
         return False, "a decode state in or out stays on the PyTorch path"
     if not 2 <= weight.shape[-1] <= FLA_CONV_MAX_WIDTH:  # the widths fla's own layers use; wider ones never ran here
         return False, f"conv width {weight.shape[-1]} outside 2..{FLA_CONV_MAX_WIDTH}"
-    return x.dtype != torch.float64, "fla's kernels take 16/32-bit floats, not float64"
+    return True, "no decode state, a width fla's layers use"
 
 
 def _not_compiling(**_) -> tuple[bool, str]:
@@ -180,7 +181,7 @@ def _not_compiling(**_) -> tuple[bool, str]:
 
 #: op -> the rules a call must pass to run on fla, checked in order (ops not listed have none).
 RULES: dict[str, tuple[Rule, ...]] = {
-    "causal_conv1d": (Rule(_conv_without_state, None), Rule(_not_compiling, None)),
+    "causal_conv1d": (Rule(_conv_without_state, None), Rule(_not_float64, None), Rule(_not_compiling, None)),
     "simple_gla": (Rule(_simple_gla_head_dim), Rule(_simple_gla_gated_backward, _BOTH)),
     "delta_rule": (Rule(_not_float64, None),),
     "gated_delta_rule": (Rule(_not_float64, None), Rule(_gated_delta_rule_backward, _BOTH)),

@@ -50,6 +50,11 @@ def _with_past(x: Tensor, K: int, initial_state: Tensor | None) -> Tensor:
     return torch.cat([past, x], dim=1)
 
 
+def _last_inputs(xx: Tensor, K: int) -> Tensor:
+    """The decode state a call hands on: the last ``K - 1`` of its inputs (past included), ``[B, K - 1, C]``."""
+    return xx[:, xx.shape[1] - (K - 1):].detach().clone()
+
+
 def _act(y: Tensor, activation: str | None) -> Tensor:
     return F.silu(y) if activation == "silu" else y
 
@@ -64,7 +69,7 @@ def naive_causal_conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, *
     taps = weight[:, 0, :].to(x.dtype)  # [C, K]
     out = [(xx[:, t : t + K] * taps.t()).sum(1) + (0 if bias is None else bias.to(x.dtype)) for t in range(T)]
     y = torch.stack(out, 1) if T else x.new_zeros(x.shape)
-    return _act(y, activation), (xx[:, xx.shape[1] - (K - 1):].detach().clone() if output_final_state else None)
+    return _act(y, activation), (_last_inputs(xx, K) if output_final_state else None)
 
 
 class _ShiftedConv(torch.autograd.Function):
@@ -119,8 +124,7 @@ def causal_conv1d_torch(x: Tensor, weight: Tensor, bias: Tensor | None = None, *
             y = y + b
     else:
         y = F.conv1d(xx.transpose(1, 2), w, b, groups=x.shape[2]).transpose(1, 2)
-    state = xx[:, xx.shape[1] - (K - 1):].detach().clone() if output_final_state else None
-    return _act(y, activation), state
+    return _act(y, activation), (_last_inputs(xx, K) if output_final_state else None)
 
 
 def causal_conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation: str | None = None,
