@@ -44,6 +44,7 @@ after every row, so a call stopped by its time limit keeps the rows it finished.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -193,16 +194,8 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
             re.fullmatch(r"chunk[1-9]\d*", variant)):
         raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile, @rope, @compile+rope, "
                          "@composed, @logits, @torchconv, @chunkN (N MiB of logits a chunk)")
-    import hlnas.training.head_loss as head_loss
-    import hlnas.nn as hnn
-
     flags = set(variant.split("+"))
-    rope, rope_default = "rope" in flags, hnn.ROPE_TABLE  # RoPE's cos/sin from one table (hlnas.nn), this row only
-    lean, lean_default = "composed" not in flags, hnn.LEAN_GATED_NORM  # @composed: the gated norms' composed form
-    chunked, chunked_default = "logits" not in flags, head_loss.CHUNKED_HEAD_LOSS  # @logits: the whole logits' loss
     compile_model = "compile" in flags  # @compile: the model under torch.compile
-    torch_ops = os.environ.get("HLNAS_TORCH_OPS")  # @torchconv: the short convs' PyTorch path (read at each call)
-    chunk_bytes = head_loss.CHUNK_LOGIT_BYTES  # @chunkN: N MiB of logits a chunk (read at each loss call)
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
     # at context T the cost model's attention term, 2 T d per token (the paper's Table 4: one FLOP per multiply-add),
@@ -211,68 +204,86 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
     row = {"params_m": "", "fwd_gflops_per_token": round(cost.flops_per_token / 1e9, 4), "mode": args.mode, "first_step_s": "", "step_ms": "", "tok_s": "", "mfu": "", "peak_gib": "",
            "status": "ok"}
     model = opt = step = None
+    with variant_settings(variant):  # @rope, @composed, @logits, @torchconv, @chunkN: this row only
+        try:
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+                # what earlier rows left allocated: on the H100 three rows ran out of memory at their first step, one
+                # with 36 MiB free after 0.6 s, and the table could not say whether a row before it still held memory
+                row["held_gib_at_start"] = round(torch.cuda.memory_allocated() / 2**30, 2)
+            torch.manual_seed(0)
+            with torch.device(dev):
+                model = plain_transformer(resolve_config(layout, cfg)) if mixer == "plain" else build_model(layout, cfg)
+            row["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+            ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq_len + 1), device=dev)
+            x, y = ids[:, :-1], ids[:, 1:].contiguous()
+            graph = args.mode == "graph"
+            t0 = time.perf_counter()
+            opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
+            # hlnas's rows take the step's loss as hlnas.train does (the head's loss in chunks on CUDA); plain's model has
+            # no lm_head and keeps the whole logits, as one writes it
+            loss_fn, model_kwargs = lm_step_loss(model, dev, lm_loss)
+            step, mode = make_step(compiled(model, True, "train.compile") if compile_model else model, opt, loss_fn, (x, y),
+                                   graph=graph, clip=1.0, autocast=torch.bfloat16 if dev.type == "cuda" else None,
+                                   rewind_warmup=True, model_kwargs=model_kwargs)
+            mode += (("+compile" if compile_model else "") + ("+rope" if "rope" in flags else "")
+                     + ("+composed" if "composed" in flags else "")
+                     + ("+chunked_ce" if model_kwargs else "") + ("+torchconv" if "torchconv" in flags else "")
+                     + (f"+{variant}" if variant.startswith("chunk") else ""))
+            loss = step(x, y)
+            _sync(dev)
+            row["first_step_s"] = round(time.perf_counter() - t0, 2)
+            dt, loss = _timed_steps(step, x, y, dev, args, row)
+            if not math.isfinite(loss.item()):
+                row["status"] = f"non-finite loss {loss.item()}"
+            tok = args.batch * args.seq_len / dt
+            # mode: "eager" where a graph was asked for but capture failed (its reason is in the row's notes)
+            row.update(step_ms=round(dt * 1e3, 1), tok_s=round(tok), mfu=round(3 * cost.flops_per_token * tok / PEAK_BF16, 4),
+                       mode=mode)
+            if dev.type == "cuda":
+                row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+            if profile is not None:
+                profile.append((f"{spec}@{variant}" if variant else spec, profile_steps(step, x, y, dev)))
+        except torch.cuda.OutOfMemoryError as e:
+            row["status"] = "oom: " + str(e).splitlines()[0][:160]
+            del e
+        except Exception as e:  # a kernel that fails to compile or run is a row too (a CUDA fault also fails the rows after it)
+            row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            del e
+        finally:
+            del model, opt, step
+            gc.collect()
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    return row
+
+
+@contextlib.contextmanager
+def variant_settings(variant: str):
+    """A row's variant for that row only, every setting put back after: RoPE's cos/sin from one table (@rope; off
+    otherwise), the gated norms' composed form (@composed), the whole logits' loss (@logits), the short convs' PyTorch
+    path (@torchconv: HLNAS_TORCH_OPS, read at each call), N MiB of logits a head-loss chunk (@chunkN)."""
+    import hlnas.nn as hnn
+    import hlnas.training.head_loss as head_loss
+
+    flags = set(variant.split("+"))
+    saved = (hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS, head_loss.CHUNK_LOGIT_BYTES,
+             os.environ.get("HLNAS_TORCH_OPS"))
     try:
-        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS = rope, lean, chunked
-        if "torchconv" in flags:
-            os.environ["HLNAS_TORCH_OPS"] = ",".join(filter(None, [torch_ops, "causal_conv1d"]))
+        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM = "rope" in flags, "composed" not in flags
+        head_loss.CHUNKED_HEAD_LOSS = "logits" not in flags
         if variant.startswith("chunk"):
             head_loss.CHUNK_LOGIT_BYTES = int(variant[len("chunk"):]) * 2**20
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            # what earlier rows left allocated: on the H100 three rows ran out of memory at their first step, one
-            # with 36 MiB free after 0.6 s, and the table could not say whether a row before it still held memory
-            row["held_gib_at_start"] = round(torch.cuda.memory_allocated() / 2**30, 2)
-        torch.manual_seed(0)
-        with torch.device(dev):
-            model = plain_transformer(resolve_config(layout, cfg)) if mixer == "plain" else build_model(layout, cfg)
-        row["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
-        ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq_len + 1), device=dev)
-        x, y = ids[:, :-1], ids[:, 1:].contiguous()
-        graph = args.mode == "graph"
-        t0 = time.perf_counter()
-        opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
-        # hlnas's rows take the step's loss as hlnas.train does (the head's loss in chunks on CUDA); plain's model has
-        # no lm_head and keeps the whole logits, as one writes it
-        loss_fn, model_kwargs = lm_step_loss(model, dev, lm_loss)
-        step, mode = make_step(compiled(model, True, "train.compile") if compile_model else model, opt, loss_fn, (x, y),
-                               graph=graph, clip=1.0, autocast=torch.bfloat16 if dev.type == "cuda" else None,
-                               rewind_warmup=True, model_kwargs=model_kwargs)
-        mode += (("+compile" if compile_model else "") + ("+rope" if rope else "") + ("" if lean else "+composed")
-                 + ("+chunked_ce" if model_kwargs else "") + ("+torchconv" if "torchconv" in flags else "")
-                 + (f"+{variant}" if variant.startswith("chunk") else ""))
-        loss = step(x, y)
-        _sync(dev)
-        row["first_step_s"] = round(time.perf_counter() - t0, 2)
-        dt, loss = _timed_steps(step, x, y, dev, args, row)
-        if not math.isfinite(loss.item()):
-            row["status"] = f"non-finite loss {loss.item()}"
-        tok = args.batch * args.seq_len / dt
-        # mode: "eager" where a graph was asked for but capture failed (its reason is in the row's notes)
-        row.update(step_ms=round(dt * 1e3, 1), tok_s=round(tok), mfu=round(3 * cost.flops_per_token * tok / PEAK_BF16, 4),
-                   mode=mode)
-        if dev.type == "cuda":
-            row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
-        if profile is not None:
-            profile.append((f"{spec}@{variant}" if variant else spec, profile_steps(step, x, y, dev)))
-    except torch.cuda.OutOfMemoryError as e:
-        row["status"] = "oom: " + str(e).splitlines()[0][:160]
-        del e
-    except Exception as e:  # a kernel that fails to compile or run is a row too (a CUDA fault also fails the rows after it)
-        row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-        del e
+        if "torchconv" in flags:
+            os.environ["HLNAS_TORCH_OPS"] = ",".join(filter(None, [saved[-1], "causal_conv1d"]))
+        yield
     finally:
-        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS = rope_default, lean_default, chunked_default
-        head_loss.CHUNK_LOGIT_BYTES = chunk_bytes
+        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS, head_loss.CHUNK_LOGIT_BYTES, torch_ops = saved
         if torch_ops is None:
             os.environ.pop("HLNAS_TORCH_OPS", None)
         else:
             os.environ["HLNAS_TORCH_OPS"] = torch_ops
-        del model, opt, step
-        gc.collect()
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-    return row
 
 
 def recall_config(space_path: str):
