@@ -16,8 +16,8 @@ from hlnas.catalog import MIXERS
 from hlnas.config import ModelConfig
 from hlnas.layout import Layout
 from hlnas.mixers.base import Mixer, cache_nbytes
-from hlnas.nn import RMSNorm, SwiGLU
 from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.nn import RMSNorm, SwiGLU
 
 __all__ = ["HybridLM", "Cache", "build_model", "seeded_model"]
 

@@ -30,8 +30,8 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.attention import attention
 from hlnas.mixers.base import Mixer
-from hlnas.nn import fused_linear, rotary_qk
 from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.nn import fused_linear, rotary_qk
 from hlnas.overrides import is_int
 
 

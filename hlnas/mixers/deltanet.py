@@ -19,8 +19,8 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.delta_rule import delta_rule
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import GatedRMSNorm, RMSNorm, compute_dtype, fused_linear
 from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.nn import GatedRMSNorm, RMSNorm, compute_dtype, fused_linear
 
 _QK_ACTIVATIONS = ("silu", "relu", "elu", "identity")
 _QK_NORMS = ("l2", "sum")

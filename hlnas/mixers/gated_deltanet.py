@@ -27,8 +27,8 @@ from hlnas.errors import ConfigError
 from hlnas.kernels.gated_delta_rule import gated_delta_rule
 from hlnas.mixers.base import Mixer
 from hlnas.mixers.deltanet import delta_state_bytes, l2norm
-from hlnas.nn import compute_dtype, GatedRMSNorm, RMSNorm, fused_linear
 from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.nn import compute_dtype, GatedRMSNorm, RMSNorm, fused_linear
 
 
 class GatedDeltaNet(Mixer):

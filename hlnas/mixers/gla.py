@@ -21,8 +21,8 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.gla import gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import GatedRMSNorm, RMSNorm, fused_linear
 from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.nn import GatedRMSNorm, RMSNorm, fused_linear
 
 _FEATURE_MAPS = {None: None, "swish": F.silu, "relu": F.relu, "sigmoid": torch.sigmoid}
 

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.hgrn import hgrn
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import compute_dtype, GatedRMSNorm, fused_linear
 from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.nn import compute_dtype, GatedRMSNorm, fused_linear
 
 
 class HGRN(Mixer):

@@ -32,8 +32,8 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.gla import gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import RMSNorm, fused_linear
 from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.nn import RMSNorm, fused_linear
 
 
 class HGRN2(Mixer):

@@ -23,8 +23,8 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.kernels.simple_gla import simple_gla
 from hlnas.mixers.base import STATE_DTYPE, Mixer
-from hlnas.nn import compute_dtype, lean_gated_norm, takes_lean_norm
 from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.nn import compute_dtype, lean_gated_norm, takes_lean_norm
 
 
 class _GroupedGatedRMSNorm(nn.Module):
