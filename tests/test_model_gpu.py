@@ -55,7 +55,20 @@ def test_fla_model_matches_the_pytorch_model(mixer, bf16):
     errs = {n: rel_err(ref_grads[n], grads[n]) for n in grads}
     worst = max(errs, key=errs.get)
     print(f"{mixer} {'bf16' if bf16 else 'fp32'}: logits {rel_err(ref_logits, logits):.1e}, worst gradient {worst} {errs[worst]:.1e}")
-    assert errs[worst] < TOL, f"{mixer}: gradient of {worst} off by {errs[worst]:.2e}"
+    if not bf16:
+        assert errs[worst] < TOL, f"{mixer}: gradient of {worst} off by {errs[worst]:.2e}"
+        return
+    # In bf16 a gradient that is one sum over every token can differ beyond TOL by rounding alone: Mamba-2's D was
+    # 2.4e-2 apart on an H100 (2026-12-06) once the short conv ran on fla's fused conv + silu, which rounds in other
+    # places than conv1d then silu. Such a gradient must then be no further from the float32 model than the PyTorch
+    # path's is (1.5x for the noise in two bf16 errors): a wiring fault moves a gradient by O(1), rounding does not.
+    _, exact = _run(model, ids, "torch", bf16=False)
+    for name in (n for n in errs if errs[n] >= TOL):
+        fla_off, torch_off = rel_err(exact[name], grads[name]), rel_err(exact[name], ref_grads[name])
+        print(f"  {name}: from the float32 model, fla {fla_off:.1e}, PyTorch {torch_off:.1e}")
+        assert fla_off <= max(TOL, 1.5 * torch_off), (
+            f"{mixer}: gradient of {name} off by {errs[name]:.2e} from the PyTorch path and {fla_off:.2e} from the "
+            f"float32 model, where the PyTorch path is {torch_off:.2e} from it")
 
 
 @pytest.mark.parametrize("mixer", linear_mixer_names())
