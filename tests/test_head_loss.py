@@ -42,6 +42,26 @@ def test_under_bf16_autocast_it_matches_the_lm_heads_loss_within_bf16_rounding()
         torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-3)
 
 
+def test_under_bf16_autocast_a_confident_targets_gradient_keeps_its_precision():
+    """Where the target's probability is near 1 its logit gradient p - 1 is small: taken after rounding p to bf16 it
+    would cancel (0.998 is 2^-8 from its neighbours). The gradients stay within bf16 rounding of float64's."""
+    torch.manual_seed(0)
+    h = torch.randn(64, 16)
+    w = torch.randn(40, 16) * 0.1
+    t = torch.randint(0, 40, (64,))
+    w[t[0]] += 4 * h[0] / h[0].norm()  # token 0's target logit leads by about 4 * |h0|
+    h.requires_grad_(), w.requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = torch.autograd.grad(linear_cross_entropy(h, w, t, 16), (h, w))
+    h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    want = torch.autograd.grad(F.cross_entropy(h64 @ w64.t(), t), (h64, w64))
+    probs = torch.softmax(h64 @ w64.t(), -1)
+    assert probs[0, t[0]] > 0.99  # the case is what it says
+    for a, b in zip(got, want):
+        assert ((a.double() - b).norm() / b.norm()).item() < 2e-2
+    assert ((got[0][0].double() - want[0][0]).norm() / want[0][0].norm()).item() < 5e-2  # the confident row itself
+
+
 def test_no_scored_token_gives_zero_loss_and_zero_gradients():
     h, w, t = _case()
     loss = linear_cross_entropy(h, w, torch.full_like(t, -100))

@@ -10,8 +10,8 @@ Here the forward computes, per chunk of about :data:`CHUNK_LOGIT_BYTES` of float
 at once their gradients with respect to the hidden states and the head's weight (softmax minus the one-hot target,
 over the count of scored tokens), and keeps only those: the hidden states' gradient ``[N, d]`` and the weight's
 ``[V, d]``. Backward scales them by the incoming gradient. The matmuls run in the autocast dtype when autocast is on
-(as ``lm_head`` would), the softmax in float32 (float64 for float64 inputs). Tokens whose target is -100 are not scored; with none scored the loss
-is 0 (``F.cross_entropy`` gives NaN)."""
+(as ``lm_head`` would), the softmax in float32 (float64 for float64 inputs). Tokens whose target is -100 are not
+scored; with none scored the loss is 0 (``F.cross_entropy`` gives NaN)."""
 
 from __future__ import annotations
 
@@ -49,17 +49,21 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device)
             for s in range(0, h.shape[0], chunk):
                 hc, tc, sc = h[s : s + chunk].to(mm), targets[s : s + chunk], scored[s : s + chunk]
-                logits = (hc @ w.t()).to(acc)
-                lse = logits.logsumexp(-1)
-                picked = logits.gather(-1, tc.clamp(min=0)[:, None])[:, 0]
-                loss += ((lse - picked) * sc).sum()
-                # d loss / d logits: (softmax - onehot) / count on scored rows, 0 elsewhere (in place: one buffer)
-                g = logits.sub_(lse[:, None]).exp_()
-                g[torch.arange(g.shape[0], device=g.device), tc.clamp(min=0)] -= 1
-                g.mul_((sc / count)[:, None])
-                g = g.to(mm)
-                grad_h[s : s + chunk] = g @ w
-                grad_w += (g.t() @ hc).to(acc)
+                rows, tgt = torch.arange(hc.shape[0], device=h.device), tc.clamp(min=0)
+                # the upcast fused into log_softmax, and no op over the chunk's logits that broadcasts: the paper-340m
+                # profile had six passes over them and two broadcast (non-vectorised) ones where this makes three
+                logp = torch.log_softmax(hc @ w.t(), -1, dtype=acc)
+                picked = logp[rows, tgt]
+                loss -= (picked * sc).sum()
+                # d loss / d logits = (softmax - onehot) * scale: the softmax cast once to the matmul dtype, the
+                # target's p - 1 as expm1 in acc before rounding (p near 1 would cancel in bf16), and the per-token
+                # scale (1 / count, 0 where not scored) put on the [n, d] sides, never on the [n, V] one
+                g = logp.exp_() if mm == acc else torch.exp(logp, out=torch.empty_like(logp, dtype=mm))
+                del logp
+                g[rows, tgt] = torch.expm1(picked).to(mm)
+                scale = (sc / count)[:, None]  # in acc: rounded per element below, never as one biased factor
+                grad_h[s : s + chunk] = (g @ w) * scale
+                grad_w += (g.t() @ (hc * scale).to(mm)).to(acc)
         ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
         return loss / count
 
