@@ -220,6 +220,25 @@ def test_short_convolution_conv1d_path_matches_the_multiply_adds(monkeypatch):
     torch.testing.assert_close(rep.flat_grad, grad, rtol=1e-4, atol=1e-7)
 
 
+def test_under_torch_compile_the_replicas_conv_is_the_multiply_adds_off_cpu_too(monkeypatch):
+    """The conv1d path (off CPU) is what compile would call as an extern kernel; traced by torch.compile the replicas
+    take the shifted multiply-adds instead, with the same outputs and gradients."""
+    from tests.kernels.test_causal_conv1d import _traced_ops
+
+    layout, cfg = _setup("deltanet")
+    rep = replicate([seeded_model(layout, cfg, s) for s in (1, 2)])
+    conv = next(m for m in rep.modules() if isinstance(m, ReplicatedShortConvolution))
+    monkeypatch.setattr(ReplicatedShortConvolution, "use_conv1d", True)
+    x = torch.randn(4, 16, conv.channels, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    want = conv(x)
+    want_grads = torch.autograd.grad(want.square().sum(), (x, conv.weight))
+    got, ops = _traced_ops(conv, x)
+    assert not any("conv1d" in o for o in ops), ops
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for a, b in zip(torch.autograd.grad(got.square().sum(), (x, conv.weight)), want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_a_module_without_a_replicated_form_is_refused_by_name():
     layout, cfg = _setup("gla")
     models = [seeded_model(layout, cfg, s) for s in (1, 2)]

@@ -23,7 +23,9 @@ lean one (its tokens/s and peak memory, issue #22 point 3); ``@logits`` takes th
 ``@torchconv`` keeps the short convolutions on their PyTorch path (``HLNAS_TORCH_OPS=causal_conv1d`` for the row) where
 the others take fla's Triton kernel (``hlnas.kernels.causal_conv1d``); ``@chunkN`` (``transformer@chunk1024``) computes
 the chunked head loss N MiB of float32 logits at a time instead of ``hlnas.training.head_loss.CHUNK_LOGIT_BYTES``'s 256
-(issue #22 point 2: speed against memory at the head). Every
+(issue #22 point 2: speed against memory at the head); ``@compile+atenconv`` keeps aten's conv1d for the short
+convolutions under torch.compile where ``@compile`` rows write them as shifted multiply-adds that inductor fuses
+(``hlnas.kernels.causal_conv1d.SHIFTED_SUM_UNDER_COMPILE``). Flags combine with ``+``. Every
 model trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused
 AdamW, clipping, bf16 autocast, ``hlnas.training.head_loss.lm_step_loss``: the plain row, without an ``lm_head``, keeps
 ``lm_loss`` on its whole logits) on random tokens of the batch's shape: the rows differ in the model and its loss.
@@ -61,8 +63,11 @@ from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, environment, 
 PAPER_ROWS = ("matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,deltanet:3:1,gated_deltanet:3:1,mamba2:pure,"
               "gla:3:1@composed,mamba2:pure@composed,transformer@logits,transformer@chunk1024,"
               "gated_deltanet:3:1@torchconv")
-# the last three: the lean gated norm's and the chunked head loss's speed and memory, each against its own row
+# the last five: the lean gated norm's, the chunked head loss's and fla's conv's speed and memory, each against its
+# own row
 PROFILE_STEPS = 2
+#: a row's variant flags after its "@", joined by "+" (with chunkN): model_row and variant_settings
+VARIANT_FLAGS = ("compile", "rope", "composed", "logits", "torchconv", "atenconv")
 
 
 # -- the plain-PyTorch baseline ----------------------------------------------------------------------------------
@@ -190,11 +195,11 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 
     cfg = recall_config(args.recall_space) if args.recall_space else preset(args.preset)
     spec, _, variant = spec.partition("@")  # "@compile": the model as train.compile compiles it (inductor, block by block), then the same step
-    if variant not in ("", "compile", "rope", "compile+rope", "composed", "logits", "torchconv") and not (
-            re.fullmatch(r"chunk[1-9]\d*", variant)):
-        raise SystemExit(f"row {spec}@{variant}: unknown variant {variant!r}; allowed: @compile, @rope, @compile+rope, "
-                         "@composed, @logits, @torchconv, @chunkN (N MiB of logits a chunk)")
-    flags = set(variant.split("+"))
+    flags = set(variant.split("+")) if variant else set()
+    unknown = sorted(f for f in flags if f not in VARIANT_FLAGS and not re.fullmatch(r"chunk[1-9]\d*", f))
+    if unknown:
+        raise SystemExit(f"row {spec}@{variant}: unknown variant {', '.join(unknown)}; allowed, joined by '+': "
+                         f"{', '.join(VARIANT_FLAGS)}, chunkN (N MiB of logits a chunk)")
     compile_model = "compile" in flags  # @compile: the model under torch.compile
     mixer, _, ratio = spec.partition(":")
     layout = build_layout("transformer" if mixer == "plain" else mixer, ratio or None, args.layers)
@@ -230,7 +235,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
             mode += (("+compile" if compile_model else "") + ("+rope" if "rope" in flags else "")
                      + ("+composed" if "composed" in flags else "")
                      + ("+chunked_ce" if model_kwargs else "") + ("+torchconv" if "torchconv" in flags else "")
-                     + (f"+{variant}" if variant.startswith("chunk") else ""))
+                     + "".join(f"+{f}" for f in sorted(flags) if f == "atenconv" or f.startswith("chunk")))
             loss = step(x, y)
             _sync(dev)
             row["first_step_s"] = round(time.perf_counter() - t0, 2)
@@ -263,23 +268,28 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 def variant_settings(variant: str):
     """A row's variant for that row only, every setting put back after: RoPE's cos/sin from one table (@rope; off
     otherwise), the gated norms' composed form (@composed), the whole logits' loss (@logits), the short convs' PyTorch
-    path (@torchconv: HLNAS_TORCH_OPS, read at each call), N MiB of logits a head-loss chunk (@chunkN)."""
+    path (@torchconv: HLNAS_TORCH_OPS, read at each call), N MiB of logits a head-loss chunk (@chunkN), aten's conv1d
+    under torch.compile (@atenconv)."""
+    import hlnas.kernels.causal_conv1d as conv
     import hlnas.nn as hnn
     import hlnas.training.head_loss as head_loss
 
     flags = set(variant.split("+"))
     saved = (hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS, head_loss.CHUNK_LOGIT_BYTES,
-             os.environ.get("HLNAS_TORCH_OPS"))
+             conv.SHIFTED_SUM_UNDER_COMPILE, os.environ.get("HLNAS_TORCH_OPS"))
     try:
         hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM = "rope" in flags, "composed" not in flags
         head_loss.CHUNKED_HEAD_LOSS = "logits" not in flags
-        if variant.startswith("chunk"):
-            head_loss.CHUNK_LOGIT_BYTES = int(variant[len("chunk"):]) * 2**20
+        conv.SHIFTED_SUM_UNDER_COMPILE = "atenconv" not in flags
+        for f in flags:
+            if f.startswith("chunk"):
+                head_loss.CHUNK_LOGIT_BYTES = int(f[len("chunk"):]) * 2**20
         if "torchconv" in flags:
             os.environ["HLNAS_TORCH_OPS"] = ",".join(filter(None, [saved[-1], "causal_conv1d"]))
         yield
     finally:
-        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS, head_loss.CHUNK_LOGIT_BYTES, torch_ops = saved
+        (hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS, head_loss.CHUNK_LOGIT_BYTES,
+         conv.SHIFTED_SUM_UNDER_COMPILE, torch_ops) = saved
         if torch_ops is None:
             os.environ.pop("HLNAS_TORCH_OPS", None)
         else:
@@ -334,8 +344,9 @@ def _ratios(rows: list[dict]) -> None:
             r["tok_s_vs_plain"] = round(r["tok_s"] / base["tok_s"], 3)
             if r.get("peak_gib") and base.get("peak_gib"):
                 r["peak_vs_plain"] = round(r["peak_gib"] / base["peak_gib"], 3)
-        if "@" in r["row"] and r.get("tok_s"):  # a variant against its own row of the same run (@..+rope: without rope)
-            mine = r["row"].replace("+rope", "").replace("@rope", "") if "rope" in r["row"] else r["row"].partition("@")[0]
+        if "@" in r["row"] and r.get("tok_s"):  # a variant against its own row of the same run: without its last flag
+            spec, _, variant = r["row"].partition("@")  # (x@compile+rope against x@compile, x@compile against x)
+            mine = spec + "@" + variant.rpartition("+")[0] if "+" in variant else spec
             own = next((o for o in rows if o["row"] == mine and o.get("tok_s")), None)
             if own:
                 r["tok_s_vs_own"] = round(r["tok_s"] / own["tok_s"], 3)

@@ -175,7 +175,7 @@ def _conv_without_state(x: Tensor, weight: Tensor, initial_state: Tensor | None 
 
 
 def _not_compiling(**_) -> tuple[bool, str]:
-    # inside torch.compile inductor fuses the PyTorch conv with its neighbours; fla's kernel would break the graph
+    # inside torch.compile fla's kernel would break the graph; the PyTorch path's shifted multiply-adds fuse there
     return not torch.compiler.is_compiling(), "under torch.compile"
 
 

@@ -13,8 +13,12 @@ Paths: :func:`naive_causal_conv1d` (a loop over time, the reference); :func:`cau
 for CUDA calls with no state in or out, outside ``torch.compile``. The PyTorch path on CUDA pays for a ``torch.cat``
 of the zero past, two transposes and a non-contiguous output that every elementwise op after it reads strided: in
 the paper-340m GatedDeltaNet 3:1 step the convolutions and their cat took 54 ms of 552
-(``experiments/bench/paper_scale_profile_h100_2026-12-06b.md``). Under ``torch.compile`` inductor fuses the PyTorch
-path itself, and fla's kernel would be a graph break, so compiled calls keep it.
+(``experiments/bench/paper_scale_profile_h100_2026-12-06b.md``); fla's kernel made that step 1.26x faster
+(``..._2026-12-06c.md``). Under ``torch.compile`` fla's kernel would break the graph, and inductor does not fuse a
+convolution (it calls aten's depthwise kernels: 2.5 ms of a 17 ms compiled HGRN 3:1 recall step on the H200,
+``experiments/bench/recall_step_profile_h200_2026-12-04b.md``), so compiled calls write the conv as the K shifted
+multiply-adds (:data:`SHIFTED_SUM_UNDER_COMPILE`), plain pointwise ops that inductor fuses with the zero past, the bias
+and the activation.
 """
 
 from __future__ import annotations
@@ -25,9 +29,13 @@ from torch import Tensor
 
 from hlnas.kernels import backends
 
-__all__ = ["causal_conv1d", "naive_causal_conv1d", "causal_conv1d_torch", "ACTIVATIONS"]
+__all__ = ["causal_conv1d", "naive_causal_conv1d", "causal_conv1d_torch", "shifted_sum", "ACTIVATIONS",
+           "SHIFTED_SUM_UNDER_COMPILE"]
 
 ACTIVATIONS = (None, "silu")
+#: under torch.compile the conv as K shifted multiply-adds (fused by inductor) rather than aten's conv1d (an extern
+#: kernel); off: conv1d there too (experiments/bench/paper_scale.py's ``@atenconv`` rows measure the difference)
+SHIFTED_SUM_UNDER_COMPILE = True
 
 
 def _check(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None,
@@ -106,6 +114,17 @@ class _ShiftedConv(torch.autograd.Function):
         return dxx, dw
 
 
+def shifted_sum(xx: Tensor, w: Tensor) -> Tensor:
+    """``y[..., t, c] = sum_k xx[..., t + k, c] * w[c, 0, k]`` for xx ``[..., T + K - 1, C]`` (the past prepended), w
+    ``[C, 1, K]``, as plain ops, which autograd differentiates and inductor fuses."""
+    K = w.shape[-1]
+    T = xx.shape[-2] - K + 1
+    y = xx[..., 0:T, :] * w[:, 0, 0]
+    for k in range(1, K):
+        y = y + xx[..., k : k + T, :] * w[:, 0, k]
+    return y
+
+
 def causal_conv1d_torch(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation: str | None = None,
                         initial_state: Tensor | None = None,
                         output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -114,7 +133,11 @@ def causal_conv1d_torch(x: Tensor, weight: Tensor, bias: Tensor | None = None, *
     xx = _with_past(x, K, initial_state)
     w = weight.to(x.dtype)
     b = None if bias is None else bias.to(x.dtype)
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+    if SHIFTED_SUM_UNDER_COMPILE and torch.compiler.is_compiling():
+        y = shifted_sum(xx, w)
+        if b is not None:
+            y = y + b
+    elif x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         # the same sum as shifted multiply-adds (equal to conv1d within float rounding; tests/test_nn.py): oneDNN's
         # depthwise conv1d backward took ~0.8 ms a call on a 2-core CPU for the default space's [16, 32, 64]
         # tensors, about a tenth of an HGRN recall-model step; one autograd node with its own backward, since the

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+import hlnas.kernels.causal_conv1d as causal_conv
 from hlnas.errors import ConfigError
 from hlnas.mixers.short_conv import ShortConvolution
 from hlnas.training.step import weight_decays
@@ -107,9 +108,10 @@ def _replicated_scale(self, y: Tensor, w: Tensor) -> Tensor:
 class ReplicatedShortConvolution(ShortConvolution):
     """:class:`~hlnas.mixers.short_conv.ShortConvolution` with ``weight [R, C, 1, size]`` (and ``bias [R, C]``) on ``[R*B, T, C]``.
 
-    CPU float: the solo module's shifted multiply-adds, each replica's taps on its rows (the same elementwise ops,
-    so the same numbers). Elsewhere (or with ``use_conv1d``): the replicas folded into the channels of one
-    depthwise ``conv1d`` with ``R*C`` groups."""
+    CPU float, and under ``torch.compile`` (which fuses them; :mod:`hlnas.kernels.causal_conv1d`): the solo module's
+    shifted multiply-adds, each replica's taps on its rows (the same elementwise ops, so the same numbers).
+    Elsewhere (or with ``use_conv1d``): the replicas folded into the channels of one depthwise ``conv1d`` with
+    ``R*C`` groups."""
 
     use_conv1d = False  # tests set it to check the conv1d path on CPU
 
@@ -122,7 +124,8 @@ class ReplicatedShortConvolution(ShortConvolution):
         xx = torch.cat([x.new_zeros(N, size - 1, C), x], dim=1).view(R, B, T + size - 1, C)
         w = self.weight.to(x.dtype)
         b = None if self.bias is None else self.bias.to(x.dtype)
-        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and not self.use_conv1d:
+        cpu_float = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and not self.use_conv1d
+        if cpu_float or (causal_conv.SHIFTED_SUM_UNDER_COMPILE and torch.compiler.is_compiling()):
             wk = w[:, :, 0, :]  # [R, C, size]
             y = xx[:, :, 0:T] * wk[:, None, None, :, 0]
             for k in range(1, size):

@@ -109,8 +109,39 @@ def test_training_calls_take_fla_and_decode_and_compiled_calls_keep_pytorch(fla_
     causal_conv1d(**{**x, **_inputs(dtype=torch.float32, width=8)})  # wider than fla's layers use
     causal_conv1d(**{**x, **_inputs(dtype=torch.float64)})  # float64: fla's kernels take 16/32-bit floats
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    causal_conv1d(**x)  # under torch.compile inductor fuses the PyTorch path
+    causal_conv1d(**x)  # under torch.compile fla's kernel would break the graph: the PyTorch path
     assert len(fla_spy) == 1
+
+
+def _traced_ops(fn, *args) -> tuple[object, set[str]]:
+    """``fn(*args)`` under torch.compile with a backend that keeps dynamo's graph as traced: (result, its op names)."""
+    ops: set[str] = set()
+
+    def keep(gm, _):
+        ops.update(str(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_method"))
+        return gm.forward
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=keep, fullgraph=True)(*args), ops
+
+
+@pytest.mark.parametrize("shifted", [True, False], ids=["shifted_sum", "conv1d"])
+def test_compiled_calls_take_the_shifted_multiply_adds_that_inductor_fuses(shifted, monkeypatch):
+    """Under torch.compile the conv is the K shifted multiply-adds (inductor calls aten's depthwise conv as an extern
+    kernel and fuses nothing into it); equal to the reference, gradients too. Off, conv1d is traced (bfloat16: the
+    CUDA path's form, where a CPU float32 call would take the one-node multiply-adds)."""
+    import hlnas.kernels.causal_conv1d as op
+
+    monkeypatch.setattr(op, "SHIFTED_SUM_UNDER_COMPILE", shifted)
+    x = _inputs(dtype=torch.bfloat16, bias=True)
+    leaves = [x["x"].clone().requires_grad_(), x["weight"].clone().requires_grad_(), x["bias"].clone().requires_grad_()]
+    y, ops = _traced_ops(lambda a, w, b: causal_conv1d(a, w, b, activation="silu")[0], *leaves)
+    assert any("conv1d" in o for o in ops) != shifted, ops
+    y_ref, g_ref = _grads(naive_causal_conv1d, {**_inputs(bias=True), "activation": "silu"})
+    torch.testing.assert_close(y.double(), y_ref, rtol=2e-2, atol=2e-2)
+    do = torch.randn(y.shape, generator=torch.Generator().manual_seed(3)).to(y)
+    for k, g in zip(("x", "weight", "bias"), torch.autograd.grad((y * do).sum(), leaves)):
+        torch.testing.assert_close(g.double(), g_ref[k], rtol=2e-2, atol=2e-2, msg=lambda m, k=k: f"d{k}: {m}")
 
 
 def test_short_convolution_casts_its_weights_to_the_activations_dtype_for_fla(fla_spy):
