@@ -296,7 +296,7 @@ PY
       timeout $(cap $t) python3 -m experiments.bench.paper_scale --recall-space ${CAL_SPACE:-$SPACE} --mode graph --profile \
         --only ${BENCH_ONLY:-matmul,plain,transformer,gla:3:1,hgrn:pure,retnet:pure,gla:pure,hgrn2:pure,deltanet:pure,gated_deltanet:pure} \
         ${RECALL_BATCH:+--batch $RECALL_BATCH} --out "$OUT/logs" >"$OUT/logs/bench_recall.log" 2>&1
-      say "bench_recall rc=$?"; cat "$OUT"/logs/recall_step_h200_*.md 2>/dev/null ;;
+      say "bench_recall rc=$?"; cat "$OUT"/logs/recall_step_h*_*.md 2>/dev/null ;;
     bench_autotune*)  # issue #22 point 2: quick vs full Triton autotune, compile seconds and speed side by side
       [[ $step == bench_autotune:* ]] && t=${step#bench_autotune:} || t=540
       t=$(cap $t)
