@@ -10,7 +10,6 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hlnas.errors import ConfigError
 from hlnas.space import SpaceError
 from hlnas.search.executors import InlineExecutor
 from hlnas.rungs import RUNG_ATTR, checks, crowding, ladder, nondominated_ranks, rank_peers, RungConfig

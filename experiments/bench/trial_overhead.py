@@ -78,7 +78,7 @@ def first_step_probe(marks: dict):
         marks["make_step_out"], marks["step_mode"] = time.perf_counter(), mode
 
         def first(*x):
-            out = step(*x)
+            step(*x)
             _sync()
             marks["first_step"] = time.perf_counter()
             raise _FirstStep

@@ -140,7 +140,7 @@ def failed_controls(groups: dict[str, dict[str, dict[int, dict]]]) -> dict[str, 
 
 def report(rows: list[dict], source: str) -> str:
     """The probe's table: a line per setting and role, its seeds side by side, then the two verdicts per setting."""
-    lines = [f"# The delta-rule probe: pure vs 3:1 (issue #20 point 2)", "",
+    lines = ["# The delta-rule probe: pure vs 3:1 (issue #20 point 2)", "",
              f"Rows: {source}. Each run: raw recall [no-recall baseline] -> corrected, auc (area under the corrected "
              "validation curve over the step budget), steps to the stop (`-`: not reached). A verdict `yes` is the "
              "calibration's \"pure below its hybrid\": every seed, and the means apart by more than twice the larger "

@@ -302,7 +302,7 @@ def test_the_curriculum_trains_the_shortest_chains_first_and_a_resumed_stream_is
 
 
 def test_the_staged_curriculum_adds_one_hop_a_stage_and_resumes_the_same_stream():
-    from hlnas.score.recall_proxy import mqar_train_batches, recall_setup
+    from hlnas.score.recall_proxy import recall_setup
 
     task = VtTask(vocab_size=64, seq_len=60, chains=3, hops=(1, 3))
     staged = VtConfig(chains=3, hops=(1, 3), curriculum_steps=64, curriculum="staged")
