@@ -72,7 +72,7 @@ def test_a_rope_row_runs_with_the_rope_table_and_is_set_against_its_row_without(
     assert by["transformer@rope"]["mode"] == "eager+rope" and by["transformer"]["mode"] == "eager"
     assert float(by["transformer@rope"]["tok_s_vs_own"]) > 0 and not by["transformer"].get("tok_s_vs_own")
     assert seen and hnn.ROPE_TABLE == "the default"  # the table by the rope row only (the other row computes in place)
-    with pytest.raises(SystemExit, match="unknown variant ropes; allowed, joined by '\\+': compile, rope, composed, logits, torchconv, atenconv, chunkN"):
+    with pytest.raises(SystemExit, match="unknown variant ropes; allowed, joined by '\\+': compile, rope, composed, logits, torchconv, torchl2norm, atenconv, chunkN"):
         paper_scale.main([*args[:-6], "--only", "transformer@ropes", "--device-name", "cpu", "--out", str(tmp_path)])
 
 
@@ -94,6 +94,14 @@ def test_a_torchconv_row_keeps_the_short_convs_on_pytorch_for_that_row_only(tmp_
     by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
     assert by["deltanet:3:1@torchconv"]["mode"].endswith("+torchconv")
     assert float(by["deltanet:3:1@torchconv"]["tok_s_vs_own"]) > 0
+    # @torchl2norm, and both at once: each names its op for that row
+    seen.clear()
+    args[-5] = "deltanet:3:1@torchl2norm,deltanet:3:1@torchconv+torchl2norm"
+    assert paper_scale.main(args) == 0 and os.environ["HLNAS_TORCH_OPS"] == "simple_gla"
+    norms = [env for op, env in seen if op == "l2norm"]
+    assert norms[0] == "simple_gla,l2norm" and norms[-1] == "simple_gla,causal_conv1d,l2norm"
+    by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
+    assert by["deltanet:3:1@torchconv+torchl2norm"]["mode"].endswith("+torchconv+torchl2norm")
 
 
 def test_a_composed_row_runs_the_composed_gated_norm_against_its_lean_row(tmp_path, monkeypatch):

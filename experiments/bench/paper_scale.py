@@ -21,7 +21,8 @@ mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory 
 lean one (its tokens/s and peak memory, issue #22 point 3); ``@logits`` takes the loss on the whole logits
 (``hlnas.training.head_loss.CHUNKED_HEAD_LOSS`` off) where hlnas's rows take the head's loss in chunks on CUDA;
 ``@torchconv`` keeps the short convolutions on their PyTorch path (``HLNAS_TORCH_OPS=causal_conv1d`` for the row) where
-the others take fla's Triton kernel (``hlnas.kernels.causal_conv1d``); ``@chunkN`` (``transformer@chunk1024``) computes
+the others take fla's Triton kernel (``hlnas.kernels.causal_conv1d``), and ``@torchl2norm`` the delta rules' q/k norm
+(``hlnas.kernels.l2norm``); ``@chunkN`` (``transformer@chunk1024``) computes
 the chunked head loss N MiB of float32 logits at a time instead of ``hlnas.training.head_loss.CHUNK_LOGIT_BYTES``'s 256
 (issue #22 point 2: speed against memory at the head); ``@compile+atenconv`` keeps aten's conv1d for the short
 convolutions under torch.compile where ``@compile`` rows write them as shifted multiply-adds that inductor fuses
@@ -62,12 +63,14 @@ from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, environment, 
 
 PAPER_ROWS = ("matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,deltanet:3:1,gated_deltanet:3:1,mamba2:pure,"
               "gla:3:1@composed,mamba2:pure@composed,transformer@logits,transformer@chunk1024,"
-              "gated_deltanet:3:1@torchconv")
-# the last five: the lean gated norm's, the chunked head loss's and fla's conv's speed and memory, each against its
-# own row
+              "gated_deltanet:3:1@torchconv,gated_deltanet:3:1@torchl2norm")
+# the last six: the lean gated norm's, the chunked head loss's and fla's conv and l2norm's speed and memory, each
+# against its own row
 PROFILE_STEPS = 2
 #: a row's variant flags after its "@", joined by "+" (with chunkN): model_row and variant_settings
-VARIANT_FLAGS = ("compile", "rope", "composed", "logits", "torchconv", "atenconv")
+VARIANT_FLAGS = ("compile", "rope", "composed", "logits", "torchconv", "torchl2norm", "atenconv")
+#: the flags that keep one op on its PyTorch path for the row (HLNAS_TORCH_OPS), against fla's kernel in the others
+TORCH_OP_FLAGS = {"torchconv": "causal_conv1d", "torchl2norm": "l2norm"}
 
 
 # -- the plain-PyTorch baseline ----------------------------------------------------------------------------------
@@ -234,8 +237,8 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
                                    rewind_warmup=True, model_kwargs=model_kwargs)
             mode += (("+compile" if compile_model else "") + ("+rope" if "rope" in flags else "")
                      + ("+composed" if "composed" in flags else "")
-                     + ("+chunked_ce" if model_kwargs else "") + ("+torchconv" if "torchconv" in flags else "")
-                     + "".join(f"+{f}" for f in sorted(flags) if f == "atenconv" or f.startswith("chunk")))
+                     + ("+chunked_ce" if model_kwargs else "")
+                     + "".join(f"+{f}" for f in sorted(flags) if f in (*TORCH_OP_FLAGS, "atenconv") or f.startswith("chunk")))
             loss = step(x, y)
             _sync(dev)
             row["first_step_s"] = round(time.perf_counter() - t0, 2)
@@ -268,7 +271,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 def variant_settings(variant: str):
     """A row's variant for that row only, every setting put back after: RoPE's cos/sin from one table (@rope; off
     otherwise), the gated norms' composed form (@composed), the whole logits' loss (@logits), the short convs' PyTorch
-    path (@torchconv: HLNAS_TORCH_OPS, read at each call), N MiB of logits a head-loss chunk (@chunkN), aten's conv1d
+    path (@torchconv: HLNAS_TORCH_OPS, read at each call), the q/k l2norm's (@torchl2norm), N MiB of logits a head-loss chunk (@chunkN), aten's conv1d
     under torch.compile (@atenconv)."""
     import hlnas.kernels.causal_conv1d as conv
     import hlnas.nn as hnn
@@ -284,8 +287,9 @@ def variant_settings(variant: str):
         for f in flags:
             if f.startswith("chunk"):
                 head_loss.CHUNK_LOGIT_BYTES = int(f[len("chunk"):]) * 2**20
-        if "torchconv" in flags:
-            os.environ["HLNAS_TORCH_OPS"] = ",".join(filter(None, [saved[-1], "causal_conv1d"]))
+        torch_ops = [op for f, op in TORCH_OP_FLAGS.items() if f in flags]
+        if torch_ops:
+            os.environ["HLNAS_TORCH_OPS"] = ",".join(filter(None, [saved[-1], *torch_ops]))
         yield
     finally:
         (hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS, head_loss.CHUNK_LOGIT_BYTES,

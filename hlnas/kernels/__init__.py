@@ -10,7 +10,8 @@ the path and calls fla: the ``backend=`` argument, ``HLNAS_KERNEL_BACKEND`` (``a
 ``torch``), ``HLNAS_TORCH_OPS``, the per-op rules that refuse fla where its kernels fail (each logged
 once), the argument adaptation for fla, and ``HLNAS_TRITON_AUTOTUNE=quick``. Attention has no fla path:
 it always runs torch SDPA. ``causal_conv1d`` (the short convolutions) is not a recurrence: its reference is a loop over
-time windows, and fla's kernel takes only calls without a decode state.
+time windows, and fla's kernel takes only calls without a decode state. ``l2norm`` (the delta rules' q/k norm) is
+not one either: its reference is the formula in float64.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from hlnas.kernels.backends import BACKENDS, fla_status, quick_autotune, resolve
 __all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend", "quick_autotune", "warn_once", "without_autocast"]
 
 #: Every sequence op, one module each under hlnas/kernels/, with ``<op>`` and ``naive_<op>`` (inputs for checks: tests/kernels/inputs.py).
-OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule", "causal_conv1d")
+OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule", "causal_conv1d", "l2norm")
 
 
 def without_autocast(fn):

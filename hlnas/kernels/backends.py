@@ -40,7 +40,7 @@ __all__ = [
     "BACKENDS", "RULES", "Rule", "route", "resolve_backend", "fla_status", "use_backend", "warn_once", "needs_grad",
     "FLA_MIN_HEAD_DIM", "FLA_RECURRENT_MAX_T", "gated_backward_verdict", "fla_gated_backward_ok", "simple_gla_gated_backward_ok",
     "tilelang_usable",
-    "fla_hgrn", "fla_gla", "fla_simple_gla", "fla_delta_rule", "fla_gated_delta_rule", "fla_causal_conv1d",
+    "fla_hgrn", "fla_gla", "fla_simple_gla", "fla_delta_rule", "fla_gated_delta_rule", "fla_causal_conv1d", "fla_l2norm",
     "quick_autotune",
 ]
 
@@ -182,6 +182,7 @@ def _not_compiling(**_) -> tuple[bool, str]:
 #: op -> the rules a call must pass to run on fla, checked in order (ops not listed have none).
 RULES: dict[str, tuple[Rule, ...]] = {
     "causal_conv1d": (Rule(_conv_without_state, None), Rule(_not_float64, None), Rule(_not_compiling, None)),
+    "l2norm": (Rule(_not_float64, None), Rule(_not_compiling, None)),
     "simple_gla": (Rule(_simple_gla_head_dim), Rule(_simple_gla_gated_backward, _BOTH)),
     "delta_rule": (Rule(_not_float64, None),),
     "gated_delta_rule": (Rule(_not_float64, None), Rule(_gated_delta_rule_backward, _BOTH)),
@@ -385,6 +386,14 @@ def fla_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tenso
     else:
         o, s = chunk_gated_delta_rule(q, k.to(dtype), v.to(dtype), **kw)
     return o.to(dtype), s
+
+
+def fla_l2norm(x: Tensor, eps: float) -> Tensor:
+    """fla's Triton l2norm (one kernel forward, one backward; it saves the output and a float32 rstd): x ``[..., D]``
+    -> y in x's dtype."""
+    from fla.modules.norm.l2norm import l2norm
+
+    return l2norm(x, eps)
 
 
 def fla_causal_conv1d(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None) -> Tensor:

@@ -18,9 +18,10 @@ from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
 from hlnas.kernels.delta_rule import delta_rule
+from hlnas.kernels.l2norm import l2norm
 from hlnas.mixers.base import STATE_DTYPE, Mixer
 from hlnas.mixers.short_conv import ShortConvolution
-from hlnas.nn import GatedRMSNorm, RMSNorm, compute_dtype, fused_linear
+from hlnas.nn import GatedRMSNorm, RMSNorm, fused_linear
 
 _QK_ACTIVATIONS = ("silu", "relu", "elu", "identity")
 _QK_NORMS = ("l2", "sum")
@@ -40,12 +41,6 @@ def delta_state_bytes(batch: int, key_dim: int, value_dim: int, head_v: int, hp,
         itemsize = torch.empty((), dtype=dtype).element_size()
         state += ShortConvolution.state_bytes(2 * key_dim + value_dim, hp.conv_size, batch, itemsize)
     return state
-
-
-def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
-    """x / sqrt(sum x^2 + eps) over the last dim, in float32 (fla's l2norm, eps 1e-6)."""
-    xf = x.to(compute_dtype(x))
-    return (xf * torch.rsqrt(xf.pow(2).sum(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 class DeltaNet(Mixer):

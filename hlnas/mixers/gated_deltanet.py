@@ -25,8 +25,9 @@ from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
 from hlnas.kernels.gated_delta_rule import gated_delta_rule
+from hlnas.kernels.l2norm import l2norm
 from hlnas.mixers.base import Mixer
-from hlnas.mixers.deltanet import delta_state_bytes, l2norm
+from hlnas.mixers.deltanet import delta_state_bytes
 from hlnas.mixers.short_conv import ShortConvolution
 from hlnas.nn import compute_dtype, GatedRMSNorm, RMSNorm, fused_linear
 

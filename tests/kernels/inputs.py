@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["DELTA_SHAPES", "delta_shape_id", "delta_case", "make_inputs", *[f"{op}_inputs" for op in ("attention", "delta_rule", "gated_delta_rule", "gla", "hgrn", "simple_gla", "causal_conv1d")]]
+__all__ = ["DELTA_SHAPES", "delta_shape_id", "delta_case", "make_inputs", *[f"{op}_inputs" for op in ("attention", "delta_rule", "gated_delta_rule", "gla", "hgrn", "simple_gla", "causal_conv1d",
+                                                          "l2norm")]]
 
 
 def attention_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
@@ -95,7 +96,13 @@ def causal_conv1d_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.
     return {**{n: t.to(device=device, dtype=dtype) for n, t in out.items()}, "activation": "silu"}
 
 
-_BY_OP = {"causal_conv1d": causal_conv1d_inputs, "attention": attention_inputs, "delta_rule": delta_rule_inputs, "gated_delta_rule": gated_delta_rule_inputs,
+def l2norm_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
+    """Random x ``[B, T, H, K]`` as the delta rules' q or k reach their l2norm (V is ignored)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return {"x": torch.randn(B, T, H, K, generator=g).to(device=device, dtype=dtype)}
+
+
+_BY_OP = {"causal_conv1d": causal_conv1d_inputs, "l2norm": l2norm_inputs, "attention": attention_inputs, "delta_rule": delta_rule_inputs, "gated_delta_rule": gated_delta_rule_inputs,
           "gla": gla_inputs, "hgrn": hgrn_inputs, "simple_gla": simple_gla_inputs}
 
 
