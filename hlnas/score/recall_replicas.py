@@ -39,7 +39,7 @@ from hlnas.score.recall_proxy import (MqarConfig, RecallSetup, check_stop, pause
 from hlnas.training.checkpoint import save_state
 from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
-__all__ = ["train_mqar_replicas", "train_mqar_seeds"]
+__all__ = ["train_mqar_layouts", "train_mqar_replicas", "train_mqar_seeds"]
 
 #: what each run's result holds besides its seed: the keys of the solo proxy's rate runs (recall_proxy._one_rate)
 _RATE_KEYS = ("finished", "lr", "val_acc", "steps", "curve", "mode", "final_loss", "wall_s", "resumed_s", "error", "clock",
@@ -103,22 +103,27 @@ class _Run:
                                "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}, "opt": opt_row})
 
 
-def _train(setup: RecallSetup, chains, *, slots: int | None, device) -> list[list[dict]]:
-    """Train ``chains`` (lists of runs ``(seed, lr, state path or None)``) as replicas, ``slots`` at a time (default: one
-    per chain). A chain's next run starts (in the first free slot) when its last one stopped short of the target and was
-    not paused by the clock: the solo sweep's rule. Returns each chain's run results, in order."""
-    return _Replicas(setup, chains, slots=slots, device=device).train()
+def _train(setups: Sequence[RecallSetup], chains, *, slots: int | None, device) -> list[list[dict]]:
+    """Train ``chains`` (lists of runs ``(seed, lr, state path or None)``, chain ``c`` of layout ``setups[c].layout``)
+    as replicas, ``slots`` at a time (default: one per chain): of one model, or of one mixed model where the layouts
+    differ (:mod:`hlnas.training.mixed_replicas`). A chain's next run starts (in the first free slot) when its last one
+    stopped short of the target and was not paused by the clock: the solo sweep's rule. Returns each chain's run
+    results, in order."""
+    return _Replicas(list(setups), chains, slots=slots, device=device).train()
 
 
 class _Replicas:
     """The runs of ``chains`` trained as replicas of one model: a queue of the runs still to train, a slot per replica
     (the run it trains, or None once frozen with no run left), and each chain's results as its runs stop."""
 
-    def __init__(self, setup: RecallSetup, chains, *, slots: int | None, device):
+    def __init__(self, setups: list[RecallSetup], chains, *, slots: int | None, device):
         from hlnas.training.step import WARMUP_STEPS
 
-        self.setup, self.chains, self.slots, self.device = setup, chains, slots, device
-        cfg = self.cfg = setup.cfg
+        self.setups, self.chains, self.slots, self.device = setups, chains, slots, device
+        cfg = self.cfg = setups[0].cfg
+        if any(s.cfg != cfg or s.model != setups[0].model or s.task != setups[0].task for s in setups):
+            raise ConfigError("replicas train runs of one recall protocol: the chains' recall settings differ")
+        self.layouts = list(dict.fromkeys(s.layout for s in setups))
         pause = pause_settings()
         self.limit = cfg.steps if pause is None or pause[1] is None else min(pause[1], cfg.steps)
         self.until = None if pause is None else pause[2]
@@ -161,7 +166,7 @@ class _Replicas:
         while self.queue:
             c, k = self.queue.pop(0)
             seed, lr, path = self.chains[c][k]
-            run = _Run(seed, lr, path, self.setup, self.warm, self.device)
+            run = _Run(seed, lr, path, self.setups[c], self.warm, self.device)
             if run.finished or run.done >= self.limit:
                 self.results[c].append(run.result(self.mode))
                 self._follow(c, k, self.results[c][-1])
@@ -176,6 +181,7 @@ class _Replicas:
     def _start(self, active: list[_Run]):
         """The replicated model, its optimizer and its step for the first ``active`` runs, a slot each. Returns the
         first step's batches and rates when they are already drawn, else None."""
+        from hlnas.training.mixed_replicas import replicate_mixed
         from hlnas.training.replica_step import ReplicaAdamW, per_replica
         from hlnas.training.replicas import replicate
         from hlnas.training.step import compiled, make_step
@@ -184,7 +190,9 @@ class _Replicas:
         self.replicas = len(active)
         for run in active:
             run.model.to(self.device)  # the replicated storage is made where the solo weights are
-        self.rep = replicate([run.model for run in active])
+        models = [run.model for run in active]
+        # one layout: plain replicas; several: a mixed model that any slot can give any of them
+        self.rep = replicate(models) if len(self.layouts) == 1 else replicate_mixed(models, self.layouts)
         self.opt = ReplicaAdamW(self.rep, [run.lr for run in active], betas=(0.9, cfg.beta2), weight_decay=cfg.weight_decay)
         firsts = [next(run.feed) for run in active]
         self.last = [xy for xy, _ in firsts]  # a frozen slot with no run left goes on computing on its last batch
@@ -242,7 +250,7 @@ class _Replicas:
             acc = mqar_accuracy(run.model, *run.val, batch_size=cfg.batch, device=self.device)
         run.curve.append([run.done, round(acc, 4), round(lv, 4)])
         if os.environ.get("HLNAS_RECALL_PROGRESS"):  # sweeps: a line per check, so a killed run still tells
-            print(f"[recall] {self.setup.layout} seed={run.seed} lr={run.lr:g} step={run.done} val={acc:.3f} loss={lv:.3f} "
+            print(f"[recall] {run.setup.layout} seed={run.seed} lr={run.lr:g} step={run.done} val={acc:.3f} loss={lv:.3f} "
                   f"t={time.perf_counter() - run.t0:.0f}s mode={self.mode} replicas={self.replicas}",
                   file=sys.stderr, flush=True)
         why = check_stop(cfg, acc, time.perf_counter() - run.t0, self.until, run.done, self.limit)
@@ -292,7 +300,8 @@ def train_mqar_replicas(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig,
     pause = pause_settings()
     chains = [[(s, lr, None if pause is None else os.path.join(pause[0], f"mqar_replica{i}.pt"))]
               for i, (s, lr) in enumerate(runs)]
-    return [c[0] for c in _train(recall_setup(layout, model_cfg, cfg), chains, slots=slots, device=_device(device))]
+    setup = recall_setup(layout, model_cfg, cfg)
+    return [c[0] for c in _train([setup] * len(chains), chains, slots=slots, device=_device(device))]
 
 
 def train_mqar_seeds(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, seeds: Sequence[int], *,
@@ -303,16 +312,35 @@ def train_mqar_seeds(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, se
     clock), the kept rate and its test score as ``train_mqar`` reports them. Returns one ``train_mqar`` result per
     seed, in order: each is the one that seed gets alone. Under ``paused_at`` seed ``s``'s rate ``i`` keeps its state
     in the block's folder as ``mqar_seed{s}_rate{i}.pt``."""
-    seeds = [int(s) for s in seeds]
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"train_mqar_seeds: each seed once, got {seeds}")
+    return train_mqar_layouts([(layout, seeds)], model_cfg, cfg, slots=slots, device=device)[0]
+
+
+def train_mqar_layouts(units: Sequence[tuple[Layout, Sequence[int]]], model_cfg: ModelConfig, cfg: MqarConfig, *,
+                       slots: int | None = None, device=None) -> list[list[dict]]:
+    """:func:`train_mqar_seeds` for several layouts of one depth at once: ``units`` are ``(layout, seeds)``, and every
+    run of every layout trains as a replica of one mixed model (:mod:`hlnas.training.mixed_replicas`; a freed slot
+    takes the next run of any layout). Returns, per unit, one ``train_mqar`` result per seed: each the one that layout
+    and seed get alone. Under ``paused_at`` a run keeps its state as ``mqar_seed{s}_rate{i}.pt`` where there is one
+    layout, else ``mqar_{layout}_seed{s}_rate{i}.pt``."""
+    units = [(lay, [int(s) for s in seeds]) for lay, seeds in units]
+    for lay, seeds in units:
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError(f"train_mqar_seeds: each seed once, got {seeds}" + ("" if len(units) == 1 else f" for {lay}"))
+    if len({lay for lay, _ in units}) != len(units):
+        raise ConfigError(f"train_mqar_layouts: each layout once, got {[str(lay) for lay, _ in units]}")
     device = _device(device)
     pause = pause_settings()
-    setup = recall_setup(layout, model_cfg, cfg)  # MQAR or VT, the recall model: as the solo proxy's
     rates = [float(lr) for lr in (cfg.lrs or (cfg.lr,))]
-    chains = [[(s, lr, None if pause is None else os.path.join(pause[0], f"mqar_seed{s}_rate{i}.pt"))
-               for i, lr in enumerate(rates)] for s in seeds]
+    setups, chains, spans = [], [], []
+    for lay, seeds in units:
+        setup = recall_setup(lay, model_cfg, cfg)  # MQAR or VT, the recall model: as the solo proxy's
+        tag = "" if len(units) == 1 else f"{lay.key}_"
+        spans.append((len(chains), setup, seeds))
+        for s in seeds:
+            setups.append(setup)
+            chains.append([(s, lr, None if pause is None else os.path.join(pause[0], f"mqar_{tag}seed{s}_rate{i}.pt"))
+                           for i, lr in enumerate(rates)])
     t0 = time.perf_counter()
-    trained = _train(setup, chains, slots=slots, device=device)
-    return [sweep_result(setup, [{k: r[k] for k in _RATE_KEYS} for r in runs], validation_instances(setup, s),
-                         device=device, t0=t0) for s, runs in zip(seeds, trained)]
+    trained = _train(setups, chains, slots=slots, device=device)
+    return [[sweep_result(setup, [{k: r[k] for k in _RATE_KEYS} for r in trained[at + j]], validation_instances(setup, s),
+                          device=device, t0=t0) for j, s in enumerate(seeds)] for at, setup, seeds in spans]
