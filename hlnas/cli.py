@@ -265,7 +265,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                           runs_per_worker=args.runs_per_worker, replicas=args.replicas,
+                           runs_per_worker=args.runs_per_worker, replicas="family" if args.mixed_replicas else args.replicas,
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, drain=args.drain,
                            retry_failed=args.retry_failed,
                            skip_calibration=args.skip_calibration, calibrate=args.calibrate,
@@ -310,6 +310,8 @@ def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
                         "(stacked weights, the seeds in the batch), then the seed-0 LM half as usual: each run's result is "
                         "the one it gets alone. Recall objective mqar only. On the H200 2 replicas ran 1.03x 2 processes and 12 "
                         "ran 1.51x (experiments/bench/proxy_throughput_h200_2026-12-02b.md; default off)")
+    p.add_argument("--mixed-replicas", action="store_true", help="as --replicas, with all of one mixer's layouts and seeds "
+                   "as replicas of one mixed model (hlnas.training.mixed_replicas), the control's in another (default off)")
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:
@@ -369,7 +371,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         verdict, message = calibrate_study(space, storage=storage, study_name=name, workers=args.workers,
                                            executor=args.executor, cpus_per_trial=args.cpus_per_trial,
                                            runs_per_worker=args.runs_per_worker, time_limit=args.timeout,
-                                           replicas=args.replicas, drain=args.drain,
+                                           replicas="family" if args.mixed_replicas else args.replicas, drain=args.drain,
                                            on_event=ui.event if ui else None)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished control runs are stored. Continue with: {again}", file=sys.stderr)

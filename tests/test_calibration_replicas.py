@@ -50,7 +50,8 @@ def test_replicas_submit_each_layout_once_with_its_other_seeds_and_store_the_sam
 
 def test_bad_replicas_options_are_one_line_errors(tmp_path):
     url = f"sqlite:///{tmp_path}/c.db"
-    with pytest.raises(ConfigError, match=r"^--replicas is a switch \(true or false\), got 'yes'$"):
+    with pytest.raises(ConfigError, match=r"^replicas is False, True \(--replicas: each layout's seeds\) or 'family' "
+                                          r"\(--mixed-replicas: a mixer's layouts and seeds together\), got 'yes'$"):
         run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=1, replicas="yes")
     ruler = raw_space(scale={"preset": "proxy-tiny", "score": {"objectives": ["val_loss", "ruler"]}})
     with pytest.raises(ConfigError, match=r"^--replicas trains each calibration layout's seeds as replicas of one fresh "
@@ -109,13 +110,14 @@ def test_a_real_calibration_with_replicas_stores_the_runs_verdict_and_trials_it_
     from hlnas.search.study import calibrate_study
 
     monkeypatch.chdir(tmp_path)  # the default folder of paused runs is ./hlnas-rungs
-    units, real_seeds = [], rr.train_mqar_seeds
-    monkeypatch.setattr(rr, "train_mqar_seeds", lambda *a, **k: (units.append(a[3]), real_seeds(*a, **k))[1])
+    units, real = [], rr.train_mqar_layouts
+    monkeypatch.setattr(rr, "train_mqar_layouts", lambda *a, **k: (units.append([(str(lay), s) for lay, s in a[0]]),
+                                                                    real(*a, **k))[1])
     url = f"sqlite:///{tmp_path}/c.db"
     # control_min 0: a control this small fails 0.9, which would stop the calibration before the runs compared here
     space = space_from_dict(real_space(calibration={"control_min": 0.0}))
     out = {}
-    for name, replicas in (("plain", False), ("rep", True), ("paused", True)):
+    for name, replicas in (("plain", False), ("rep", True), ("paused", True), ("family", "family")):
         if name == "paused":  # out of time at once: the first layout's replicas pause at their first check
             events = []
             assert calibrate_study(space, storage=url, study_name=name, workers=1, replicas=True, time_limit=0.05,
@@ -127,10 +129,13 @@ def test_a_real_calibration_with_replicas_stores_the_runs_verdict_and_trials_it_
         study = optuna.load_study(study_name=name, storage=url)
         trials = {t.user_attrs["calibration"]: t for t in study.get_trials(deepcopy=False)}
         out[name] = (study.user_attrs["hlnas_calibration"], trials)
-    # one replica run per layout (both seeds), the paused one once more
-    assert units == [[0, 1]] * 3 + [[0, 1]] * 4
+    # one replica run per layout (both seeds), the paused one once more; with family the control, then HGRN's pure
+    # and 3:1 layouts with both seeds each in one mixed model
+    per_layout = [[("AAA", [0, 1])], [("HHH", [0, 1])], [("HHA", [0, 1])]]
+    assert units[:3] == per_layout and units[3:7] == [per_layout[0]] + per_layout
+    assert units[7:] == [[("AAA", [0, 1])], [("HHH", [0, 1]), ("HHA", [0, 1])]]
     cal_a, trials_a = out["plain"]
-    for name in ("rep", "paused"):
+    for name in ("rep", "paused", "family"):
         cal_b, trials_b = out[name]
         assert cal_a["status"] == cal_b["status"] and len(cal_b["runs"]) == 6
         same_data(cal_a["runs"], cal_b["runs"], f"{name} runs")
@@ -165,7 +170,7 @@ def test_a_unit_whose_replicas_cannot_train_runs_each_seed_alone(monkeypatch):
     def no_room(*a, **k):
         raise RuntimeError("no room for 2 replicas")
 
-    monkeypatch.setattr(rr, "train_mqar_seeds", no_room)
+    monkeypatch.setattr(rr, "train_mqar_layouts", no_room)
     got = run_trial(dataclasses.replace(specs[0], replicas=(specs[1],)))
     for a, g in zip(alone, (got, *got.replicas)):
         assert (g.number, g.status) == (a.number, "ok") and g.metrics["replicas_error"] == "RuntimeError: no room for 2 replicas"
@@ -213,7 +218,7 @@ def test_a_cuda_error_in_the_replicas_fails_every_run_of_the_unit_instead_of_tra
     def misaligned(*a, **k):
         raise RuntimeError("CUDA error: misaligned address")
 
-    monkeypatch.setattr(rr, "train_mqar_seeds", misaligned)
+    monkeypatch.setattr(rr, "train_mqar_layouts", misaligned)
     monkeypatch.setattr("hlnas.search.trial._run_one", lambda *a, **k: solo.append(a) or pytest.fail("trained alone"))
     got = run_trial(dataclasses.replace(specs[0], replicas=(specs[1],)))
     assert not solo
@@ -221,3 +226,28 @@ def test_a_cuda_error_in_the_replicas_fails_every_run_of_the_unit_instead_of_tra
         assert (g.number, g.status, g.error_kind) == (s.number, "failed", "cuda_error")
         assert g.metrics["replicas_error"] == "RuntimeError: CUDA error: misaligned address"
         assert g.error.startswith("RuntimeError: CUDA error: misaligned address")
+
+
+def test_family_replicas_submit_each_mixers_layouts_as_one_unit_and_store_the_same_runs(monkeypatch, tmp_path):
+    """--replicas family: the control's seeds are one unit, and each mixer's pure and 3:1 runs at both seeds
+    another (one mixed recall model), the seed-0 runs whole trials; the stored runs, verdict and trials are as
+    without replicas."""
+    specs = []
+    unit, calls = fake_unit_trial({})
+    monkeypatch.setattr(executors, "run_trial", lambda spec: (specs.append(spec), unit(spec))[1])
+    url = f"sqlite:///{tmp_path}/c.db"
+    plain = run_search(space_from_dict(raw_space()), storage=url, study_name="plain", n_trials=5, calibrate_only=True)
+    specs.clear()
+    fam = run_search(space_from_dict(raw_space()), storage=url, study_name="fam", n_trials=5, calibrate_only=True,
+                     replicas="family")
+    runs = [sorted((s.layout, s.recipe.train.seed, s.recall_only) for s in (u, *u.replicas)) for u in specs]
+    assert runs[0] == [("AAAAAA", 0, False), ("AAAAAA", 1, True)]
+    assert sorted(len(r) for r in runs) == [2, 4, 4]  # each mixer pure and 3:1, two seeds each
+    for r in runs[1:]:
+        assert len({lay.replace("A", "")[:1] for lay, *_ in r}) == 1  # one linear mixer a unit
+        assert sorted(seed for _, seed, _ in r) == [0, 0, 1, 1] and len({lay for lay, *_ in r}) == 2
+        assert all(only == (seed == 1) for _, seed, only in r)
+    a, b = plain.user_attrs["hlnas_calibration"], fam.user_attrs["hlnas_calibration"]
+    strip = lambda runs: {k: {f: v for f, v in r.items() if f != "trial"} for k, r in runs.items()}  # noqa: E731
+    assert strip(a["runs"]) == strip(b["runs"]) and a["verdict"] == b["verdict"]  # trial numbers follow the units' order
+    assert len(fam.get_trials(states=(TrialState.COMPLETE,))) == 5

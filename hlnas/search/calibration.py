@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 import hlnas.calibrate as calib
 from hlnas.errors import ConfigError, HlnasError
+from hlnas.layout import Layout
 from hlnas.metrics import RECALL_OBJECTIVES
 from hlnas.score.recall_result import finished_result
 from hlnas.search.dispatch import Dispatch, StopSignals
@@ -40,10 +41,16 @@ def needs_calibration(space: SearchSpace) -> bool:
     return space.calibration.enabled and any(o.metric in RECALL_OBJECTIVES for o in space.objectives)
 
 
+#: ``replicas`` values: off; ``True`` (each calibration layout's seeds as replicas of one recall model); ``"family"``
+#: (every layout of one linear mixer, all seeds, as replicas of one mixed model: hlnas.training.mixed_replicas)
+REPLICAS = (False, True, "family")
+
+
 def check_replicas(space: SearchSpace, replicas) -> None:
     """Refuse a ``replicas`` option the calibration of ``space`` cannot take (one-line ConfigError)."""
-    if not isinstance(replicas, bool):
-        raise ConfigError(f"--replicas is a switch (true or false), got {replicas!r}")
+    if not any(replicas is v or (isinstance(v, str) and replicas == v) for v in REPLICAS):
+        raise ConfigError(f"replicas is False, True (--replicas: each layout's seeds) or 'family' (--mixed-replicas: a "
+                          f"mixer's layouts and seeds together), got {replicas!r}")
     if replicas and needs_calibration(space) and space.recall_source() != "mqar_acc":
         raise ConfigError(f"--replicas trains each calibration layout's seeds as replicas of one fresh recall model "
                           f"(objective mqar); space '{space.name}' takes its recall from {space.recall_source()}, which "
@@ -147,7 +154,7 @@ def calibrated_recall(study: optuna.Study, space: SearchSpace) -> dict[str, tupl
 
 def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, storage: str, study_name: str, fresh: bool,
                         calibrate: bool, skip_calibration: bool, inline: bool, time_limit: float | None,
-                        replicas: bool = False, drain: float = 0.0, calibrated_by: str | None = None):
+                        replicas: bool | str = False, drain: float = 0.0, calibrated_by: str | None = None):
     """Before a search: the stored verdict, a new one, another study's (``calibrated_by``: :func:`borrow_calibration`),
     or none (skipped, disabled, not needed: recorded as such); :data:`PAUSED` when ``time_limit`` stopped it first. An
     invalid protocol raises :class:`~hlnas.calibrate.CalibrationFailed` naming what to change."""
@@ -188,7 +195,7 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
 
 
 def run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals,
-                    time_limit: float | None = None, replicas: bool = False, drain: float = 0.0) -> dict | None:
+                    time_limit: float | None = None, replicas: bool | str = False, drain: float = 0.0) -> dict | None:
     """Run the calibration runs not yet stored with the study (all of them the first time), through the
     search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
     Returns the verdict (also stored as study attr ``hlnas_calibration``), or None when ``time_limit`` seconds
@@ -207,7 +214,7 @@ def run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: St
 
 
 class _Calibration:
-    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit, replicas: bool = False,
+    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit, replicas: bool | str = False,
                  drain: float = 0.0):
         self.study, self.space, self.emit = study, space, emit
         stored = dict(study.user_attrs.get("hlnas_calibration") or {})
@@ -288,9 +295,10 @@ class _Calibration:
         seeds, lowest first: seed 0, the whole trial, carries the others), in the order of their first run."""
         if not self.replicas:
             return [[r] for r in runs]
-        groups: dict[str, list] = {}
-        for r in runs:
-            groups.setdefault(r.key.rsplit(":", 1)[0], []).append(r)
+        groups: dict = {}
+        for r in runs:  # a layout's seeds; with "family", every layout of the same linear mixers (the control alone)
+            key = Layout.parse(r.layout).linear_mixers if self.replicas == "family" else r.key.rsplit(":", 1)[0]
+            groups.setdefault(key, []).append(r)
         return [sorted(g, key=lambda r: r.seed) for g in groups.values()]
 
     def spec(self, run):

@@ -158,7 +158,7 @@ def run_search(
     calibrate: bool = False,
     calibrate_only: bool = False,
     runs_per_worker: int = 1,
-    replicas: bool = False,
+    replicas: bool | str = False,
     drain: float = 0.0,
     calibrated_by: str | None = None,
     results_from: Sequence[str] = (),
@@ -188,7 +188,8 @@ def run_search(
     stream of its own), or is an :class:`~hlnas.search.executors.Executor` object used as given (and shut down at the
     end), e.g. :class:`hlnas.tabular.LookupExecutor` to look results up instead of training. ``replicas``: the
     calibration trains each layout's seeds as replicas of one recall model in one run
-    (:func:`hlnas.search.calibration.run_calibration`); an execution choice, not stored with the study."""
+    (:func:`hlnas.search.calibration.run_calibration`), ``"family"`` each mixer's layouts and seeds as replicas of one
+    mixed model; an execution choice, not stored with the study."""
     options = _Options(**{k: v for k, v in locals().items() if k != "space"})  # every argument but the space
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
                      gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address, drain=drain)
@@ -219,7 +220,7 @@ def run_search(
 def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study_name: str, workers: int | None = None,
                     executor: str = "auto", cpus_per_trial: float = 1.0, runs_per_worker: int = 1,
                     on_event: Callable[[str, dict], None] | None = None,
-                    time_limit: float | None = None, replicas: bool = False,
+                    time_limit: float | None = None, replicas: bool | str = False,
                     drain: float = 0.0) -> tuple[dict | None, str | None]:
     """Run the calibration of ``space`` and nothing else (``hlnas calibrate``), in study ``study_name``: a new one,
     or an existing one continued with the runs it lacks. ``executor`` and ``workers`` are resolved by
@@ -384,7 +385,7 @@ class _Options:
     calibrate: bool
     calibrate_only: bool
     runs_per_worker: int
-    replicas: bool
+    replicas: bool | str
     drain: float
     calibrated_by: str | None
     results_from: Sequence[str]

@@ -46,9 +46,11 @@ class TrialSpec:
     # a time.time() after which the recall model pauses at its next check, its state kept in state_dir; the
     # result is then ``paused`` (nothing measured yet) and the same spec run again continues it
     pause_by: float | None = None
-    # recall-only specs of this layout at other seeds (a calibration's seeds, hlnas.search.calibration): the fresh-model
-    # recall of this spec and of these is trained as replicas of one model (hlnas.score.recall_replicas), then each
-    # run goes on as it would alone with its recall given; their results come back in TrialResult.replicas
+    # other runs of the same model and recall settings (a calibration's other seeds of this layout, or with
+    # --replicas family other layouts of its depth too: hlnas.search.calibration): the fresh-model recall of this spec
+    # and of these is trained as replicas of one model (hlnas.score.recall_replicas), then each run goes on as it
+    # would alone with its recall given (its LM half too, where it has one); their results come back in
+    # TrialResult.replicas
     replicas: tuple[TrialSpec, ...] = ()
     # this layout's fresh-model recall at this seed and protocol, measured already (a calibration run:
     # hlnas.search.calibration.calibrated_recall), taken instead of training it again; recall_from names that run
@@ -135,20 +137,26 @@ def run_trial(spec: TrialSpec) -> TrialResult:
 
 
 def _replica_recall(spec: TrialSpec) -> list[dict]:
-    """The fresh-model recall of ``spec`` and of its replicas, trained as replicas of one model: one result a run, in
-    order. Raises where replicas cannot train (out of memory where one run fits, a module with no replicated form, a
-    replica that is no recall-only run of the same layout and settings): each run then trains alone."""
+    """The fresh-model recall of ``spec`` and of its replicas, trained as replicas of one model (one layout's seeds), or
+    of one mixed model where their layouts differ (one depth): one result a run, in order. Raises where replicas cannot
+    train (out of memory where one run fits, a module with no replicated form, a replica with other model or recall
+    settings): each run then trains alone."""
     from hlnas.errors import ConfigError
-    from hlnas.score.recall_replicas import train_mqar_seeds
+    from hlnas.score.recall_replicas import train_mqar_layouts
 
     for other in spec.replicas:
-        if (other.layout != spec.layout or other.recipe.model != spec.recipe.model or not other.recall_only
-                or other.recipe.score.mqar != spec.recipe.score.mqar or other.replicas):
-            raise ConfigError(f"trial {other.number} is no recall-only run of trial {spec.number}'s layout and recall "
+        if (other.recipe.model != spec.recipe.model or other.recipe.score.mqar != spec.recipe.score.mqar
+                or other.recipe.layout.n_layers != spec.recipe.layout.n_layers or other.replicas):
+            raise ConfigError(f"trial {other.number} does not share trial {spec.number}'s model, depth and recall "
                               "settings: it cannot be its replica")
+    specs = (spec, *spec.replicas)
+    units: dict = {}  # layout -> its runs' seeds, in the order given
+    for s in specs:
+        units.setdefault(s.recipe.layout, []).append(s.recipe.train.seed)
     with _paused(spec):
-        return train_mqar_seeds(spec.recipe.layout, spec.recipe.model, spec.recipe.score.mqar,
-                                [s.recipe.train.seed for s in (spec, *spec.replicas)])
+        got = train_mqar_layouts(list(units.items()), spec.recipe.model, spec.recipe.score.mqar)
+    by_run = {(lay, seed): r for (lay, seeds), rs in zip(units.items(), got) for seed, r in zip(seeds, rs)}
+    return [by_run[(s.recipe.layout, s.recipe.train.seed)] for s in specs]
 
 
 def _paused(spec: TrialSpec):
