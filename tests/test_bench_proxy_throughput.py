@@ -32,7 +32,7 @@ def test_proxy_throughput_replicas_mode_cpu_smoke(tmp_path):
             float(rep["steady_steps_per_s"]) / float(base["steady_steps_per_s"]), rel=0.01)
     assert all(0 < float(r["overlap"]) for r in rows)
     md = path.with_suffix(".md").read_text()
-    assert "--modes processes,replicas,replicas_compiled" in md and "mps_compiled, replicas_compiled) / processes" in md
+    assert "--modes processes,replicas,replicas_compiled" in md and "ratio = each mode / processes" in md
 
 
 def test_an_mps_mode_where_no_daemon_can_start_is_a_row_saying_why(tmp_path, monkeypatch):
@@ -59,3 +59,24 @@ def test_the_steady_rate_counts_only_the_window_every_run_trained_in():
     assert rate == pytest.approx((100 - (60 + 40 / 6) + 50) / 5) and overlap == pytest.approx(0.5)
     assert proxy_throughput.steady_rate([[[0, 0.0], [10, 1.0]], [[0, 2.0], [10, 3.0]]]) == (None, 0.0)  # never at once
     assert proxy_throughput.steady_rate([[[10, 1.0]]]) == (None, 0.0)  # one check: no interval
+
+
+def test_a_family_of_layouts_as_processes_per_layout_replicas_and_one_mixed_model_cpu_smoke(tmp_path):
+    """``family:hgrn`` at 6 layers: pure, 6:1 and 3:1, 4 runs (run i of the (i mod 3)th layout). The same runs as 4
+    processes, as a process per layout with its runs as replicas (the calibration's --replicas), and as one mixed
+    model in this process: a row each with its ratio; a one-layout replica mode says it cannot take them."""
+    args = ["--runs", "4", "--layouts", "family:hgrn", "--layers", "6", "--d-model", "16", "--seq-len", "16",
+            "--kv-pairs", "2", "--vocab", "32", "--batch", "4", "--steps", "3", "--warmup-steps", "1",
+            "--modes", "processes,layout_replicas,replicas_mixed,replicas", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert proxy_throughput._layouts("family:hgrn", 6) == ["HHHHHH", "HHHHHA", "HHAHHA"]
+    assert len(proxy_throughput._layouts("family:gla", 24)) == 5
+    assert proxy_throughput.main(args) == 0
+    (path,) = tmp_path.glob("proxy_throughput_cpu_*.csv")
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["layout"], r["mode"], r["n_runs"]) for r in rows] == [("family:hgrn", m, "4") for m in
+                                                                     ("processes", "layout_replicas", "replicas_mixed", "replicas")]
+    base, per_layout, mixed, one = rows
+    for r in (per_layout, mixed):
+        assert not r.get("error") and float(r["ratio"]) == pytest.approx(float(r["steps_per_s"]) / float(base["steps_per_s"]), rel=0.01)
+    assert "replicas trains one layout; for several use replicas_mixed or layout_replicas" in one["error"]

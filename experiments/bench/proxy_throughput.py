@@ -82,8 +82,9 @@ def steady_rate(clocks: list[list[list[float]]]) -> tuple[float | None, float]:
 
 
 def _clocks(results) -> list[list[list[float]]]:
-    """Each run's clock from its trial result (a recall-only trial's one rate run)."""
-    return [run.get("clock") or [] for r in results for run in r.metrics.get("mqar", {}).get("runs", [])[:1]]
+    """Each run's clock from its trial result (a recall-only trial's one rate run; a unit's replicas' too)."""
+    return [run.get("clock") or [] for res in results for r in (res, *res.replicas)
+            for run in r.metrics.get("mqar", {}).get("runs", [])[:1]]
 
 
 def run_round(ex, specs) -> tuple[float, list]:
@@ -95,8 +96,9 @@ def run_round(ex, specs) -> tuple[float, list]:
         while queue and ex.in_flight() < ex.capacity:
             ex.submit(queue.pop(0))
         for r in ex.wait(timeout=5):
-            if not r.ok:
-                raise SystemExit(f"run {r.number} failed: {r.error_kind}: {(r.error or '')[:400]}")
+            for x in (r, *r.replicas):
+                if not x.ok or x.metrics.get("replicas_error"):
+                    raise SystemExit(f"run {x.number} failed: {x.error_kind}: {(x.error or x.metrics['replicas_error'])[:400]}")
             done.append(r)
     return time.perf_counter() - t0, _clocks(done)
 
@@ -138,60 +140,105 @@ def mps_daemon():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def replicas_round(layout: str, n: int, args, steps: int, compile: bool = False) -> tuple[float, list]:
-    """Wall seconds of the ``n`` runs (the specs' seeds, the protocol's rate) trained in this process as replicas of one
-    model (hlnas.score.recall_replicas), from the first model build to the last run's result; ``compile``: the replicas'
-    step under torch.compile before capture (mode ``replicas_compiled``); and each run's clock."""
-    from hlnas.score.recall_replicas import train_mqar_replicas
+def replicas_round(layouts: list[str], n: int, args, steps: int, compile: bool = False) -> tuple[float, list]:
+    """Wall seconds of the ``n`` runs (run ``i``: seed ``i``, layout ``layouts[i % len]``, the protocol's rate)
+    trained in this process as replicas of one model (hlnas.score.recall_replicas; of one mixed model where the
+    layouts differ, hlnas.training.mixed_replicas), from the first model build to the last run's result; ``compile``:
+    the replicas' step under torch.compile before capture; and each run's clock."""
+    from hlnas.score.recall_replicas import train_mqar_layouts
 
-    recipes = [recall_spec(i, layout, args, steps, compile).recipe for i in range(n)]
+    recipes = [recall_spec(i, layouts[i % len(layouts)], args, steps, compile).recipe for i in range(n)]
+    units: dict = {}
+    for r in recipes:
+        units.setdefault(r.layout, []).append(r.train.seed)
     r0 = recipes[0]
     t0 = time.perf_counter()
-    out = train_mqar_replicas(r0.layout, r0.model, r0.score.mqar, [(r.train.seed, r0.score.mqar.lr) for r in recipes])
+    got = train_mqar_layouts(list(units.items()), r0.model, r0.score.mqar)
     wall = time.perf_counter() - t0
+    out = [run for unit in got for res in unit for run in res["mqar"]["runs"][:1]]
     bad = [o for o in out if o["error"] is not None or o["steps"] != steps]
     if bad:
-        raise SystemExit(f"replica run seed {bad[0]['seed']}: {bad[0]['error'] or str(bad[0]['steps']) + ' steps'}")
+        raise SystemExit(f"replica run: {bad[0]['error'] or str(bad[0]['steps']) + ' steps'}")
     return wall, [o.get("clock") or [] for o in out]
 
 
-def measure(layout: str, n: int, mode: str, args) -> tuple[float, list]:
-    """Wall seconds and the runs' clocks of one timed round of ``n`` runs in ``mode``: processes (n workers, one run
-    each), streams (one worker, n runs on n CUDA streams), mps (n workers under the MPS daemon), replicas (this
-    process, the n runs as replicas of one model: stacked weights, the replicas folded into the batch,
-    hlnas.training.replicas), compiled (as processes, each run's step under torch.compile: ``score.mqar.compile``),
-    mps_compiled (those under MPS) or replicas_compiled (both)."""
+def _layout_units(layouts: list[str], n: int, args, steps: int, compile: bool) -> list:
+    """The ``n`` runs as one spec per layout carrying that layout's other runs as replicas (what the calibration's
+    ``--replicas`` submits: a worker process per layout)."""
+    import dataclasses
+
+    specs: dict[str, list] = {}
+    for i in range(n):
+        lay = layouts[i % len(layouts)]
+        specs.setdefault(lay, []).append(recall_spec(i, lay, args, steps, compile))
+    return [dataclasses.replace(first, replicas=tuple(rest)) for first, *rest in specs.values()]
+
+
+#: modes that train in this process as replicas (``_mixed``: the runs' layouts in one mixed model)
+REPLICA_MODES = ("replicas", "replicas_compiled", "replicas_mixed", "replicas_mixed_compiled")
+
+
+def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list]:
+    """Wall seconds and the runs' clocks of one timed round of ``n`` runs (run ``i`` of ``layouts[i % len]``) in
+    ``mode``: processes (n workers, one run each), streams (one worker, n runs on n CUDA streams), mps (n workers
+    under the MPS daemon), replicas (this process, the n runs as replicas of one model: stacked weights, the replicas
+    folded into the batch, hlnas.training.replicas; one layout only), replicas_mixed (the same with several layouts
+    in one mixed model, hlnas.training.mixed_replicas), layout_replicas (a worker process per layout, its runs as
+    replicas: the calibration's --replicas), compiled (as processes, each run's step under torch.compile:
+    ``score.mqar.compile``), mps_compiled (those under MPS), or ``*_compiled`` of the replica modes."""
     from hlnas.search.executors import ProcessExecutor
 
-    if mode in ("replicas", "replicas_compiled"):
+    compile = mode.endswith("compiled")
+    if mode in REPLICA_MODES:
         import torch
 
-        compile = mode == "replicas_compiled"
+        if len(layouts) > 1 and not mode.startswith("replicas_mixed"):
+            raise SystemExit(f"{mode} trains one layout; for several use replicas_mixed or layout_replicas")
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as a worker process runs (hlnas.search.executors): on a CPU, one core's work
         try:
-            replicas_round(layout, n, args, args.warmup_steps, compile)  # imports, compiles
-            return replicas_round(layout, n, args, args.steps, compile)
+            replicas_round(layouts, n, args, args.warmup_steps, compile)  # imports, compiles
+            return replicas_round(layouts, n, args, args.steps, compile)
         finally:
             torch.set_num_threads(threads)
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()  # the next mode's workers get the memory back
 
+    def specs(steps: int) -> list:
+        if mode.startswith("layout_replicas"):
+            return _layout_units(layouts, n, args, steps, compile)
+        return [recall_spec(i, layouts[i % len(layouts)], args, steps, compile) for i in range(n)]
+
     with mps_daemon() if mode in ("mps", "mps_compiled") else contextlib.nullcontext():
-        ex = ProcessExecutor(1, runs_per_worker=n) if mode == "streams" else ProcessExecutor(n, runs_per_worker=1)
+        workers = len(specs(1)) if mode.startswith("layout_replicas") else n
+        ex = ProcessExecutor(1, runs_per_worker=n) if mode == "streams" else ProcessExecutor(workers, runs_per_worker=1)
         # each run's torch.compile (a new model per run) is inside the timed window
-        compile = mode in ("compiled", "mps_compiled")
         try:
-            run_round(ex, [recall_spec(i, layout, args, args.warmup_steps, compile) for i in range(n)])  # imports, compiles
-            return run_round(ex, [recall_spec(i, layout, args, args.steps, compile) for i in range(n)])
+            run_round(ex, specs(args.warmup_steps))  # imports, compiles
+            return run_round(ex, specs(args.steps))
         finally:
             ex.shutdown()
+
+
+def _layouts(spec: str, layers: int) -> list[str]:
+    """A ``--layouts`` entry as layout strings: ``mixer[:ratio]`` at the paper placement, ``family:mixer`` (that mixer
+    pure and at 24:1, 12:1, 6:1 and 3:1, those that divide ``layers``: the grid's layouts of one mixer), or a layout
+    string."""
+    from hlnas.layout import build_layout
+
+    mixer, _, ratio = spec.partition(":")
+    if mixer == "family":  # at a depth the paper's ratios do not all divide, those that do
+        return [str(build_layout(ratio, r, layers)) for r in ("pure", "24:1", "12:1", "6:1", "3:1")
+                if r == "pure" or layers % int(r.split(":")[0]) == 0]
+    return [str(build_layout(mixer, ratio or None, layers)) if mixer.isalpha() and mixer.islower() else spec]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default="1,4,12", help="numbers of recall runs at once")
-    p.add_argument("--layouts", default="transformer,gla:3:1", help="mixer[:ratio] at --layers, or layout strings")
+    p.add_argument("--layouts", default="transformer,gla:3:1",
+                   help="mixer[:ratio] at --layers, layout strings, or family:mixer (the mixer pure and at 24:1, 12:1, 6:1, "
+                        "3:1, those that divide --layers; run i takes the (i mod 5)th)")
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--seq-len", type=int, default=128)
@@ -206,7 +253,9 @@ def main(argv=None) -> int:
                         "NVIDIA's Multi-Process Service (their kernels overlap instead of time-slicing); replicas: the N "
                         "runs as replicas of one model in one process (stacked weights, batch N x --batch); compiled: "
                         "as processes, each run's step under torch.compile (inductor), then captured; mps_compiled: "
-                        "compiled under MPS; replicas_compiled: replicas with the compiled step")
+                        "compiled under MPS; replicas_compiled: replicas with the compiled step; replicas_mixed(_compiled): "
+                        "several layouts as replicas of one mixed model; layout_replicas(_compiled): a worker per layout, "
+                        "its runs as replicas (the calibration's --replicas)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend in the compiled modes")
     p.add_argument("--device-name", default=None, help=DEVICE_NAME_HELP)
     p.add_argument("--out", default="experiments/bench")
@@ -214,7 +263,7 @@ def main(argv=None) -> int:
 
     from hlnas.budget import layout_cost
     from hlnas.config import preset
-    from hlnas.layout import Layout, build_layout
+    from hlnas.layout import Layout
     from hlnas.score.recall_proxy import recall_model_config
 
     rows = []
@@ -222,8 +271,8 @@ def main(argv=None) -> int:
     def write(quiet: bool) -> None:  # after every row: a call cut off by its limit keeps the rows it measured
         write_results(args.out, "proxy_throughput", args.device_name, "Recall-proxy throughput",
                       f"python -m experiments.bench.proxy_throughput {' '.join(sys.argv[1:] if argv is None else argv)}",
-                      "Baseline: the same N runs as N worker processes, measured in the same call. ratio = streams (or "
-                      "mps, replicas, compiled, mps_compiled, replicas_compiled) / processes at the same N, over the "
+                      "Baseline: the same N runs as N worker processes, measured in the same call. ratio = each mode "
+                      "/ processes at the same N, over the "
                       "whole round (builds and captures inside); steady: only while every run trained (overlap: that "
                       "window over a run's time between its first and last check).",
                       ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
@@ -233,15 +282,17 @@ def main(argv=None) -> int:
                                  r["overlap"], r["wall_s"], r.get("error", "")), rows, quiet=quiet)
 
     for spec in args.layouts.split(","):
-        mixer, _, ratio = spec.partition(":")
-        layout = (str(build_layout(mixer, ratio or None, args.layers)) if mixer.isalpha() and mixer.islower() else spec)
+        layouts = _layouts(spec, args.layers)
+        layout = layouts[0] if len(layouts) == 1 else spec
         rcfg = recall_model_config(preset("proxy-gpu"), {"d_model": args.d_model, "n_heads": 2}, args.vocab)
-        flops_step = 3 * layout_cost(Layout.parse(layout), rcfg, context=args.seq_len).flops_per_token * args.batch * args.seq_len
         for n in (int(x) for x in args.runs.split(",")):
+            # the runs' mean model FLOPs per step (run i of layouts[i % len])
+            flops_step = sum(3 * layout_cost(Layout.parse(layouts[i % len(layouts)]), rcfg, context=args.seq_len)
+                             .flops_per_token * args.batch * args.seq_len for i in range(n)) / n
             base = steady_base = None
             for mode in args.modes.split(","):
                 try:
-                    wall, clocks = measure(layout, n, mode, args)
+                    wall, clocks = measure(layouts, n, mode, args)
                 except (RuntimeError, SystemExit, OSError) as e:  # a mode that cannot run here is a row saying why
                     rows.append({"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": "", "tokens_per_s": 0,
                                  "mfu": 0.0, "ratio": "", "steady_steps_per_s": "", "steady_ratio": "", "overlap": "",
