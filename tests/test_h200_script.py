@@ -313,3 +313,16 @@ def test_warm_runs_hlnas_warm_per_mixer_of_the_space_and_the_control(tmp_path):
     assert all(w[w.index("--space") + 1] == "search_spaces/paper_grid_h200.yaml" for w in warms)
     from hlnas.space import load_space  # every mixer warmed is one the space trains
     assert {w[-1] for w in warms} == {*load_space(str(SCRIPT.parents[2] / "search_spaces" / "paper_grid_h200.yaml")).mixers, "transformer"}
+
+
+@pytest.mark.parametrize("cal_replicas, flag", [("0", None), ("1", "--replicas"), ("family", "--mixed-replicas")])
+def test_calibrate_by_passes_the_replicas_choice_to_hlnas_calibrate(tmp_path, cal_replicas, flag):
+    """CAL_REPLICAS=1: each layout's seeds as replicas (--replicas); family: each mixer's layouts and seeds as one
+    mixed model (--mixed-replicas); 0: neither."""
+    calls = tmp_path / "calls"
+    _machine(tmp_path, f'case "$*" in *device_count*) echo 1; exit 0;; *"hlnas calibrate"*) echo "$*" >>{calls};; esac\n'
+                       'exit 0\n')
+    _run_steps(tmp_path, ["calibrate_by:200"], CAL_REPLICAS=cal_replicas)
+    (line,) = calls.read_text().splitlines()
+    got = [f for f in ("--replicas", "--mixed-replicas") if f in line.split()]
+    assert got == ([] if flag is None else [flag]), line

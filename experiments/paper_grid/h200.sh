@@ -29,7 +29,8 @@
 # on 2026-12-03 8000-step runs at 4 workers needed about 800 s and were lost; at 2 workers about 440 s)
 # CAL_REPLICAS=1 (or auto: see pick_replicas): calibrate_by trains each layout's seeds as replicas of one recall model
 # in one run (hlnas calibrate --replicas; issue #21). 2 replicas ran 1.03x 2 processes on the H200: off unless set. Paused solo runs are not
-# continued as replicas (their recall starts again, with the same result)
+# continued as replicas (their recall starts again, with the same result). CAL_REPLICAS=family: each mixer's layouts and
+# seeds as replicas of one mixed model (hlnas calibrate --mixed-replicas; bench_proxy's replicas_mixed modes measure it)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # and inductor caches archived by the previous call), .gpu_state (the study database h200.db and its generation h200.gen, both
 # brought back by the previous call: copy both after every call).
@@ -264,6 +265,7 @@ PY
       timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-$SPACE} --study ${CAL_STUDY:-$GRID_STUDY} \
         --storage $DB --executor processes --workers ${WORKERS:-5} --runs-per-worker ${RUNS_PER_WORKER:-1} --no-progress \
         --timeout $left --drain ${DRAIN:-0} $([ "${CAL_REPLICAS:-0}" = 1 ] && echo --replicas) \
+        $([ "${CAL_REPLICAS:-0}" = family ] && echo --mixed-replicas) \
         >>"$OUT/logs/calibrate.log" 2>&1
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
     mps|mps:auto)  # MPS for the steps after it: "mps" at once; "mps:auto" only where a bench_proxy step earlier in
