@@ -147,3 +147,27 @@ def test_train_mqar_layouts_gives_each_layout_and_seed_its_train_mqar_result(tmp
             assert_same_recall(f, solo, f"{lay} seed {s}")
     with pytest.raises(Exception, match="each layout once"):
         train_mqar_layouts([units[0], units[0]], base, cfg, device="cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_mixed_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(compile):
+    """On CUDA (bf16 autocast, fla kernels, one captured graph per step; compiled blocks too): GLA pure, attention
+    last and attention first as one mixed model give each run's solo graph run within bf16 tolerance."""
+    from hlnas.score.mqar import MqarTask, make_mqar
+    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
+    from hlnas.score.recall_replicas import train_mqar_layouts
+
+    base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
+    cfg = MqarConfig(seq_len=64, kv_pairs=4, vocab=64, batch=16, steps=40, eval_every=10, val=64, test=64, lr=1e-3,
+                     compile=compile, model={"residual_init": "zero", "mixer_hparams": HP})
+    units = [(Layout.parse("GGGG"), [1]), (Layout.parse("GGGA"), [2]), (Layout.parse("AGGA"), [3])]
+    got = train_mqar_layouts(units, base, cfg, device="cuda")
+    mcfg = MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    for (lay, (seed,)), (g,) in zip(units, got):
+        run = g["mqar"]["runs"][0]
+        val = make_mqar(mcfg, cfg.val, (2**31 - 1 - seed) % 2**31, split="train")
+        solo = _one_rate(recall_setup(lay, base, cfg), cfg.lr, seed, torch.device("cuda"), val)
+        assert run["mode"] == solo["mode"] == "graph" and run["steps"] == solo["steps"], lay
+        assert [c[2] for c in run["curve"]] == pytest.approx([c[2] for c in solo["curve"]], rel=0.02), lay
+        assert [c[1] for c in run["curve"]] == pytest.approx([c[1] for c in solo["curve"]], abs=0.05), lay
