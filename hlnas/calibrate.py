@@ -57,6 +57,10 @@ class CalibrationConfig:
     hybrid_ratio: str = "3:1"  # the hybrid trained beside each pure model
     spread_floor: float = 0.01  # the smallest seed spread assumed (two equal seeds are not "separated" by 0)
     graded_ratios: tuple[str, ...] = ()  # further ratios per mixer (paper placement) on the graded ladder
+    # further ratios per mixer (paper placement) trained with the calibration and reported, never judged: a grid whose
+    # every layout the calibration trains, so each mixer's whole ladder can be one --mixed-replicas unit and the study
+    # takes their seed-0 runs as trials (and a study borrowing the calibration their other seeds' recall)
+    extra_ratios: tuple[str, ...] = ()
     graded_min_mixers: int = 0  # mixers whose graded measure must rise with the attention share (0: report only)
     pure_below_min_mixers: int = 0  # mixers whose pure model must sit below its hybrid beyond the spread (0: report)
     # the order runs start in within a role (controls, pure, the rest): "longest" (expected longest first, so the
@@ -71,7 +75,7 @@ class CalibrationConfig:
     mixer_order: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("graded_ratios", "mixer_order"):
+        for name in ("graded_ratios", "extra_ratios", "mixer_order"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("graded_min_mixers", "pure_below_min_mixers"):
@@ -100,14 +104,15 @@ class CalibrationConfig:
         if r is None:
             raise ConfigError(f"calibration.hybrid_ratio={self.hybrid_ratio!r} is not allowed; allowed: a ratio r:1 "
                               "such as '3:1' (one attention layer every r-th layer)")
-        for ratio in self.graded_ratios:
-            try:
-                ok = isinstance(ratio, str) and parse_ratio(ratio) is not None
-            except HlnasError:
-                ok = False
-            if not ok:
-                raise ConfigError(f"calibration.graded_ratios: {ratio!r} is not allowed; allowed: ratios r:1 such as "
-                                  "'6:1' (the ladder's pure model and hybrid are always trained)")
+        for name in ("graded_ratios", "extra_ratios"):
+            for ratio in getattr(self, name):
+                try:
+                    ok = isinstance(ratio, str) and parse_ratio(ratio) is not None
+                except HlnasError:
+                    ok = False
+                if not ok:
+                    raise ConfigError(f"calibration.{name}: {ratio!r} is not allowed; allowed: ratios r:1 such as "
+                                      "'6:1' (the ladder's pure model and hybrid are always trained)")
 
     @classmethod
     def from_dict(cls, data: dict) -> "CalibrationConfig":
@@ -124,7 +129,7 @@ class CalibrationConfig:
 @dataclass(frozen=True)
 class CalibrationRun:
     key: str  # "<role>:<mixer>:s<seed>"; a ladder run's role part names its ratio: "ladder6to1:gla:s0"
-    role: str  # control | pure | hybrid | ladder (a graded ratio)
+    role: str  # control | pure | hybrid | ladder (a graded ratio) | extra (trained and reported, not judged)
     mixer: str  # linear mixer, or 'transformer' for the control
     layout: str
     seed: int
@@ -163,10 +168,12 @@ def plan(space) -> list[CalibrationRun]:
         raise ConfigError(f"calibration.hybrid_ratio={cfg.hybrid_ratio!r} needs a depth that is a multiple of {r}; "
                           f"the space has layers={space.n_layers}. Set calibration.hybrid_ratio to a ratio dividing it")
     ladder = [g for g in cfg.graded_ratios if g != cfg.hybrid_ratio]
-    for g in ladder:
-        if space.n_layers % parse_ratio(g):
-            raise ConfigError(f"calibration.graded_ratios: {g!r} needs a depth that is a multiple of {parse_ratio(g)}; "
-                              f"the space has layers={space.n_layers}")
+    extra = [g for g in cfg.extra_ratios if g != cfg.hybrid_ratio and g not in ladder]
+    for name, ratios in (("graded_ratios", ladder), ("extra_ratios", extra)):
+        for g in ratios:
+            if space.n_layers % parse_ratio(g):
+                raise ConfigError(f"calibration.{name}: {g!r} needs a depth that is a multiple of {parse_ratio(g)}; "
+                                  f"the space has layers={space.n_layers}")
     stray = [m for m in cfg.mixer_order if m not in space.mixers]
     if stray:
         raise ConfigError(f"calibration.mixer_order: {', '.join(map(repr, stray))} not among the space's mixers; "
@@ -176,10 +183,11 @@ def plan(space) -> list[CalibrationRun]:
         groups.append(("pure", m, str(build_layout(m, "pure", space.n_layers)), "pure"))
         groups.append(("hybrid", m, str(build_layout(m, cfg.hybrid_ratio, space.n_layers, "paper")), cfg.hybrid_ratio))
         groups += [("ladder", m, str(build_layout(m, g, space.n_layers, "paper")), g) for g in ladder]
+        groups += [("extra", m, str(build_layout(m, g, space.n_layers, "paper")), g) for g in extra]
     runs = []
     for seed in range(cfg.seeds):
         for role, mixer, layout, ratio in groups:
-            tag = f"ladder{ratio.replace(':', 'to')}" if role == "ladder" else role
+            tag = f"{role}{ratio.replace(':', 'to')}" if role in ("ladder", "extra") else role
             runs.append(CalibrationRun(f"{tag}:{mixer}:s{seed}", role, mixer, layout, seed,
                                        _point(space, layout, mixer, ratio) if seed == 0 else None, ratio))
     return runs
@@ -254,10 +262,11 @@ def _judge(space, runs: dict[str, dict], stopped: str | None = None) -> tuple[di
         expected.setdefault((_tag(p.key), p.mixer), p)
     for (tag, mixer), p in expected.items():
         rows.append(_row(p, sorted(by_group.get((tag, mixer), []), key=lambda r: r["seed"]), cfg))
-    index = {(r["role"], r["mixer"]): r for r in rows if r["role"] != "ladder"}
+    index = {(r["role"], r["mixer"]): r for r in rows if r["role"] not in ("ladder", "extra")}
     for row in rows:
         if len(row["recall"]) < cfg.seeds:
-            if stopped and not row["failed_runs"]:  # not trained because of the stop: nothing to report
+            # not trained because of the stop, or a run not judged (extra): nothing the verdict rests on
+            if (stopped and not row["failed_runs"]) or row["role"] == "extra":
                 row["verdict"] = "missing"
                 continue
             failures.append({"row": row, "kind": "missing",
@@ -266,6 +275,9 @@ def _judge(space, runs: dict[str, dict], stopped: str | None = None) -> tuple[di
             continue
         if row["role"] == "ladder":
             row["verdict"] = "graded"  # on the ladder only: judged by the graded check below
+            continue
+        if row["role"] == "extra":
+            row["verdict"] = "reported"  # trained for the study (calibration.extra_ratios), not judged
             continue
         if row["role"] == "control":
             short = _control_short(row["layout"], min(row["recall"]), f"(seeds {_vals(row)})", cfg)
@@ -424,7 +436,7 @@ def _mixer_checks(mixer: str, rows: list[dict], cfg: CalibrationConfig) -> dict:
 def _name(row: dict) -> str:
     if row["role"] == "control":
         return "the all-attention control"
-    return f"{row['mixer']} {row['ratio']}" if row["role"] == "ladder" else f"{row['mixer']} {row['role']}"
+    return f"{row['mixer']} {row['ratio']}" if row["role"] in ("ladder", "extra") else f"{row['mixer']} {row['role']}"
 
 
 def _vals(row: dict) -> str:

@@ -261,3 +261,32 @@ def test_a_stored_calibration_run_keeps_the_card_it_trained_on():
     kept = calibrate.run_summary(run, "ok", {"recall": 0.9, "recall_raw": 0.925, "mqar_s": 12.0,
                                              "device_name": "NVIDIA H100 80GB HBM3", "mqar": {"runs": []}})
     assert kept["device_name"] == "NVIDIA H100 80GB HBM3" and kept["mqar_s"] == 12.0 and "mqar" not in kept
+
+
+def test_extra_ratios_are_trained_and_reported_never_judged():
+    """calibration.extra_ratios: each mixer's further ratios (paper placement) join the plan, their seed-0 runs
+    become trials; their rows say 'reported' whatever they score, a missing one fails nothing, and they are not on
+    the graded ladder. A ratio already trained (the hybrid's, a graded one) is not planned twice."""
+    s = space_from_dict(raw_space(calibration={"extra_ratios": ["6:1", "3:1"]}))
+    runs = plan(s)
+    assert len(runs) == 14
+    by_key = {r.key: r for r in runs}
+    assert by_key["extra6to1:gla:s0"].layout == "GGGGGA" and by_key["extra6to1:gla:s0"].role == "extra"
+    assert by_key["extra6to1:gla:s0"].params == {"mixer": "gla", "ratio": "6:1", "placement": "paper"}
+    assert by_key["extra6to1:hgrn:s1"].params is None
+    both = space_from_dict(raw_space(calibration={"graded_ratios": ["6:1"], "extra_ratios": ["6:1"]}))
+    assert len(plan(both)) == 14 and not any(r.role == "extra" for r in plan(both))
+    layouts = {r.key.rsplit(":", 1)[0]: r.layout for r in runs}
+    stored = runs_of(GOOD)
+    stored.update({f"extra6to1:gla:s{i}": summary(f"extra6to1:gla:s{i}", layouts["extra6to1:gla"], 0.0) for i in (0, 1)})
+    stored["extra6to1:hgrn:s0"] = summary("extra6to1:hgrn:s0", layouts["extra6to1:hgrn"], 0.0, status="failed")
+    v = verdict(s, stored)
+    assert v["valid"] and not v["failures"]
+    rows = {(r["role"], r["mixer"]): r for r in v["rows"]}
+    assert rows[("extra", "gla")]["verdict"] == "reported" and rows[("extra", "gla")]["recall"] == [0.0, 0.0]
+    assert rows[("extra", "hgrn")]["verdict"] == "missing"
+    assert "extra" in calibrate.format_table(v) and "gla 6:1" not in " ".join(v["failures"])
+    with pytest.raises(SpaceError, match=r"calibration.extra_ratios: 'x' is not allowed; allowed: ratios r:1"):
+        space_from_dict(raw_space(calibration={"extra_ratios": ["x"]}))
+    with pytest.raises(ConfigError, match=r"calibration.extra_ratios: '4:1' needs a depth that is a multiple of 4"):
+        plan(space_from_dict(raw_space(calibration={"extra_ratios": ["4:1"]})))

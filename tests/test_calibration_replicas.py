@@ -251,3 +251,35 @@ def test_family_replicas_submit_each_mixers_layouts_as_one_unit_and_store_the_sa
     strip = lambda runs: {k: {f: v for f, v in r.items() if f != "trial"} for k, r in runs.items()}  # noqa: E731
     assert strip(a["runs"]) == strip(b["runs"]) and a["verdict"] == b["verdict"]  # trial numbers follow the units' order
     assert len(fam.get_trials(states=(TrialState.COMPLETE,))) == 5
+
+
+def test_a_calibration_with_extra_ratios_trains_the_whole_grid_in_family_units_and_the_search_adopts_it(monkeypatch,
+                                                                                                     tmp_path):
+    """calibration.extra_ratios covering the space's other ratio (6:1) with --mixed-replicas: each mixer's pure, 6:1
+    and 3:1 at both seeds are one unit, and the search that follows trains nothing: every candidate is a calibration
+    run's seed-0 trial."""
+    import dataclasses
+
+    from tests.test_calibrated_recall import fake_with_results
+
+    specs, one = [], fake_with_results([])  # whole fresh-model results, so the calibration keeps them for seed 1
+
+    def unit(spec):
+        specs.append(spec)
+        return dataclasses.replace(one(dataclasses.replace(spec, replicas=())), replicas=tuple(map(one, spec.replicas)))
+
+    monkeypatch.setattr(executors, "run_trial", unit)
+    url = f"sqlite:///{tmp_path}/c.db"
+    space = space_from_dict(raw_space(calibration={"extra_ratios": ["6:1"]}))
+    study = run_search(space, storage=url, study_name="grid", n_trials=7, replicas="family")
+    assert sorted(1 + len(s.replicas) for s in specs) == [2, 6, 6]  # the control; each mixer's 3 layouts x 2 seeds
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(done) == 7 and all(t.user_attrs.get("calibration") for t in done)
+    assert study.user_attrs["hlnas_calibration"]["status"] == "valid"
+    # seed 1 borrows that calibration (extra_ratios are not part of the protocol: the plain space may borrow it) and
+    # trains only the LM halves: every layout's seed-1 recall was trained beside the calibration
+    specs.clear()
+    seed1 = space_from_dict(raw_space()).with_sets(["train.seed=1"])
+    s1 = run_search(seed1, storage=url, study_name="grid_s1", n_trials=7, calibrated_by="grid")
+    assert len(specs) == 7 and all(s.recipe.train.seed == 1 and s.recall is not None for s in specs)
+    assert len(s1.get_trials(states=(TrialState.COMPLETE,))) == 7

@@ -58,10 +58,10 @@ def check_replicas(space: SearchSpace, replicas) -> None:
 
 
 #: what a recall protocol is, for --calibrated-by: every setting of the space but these (the candidates and how they
-#: are searched; the seed, which the calibration's own seeds already vary)
+#: are searched; the seed, which the calibration's own seeds already vary; the runs trained beside it and not judged)
 _NOT_PROTOCOL = ("name", "source", "mixers", "ratios", "placements", "attention_sets", "transformer", "hetero",
                  "objectives", "constraints", "sampler", "rungs", "scale.train.seed", "calibration.order",
-                 "calibration.mixer_order")
+                 "calibration.mixer_order", "calibration.extra_ratios")
 
 
 def protocol_differences(space: SearchSpace, other: SearchSpace) -> list[str]:
