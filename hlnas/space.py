@@ -198,8 +198,10 @@ class SearchSpace:
 
     def fingerprint(self) -> str:
         body = {k: v for k, v in self.to_dict().items() if k not in ("name", "source")}
-        # the calibration's start order is how its runs are scheduled, not what they measure: a resume may change it
-        body["calibration"] = {k: v for k, v in body["calibration"].items() if k not in ("order", "mixer_order")}
+        # the calibration's start order is how its runs are scheduled, not what they measure, and its extra ratios are
+        # runs trained beside it for the search, never judged: a resume may change either
+        body["calibration"] = {k: v for k, v in body["calibration"].items()
+                               if k not in ("order", "mixer_order", "extra_ratios")}
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def diff(self, other: "SearchSpace", ignore: tuple[str, ...] = ()) -> list[str]:

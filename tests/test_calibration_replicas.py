@@ -276,6 +276,10 @@ def test_a_calibration_with_extra_ratios_trains_the_whole_grid_in_family_units_a
     done = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(done) == 7 and all(t.user_attrs.get("calibration") for t in done)
     assert study.user_attrs["hlnas_calibration"]["status"] == "valid"
+    # extra_ratios are no part of the space's identity: the plain space resumes the study (and has nothing to train)
+    specs.clear()
+    run_search(space_from_dict(raw_space()), storage=url, study_name="grid", n_trials=7, resume=True)
+    assert specs == []
     # seed 1 borrows that calibration (extra_ratios are not part of the protocol: the plain space may borrow it) and
     # trains only the LM halves: every layout's seed-1 recall was trained beside the calibration
     specs.clear()

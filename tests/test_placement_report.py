@@ -290,3 +290,19 @@ def test_first_attention_split_says_whether_the_first_attention_layers_depth_dec
     # nothing that never learned: nothing to split
     d = placement.first_attention_split(placement.groups(rows[:4])[("hgrn2", "6:1")])
     assert d["split"] is None and d["never"] == []
+
+
+def test_the_family_grid_space_is_the_calibrated_grid_with_its_other_ratios_trained_by_the_calibration():
+    """grid_family_h200_lr.yaml differs from the calibrated grid only by calibration.extra_ratios (24:1, 12:1): the
+    same protocol and results, and its calibration trains all 31 layouts at both seeds, each seed-0 run a trial."""
+    from hlnas.calibrate import plan
+    from hlnas.search.calibration import protocol_differences
+    from hlnas.space import load_space
+
+    grid = load_space("search_spaces/paper_grid_h200_lr.yaml")
+    fam = load_space("experiments/paper_grid/grid_family_h200_lr.yaml")
+    assert [d.split(":")[0] for d in grid.diff(fam)] == ["calibration.extra_ratios"]
+    assert protocol_differences(grid, fam) == [] and grid.fingerprint() == fam.fingerprint()
+    runs = plan(fam)
+    assert len(runs) == 62 and len({r.layout for r in runs}) == 31
+    assert {r.layout for r in runs if r.params is not None} == {str(lay) for lay in fam.candidates()}
