@@ -171,3 +171,23 @@ def test_mixed_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(compile)
         assert run["mode"] == solo["mode"] == "graph" and run["steps"] == solo["steps"], lay
         assert [c[2] for c in run["curve"]] == pytest.approx([c[2] for c in solo["curve"]], rel=0.02), lay
         assert [c[1] for c in run["curve"]] == pytest.approx([c[1] for c in solo["curve"]], abs=0.05), lay
+
+
+def test_a_paused_mixed_run_continues_in_a_mixed_model_of_another_layout_set(tmp_path):
+    """A paused run keeps its optimizer moments by parameter name: continued in a mixed model that holds one more
+    layout (other columns), each run still gets train_mqar's result."""
+    from hlnas.score.recall_proxy import MqarConfig, paused_at, train_mqar
+    from hlnas.score.recall_replicas import train_mqar_layouts
+    from tests.test_replicas import SEEDS_CFG, assert_same_recall
+
+    base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
+    cfg = MqarConfig(**{**SEEDS_CFG, "lrs": (3e-3,), "target": None})
+    first = [(Layout.parse("GGG"), [1]), (Layout.parse("GGA"), [2])]
+    with paused_at(str(tmp_path), 4):
+        part = train_mqar_layouts(first, base, cfg, device="cpu")
+    assert [u[0]["mqar_finished"] for u in part] == [False, False]
+    with paused_at(str(tmp_path), None):
+        got = train_mqar_layouts([*first, (Layout.parse("AGA"), [3])], base, cfg, device="cpu")
+    for (lay, (seed,)), (g,) in zip(first, got):
+        solo = train_mqar(lay, base, cfg, seed=seed, device="cpu")
+        assert_same_recall({k: v for k, v in g.items() if k not in ("mqar_budget", "mqar_finished")}, solo, f"{lay}")

@@ -115,14 +115,14 @@ class ReplicaAdamW:
 
     def slot_state(self, r: int) -> dict:
         """Replica ``r``'s optimizer state (moments and step counter, on the CPU): what a paused run keeps."""
-        return {"exp_avg": self.exp_avg[r].detach().cpu().clone(), "exp_avg_sq": self.exp_avg_sq[r].detach().cpu().clone(),
-                "step": float(self.steps[r])}
+        row = self.model.row_state  # a mixed model keeps it by parameter name: portable across its layout sets
+        return {"exp_avg": row(r, self.exp_avg[r]), "exp_avg_sq": row(r, self.exp_avg_sq[r]), "step": float(self.steps[r])}
 
     @torch.no_grad()
     def load_slot(self, r: int, model: nn.Module, state: dict) -> None:
         """Slot ``r`` continues a paused run: ``model``'s weights and the :meth:`slot_state` it kept, active."""
         self.model.load_replica(r, model)
-        self.exp_avg[r].copy_(state["exp_avg"])
-        self.exp_avg_sq[r].copy_(state["exp_avg_sq"])
+        self.model.load_row_state(r, self.exp_avg[r], state["exp_avg"])
+        self.model.load_row_state(r, self.exp_avg_sq[r], state["exp_avg_sq"])
         self.steps[r] = state["step"]
         self.active[r] = True

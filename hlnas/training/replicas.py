@@ -295,6 +295,16 @@ class ReplicatedLM(nn.Module):
         """Parameters of one replica (without the padding between them)."""
         return self._n_params
 
+    # -- one replica's row of a [R, N] optimizer tensor, as a paused run keeps it ---------------------------------------
+    def row_state(self, r: int, row: Tensor):
+        """Replica ``r``'s ``row`` (``[N]``, its row of an optimizer moment) as a paused run keeps it, on the CPU."""
+        return row.detach().cpu().clone()
+
+    @torch.no_grad()
+    def load_row_state(self, r: int, row: Tensor, saved) -> None:
+        """Put back into ``row`` what :meth:`row_state` kept for the run slot ``r`` now trains."""
+        row.copy_(saved)
+
 
 def replicate(models: list[nn.Module]) -> ReplicatedLM:
     """One :class:`ReplicatedLM` of ``models`` (same layout and config, any seeds), on their device."""
