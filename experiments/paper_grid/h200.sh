@@ -317,9 +317,10 @@ PY
       say "bench_overhead rc=$?"; cat "$OUT"/logs/trial_overhead_*.md 2>/dev/null ;;
     gpu_tests*)  # the GPU-marked tests of $GPU_TESTS only (default: what changed and never ran on a GPU: fla's l2norm
                  # and the compiled conv's shifted multiply-adds, the models (test_model_gpu's bf16 check), the head loss,
-                 # the captured and compiled LM steps with them inside, the mixed replicas on the graph step)
+                 # the captured and compiled LM steps with them inside; the mixed replicas' test runs with their bench,
+                 # paper_grid README block 6)
       [[ $step == gpu_tests:* ]] && t=${step#gpu_tests:} || t=150
-      timeout $(cap $t) python3 -m pytest -q -rP -m gpu ${GPU_TESTS:-tests/kernels/test_l2norm.py tests/kernels/test_causal_conv1d.py tests/test_model_gpu.py tests/test_head_loss.py tests/test_train_gpu.py tests/test_mixed_replicas.py} \
+      timeout $(cap $t) python3 -m pytest -q -rP -m gpu ${GPU_TESTS:-tests/kernels/test_l2norm.py tests/kernels/test_causal_conv1d.py tests/test_model_gpu.py tests/test_head_loss.py tests/test_train_gpu.py} \
         -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
       rc=$?; say "gpu_tests rc=$rc"; echo "gpu_tests rc=$rc" >$STATE/gpu_tests_rc; tail -n 5 "$OUT/logs/gpu_tests.log" ;;
     sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
