@@ -56,10 +56,13 @@ def plot_calibration(info: CalibrationInfo):
     if not info.rows:
         return empty(title, f"calibration: {info.status}" + (" (search run with --skip-calibration)" if info.status == "skipped" else ""))
     fig = go.Figure()
-    # pure, then the graded ladder's ratios, then the hybrid: attention share rising left to right in each group
-    ladder = sorted({r["ratio"] for r in info.rows if r["role"] == "ladder" and r.get("ratio")},
-                    key=lambda q: -int(q.split(":")[0]))
-    groups = [("pure", "pure", "#7f7f7f")] + [(f"ladder:{q}", q, c) for q, c in zip(ladder, ("#ff9896", "#f4a582", "#e377c2"))]
+    # pure, then the graded ladder's and the extra ratios, then the hybrid: attention share rising left to right in each
+    # group (an extra ratio is trained beside the calibration and not judged: its name says so)
+    ladder = sorted({(r["ratio"], r["role"]) for r in info.rows if r["role"] in ("ladder", "extra") and r.get("ratio")},
+                    key=lambda q: -int(q[0].split(":")[0]))
+    palette = ("#ff9896", "#f4a582", "#e377c2", "#c5b0d5", "#fdd0a2")
+    groups = [("pure", "pure", "#7f7f7f")] + [(f"{role}:{q}", q if role == "ladder" else f"{q} (not judged)", c)
+                                              for (q, role), c in zip(ladder, palette)]
     groups.append(("hybrid", "hybrid", "#d62728"))
     for group, name, color in groups:
         role, _, ratio = group.partition(":")
@@ -97,7 +100,7 @@ def plot_calibration_table(info: CalibrationInfo):
     from hlnas.calibrate import TABLE_COLUMNS as cols, table_cells
 
     rows = table_cells({"rows": info.rows})
-    colors = [["#fde0e0" if row[-1] != "pass" else "white" for row in rows]] * len(cols)
+    colors = [["white" if row[-1] in ("pass", "graded", "reported") else "#fde0e0" for row in rows]] * len(cols)
     fig = go.Figure(go.Table(header=dict(values=list(cols), fill_color="#f3f3f3", align="left"),
                              cells=dict(values=[list(c) for c in zip(*rows)], fill_color=colors, align="left")))
     sub = _calibration_subtitle(info)

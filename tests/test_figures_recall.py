@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hlnas.figures import build_figures, calibration_info, plot_calibration, plot_tradeoff, tradeoff_info
+from hlnas.figures import (build_figures, calibration_info, plot_calibration, plot_calibration_table, plot_tradeoff,
+                           tradeoff_info)
 from hlnas.pareto import StudyData, TrialRecord
 from hlnas.report import report_html
 
@@ -72,6 +73,15 @@ def test_calibration_figure_draws_the_graded_ladder_and_the_report_its_per_mixer
     assert [t.name for t in fig.data] == ["pure", "6:1", "hybrid"] and list(fig.data[1].y) == [0.65]
     html = report_html(d, {})
     assert "hgrn yes (+0.615)" in html and "hgrn: rises (pure 0.000" in html
+    # an extra ratio (trained beside the calibration, not judged) is drawn in its place on the ladder, named so, and
+    # its table row is not marked as a failure
+    extra = {**ladder, "role": "extra", "layout": "HHHHHHHHHHHA", "ratio": "12:1", "mean": 0.3, "verdict": "reported"}
+    d = data({"status": "invalid", "verdict": {**verdict, "rows": [*verdict["rows"], extra]}})
+    fig = plot_calibration(calibration_info(d))
+    assert [t.name for t in fig.data] == ["pure", "12:1 (not judged)", "6:1", "hybrid"] and list(fig.data[1].y) == [0.3]
+    table = plot_calibration_table(calibration_info(d)).data[0]
+    (colors,) = {tuple(c) for c in table.cells.fill.color}
+    assert [c for c, row in zip(colors, table.cells.values[0]) if row in ("ladder", "extra")] == ["white", "white"]
 
 
 def test_a_calibration_still_running_is_drawn_from_its_runs_so_far():
