@@ -92,3 +92,15 @@ def test_a_study_without_calibration_is_one_line_and_exit_2(tmp_path, capsys):
     rc = calibration_table.main(["--storage", f"sqlite:///{tmp_path / 'db.sqlite'}", "--study", "bare"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.count("\n") == 0 and "has no stored calibration runs" in err
+
+
+def test_busy_seconds_sum_every_call_at_its_own_period_and_print_per_candidate(tmp_path, capsys):
+    from experiments.paper_grid.gpu_share import busy_seconds, main
+
+    a = _util_file(tmp_path / "a.csv", [100, 100, 50])           # 2 s period: 5.0 busy s
+    b = _util_file(tmp_path / "b.csv", [100, 0, 100, 100], period=1.0, start=T0 + 3600)  # 1 s period: 3.0
+    assert busy_seconds([a, b]) == (8.0, 2)
+    assert main([str(a), str(b), "--candidates", "4"]) == 0
+    assert capsys.readouterr().out.strip() == "8.0 busy GPU-s over 2 call(s); 2.0 per candidate (4)"
+    with pytest.raises(SystemExit):
+        main([str(a), "--candidates", "0"])

@@ -105,3 +105,34 @@ def calibration_spans(study) -> dict[str, tuple[float, float]]:
         if span is not None:
             out[key] = span
     return out
+
+
+def busy_seconds(paths) -> tuple[float, int]:
+    """All busy GPU-seconds the utilisation files sampled (utilisation x period, each file at its own period) and how
+    many files: a work's whole cost where runs share processes (a mixed-replica unit trains 10 runs in one), which
+    the per-run split (:func:`attribute`) cannot tell apart."""
+    total = 0.0
+    for path in paths:
+        samples = read_util([path])
+        if len(samples) >= 2:
+            total += sum(b for _, b in samples) * sample_period(samples)
+    return round(total, 1), len(list(paths))
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="busy GPU-seconds of h200.sh calls (their logs/gpu_util.csv), in all and "
+                                            "per candidate: e.g. the family grid's cost (paper_grid README block 7)")
+    p.add_argument("files", nargs="+", help="gpu_util.csv files, one per device call")
+    p.add_argument("--candidates", type=int, required=True, help="what the calls trained, e.g. 31 (one grid seed)")
+    args = p.parse_args(argv)
+    if args.candidates < 1:
+        p.error(f"--candidates must be >= 1, got {args.candidates}")
+    total, n = busy_seconds(args.files)
+    print(f"{total} busy GPU-s over {n} call(s); {total / args.candidates:.1f} per candidate ({args.candidates})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
