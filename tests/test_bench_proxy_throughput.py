@@ -67,7 +67,8 @@ def test_a_family_of_layouts_as_processes_per_layout_replicas_and_one_mixed_mode
     model in this process: a row each with its ratio; a one-layout replica mode says it cannot take them."""
     args = ["--runs", "4", "--layouts", "family:hgrn", "--layers", "6", "--d-model", "16", "--seq-len", "16",
             "--kv-pairs", "2", "--vocab", "32", "--batch", "4", "--steps", "3", "--warmup-steps", "1",
-            "--modes", "processes,layout_replicas,replicas_mixed,replicas", "--device-name", "cpu", "--out", str(tmp_path)]
+            "--modes", "processes,layout_replicas,replicas_mixed,replicas_mixed_where,replicas", "--device-name", "cpu",
+            "--out", str(tmp_path)]
     assert proxy_throughput._layouts("family:hgrn", 6) == ["HHHHHH", "HHHHHA", "HHAHHA"]
     assert len(proxy_throughput._layouts("family:gla", 24)) == 5
     assert proxy_throughput.main(args) == 0
@@ -75,8 +76,12 @@ def test_a_family_of_layouts_as_processes_per_layout_replicas_and_one_mixed_mode
     with open(path) as f:
         rows = list(csv.DictReader(f))
     assert [(r["layout"], r["mode"], r["n_runs"]) for r in rows] == [("family:hgrn", m, "4") for m in
-                                                                     ("processes", "layout_replicas", "replicas_mixed", "replicas")]
-    base, per_layout, mixed, one = rows
-    for r in (per_layout, mixed):
+                                                                     ("processes", "layout_replicas", "replicas_mixed", "replicas_mixed_where",
+                                                                      "replicas")]
+    base, per_layout, mixed, where, one = rows
+    for r in (per_layout, mixed, where):
         assert not r.get("error") and float(r["ratio"]) == pytest.approx(float(r["steps_per_s"]) / float(base["steps_per_s"]), rel=0.01)
     assert "replicas trains one layout; for several use replicas_mixed or layout_replicas" in one["error"]
+    import hlnas.score.recall_replicas as rr
+
+    assert rr.MIXED_RANGES is True  # the where mode put the switch back

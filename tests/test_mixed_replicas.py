@@ -150,13 +150,18 @@ def test_train_mqar_layouts_gives_each_layout_and_seed_its_train_mqar_result(tmp
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("ranges", [True, False], ids=["ranges", "where"])
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
-def test_mixed_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(compile):
+def test_mixed_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(compile, ranges, monkeypatch):
     """On CUDA (bf16 autocast, fla kernels, one captured graph per step; compiled blocks too): GLA pure, attention
-    last and attention first as one mixed model give each run's solo graph run within bf16 tolerance."""
+    last and attention first as one mixed model give each run's solo graph run within bf16 tolerance, with each
+    kind on its own replicas' rows (ranges) or on every row (where)."""
+    import hlnas.score.recall_replicas as rr
     from hlnas.score.mqar import MqarTask, make_mqar
     from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
     from hlnas.score.recall_replicas import train_mqar_layouts
+
+    monkeypatch.setattr(rr, "MIXED_RANGES", ranges)
 
     base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
     cfg = MqarConfig(seq_len=64, kv_pairs=4, vocab=64, batch=16, steps=40, eval_every=10, val=64, test=64, lr=1e-3,
@@ -191,3 +196,38 @@ def test_a_paused_mixed_run_continues_in_a_mixed_model_of_another_layout_set(tmp
     for (lay, (seed,)), (g,) in zip(first, got):
         solo = train_mqar(lay, base, cfg, seed=seed, device="cpu")
         assert_same_recall({k: v for k, v in g.items() if k not in ("mqar_budget", "mqar_finished")}, solo, f"{lay}")
+
+
+def test_slots_that_keep_their_layouts_compute_each_kinds_rows_only_and_train_as_their_solo_runs():
+    """Nested attention sets in range order (most attention first): at each layer each kind's replicas are one range,
+    so each kind computes only its rows (its parameters are its replicas' rows of the storage); every replica still
+    trains as its solo run. An order that cannot group the kinds falls back to every kind on every row."""
+    from hlnas.training.mixed_replicas import kind_ranges, range_order
+
+    lays = [Layout.parse(t) for t in ("GGGG", "GGGA", "GAGA", "AAAA")]
+    order = range_order(lays)
+    assert [str(lays[i]) for i in order] == ["AAAA", "GAGA", "GGGA", "GGGG"]
+    runs = [(lays[i], 1 + i, (3e-3, 1e-3, 2e-3, 1e-3)[i]) for i in order]
+    rep = replicate_mixed([seeded_model(lay, CFG, s) for lay, s, _ in runs], static=True)
+    assert rep.static and [m.ranges for m in rep.routers] == kind_ranges([lay for lay, *_ in runs])
+    assert rep.routers[1].ranges == [("attention", 0, 2), ("gla", 2, 4)]
+    assert rep.routers[1].mixers["attention"].q_proj.weight.shape[0] == 2  # rows of replicas 0 and 1 only
+    opt = ReplicaAdamW(rep, [lr for *_, lr in runs], betas=BETAS, weight_decay=WD)
+    streams = [mqar_train_batches(TASK, BATCH, s) for _, s, _ in runs]
+    example = tuple(torch.cat(t) for t in zip(*(next(mqar_train_batches(TASK, BATCH, s)) for _, s, _ in runs)))
+    step, _ = make_step(rep, opt, per_replica(mqar_loss, len(runs)), example, graph=False)
+    losses = []
+    for i in range(STEPS):
+        opt.set_lrs([_lr(i, lr) for *_, lr in runs])
+        x, y = (torch.cat(t) for t in zip(*(next(s) for s in streams)))
+        losses.append(step(x, y).tolist())
+    for r, (lay, seed, lr) in enumerate(runs):
+        solo_losses, solo_model = solo_run(lay, CFG, seed, lr)
+        assert_same_run(solo_losses, solo_model, [row[r] for row in losses], rep, r, f"{lay} in range mode")
+    # unused rows of a narrowed kind never train: replica 3 (GGGG) has no attention at layer 1
+    assert not rep.stacked["blocks.1.mixer.mixers.attention.q_proj.weight"].grad[3].any()
+    with pytest.raises(ReplicaError, match="slot 3 keeps layout GGGG .* cannot take GGGA"):
+        opt.restart(3, seeded_model(Layout.parse("GGGA"), CFG, 9))
+    scattered = [Layout.parse(t) for t in ("GGGG", "GGGA", "AGGG", "AAAA")]
+    assert kind_ranges([scattered[i] for i in range_order(scattered)]) is None
+    assert not replicate_mixed([seeded_model(lay, CFG, 1) for lay in scattered], static=True).static

@@ -175,7 +175,8 @@ def _layout_units(layouts: list[str], n: int, args, steps: int, compile: bool) -
 
 
 #: modes that train in this process as replicas (``_mixed``: the runs' layouts in one mixed model)
-REPLICA_MODES = ("replicas", "replicas_compiled", "replicas_mixed", "replicas_mixed_compiled")
+REPLICA_MODES = ("replicas", "replicas_compiled", "replicas_mixed", "replicas_mixed_compiled", "replicas_mixed_where",
+                 "replicas_mixed_where_compiled")
 
 
 def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list]:
@@ -183,9 +184,11 @@ def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list]:
     ``mode``: processes (n workers, one run each), streams (one worker, n runs on n CUDA streams), mps (n workers
     under the MPS daemon), replicas (this process, the n runs as replicas of one model: stacked weights, the replicas
     folded into the batch, hlnas.training.replicas; one layout only), replicas_mixed (the same with several layouts
-    in one mixed model, hlnas.training.mixed_replicas), layout_replicas (a worker process per layout, its runs as
-    replicas: the calibration's --replicas), compiled (as processes, each run's step under torch.compile:
-    ``score.mqar.compile``), mps_compiled (those under MPS), or ``*_compiled`` of the replica modes."""
+    in one mixed model, hlnas.training.mixed_replicas, each layer's kinds computing their own replicas' rows where an
+    order groups them), replicas_mixed_where (every kind on every row, each row's own kept), layout_replicas (a
+    worker process per layout, its runs as replicas: the calibration's --replicas), compiled (as processes, each
+    run's step under torch.compile: ``score.mqar.compile``), mps_compiled (those under MPS), or ``*_compiled`` of the
+    replica modes."""
     from hlnas.search.executors import ProcessExecutor
 
     compile = mode.endswith("compiled")
@@ -194,13 +197,17 @@ def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list]:
 
         if len(layouts) > 1 and not mode.startswith("replicas_mixed"):
             raise SystemExit(f"{mode} trains one layout; for several use replicas_mixed or layout_replicas")
-        threads = torch.get_num_threads()
+        import hlnas.score.recall_replicas as rr
+
+        threads, ranges = torch.get_num_threads(), rr.MIXED_RANGES
         torch.set_num_threads(1)  # as a worker process runs (hlnas.search.executors): on a CPU, one core's work
+        rr.MIXED_RANGES = "_where" not in mode  # where: every kind on every row (any slot may change layout)
         try:
             replicas_round(layouts, n, args, args.warmup_steps, compile)  # imports, compiles
             return replicas_round(layouts, n, args, args.steps, compile)
         finally:
             torch.set_num_threads(threads)
+            rr.MIXED_RANGES = ranges
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()  # the next mode's workers get the memory back
 
@@ -254,7 +261,8 @@ def main(argv=None) -> int:
                         "runs as replicas of one model in one process (stacked weights, batch N x --batch); compiled: "
                         "as processes, each run's step under torch.compile (inductor), then captured; mps_compiled: "
                         "compiled under MPS; replicas_compiled: replicas with the compiled step; replicas_mixed(_compiled): "
-                        "several layouts as replicas of one mixed model; layout_replicas(_compiled): a worker per layout, "
+                        "several layouts as replicas of one mixed model (replicas_mixed_where(_compiled): every kind on every "
+                        "row); layout_replicas(_compiled): a worker per layout, "
                         "its runs as replicas (the calibration's --replicas)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend in the compiled modes")
     p.add_argument("--device-name", default=None, help=DEVICE_NAME_HELP)

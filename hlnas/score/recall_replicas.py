@@ -41,6 +41,11 @@ from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr
 
 __all__ = ["train_mqar_layouts", "train_mqar_replicas", "train_mqar_seeds"]
 
+#: several layouts as one mixed model whose slots keep their layouts: each layer's kinds compute only their own
+#: replicas' rows (False: every kind on every row, each row's own kept; experiments/bench/proxy_throughput.py's
+#: replicas_mixed_where mode measures the two)
+MIXED_RANGES = True
+
 #: what each run's result holds besides its seed: the keys of the solo proxy's rate runs (recall_proxy._one_rate)
 _RATE_KEYS = ("finished", "lr", "val_acc", "steps", "curve", "mode", "final_loss", "wall_s", "resumed_s", "error", "clock",
               "model")
@@ -181,7 +186,7 @@ class _Replicas:
     def _start(self, active: list[_Run]):
         """The replicated model, its optimizer and its step for the first ``active`` runs, a slot each. Returns the
         first step's batches and rates when they are already drawn, else None."""
-        from hlnas.training.mixed_replicas import replicate_mixed
+        from hlnas.training.mixed_replicas import range_order, replicate_mixed
         from hlnas.training.replica_step import ReplicaAdamW, per_replica
         from hlnas.training.replicas import replicate
         from hlnas.training.step import compiled, make_step
@@ -190,9 +195,15 @@ class _Replicas:
         self.replicas = len(active)
         for run in active:
             run.model.to(self.device)  # the replicated storage is made where the solo weights are
+        # one layout: plain replicas; several: a mixed model. Where every chain has a slot of its own, a slot keeps its
+        # layout (a chain's next rate takes the slot its last run freed): the slots are then ordered so each layer's
+        # kinds are contiguous and each kind computes its own rows only; else any slot may take any layout
+        static = MIXED_RANGES and (self.slots is None or self.slots >= len(self.chains))
+        if len(self.layouts) > 1 and static:
+            active[:] = [active[i] for i in range_order([run.setup.layout for run in active])]
         models = [run.model for run in active]
-        # one layout: plain replicas; several: a mixed model that any slot can give any of them
-        self.rep = replicate(models) if len(self.layouts) == 1 else replicate_mixed(models, self.layouts)
+        self.rep = (replicate(models) if len(self.layouts) == 1 else
+                    replicate_mixed(models, None if static else self.layouts, static=static))
         self.opt = ReplicaAdamW(self.rep, [run.lr for run in active], betas=(0.9, cfg.beta2), weight_decay=cfg.weight_decay)
         firsts = [next(run.feed) for run in active]
         self.last = [xy for xy, _ in firsts]  # a frozen slot with no run left goes on computing on its last batch

@@ -3,20 +3,27 @@
 :mod:`hlnas.training.replicas` stacks R models of one layout. The grid's and the calibration's layouts come in
 families that differ only in which layers are attention: GLA pure, 24:1, ..., 3:1 are the same model but for the
 mixer at a few layers. :class:`MixedReplicatedLM` puts runs of such layouts into one replicated model, so one step
-trains a whole family's runs (and a slot freed by a run that stopped takes a run of *any* of them).
+trains a whole family's runs.
 
 How: at each layer ``i`` the model holds every mixer kind that one of the layouts it takes (``layouts``) has there,
-in a :class:`RoutedMixer`. It applies each kind to every row and keeps, in each replica's rows, the output of that
-replica's own kind (``torch.where`` on a per-replica route, a buffer: static shapes, so the step can be captured once
-and a slot can change layout between steps). Each replica's rows therefore go through exactly the ops of its solo
-model, and a kind that is not its own gets a zero gradient in its rows: its weights in that replica take no part
-(AdamW's decay shrinks them, harmlessly). The other kinds' weights in a replica are copies of one template mixer per
-layer and kind (drawn from seed 0, outside the global random state).
+in a :class:`RoutedMixer`. Two routings:
 
-The cost: a layer where the layouts differ runs each of its kinds on all rows. The recall step is launch-bound (a
-24-layer d=128 model at ~2% of the FLOP limit), so a family of 10 runs sharing one step with some layers run twice
-is expected to beat 10 models of 1-2 replicas; ``experiments/bench/proxy_throughput.py --modes replicas_mixed``
-measures it against the same runs as processes.
+* **ranges** (``static``: each slot keeps its layout, as when every run has a slot of its own): the replicas are
+  ordered so that at each layer each kind's replicas are one contiguous range (:func:`range_order`; nested attention
+  sets such as the paper placement's ratios always are), and each kind's parameters are those replicas' rows of
+  the storage: a kind computes its own rows only, and the outputs are concatenated. The model does the work of its
+  solo models, in fewer, larger kernels.
+* **where** (any slot may take a run of any layout, or no order groups the kinds): each kind on every row, and in
+  each replica's rows the output of its own kind (``torch.where`` on a per-replica route, a buffer: static shapes,
+  so the step is captured once and a slot can change layout between steps). A layer where the layouts differ then
+  runs each of its kinds on all rows: GLA's five grid layouts (24 layers, attention at the 3:1 positions in all)
+  do 24 GLA and 8 attention layers a row against 21 and 3 on average alone.
+
+Either way each replica's rows go through exactly the ops of its solo model, and a kind that is not its own gets
+no gradient in its rows: its weights in that replica take no part (AdamW's decay shrinks them, harmlessly). The other
+kinds' weights in a replica are copies of one template mixer per layer and kind (drawn from seed 0, outside the
+global random state). ``experiments/bench/proxy_throughput.py --modes replicas_mixed,replicas_mixed_where`` measures
+both against the same runs as processes.
 
 Parameter names: replica ``r``'s weights are reported and loaded under its solo model's names
 (:meth:`MixedReplicatedLM.replica_state`, :meth:`~MixedReplicatedLM.load_replica`, :meth:`~MixedReplicatedLM.to_solo`);
@@ -34,12 +41,16 @@ from torch import Tensor, nn
 from hlnas.layout import Layout
 from hlnas.training.replicas import ReplicaError, ReplicatedLM
 
-__all__ = ["MixedReplicatedLM", "RoutedMixer", "replicate_mixed"]
+__all__ = ["MixedReplicatedLM", "RoutedMixer", "kind_ranges", "range_order", "replicate_mixed"]
 
 
 class RoutedMixer(nn.Module):
     """One layer's mixer kinds (``mixers``, a kind name each); replica ``r``'s rows take the output of kind
-    ``route[r]``. ``fold`` (the replicated model's) gives the per-replica batch of the current forward."""
+    ``route[r]``. ``fold`` (the replicated model's) gives the per-replica batch of the current forward.
+
+    Two ways (:attr:`ranges`): None, each kind on every row and each row's own kept (``torch.where``: any slot may
+    change layout); or each kind's replicas a contiguous range ``[a, b)`` whose rows alone it computes, the outputs
+    concatenated (no work on rows that discard it; the slots keep their layouts)."""
 
     def __init__(self, mixers: dict[str, nn.Module], replicas: int):
         super().__init__()
@@ -47,19 +58,46 @@ class RoutedMixer(nn.Module):
         self.mixers = nn.ModuleDict({k: mixers[k] for k in self.kinds})
         self.register_buffer("route", torch.zeros(replicas, dtype=torch.long), persistent=False)
         self.fold = None  # the replicated model's (its replicas and the per-replica batch), set when it is built
+        self.ranges: list[tuple[str, int, int]] | None = None  # (kind, first replica, end) in replica order
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         if cache is not None:
             raise ReplicaError("a replicated model trains only: it has no decode cache")
         if len(self.kinds) == 1:
             return self.mixers[self.kinds[0]](x, None)
-        rows = self.route.repeat_interleave(self.fold.batch)[:, None, None]  # [R*B, 1, 1]: each row's kind
+        B = self.fold.batch
+        if self.ranges is not None:
+            return torch.cat([self.mixers[k](x[a * B : b * B], None) for k, a, b in self.ranges])
+        rows = self.route.repeat_interleave(B)[:, None, None]  # [R*B, 1, 1]: each row's kind
         out = None
         for j, k in enumerate(self.kinds):
             y = self.mixers[k](x, None)
             # where, not a 0/1 product: another kind's output in these rows never reaches them, not even as 0 * inf
             out = y if out is None else torch.where(rows == j, y, out)
         return out
+
+
+def kind_ranges(layouts: Sequence[Layout]) -> list[list[tuple[str, int, int]]] | None:
+    """Per layer, each kind's replicas as one contiguous range ``(kind, a, b)`` of ``layouts`` (in that order), or
+    None where some layer's kind recurs after another (the order does not group them)."""
+    out = []
+    for i in range(layouts[0].n_layers):
+        col, ranges = [lay.mixers[i] for lay in layouts], []
+        for r, k in enumerate(col):
+            if ranges and ranges[-1][0] == k:
+                ranges[-1][2] = r + 1
+            elif any(k == q for q, _, _ in ranges):
+                return None
+            else:
+                ranges.append([k, r, r + 1])
+        out.append([tuple(x) for x in ranges])
+    return out
+
+
+def range_order(layouts: Sequence[Layout]) -> list[int]:
+    """An order of ``layouts`` (indices) that groups each layer's kinds where one simple order does: most attention
+    layers first, then by layout (nested attention sets, the paper placement's ratios, give prefixes of attention)."""
+    return sorted(range(len(layouts)), key=lambda r: (-len(layouts[r].attention_layers), str(layouts[r])))
 
 
 def _union_name(name: str, layout: Layout) -> str:
@@ -112,10 +150,10 @@ class MixedReplicatedLM(ReplicatedLM):
     """R models of layouts of one depth and config as one model (see the module doc). Build it with
     :func:`replicate_mixed`. :attr:`slot_layouts` says which layout each replica trains now."""
 
-    def __init__(self, models: list[nn.Module], layouts: Sequence[Layout] | None = None):
+    def __init__(self, models: list[nn.Module], layouts: Sequence[Layout] | None = None, static: bool = False):
         if not models:
             raise ReplicaError("replicate_mixed needs at least one model")
-        takes = list(dict.fromkeys([*(m.layout for m in models), *(layouts or ())]))
+        takes = list(dict.fromkeys([*(m.layout for m in models), *(() if static else layouts or ())]))
         kinds = _kinds_per_layer(takes)
         if len({repr(m.cfg) for m in models}) != 1:
             raise ReplicaError("replicate_mixed: the models differ in their config (d_model, MLP width, mixer settings), "
@@ -133,9 +171,32 @@ class MixedReplicatedLM(ReplicatedLM):
         for r, m in enumerate(models):
             self._route(r, m.layout)
             self._solo_map(m)
+        # slots that keep their layouts, each layer's kinds in contiguous replica ranges: each kind computes its rows only
+        ranges = kind_ranges(self.slot_layouts) if static else None
+        self.static = ranges is not None
+        if ranges is not None:
+            for router, layer in zip(self.routers, ranges):
+                if len(router.kinds) > 1:
+                    self._narrow(router, layer)
+
+    def _narrow(self, router: RoutedMixer, layer: list[tuple[str, int, int]]) -> None:
+        """Each kind's replicated parameters at ``router`` as the rows ``[a, b)`` of its replicas only (views of the same
+        storage, and their gradients of the gradient storage): what its range of rows computes with."""
+        router.ranges = layer
+        for k, a, b in layer:
+            mixer = router.mixers[k]
+            for name, p in list(mixer.named_parameters()):
+                owner_name, _, attr = name.rpartition(".")
+                owner = mixer.get_submodule(owner_name) if owner_name else mixer
+                q = nn.Parameter(p.data[a:b])
+                q.grad = p.grad[a:b]
+                setattr(owner, attr, q)
 
     @torch.no_grad()
     def _route(self, r: int, layout: Layout) -> None:
+        if getattr(self, "static", False) and layout != self.slot_layouts[r]:
+            raise ReplicaError(f"slot {r} keeps layout {self.slot_layouts[r]} (a model whose kinds compute their own rows "
+                               f"only): it cannot take {layout}")
         if layout not in self.takes:
             raise ReplicaError(f"this mixed replicated model takes layouts {', '.join(map(str, self.takes))}; "
                                f"got {layout} (give it among replicate_mixed's layouts)")
@@ -195,7 +256,10 @@ class MixedReplicatedLM(ReplicatedLM):
             row[cols[u][0]:cols[u][1]].copy_(saved[n])
 
 
-def replicate_mixed(models: list[nn.Module], layouts: Sequence[Layout] | None = None) -> MixedReplicatedLM:
+def replicate_mixed(models: list[nn.Module], layouts: Sequence[Layout] | None = None,
+                    static: bool = False) -> MixedReplicatedLM:
     """One :class:`MixedReplicatedLM` of ``models`` (one depth and config, any layouts and seeds) that can also take,
-    in a freed slot, a model of any of ``layouts``."""
-    return MixedReplicatedLM(list(models), layouts)
+    in a freed slot, a model of any of ``layouts``. ``static``: each slot keeps its model's layout (a freed slot takes
+    only a run of the same layout), so where ``models`` come in an order that groups each layer's kinds
+    (:func:`range_order`), each kind computes only its replicas' rows."""
+    return MixedReplicatedLM(list(models), layouts, static)
