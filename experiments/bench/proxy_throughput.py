@@ -25,7 +25,7 @@ interpolated between its checks; ``overlap`` is that window over a run's mean ti
 calibration of 4000-step runs sees the steady one. MFU: 3 x the cost model's forward FLOPs per token
 (``hlnas.budget``) x tokens per step, over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/proxy_throughput_<device>_<date>.csv``
 (columns: layout, n_runs, mode, steps_per_s, tokens_per_s, mfu, ratio, steady_steps_per_s, steady_ratio, overlap,
-wall_s) and a markdown table beside it.
+wall_s, peak_gib: the replica modes' peak allocation in this process on CUDA) and a markdown table beside it.
 """
 
 from __future__ import annotations
@@ -179,8 +179,8 @@ REPLICA_MODES = ("replicas", "replicas_compiled", "replicas_mixed", "replicas_mi
                  "replicas_mixed_where_compiled")
 
 
-def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list]:
-    """Wall seconds and the runs' clocks of one timed round of ``n`` runs (run ``i`` of ``layouts[i % len]``) in
+def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list, float | None]:
+    """Wall seconds, the runs' clocks and (in-process modes on CUDA) the peak GiB allocated of one timed round of ``n`` runs (run ``i`` of ``layouts[i % len]``) in
     ``mode``: processes (n workers, one run each), streams (one worker, n runs on n CUDA streams), mps (n workers
     under the MPS daemon), replicas (this process, the n runs as replicas of one model: stacked weights, the replicas
     folded into the batch, hlnas.training.replicas; one layout only), replicas_mixed (the same with several layouts
@@ -204,7 +204,12 @@ def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list]:
         rr.MIXED_RANGES = "_where" not in mode  # where: every kind on every row (any slot may change layout)
         try:
             replicas_round(layouts, n, args, args.warmup_steps, compile)  # imports, compiles
-            return replicas_round(layouts, n, args, args.steps, compile)
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+            wall, clocks = replicas_round(layouts, n, args, args.steps, compile)
+            # the replicated model's peak, in this process (what a calibration unit of these runs needs)
+            peak = round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else None
+            return wall, clocks, peak
         finally:
             torch.set_num_threads(threads)
             rr.MIXED_RANGES = ranges
@@ -222,7 +227,7 @@ def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list]:
         # each run's torch.compile (a new model per run) is inside the timed window
         try:
             run_round(ex, specs(args.warmup_steps))  # imports, compiles
-            return run_round(ex, specs(args.steps))
+            return (*run_round(ex, specs(args.steps)), None)
         finally:
             ex.shutdown()
 
@@ -284,10 +289,10 @@ def main(argv=None) -> int:
                       "whole round (builds and captures inside); steady: only while every run trained (overlap: that "
                       "window over a run's time between its first and last check).",
                       ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
-                       "steady steps/s", "steady ratio", "overlap", "wall s", "note"],
+                       "steady steps/s", "steady ratio", "overlap", "wall s", "peak GiB", "note"],
                       lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",
                                  f"{100 * r['mfu']:.2f}%", r["ratio"], r["steady_steps_per_s"], r["steady_ratio"],
-                                 r["overlap"], r["wall_s"], r.get("error", "")), rows, quiet=quiet)
+                                 r["overlap"], r["wall_s"], r.get("peak_gib", ""), r.get("error", "")), rows, quiet=quiet)
 
     for spec in args.layouts.split(","):
         layouts = _layouts(spec, args.layers)
@@ -300,7 +305,7 @@ def main(argv=None) -> int:
             base = steady_base = None
             for mode in args.modes.split(","):
                 try:
-                    wall, clocks = measure(layouts, n, mode, args)
+                    wall, clocks, peak = measure(layouts, n, mode, args)
                 except (RuntimeError, SystemExit, OSError) as e:  # a mode that cannot run here is a row saying why
                     rows.append({"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": "", "tokens_per_s": 0,
                                  "mfu": 0.0, "ratio": "", "steady_steps_per_s": "", "steady_ratio": "", "overlap": "",
@@ -312,7 +317,7 @@ def main(argv=None) -> int:
                 row = {"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": round(sps, 2),
                        "tokens_per_s": round(sps * args.batch * args.seq_len), "mfu": round(sps * flops_step / PEAK_BF16, 5),
                        "ratio": "", "steady_steps_per_s": "" if steady is None else round(steady, 2), "steady_ratio": "",
-                       "overlap": round(overlap, 2), "wall_s": round(wall, 2)}
+                       "overlap": round(overlap, 2), "wall_s": round(wall, 2), "peak_gib": "" if peak is None else peak}
                 if mode == "processes":
                     base, steady_base = sps, steady
                 else:
