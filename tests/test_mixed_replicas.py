@@ -38,7 +38,7 @@ def mixed_run(runs, takes=(), steps: int = STEPS):
     return [list(c) for c in zip(*curves)], rep, opt
 
 
-@pytest.mark.parametrize("family", ["G", "H", "Z"])
+@pytest.mark.parametrize("family", ["G", "H", "N", "R", "D", "Z", "M"])
 def test_a_family_of_layouts_trains_as_its_solo_runs(family):
     """A mixer pure, with attention at the back and at the front, and an all-attention control, seeds and rates
     differing: each replica's losses and weights are its solo run's (its own layout's)."""
@@ -198,19 +198,21 @@ def test_a_paused_mixed_run_continues_in_a_mixed_model_of_another_layout_set(tmp
         assert_same_recall({k: v for k, v in g.items() if k not in ("mqar_budget", "mqar_finished")}, solo, f"{lay}")
 
 
-def test_slots_that_keep_their_layouts_compute_each_kinds_rows_only_and_train_as_their_solo_runs():
+@pytest.mark.parametrize("m", ["G", "H", "N", "R", "D", "Z", "M"])
+def test_slots_that_keep_their_layouts_compute_each_kinds_rows_only_and_train_as_their_solo_runs(m):
     """Nested attention sets in range order (most attention first): at each layer each kind's replicas are one range,
-    so each kind computes only its rows (its parameters are its replicas' rows of the storage); every replica still
-    trains as its solo run. An order that cannot group the kinds falls back to every kind on every row."""
+    so each kind computes only its rows (its parameters, bare ones such as A_log included, are its replicas' rows of
+    the storage); every replica still trains as its solo run. An order that cannot group the kinds falls back to every
+    kind on every row."""
     from hlnas.training.mixed_replicas import kind_ranges, range_order
 
-    lays = [Layout.parse(t) for t in ("GGGG", "GGGA", "GAGA", "AAAA")]
+    lays = [Layout.parse(t.replace("G", m)) for t in ("GGGG", "GGGA", "GAGA", "AAAA")]
     order = range_order(lays)
-    assert [str(lays[i]) for i in order] == ["AAAA", "GAGA", "GGGA", "GGGG"]
+    assert [str(lays[i]) for i in order] == [t.replace("G", m) for t in ("AAAA", "GAGA", "GGGA", "GGGG")]
     runs = [(lays[i], 1 + i, (3e-3, 1e-3, 2e-3, 1e-3)[i]) for i in order]
     rep = replicate_mixed([seeded_model(lay, CFG, s) for lay, s, _ in runs], static=True)
     assert rep.static and [m.ranges for m in rep.routers] == kind_ranges([lay for lay, *_ in runs])
-    assert rep.routers[1].ranges == [("attention", 0, 2), ("gla", 2, 4)]
+    assert rep.routers[1].ranges == [("attention", 0, 2), (runs[3][0].mixers[1], 2, 4)]
     assert rep.routers[1].mixers["attention"].q_proj.weight.shape[0] == 2  # rows of replicas 0 and 1 only
     opt = ReplicaAdamW(rep, [lr for *_, lr in runs], betas=BETAS, weight_decay=WD)
     streams = [mqar_train_batches(TASK, BATCH, s) for _, s, _ in runs]
@@ -226,8 +228,8 @@ def test_slots_that_keep_their_layouts_compute_each_kinds_rows_only_and_train_as
         assert_same_run(solo_losses, solo_model, [row[r] for row in losses], rep, r, f"{lay} in range mode")
     # unused rows of a narrowed kind never train: replica 3 (GGGG) has no attention at layer 1
     assert not rep.stacked["blocks.1.mixer.mixers.attention.q_proj.weight"].grad[3].any()
-    with pytest.raises(ReplicaError, match="slot 3 keeps layout GGGG .* cannot take GGGA"):
-        opt.restart(3, seeded_model(Layout.parse("GGGA"), CFG, 9))
+    with pytest.raises(ReplicaError, match=f"slot 3 keeps layout {m * 4} .* cannot take {m * 3}A"):
+        opt.restart(3, seeded_model(Layout.parse(f"{m * 3}A"), CFG, 9))
     scattered = [Layout.parse(t) for t in ("GGGG", "GGGA", "AGGG", "AAAA")]
     assert kind_ranges([scattered[i] for i in range_order(scattered)]) is None
     assert not replicate_mixed([seeded_model(lay, CFG, 1) for lay in scattered], static=True).static
