@@ -237,7 +237,6 @@ class MixedReplicatedLM(ReplicatedLM):
             params[n].copy_(self.stacked[u][r])
         return model
 
-
     def row_state(self, r: int, row: Tensor) -> dict[str, Tensor]:
         """Replica ``r``'s ``row`` by its solo parameter names (on the CPU): a paused run continues in a mixed model of
         another layout set, whose columns differ."""
