@@ -178,6 +178,52 @@ def test_a_trial_stopped_before_its_layout_was_chosen_is_failed_not_requeued(tmp
     assert [(t.user_attrs["requeued_from"], t.system_attrs["fixed_params"]) for t in waiting] == [(1, chosen.params)]
 
 
+def test_a_stop_signal_during_a_trial_interrupts_it_before_its_result_comes(tmp_path):
+    """Ctrl-C 0.1 s into a 0.8-second trial: the driver looks at the stop signals every dispatch.POLL_S while it waits
+    for results, so it fails the trial as interrupted (re-queued for a resume) instead of waiting out its result. At a
+    1-second wait the trial was told complete first and the stop had nothing left to interrupt (a CI run of
+    test_resume, 2026-12-06)."""
+    from tests.searches import fake_trial
+
+    run, _ = fake_trial({})
+    fired = []
+
+    class SlowOne:  # one trial at a time, each finishing 0.8 s after it was submitted
+        capacity = 1
+
+        def __init__(self):
+            self.running = None
+
+        def submit(self, spec):
+            self.running = (spec, time.monotonic() + 0.8)
+            if not fired:
+                fired.append(threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)))
+                fired[0].start()
+
+        def in_flight(self):
+            return int(self.running is not None)
+
+        def wait(self, timeout=None):
+            spec, done_at = self.running
+            if timeout is not None and done_at - time.monotonic() > timeout:
+                time.sleep(timeout)
+                return []
+            time.sleep(max(0.0, done_at - time.monotonic()))
+            self.running = None
+            return [run(spec)]
+
+        def shutdown(self):
+            pass
+
+    url = f"sqlite:///{tmp_path}/i.db"
+    with pytest.raises(KeyboardInterrupt):
+        run_search(tiny_space(), storage=url, study_name="i", n_trials=3, executor=SlowOne(), skip_calibration=True)
+    ts = load_hlnas_study(url, "i").get_trials(deepcopy=False)
+    assert [t.state for t in ts if t.state != TrialState.WAITING] == [TrialState.FAIL]
+    assert ts[0].user_attrs["error_kind"] == "interrupted"
+    assert [t.user_attrs["requeued_from"] for t in ts if "requeued_from" in t.user_attrs] == [0]
+
+
 def test_a_lost_workers_trial_is_requeued_then_failed_at_the_bound(tmp_path, monkeypatch):
     space = tiny_space()
     victim = str(space.layout(space.grid()[0]))

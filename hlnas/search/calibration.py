@@ -262,7 +262,7 @@ class _Calibration:
                 break  # out of time: the runs not started stay for the next call
             while queue and dispatch.free() and self.in_time() and not hopeless:
                 self.submit(queue.pop(0))
-            for unit, result in dispatch.finished(timeout=1.0):
+            for unit, result in dispatch.finished():
                 for run, one in self.results_of(unit, result):
                     self.record(run, one)
             if not hopeless and (hopeless := calib.hopeless(self.space, self.runs)):

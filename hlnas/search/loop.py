@@ -372,7 +372,7 @@ class _Search:
     def _collect(self) -> None:
         """Tell each trial that finished (a rung trial paused at its rung stays open)."""
         study, emit = self.study, self.emit
-        for (trial, layout), result in self.dispatch.finished(timeout=1.0):
+        for (trial, layout), result in self.dispatch.finished():
             if self.sched is not None and result.number in self.open_trials:
                 if rung_result(study, self.sched, trial, layout, result, emit):
                     continue  # paused at a rung (or its worker died after a rung: run again from there)
