@@ -287,3 +287,45 @@ def test_a_calibration_with_extra_ratios_trains_the_whole_grid_in_family_units_a
     s1 = run_search(seed1, storage=url, study_name="grid_s1", n_trials=7, calibrated_by="grid")
     assert len(specs) == 7 and all(s.recipe.train.seed == 1 and s.recall is not None for s in specs)
     assert len(s1.get_trials(states=(TrialState.COMPLETE,))) == 7
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_unit_out_of_gpu_memory_trains_in_halves_and_its_runs_continue_under_another_split(monkeypatch, tmp_path):
+    """A unit that runs out of GPU memory trains as two halves, one after the other (each a replicated model; here each
+    half is one layout's two seeds), instead of every run alone; paused there, its runs continue in the whole unit's
+    mixed model on a later call (state files named by layout and seed, optimizer moments by parameter name) and end
+    with the results train_mqar gives each alone."""
+    import torch
+
+    import hlnas.score.recall_replicas as rr
+    from hlnas.layout import Layout
+    from hlnas.score.recall_proxy import paused_at, train_mqar
+    from hlnas.search.records import layout_spec
+    from hlnas.search.trial import _in_halves
+    from tests.test_replicas import assert_same_recall
+
+    raw = real_space()
+    raw["scale"]["score"]["mqar"].update(target=None, lrs=[3e-3])
+    spec = layout_spec(space_from_dict(raw), 0, "HHH", seed=0)
+    runs = [(Layout.parse(t), s) for t in ("HHH", "HHA") for s in (0, 1)]
+    sizes, real, small = [], rr.train_mqar_layouts, [True]
+
+    def small_gpu(units, *a, **k):
+        sizes.append(sum(len(seeds) for _, seeds in units))
+        if small[0] and sizes[-1] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+        return real(units, *a, **k)
+
+    monkeypatch.setattr(rr, "train_mqar_layouts", small_gpu)
+    with paused_at(str(tmp_path), 4):
+        part = _in_halves(spec, runs, tag_layouts=True)
+    assert sizes == [4, 2, 2] and not any(p["mqar_finished"] for p in part)
+    assert sorted(f.name for f in tmp_path.glob("*.pt")) == sorted(f"mqar_{lay}_seed{s}_rate0.pt" for lay, s in runs)
+    small[0] = False
+    sizes.clear()
+    with paused_at(str(tmp_path), None):
+        got = _in_halves(spec, runs, tag_layouts=True)
+    assert sizes == [4]
+    for (lay, seed), g in zip(runs, got):
+        solo = train_mqar(lay, spec.recipe.model, spec.recipe.score.mqar, seed=seed, device="cpu")
+        assert_same_recall({k: v for k, v in g.items() if k not in ("mqar_budget", "mqar_finished")}, solo, f"{lay} {seed}")

@@ -327,12 +327,13 @@ def train_mqar_seeds(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, se
 
 
 def train_mqar_layouts(units: Sequence[tuple[Layout, Sequence[int]]], model_cfg: ModelConfig, cfg: MqarConfig, *,
-                       slots: int | None = None, device=None) -> list[list[dict]]:
+                       slots: int | None = None, device=None, tag_layouts: bool | None = None) -> list[list[dict]]:
     """:func:`train_mqar_seeds` for several layouts of one depth at once: ``units`` are ``(layout, seeds)``, and every
     run of every layout trains as a replica of one mixed model (:mod:`hlnas.training.mixed_replicas`; a freed slot
     takes the next run of any layout). Returns, per unit, one ``train_mqar`` result per seed: each the one that layout
     and seed get alone. Under ``paused_at`` a run keeps its state as ``mqar_seed{s}_rate{i}.pt`` where there is one
-    layout, else ``mqar_{layout}_seed{s}_rate{i}.pt``."""
+    layout, else ``mqar_{layout}_seed{s}_rate{i}.pt`` (``tag_layouts``: always the one or the other, for parts of a
+    larger set of runs that share the folder)."""
     units = [(lay, [int(s) for s in seeds]) for lay, seeds in units]
     for lay, seeds in units:
         if len(set(seeds)) != len(seeds):
@@ -345,7 +346,8 @@ def train_mqar_layouts(units: Sequence[tuple[Layout, Sequence[int]]], model_cfg:
     setups, chains, spans = [], [], []
     for lay, seeds in units:
         setup = recall_setup(lay, model_cfg, cfg)  # MQAR or VT, the recall model: as the solo proxy's
-        tag = "" if len(units) == 1 else f"{lay.key}_"
+        tagged = len(units) > 1 if tag_layouts is None else tag_layouts
+        tag = f"{lay.key}_" if tagged else ""
         spans.append((len(chains), setup, seeds))
         for s in seeds:
             setups.append(setup)

@@ -138,25 +138,44 @@ def run_trial(spec: TrialSpec) -> TrialResult:
 
 def _replica_recall(spec: TrialSpec) -> list[dict]:
     """The fresh-model recall of ``spec`` and of its replicas, trained as replicas of one model (one layout's seeds), or
-    of one mixed model where their layouts differ (one depth): one result a run, in order. Raises where replicas cannot
-    train (out of memory where one run fits, a module with no replicated form, a replica with other model or recall
-    settings): each run then trains alone."""
+    of one mixed model where their layouts differ (one depth): one result a run, in order. Out of GPU memory, the runs
+    are split in two halves trained one after the other, and so on down to single runs (:func:`_in_halves`). Raises
+    where replicas cannot train (a single run out of memory, a module with no replicated form, a replica with other
+    model or recall settings): each run then trains alone."""
     from hlnas.errors import ConfigError
-    from hlnas.score.recall_replicas import train_mqar_layouts
 
     for other in spec.replicas:
         if (other.recipe.model != spec.recipe.model or other.recipe.score.mqar != spec.recipe.score.mqar
                 or other.recipe.layout.n_layers != spec.recipe.layout.n_layers or other.replicas):
             raise ConfigError(f"trial {other.number} does not share trial {spec.number}'s model, depth and recall "
                               "settings: it cannot be its replica")
-    specs = (spec, *spec.replicas)
-    units: dict = {}  # layout -> its runs' seeds, in the order given
-    for s in specs:
-        units.setdefault(s.recipe.layout, []).append(s.recipe.train.seed)
+    runs = [(s.recipe.layout, s.recipe.train.seed) for s in (spec, *spec.replicas)]
     with _paused(spec):
-        got = train_mqar_layouts(list(units.items()), spec.recipe.model, spec.recipe.score.mqar)
+        return _in_halves(spec, runs, tag_layouts=len({lay for lay, _ in runs}) > 1)
+
+
+def _in_halves(spec: TrialSpec, runs: list, tag_layouts: bool) -> list[dict]:
+    """``runs`` (layout, seed) as replicas of one model; out of GPU memory, each half of them so (the first half, then
+    the second: a family unit's seed-0 runs, then its seed-1 runs), and so on while more than one run is left. A run
+    keeps its state files under any split: named by layout and seed where the unit has several layouts
+    (``tag_layouts``), its optimizer state by parameter name."""
+    import torch
+
+    from hlnas.score.recall_replicas import train_mqar_layouts
+
+    units: dict = {}  # layout -> its runs' seeds, in the order given
+    for lay, seed in runs:
+        units.setdefault(lay, []).append(seed)
+    try:
+        got = train_mqar_layouts(list(units.items()), spec.recipe.model, spec.recipe.score.mqar, tag_layouts=tag_layouts)
+    except torch.OutOfMemoryError:
+        if len(runs) == 1:
+            raise
+        torch.cuda.empty_cache()
+        half = (len(runs) + 1) // 2
+        return _in_halves(spec, runs[:half], tag_layouts) + _in_halves(spec, runs[half:], tag_layouts)
     by_run = {(lay, seed): r for (lay, seeds), rs in zip(units.items(), got) for seed, r in zip(seeds, rs)}
-    return [by_run[(s.recipe.layout, s.recipe.train.seed)] for s in specs]
+    return [by_run[run] for run in runs]
 
 
 def _paused(spec: TrialSpec):

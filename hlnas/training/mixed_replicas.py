@@ -237,22 +237,10 @@ class MixedReplicatedLM(ReplicatedLM):
             params[n].copy_(self.stacked[u][r])
         return model
 
-    def row_state(self, r: int, row: Tensor) -> dict[str, Tensor]:
-        """Replica ``r``'s ``row`` by its solo parameter names (on the CPU): a paused run continues in a mixed model of
-        another layout set, whose columns differ."""
-        cols = dict(zip(self.names, zip(self.offsets, self.ends)))
-        return {n: row[cols[u][0]:cols[u][1]].detach().cpu().clone() for n, u in self._solo[self.slot_layouts[r]].items()}
-
-    @torch.no_grad()
-    def load_row_state(self, r: int, row: Tensor, saved) -> None:
-        """Put :meth:`row_state`'s ``saved`` back into ``row`` for the run slot ``r`` trains (its other columns: 0)."""
-        if not isinstance(saved, dict):
-            raise ReplicaError("a paused run's optimizer state kept by a one-layout replicated model cannot continue in "
-                               "a mixed one")
-        cols = dict(zip(self.names, zip(self.offsets, self.ends)))
-        row.zero_()
-        for n, u in self._solo[self.slot_layouts[r]].items():
-            row[cols[u][0]:cols[u][1]].copy_(saved[n])
+    def _row_names(self, r: int) -> dict[str, str]:
+        """Slot ``r``'s solo parameter names -> the union's (for :meth:`row_state`: by solo name, so a paused run
+        continues in a model of another layout set, or of its layout alone)."""
+        return self._solo[self.slot_layouts[r]]
 
 
 def replicate_mixed(models: list[nn.Module], layouts: Sequence[Layout] | None = None,

@@ -296,14 +296,27 @@ class ReplicatedLM(nn.Module):
         return self._n_params
 
     # -- one replica's row of a [R, N] optimizer tensor, as a paused run keeps it ---------------------------------------
-    def row_state(self, r: int, row: Tensor):
-        """Replica ``r``'s ``row`` (``[N]``, its row of an optimizer moment) as a paused run keeps it, on the CPU."""
-        return row.detach().cpu().clone()
+    def _row_names(self, r: int) -> dict[str, str]:
+        """Slot ``r``'s solo parameter names -> this model's (here the same)."""
+        return {n: n for n in self.names}
+
+    def row_state(self, r: int, row: Tensor) -> dict[str, Tensor]:
+        """Replica ``r``'s ``row`` (``[N]``, its row of an optimizer moment) by solo parameter name, on the CPU: what a
+        paused run keeps, so it can continue in any replicated model that holds its layout (one of a single layout or
+        a mixed one, whose columns differ)."""
+        cols = dict(zip(self.names, zip(self.offsets, self.ends)))
+        return {n: row[cols[u][0]:cols[u][1]].detach().cpu().clone() for n, u in self._row_names(r).items()}
 
     @torch.no_grad()
     def load_row_state(self, r: int, row: Tensor, saved) -> None:
-        """Put back into ``row`` what :meth:`row_state` kept for the run slot ``r`` now trains."""
-        row.copy_(saved)
+        """Put :meth:`row_state`'s ``saved`` back into ``row`` for the run slot ``r`` trains (other columns: 0)."""
+        if isinstance(saved, Tensor):  # kept whole by the code before 2026-12-06: this model's own columns
+            row.copy_(saved)
+            return
+        cols = dict(zip(self.names, zip(self.offsets, self.ends)))
+        row.zero_()
+        for n, u in self._row_names(r).items():
+            row[cols[u][0]:cols[u][1]].copy_(saved[n])
 
 
 def replicate(models: list[nn.Module]) -> ReplicatedLM:
