@@ -145,6 +145,7 @@ def test_train_mqar_layouts_gives_each_layout_and_seed_its_train_mqar_result(tmp
             assert_same_recall({k: v for k, v in g.items() if k not in ("mqar_budget", "mqar_finished")}, solo,
                                f"{lay} seed {s} continued")
             assert_same_recall(f, solo, f"{lay} seed {s}")
+            assert f["mqar_replicas"] == 6  # the runs trained together: collect.py shares mqar_s among them
     with pytest.raises(Exception, match="each layout once"):
         train_mqar_layouts([units[0], units[0]], base, cfg, device="cpu")
 

@@ -327,3 +327,14 @@ def test_tabular_bench_table_prints_val_loss_to_three_decimals_and_blanks_a_row_
     line = next(x for x in md.splitlines() if f"`{GLA_31}`" in x)
     assert "| 1.610 |" in line and "1.6100000" not in line  # GLA 3:1's stored val loss, 1.61
     assert f"| {layout_metrics(GLA_31, load_space(SPACE).model, 4096)['params']:,} |" in line
+
+
+def test_collect_shares_a_replica_runs_recall_time_among_the_runs_trained_with_it():
+    """A run trained as one of R replicas stores the set's whole recall time as its mqar_s (and R as mqar_replicas):
+    its gpu_s counts 1/R of it, plus its own LM half; a solo run's is unchanged."""
+    from experiments.paper_grid.collect import gpu_seconds
+
+    assert gpu_seconds({"mqar_s": 100.0, "train_wall_s": 10.0, "mqar_replicas": 10}, None)["gpu_s"] == 20.0
+    assert gpu_seconds({"mqar_s": 100.0, "train_wall_s": 10.0}, 2) == {
+        "mqar_s": 100.0, "train_wall_s": 10.0, "gpu_s": 110.0, "concurrency": 2, "gpu_s_est": 55.0}
+    assert gpu_seconds({"mqar_s": 40.0, "mqar_replicas": 4}, None)["gpu_s"] == 10.0  # a recall-only run

@@ -30,7 +30,8 @@ does its own seed for a layout it has not trained yet: a placement study's ``pap
 recall, the same measurement its trial will take (``hlnas.search.calibration.calibrated_recall``), before that
 trial has trained its LM half.
 
-GPU-seconds (``gpu_s``) are the recall proxy's ``mqar_s`` plus the LM's ``train_wall_s``. Both are **wall
+GPU-seconds (``gpu_s``) are the recall proxy's ``mqar_s`` (divided among the runs trained with it as replicas,
+``mqar_replicas``) plus the LM's ``train_wall_s``. Both are **wall
 seconds** of the run: when N runs share one GPU (time-slicing) each run's wall time holds the others' work too,
 so ``gpu_s`` overstates what a candidate costs alone. ``--concurrency N`` (how many runs shared the GPU) adds
 ``gpu_s_est`` = ``gpu_s`` / N, an estimate that assumes the GPU was kept full. ``--util FILE...`` (h200.sh's
@@ -105,9 +106,11 @@ def stored_space(study: optuna.Study):
 
 
 def gpu_seconds(a: dict, concurrency: int | None) -> dict:
-    """``mqar_s`` + ``train_wall_s`` (wall seconds; a missing part counts 0, both missing: blank), and / N."""
+    """``mqar_s`` / ``mqar_replicas`` + ``train_wall_s`` (wall seconds; a missing part counts 0, both missing: blank),
+    and / N. A run trained as one of R replicas has the set's whole recall time as its ``mqar_s``: its share is 1/R."""
     parts = [a.get(k) for k in ("mqar_s", "train_wall_s")]
-    g = None if all(p is None for p in parts) else round(sum(float(p) for p in parts if p is not None), 2)
+    share = [float(parts[0]) / max(1, int(a.get("mqar_replicas") or 1)) if parts[0] is not None else None, parts[1]]
+    g = None if all(p is None for p in parts) else round(sum(float(p) for p in share if p is not None), 2)
     return {"mqar_s": parts[0], "train_wall_s": parts[1], "gpu_s": g, "concurrency": concurrency,
             "gpu_s_est": None if g is None or not concurrency else round(g / concurrency, 2)}
 

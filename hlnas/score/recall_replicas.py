@@ -95,16 +95,19 @@ class _Run:
             self.drawn += 1
             yield xy, lr_at(self.done)
 
-    def result(self, mode: str) -> dict:
+    def result(self, mode: str, now: float | None = None) -> dict:
+        """Its result; ``now``: the clock it stopped at (what :meth:`save` kept), so a continued run's time is this one's
+        plus its own and never less (a slow save, or a garbage collection in it, once made it so)."""
+        now = time.perf_counter() if now is None else now
         return {"seed": self.seed, "finished": self.finished, "lr": self.lr, "val_acc": self.curve[-1][1] if self.curve else 0.0,
                 "steps": self.done, "curve": self.curve, "mode": mode, "final_loss": self.curve[-1][2] if self.curve else None,
-                "wall_s": round(self.before_s + time.perf_counter() - self.t0, 2), "resumed_s": self.before_s,
+                "wall_s": round(self.before_s + now - self.t0, 2), "resumed_s": self.before_s,
                 "error": self.error, "clock": self.clock, "model": self.model}
 
-    def save(self, opt_row: dict) -> None:
+    def save(self, opt_row: dict, now: float) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         save_state(self.path, {"done": self.done, "drawn": self.drawn, "curve": self.curve, "error": self.error,
-                               "finished": self.finished, "wall_s": self.before_s + time.perf_counter() - self.t0,
+                               "finished": self.finished, "wall_s": self.before_s + now - self.t0,
                                "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}, "opt": opt_row})
 
 
@@ -285,10 +288,11 @@ class _Replicas:
     def _finish(self, r: int, run: _Run) -> None:
         run.finished = run_finished(self.cfg, run.finished, run.error, run.done, self.limit, run.out_of_time, run.reached)
         self.rep.to_solo(r, run.model)
+        now = time.perf_counter()
         if run.path is not None:
-            run.save(self.opt.slot_state(r))
+            run.save(self.opt.slot_state(r), now)
         c, k = self.owner.pop(id(run))
-        self.results[c].append(run.result(self.mode))
+        self.results[c].append(run.result(self.mode, now))
         self._follow(c, k, self.results[c][-1])
 
 
@@ -355,5 +359,8 @@ def train_mqar_layouts(units: Sequence[tuple[Layout, Sequence[int]]], model_cfg:
                            for i, lr in enumerate(rates)])
     t0 = time.perf_counter()
     trained = _train(setups, chains, slots=slots, device=device)
-    return [[sweep_result(setup, [{k: r[k] for k in _RATE_KEYS} for r in trained[at + j]], validation_instances(setup, s),
-                          device=device, t0=t0) for j, s in enumerate(seeds)] for at, setup, seeds in spans]
+    # mqar_s is the time from the set's start to the run's result, the others' steps inside it: mqar_replicas (the
+    # runs trained together) lets a reader share it out (experiments/paper_grid/collect.py's gpu_s)
+    return [[{**sweep_result(setup, [{k: r[k] for k in _RATE_KEYS} for r in trained[at + j]], validation_instances(setup, s),
+                             device=device, t0=t0), "mqar_replicas": len(chains)}
+             for j, s in enumerate(seeds)] for at, setup, seeds in spans]
