@@ -23,9 +23,9 @@ pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings(
 CFG = ModelConfig(d_model=32, n_layers=4, vocab_size=32, n_heads=2, mixer_hparams=HP, residual_init="zero")
 
 
-def mixed_run(runs, takes=(), steps: int = STEPS):
+def mixed_run(runs, takes=(), steps: int = STEPS, static: bool = False):
     """``runs`` (layout, seed, lr) as one mixed replicated model, ``steps`` steps of the solo schedule."""
-    rep = replicate_mixed([seeded_model(lay, CFG, s) for lay, s, _ in runs], takes)
+    rep = replicate_mixed([seeded_model(lay, CFG, s) for lay, s, _ in runs], takes, static=static)
     opt = ReplicaAdamW(rep, [lr for *_, lr in runs], betas=BETAS, weight_decay=WD)
     streams = [mqar_train_batches(TASK, BATCH, s) for _, s, _ in runs]
     example = tuple(torch.cat(t) for t in zip(*(next(mqar_train_batches(TASK, BATCH, s)) for _, s, _ in runs)))
@@ -211,22 +211,13 @@ def test_slots_that_keep_their_layouts_compute_each_kinds_rows_only_and_train_as
     order = range_order(lays)
     assert [str(lays[i]) for i in order] == [t.replace("G", m) for t in ("AAAA", "GAGA", "GGGA", "GGGG")]
     runs = [(lays[i], 1 + i, (3e-3, 1e-3, 2e-3, 1e-3)[i]) for i in order]
-    rep = replicate_mixed([seeded_model(lay, CFG, s) for lay, s, _ in runs], static=True)
+    losses, rep, opt = mixed_run(runs, static=True)
     assert rep.static and [m.ranges for m in rep.routers] == kind_ranges([lay for lay, *_ in runs])
     assert rep.routers[1].ranges == [("attention", 0, 2), (runs[3][0].mixers[1], 2, 4)]
     assert rep.routers[1].mixers["attention"].q_proj.weight.shape[0] == 2  # rows of replicas 0 and 1 only
-    opt = ReplicaAdamW(rep, [lr for *_, lr in runs], betas=BETAS, weight_decay=WD)
-    streams = [mqar_train_batches(TASK, BATCH, s) for _, s, _ in runs]
-    example = tuple(torch.cat(t) for t in zip(*(next(mqar_train_batches(TASK, BATCH, s)) for _, s, _ in runs)))
-    step, _ = make_step(rep, opt, per_replica(mqar_loss, len(runs)), example, graph=False)
-    losses = []
-    for i in range(STEPS):
-        opt.set_lrs([_lr(i, lr) for *_, lr in runs])
-        x, y = (torch.cat(t) for t in zip(*(next(s) for s in streams)))
-        losses.append(step(x, y).tolist())
     for r, (lay, seed, lr) in enumerate(runs):
         solo_losses, solo_model = solo_run(lay, CFG, seed, lr)
-        assert_same_run(solo_losses, solo_model, [row[r] for row in losses], rep, r, f"{lay} in range mode")
+        assert_same_run(solo_losses, solo_model, losses[r], rep, r, f"{lay} in range mode")
     # unused rows of a narrowed kind never train: replica 3 (GGGG) has no attention at layer 1
     assert not rep.stacked["blocks.1.mixer.mixers.attention.q_proj.weight"].grad[3].any()
     with pytest.raises(ReplicaError, match=f"slot 3 keeps layout {m * 4} .* cannot take {m * 3}A"):

@@ -170,7 +170,7 @@ class MixedReplicatedLM(ReplicatedLM):
         self._solo: dict[Layout, dict[str, str]] = {}
         for r, m in enumerate(models):
             self._route(r, m.layout)
-            self._solo_map(m)
+            self._names_of(m)
         # slots that keep their layouts, each layer's kinds in contiguous replica ranges: each kind computes its rows only
         ranges = kind_ranges(self.slot_layouts) if static else None
         self.static = ranges is not None
@@ -204,8 +204,9 @@ class MixedReplicatedLM(ReplicatedLM):
             m.route[r] = m.kinds.index(layout.mixers[i])
         self.slot_layouts[r] = layout
 
-    def _solo_map(self, model: nn.Module) -> dict[str, str]:
-        """``model``'s parameter names -> the union's (kept per layout for :meth:`replica_state`)."""
+    def _names_of(self, model: nn.Module) -> dict[str, str]:
+        """``model``'s parameter names (a solo model of one of :attr:`takes`) -> the union's, kept per layout for
+        :meth:`_solo_names`."""
         mapped = {n: _union_name(n, model.layout) for n, _ in model.named_parameters()}
         missing = [u for u in mapped.values() if u not in self.stacked]
         if missing:
@@ -213,34 +214,20 @@ class MixedReplicatedLM(ReplicatedLM):
         self._solo[model.layout] = mapped
         return mapped
 
-    @torch.no_grad()
+    def _solo_names(self, r: int) -> dict[str, str]:
+        """The parameter names of the solo model slot ``r`` trains now -> the union's."""
+        return self._solo[self.slot_layouts[r]]
+
     def load_replica(self, r: int, model: nn.Module) -> None:
         """Replica ``r`` becomes ``model`` (a solo model of one of :attr:`takes`): its weights, and its route."""
-        if isinstance(getattr(model, "layout", None), str):  # a union model, while the storage is built
-            return super().load_replica(r, model)
         self._route(r, model.layout)
-        params = dict(model.named_parameters())
-        for n, u in self._solo_map(model).items():
-            self.stacked[u][r].copy_(params[n])
+        super().load_replica(r, model)
 
-    def replica_state(self, r: int) -> dict[str, Tensor]:
-        """Replica ``r``'s weights under its solo model's names (its current layout's parameters only)."""
-        return {n: self.stacked[u][r] for n, u in self._solo[self.slot_layouts[r]].items()}
-
-    @torch.no_grad()
     def to_solo(self, r: int, model: nn.Module) -> nn.Module:
         """Copy replica ``r``'s weights into ``model`` (a solo model of the layout slot ``r`` trains) and return it."""
         if model.layout != self.slot_layouts[r]:
             raise ReplicaError(f"to_solo: slot {r} trains {self.slot_layouts[r]}, not {model.layout}")
-        params = dict(model.named_parameters())
-        for n, u in self._solo_map(model).items():
-            params[n].copy_(self.stacked[u][r])
-        return model
-
-    def _row_names(self, r: int) -> dict[str, str]:
-        """Slot ``r``'s solo parameter names -> the union's (for :meth:`row_state`: by solo name, so a paused run
-        continues in a model of another layout set, or of its layout alone)."""
-        return self._solo[self.slot_layouts[r]]
+        return super().to_solo(r, model)
 
 
 def replicate_mixed(models: list[nn.Module], layouts: Sequence[Layout] | None = None,

@@ -115,7 +115,7 @@ class ReplicaAdamW:
 
     def slot_state(self, r: int) -> dict:
         """Replica ``r``'s optimizer state (moments and step counter, on the CPU): what a paused run keeps."""
-        row = self.model.row_state  # a mixed model keeps it by parameter name: portable across its layout sets
+        row = self.model.row_state  # by parameter name: it continues in a model of another layout set too
         return {"exp_avg": row(r, self.exp_avg[r]), "exp_avg_sq": row(r, self.exp_avg_sq[r]), "step": float(self.steps[r])}
 
     @torch.no_grad()

@@ -207,8 +207,9 @@ class ReplicatedLM(nn.Module):
             p.grad = self.flat_grad[:, lo:hi].view(R, *shapes[k])
             self.stacked[k] = by_id[id(solo[0][k])] = p
             self.decays[lo:hi] = weight_decays(solo[0][k])
+        self.columns = dict(zip(self.names, zip(self.offsets, self.ends)))  # name -> its [lo, hi) in a row
         for r, m in enumerate(models):
-            self.load_replica(r, m)
+            self._copy_in(r, m, {k: k for k in self.names})
         self.inner = copy.deepcopy(first)
         self._swap(first, by_id)
         self.layout, self.cfg = getattr(first, "layout", None), getattr(first, "cfg", None)
@@ -269,26 +270,39 @@ class ReplicatedLM(nn.Module):
             return self.inner(input_ids, blocks=blocks)
 
     # -- one replica's weights -------------------------------------------------------------------------------------
+    # -- one replica's weights, under the names of the solo model it trains ------------------------------------------
+    def _names_of(self, model: nn.Module) -> dict[str, str]:
+        """``model``'s parameter names (a solo model of this layout) -> this model's (here the same)."""
+        names = [n for n, _ in model.named_parameters()]
+        if set(names) != set(self.names):
+            raise ReplicaError("load_replica: the model's parameters are not this layout's")
+        return {n: n for n in names}
+
+    def _solo_names(self, r: int) -> dict[str, str]:
+        """The parameter names of the solo model slot ``r`` trains -> this model's (here the same)."""
+        return {n: n for n in self.names}
+
+    def _copy_in(self, r: int, model: nn.Module, names: dict[str, str]) -> None:
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for n, u in names.items():
+                self.stacked[u][r].copy_(params[n])
+
     def replica_state(self, r: int) -> dict[str, Tensor]:
         """Replica ``r``'s weights under the solo model's parameter names (views of :attr:`flat`)."""
-        return {k: self.stacked[k][r] for k in self.names}
+        return {n: self.stacked[u][r] for n, u in self._solo_names(r).items()}
 
-    @torch.no_grad()
     def load_replica(self, r: int, model: nn.Module) -> None:
         """Copy ``model``'s weights (a solo model of this layout) into replica ``r``, in place (a captured graph
         keeps reading the same storage)."""
-        params = dict(model.named_parameters())
-        if set(params) != set(self.names):
-            raise ReplicaError("load_replica: the model's parameters are not this layout's")
-        for k in self.names:
-            self.stacked[k][r].copy_(params[k])
+        self._copy_in(r, model, self._names_of(model))
 
     @torch.no_grad()
     def to_solo(self, r: int, model: nn.Module) -> nn.Module:
         """Copy replica ``r``'s weights into ``model`` (a solo model of this layout) and return it."""
         params = dict(model.named_parameters())
-        for k in self.names:
-            params[k].copy_(self.stacked[k][r])
+        for n, u in self._names_of(model).items():
+            params[n].copy_(self.stacked[u][r])
         return model
 
     def num_params(self) -> int:
@@ -296,16 +310,11 @@ class ReplicatedLM(nn.Module):
         return self._n_params
 
     # -- one replica's row of a [R, N] optimizer tensor, as a paused run keeps it ---------------------------------------
-    def _row_names(self, r: int) -> dict[str, str]:
-        """Slot ``r``'s solo parameter names -> this model's (here the same)."""
-        return {n: n for n in self.names}
-
     def row_state(self, r: int, row: Tensor) -> dict[str, Tensor]:
         """Replica ``r``'s ``row`` (``[N]``, its row of an optimizer moment) by solo parameter name, on the CPU: what a
         paused run keeps, so it can continue in any replicated model that holds its layout (one of a single layout or
         a mixed one, whose columns differ)."""
-        cols = dict(zip(self.names, zip(self.offsets, self.ends)))
-        return {n: row[cols[u][0]:cols[u][1]].detach().cpu().clone() for n, u in self._row_names(r).items()}
+        return {n: row[slice(*self.columns[u])].detach().cpu().clone() for n, u in self._solo_names(r).items()}
 
     @torch.no_grad()
     def load_row_state(self, r: int, row: Tensor, saved) -> None:
@@ -313,11 +322,9 @@ class ReplicatedLM(nn.Module):
         if isinstance(saved, Tensor):  # kept whole by the code before 2026-12-06: this model's own columns
             row.copy_(saved)
             return
-        cols = dict(zip(self.names, zip(self.offsets, self.ends)))
         row.zero_()
-        for n, u in self._row_names(r).items():
-            row[cols[u][0]:cols[u][1]].copy_(saved[n])
-
+        for n, u in self._solo_names(r).items():
+            row[slice(*self.columns[u])].copy_(saved[n])
 
 def replicate(models: list[nn.Module]) -> ReplicatedLM:
     """One :class:`ReplicatedLM` of ``models`` (same layout and config, any seeds), on their device."""
