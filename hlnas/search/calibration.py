@@ -41,14 +41,11 @@ def needs_calibration(space: SearchSpace) -> bool:
     return space.calibration.enabled and any(o.metric in RECALL_OBJECTIVES for o in space.objectives)
 
 
-#: ``replicas`` values: off; ``True`` (each calibration layout's seeds as replicas of one recall model); ``"family"``
-#: (every layout of one linear mixer, all seeds, as replicas of one mixed model: hlnas.training.mixed_replicas)
-REPLICAS = (False, True, "family")
-
-
 def check_replicas(space: SearchSpace, replicas) -> None:
-    """Refuse a ``replicas`` option the calibration of ``space`` cannot take (one-line ConfigError)."""
-    if not any(replicas is v or (isinstance(v, str) and replicas == v) for v in REPLICAS):
+    """Refuse a ``replicas`` option the calibration of ``space`` cannot take (one-line ConfigError). The values: False;
+    True, each calibration layout's seeds as replicas of one recall model; ``"family"``, every layout of one linear
+    mixer, all seeds, as replicas of one mixed model (hlnas.training.mixed_replicas)."""
+    if not (isinstance(replicas, bool) or replicas == "family"):  # a bool, not 1 or 0
         raise ConfigError(f"replicas is False, True (--replicas: each layout's seeds) or 'family' (--mixed-replicas: a "
                           f"mixer's layouts and seeds together), got {replicas!r}")
     if replicas and needs_calibration(space) and space.recall_source() != "mqar_acc":
