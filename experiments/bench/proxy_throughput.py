@@ -140,6 +140,11 @@ def mps_daemon():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
+def run_layouts(layouts: list[str], n: int) -> list[str]:
+    """Each of the ``n`` runs' layout: run ``i`` trains the ``(i mod len)``-th."""
+    return [layouts[i % len(layouts)] for i in range(n)]
+
+
 def replicas_round(layouts: list[str], n: int, args, steps: int, compile: bool = False) -> tuple[float, list]:
     """Wall seconds of the ``n`` runs (run ``i``: seed ``i``, layout ``layouts[i % len]``, the protocol's rate)
     trained in this process as replicas of one model (hlnas.score.recall_replicas; of one mixed model where the
@@ -147,7 +152,7 @@ def replicas_round(layouts: list[str], n: int, args, steps: int, compile: bool =
     the replicas' step under torch.compile before capture; and each run's clock."""
     from hlnas.score.recall_replicas import train_mqar_layouts
 
-    recipes = [recall_spec(i, layouts[i % len(layouts)], args, steps, compile).recipe for i in range(n)]
+    recipes = [recall_spec(i, lay, args, steps, compile).recipe for i, lay in enumerate(run_layouts(layouts, n))]
     units: dict = {}
     for r in recipes:
         units.setdefault(r.layout, []).append(r.train.seed)
@@ -168,8 +173,7 @@ def _layout_units(layouts: list[str], n: int, args, steps: int, compile: bool) -
     import dataclasses
 
     specs: dict[str, list] = {}
-    for i in range(n):
-        lay = layouts[i % len(layouts)]
+    for i, lay in enumerate(run_layouts(layouts, n)):
         specs.setdefault(lay, []).append(recall_spec(i, lay, args, steps, compile))
     return [dataclasses.replace(first, replicas=tuple(rest)) for first, *rest in specs.values()]
 
@@ -180,8 +184,8 @@ REPLICA_MODES = ("replicas", "replicas_compiled", "replicas_mixed", "replicas_mi
 
 
 def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list, float | None]:
-    """Wall seconds, the runs' clocks and (in-process modes on CUDA) the peak GiB allocated of one timed round of ``n`` runs (run ``i`` of ``layouts[i % len]``) in
-    ``mode``: processes (n workers, one run each), streams (one worker, n runs on n CUDA streams), mps (n workers
+    """Wall seconds, the runs' clocks and (in-process modes on CUDA) the peak GiB allocated of one timed round of ``n``
+    runs (:func:`run_layouts`) in ``mode``: processes (n workers, one run each), streams (one worker, n runs on n CUDA streams), mps (n workers
     under the MPS daemon), replicas (this process, the n runs as replicas of one model: stacked weights, the replicas
     folded into the batch, hlnas.training.replicas; one layout only), replicas_mixed (the same with several layouts
     in one mixed model, hlnas.training.mixed_replicas, each layer's kinds computing their own replicas' rows where an
@@ -219,10 +223,10 @@ def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list, f
     def specs(steps: int) -> list:
         if mode.startswith("layout_replicas"):
             return _layout_units(layouts, n, args, steps, compile)
-        return [recall_spec(i, layouts[i % len(layouts)], args, steps, compile) for i in range(n)]
+        return [recall_spec(i, lay, args, steps, compile) for i, lay in enumerate(run_layouts(layouts, n))]
 
     with mps_daemon() if mode in ("mps", "mps_compiled") else contextlib.nullcontext():
-        workers = len(specs(1)) if mode.startswith("layout_replicas") else n
+        workers = len(set(run_layouts(layouts, n))) if mode.startswith("layout_replicas") else n  # a worker per unit
         ex = ProcessExecutor(1, runs_per_worker=n) if mode == "streams" else ProcessExecutor(workers, runs_per_worker=1)
         # each run's torch.compile (a new model per run) is inside the timed window
         try:
@@ -299,9 +303,9 @@ def main(argv=None) -> int:
         layout = layouts[0] if len(layouts) == 1 else spec
         rcfg = recall_model_config(preset("proxy-gpu"), {"d_model": args.d_model, "n_heads": 2}, args.vocab)
         for n in (int(x) for x in args.runs.split(",")):
-            # the runs' mean model FLOPs per step (run i of layouts[i % len])
-            flops_step = sum(3 * layout_cost(Layout.parse(layouts[i % len(layouts)]), rcfg, context=args.seq_len)
-                             .flops_per_token * args.batch * args.seq_len for i in range(n)) / n
+            # the runs' mean model FLOPs per step
+            flops_step = sum(3 * layout_cost(Layout.parse(lay), rcfg, context=args.seq_len).flops_per_token
+                             * args.batch * args.seq_len for lay in run_layouts(layouts, n)) / n
             base = steady_base = None
             for mode in args.modes.split(","):
                 try:
