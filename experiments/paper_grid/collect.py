@@ -108,10 +108,10 @@ def stored_space(study: optuna.Study):
 def gpu_seconds(a: dict, concurrency: int | None) -> dict:
     """``mqar_s`` / ``mqar_replicas`` + ``train_wall_s`` (wall seconds; a missing part counts 0, both missing: blank),
     and / N. A run trained as one of R replicas has the set's whole recall time as its ``mqar_s``: its share is 1/R."""
-    parts = [a.get(k) for k in ("mqar_s", "train_wall_s")]
-    share = [float(parts[0]) / max(1, int(a.get("mqar_replicas") or 1)) if parts[0] is not None else None, parts[1]]
-    g = None if all(p is None for p in parts) else round(sum(float(p) for p in share if p is not None), 2)
-    return {"mqar_s": parts[0], "train_wall_s": parts[1], "gpu_s": g, "concurrency": concurrency,
+    mqar, lm = a.get("mqar_s"), a.get("train_wall_s")
+    g = None if mqar is None and lm is None else round(
+        (0.0 if mqar is None else float(mqar) / int(a.get("mqar_replicas") or 1)) + float(lm or 0.0), 2)
+    return {"mqar_s": mqar, "train_wall_s": lm, "gpu_s": g, "concurrency": concurrency,
             "gpu_s_est": None if g is None or not concurrency else round(g / concurrency, 2)}
 
 
