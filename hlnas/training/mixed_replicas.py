@@ -168,6 +168,7 @@ class MixedReplicatedLM(ReplicatedLM):
             m.fold = self.fold
         self.slot_layouts: list[Layout] = [m.layout for m in models]
         self._solo: dict[Layout, dict[str, str]] = {}
+        self.static = False  # set below, once the slots are routed
         for r, m in enumerate(models):
             self._route(r, m.layout)
             self._names_of(m)
@@ -194,7 +195,7 @@ class MixedReplicatedLM(ReplicatedLM):
 
     @torch.no_grad()
     def _route(self, r: int, layout: Layout) -> None:
-        if getattr(self, "static", False) and layout != self.slot_layouts[r]:
+        if self.static and layout != self.slot_layouts[r]:
             raise ReplicaError(f"slot {r} keeps layout {self.slot_layouts[r]} (a model whose kinds compute their own rows "
                                f"only): it cannot take {layout}")
         if layout not in self.takes:
