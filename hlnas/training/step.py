@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
+from hlnas.kernels import backends
 
 __all__ = ["compiled", "compile_module", "INDUCTOR_OPTIONS", "weight_decays", "make_optimizer", "make_step", "set_lr",
            "snapshot", "rewind"]
@@ -80,6 +81,11 @@ INDUCTOR_OPTIONS = _inductor_options()
 
 def compile_module(module: nn.Module, backend: str = "inductor") -> nn.Module:
     """``torch.compile(module)`` with :data:`INDUCTOR_OPTIONS` when the backend is inductor."""
+    if torch.cuda.is_available():
+        # import fla now, eagerly: the kernels import it on their first call, and inside dynamo's trace that import
+        # fails, so every op of the model fell back to the PyTorch kernels (2026-12-06, H100: a compiled 10-run mixed
+        # model took them and ran out of memory). The probe is cached, so the trace then only reads its answer.
+        backends.fla_status()
     options = INDUCTOR_OPTIONS if backend == "inductor" and INDUCTOR_OPTIONS else None
     return torch.compile(module, backend=backend, options=options)
 
