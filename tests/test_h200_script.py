@@ -326,3 +326,16 @@ def test_calibrate_by_passes_the_replicas_choice_to_hlnas_calibrate(tmp_path, ca
     (line,) = calls.read_text().splitlines()
     got = [f for f in ("--replicas", "--mixed-replicas") if f in line.split()]
     assert got == ([] if flag is None else [flag]), line
+
+
+def test_gpu_tests_cut_by_their_time_limit_still_say_which_test_failed(tmp_path):
+    """A gpu_tests step that runs out of time stops pytest with SIGINT, which still prints the failures so far, and
+    the step prints them (on 2026-12-06 a timed-out run showed only its progress dots, and which test failed was
+    lost): the fake pytest fails one test, then waits until interrupted."""
+    _machine(tmp_path, 'case "$*" in *device_count*) echo 1; exit 0;; *pytest*)\n'
+                       '  echo ".F"; sleep 30 & s=$!\n'
+                       '  trap \'kill $s; echo "FAILED tests/test_x.py::test_b - AssertionError: boom"; exit 2\' INT\n'
+                       '  wait $s; exit 0;;\nesac\nexit 0\n')
+    r = _run_steps(tmp_path, ["gpu_tests:18"])
+    assert "gpu_tests rc=124" in r.stdout
+    assert "FAILED tests/test_x.py::test_b - AssertionError: boom" in r.stdout

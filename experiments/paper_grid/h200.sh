@@ -320,9 +320,11 @@ PY
                  # the captured and compiled LM steps with them inside; the mixed replicas' test runs with their bench,
                  # paper_grid README block 6)
       [[ $step == gpu_tests:* ]] && t=${step#gpu_tests:} || t=150
-      timeout $(cap $t) python3 -m pytest -q -rP -m gpu ${GPU_TESTS:-tests/kernels/test_l2norm.py tests/kernels/test_causal_conv1d.py tests/test_model_gpu.py tests/test_head_loss.py tests/test_train_gpu.py} \
+      # SIGINT, not TERM: pytest stops at the test in progress and still prints the failures so far (on 2026-12-06 a
+      # timed-out run printed only its progress dots, and which test failed, and why, was lost); KILL 15 s later
+      timeout -s INT -k 15 $(( $(cap $t) > 16 ? $(cap $t) - 15 : 1 )) python3 -m pytest -q -rfEP -m gpu ${GPU_TESTS:-tests/kernels/test_l2norm.py tests/kernels/test_causal_conv1d.py tests/test_model_gpu.py tests/test_head_loss.py tests/test_train_gpu.py} \
         -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
-      rc=$?; say "gpu_tests rc=$rc"; echo "gpu_tests rc=$rc" >$STATE/gpu_tests_rc; tail -n 5 "$OUT/logs/gpu_tests.log" ;;
+      rc=$?; say "gpu_tests rc=$rc"; echo "gpu_tests rc=$rc" >$STATE/gpu_tests_rc; grep -E "^(FAILED|ERROR) " "$OUT/logs/gpu_tests.log" | cut -c1-300; tail -n 2 "$OUT/logs/gpu_tests.log" ;;
     sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
                  # the script's start, running ones are cut 30 s before CALL_LIMIT; SWEEP_ARGS: its other options.
                  # SWEEP_STATE=1: cases longer than a call pause 90 s before CALL_LIMIT, their state kept on this
