@@ -148,22 +148,3 @@ def test_hlnas_compiles_hand_fla_kernels_python_floats_as_fp32(monkeypatch):
     assert seen and all(kw["options"] == step.INDUCTOR_OPTIONS for kw in seen if kw["backend"] == "inductor")
     assert any(kw["backend"] == "inductor" for kw in seen) and any(kw["options"] is None for kw in seen)
 
-
-def test_fla_is_probed_eagerly_before_any_compile_on_a_cuda_machine(monkeypatch):
-    """The kernels import fla on their first call; inside dynamo's trace that import fails and every op falls back to
-    the PyTorch kernels (H100, 2026-12-06: a compiled mixed model did, and ran out of memory). So each compile asks for
-    fla's status first, eagerly, where a CUDA device exists, and not where none does."""
-    from hlnas.kernels import backends
-    from hlnas.training import step
-
-    order = []
-    monkeypatch.setattr(backends, "fla_status", lambda: order.append("probe") or (True, "ok"))
-    monkeypatch.setattr(torch, "compile", lambda m, **kw: order.append("compile") or m)
-    model = seeded_model(Layout.parse("AG"), CFG, 0)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    step.compile_module(model)
-    assert order == ["compile"]
-    order.clear()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    compiled(model, True, "score.mqar.compile")
-    assert order[0] == "probe" and "compile" in order and order.index("compile") > 0

@@ -39,7 +39,7 @@ from hlnas.errors import KernelUnavailable
 __all__ = [
     "BACKENDS", "RULES", "Rule", "route", "resolve_backend", "fla_status", "use_backend", "warn_once", "needs_grad",
     "FLA_MIN_HEAD_DIM", "FLA_RECURRENT_MAX_T", "gated_backward_verdict", "fla_gated_backward_ok", "simple_gla_gated_backward_ok",
-    "tilelang_usable",
+    "tilelang_usable", "probe_process",
     "fla_hgrn", "fla_gla", "fla_simple_gla", "fla_delta_rule", "fla_gated_delta_rule", "fla_causal_conv1d", "fla_l2norm",
     "quick_autotune",
 ]
@@ -52,7 +52,29 @@ _logged: set[str] = set()
 
 
 # -- the backend asked for, and whether fla can run at all -------------------------------------------
-@functools.cache
+def _process_fact(fn: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
+    """A fact about this process that routing reads on every op call (is fla importable? is TileLang usable?):
+    computed once, eagerly, and kept in a plain dict.
+
+    Not ``functools.cache``: dynamo ignores a cache wrapper and traces the function inside, so every compiled recall
+    model probed again while being traced, and importing fla inside the trace failed (fla's version check). Every op
+    then went to the PyTorch kernels (2026-12-06, H100: each compiled run of the K=128 probe, and a compiled 10-run
+    mixed model, which ran out of memory on them). Met first inside a trace, the probe still runs eagerly (one graph
+    break, once); :func:`probe_process` runs every probe before anything compiles."""
+    facts: dict[str, tuple[bool, str]] = {}
+    eager = torch.compiler.disable(fn)
+
+    @functools.wraps(fn)
+    def fact() -> tuple[bool, str]:
+        if "answer" not in facts:
+            facts["answer"] = eager()
+        return facts["answer"]
+
+    fact.forget = facts.clear  # tests: probe again
+    return fact
+
+
+@_process_fact
 def fla_status() -> tuple[bool, str]:
     """(importable, reason). Importing fla takes seconds (17 s on the H200), so only once."""
     if not torch.cuda.is_available():
@@ -63,6 +85,13 @@ def fla_status() -> tuple[bool, str]:
     except Exception as e:  # ImportError, or triton failing to find a driver
         return False, f"fla cannot be imported: {type(e).__name__}: {e}"
     return True, "ok"
+
+
+def probe_process() -> None:
+    """Every process fact the routing reads, probed now, eagerly: call it before ``torch.compile`` (hlnas's
+    ``compile_module`` does), so no trace meets a probe."""
+    if fla_status()[0]:
+        tilelang_usable()
 
 
 def resolve_backend(op: str, x: Tensor, backend: str | None = None) -> str:
@@ -261,7 +290,7 @@ def _triton_version() -> str | None:
     return triton.__version__
 
 
-@functools.cache
+@_process_fact
 def tilelang_usable() -> tuple[bool, str]:
     """Whether fla would route the gated backward to TileLang: the same checks as fla's dispatch."""
     if importlib.util.find_spec("tilelang") is None:

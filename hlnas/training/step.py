@@ -81,11 +81,9 @@ INDUCTOR_OPTIONS = _inductor_options()
 
 def compile_module(module: nn.Module, backend: str = "inductor") -> nn.Module:
     """``torch.compile(module)`` with :data:`INDUCTOR_OPTIONS` when the backend is inductor."""
-    if torch.cuda.is_available():
-        # import fla now, eagerly: the kernels import it on their first call, and inside dynamo's trace that import
-        # fails, so every op of the model fell back to the PyTorch kernels (2026-12-06, H100: a compiled 10-run mixed
-        # model took them and ran out of memory). The probe is cached, so the trace then only reads its answer.
-        backends.fla_status()
+    # fla's import and the other routing facts, probed eagerly now: the kernels probe on their first call, and inside
+    # dynamo's trace importing fla failed, so every op went to the PyTorch kernels (backends._process_fact)
+    backends.probe_process()
     options = INDUCTOR_OPTIONS if backend == "inductor" and INDUCTOR_OPTIONS else None
     return torch.compile(module, backend=backend, options=options)
 

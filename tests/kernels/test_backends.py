@@ -132,6 +132,34 @@ def test_fla_status_without_cuda():
     assert backends.fla_status() == (False, "no CUDA device")
 
 
+def test_a_process_fact_met_inside_a_compiled_function_is_probed_once_and_eagerly(monkeypatch):
+    """Dynamo traces through ``functools.cache``, and importing fla inside the trace failed, which sent every op of a
+    compiled recall model to the PyTorch kernels (H100, 2026-12-06). A process fact is probed outside any trace, once,
+    and the compiled function reads its answer; the compile wrapper probes every fact before compiling."""
+    from hlnas.training import step
+
+    seen = []
+
+    @backends._process_fact
+    def probe():
+        seen.append(torch.compiler.is_compiling())  # True inside a trace: what an import there would run under
+        return True, "ok"
+
+    def f(x):
+        ok, _ = probe()
+        return x + 1 if ok else x - 1
+
+    compiled = torch.compile(f, backend="eager")
+    assert torch.equal(compiled(torch.zeros(3)), torch.ones(3)) and torch.equal(compiled(torch.ones(3)), 2 * torch.ones(3))
+    assert seen == [False]
+    probed = []
+    monkeypatch.setattr(backends, "fla_status", lambda: probed.append("fla") or (True, "ok"))
+    monkeypatch.setattr(backends, "tilelang_usable", lambda: probed.append("tilelang") or (True, "ok"))
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: probed.append("compile") or m)
+    step.compile_module(torch.nn.Linear(2, 2))
+    assert probed == ["fla", "tilelang", "compile"]
+
+
 # -- the per-op rules, given faked facts -----------------------------------------------------------------
 @pytest.fixture
 def on_fla(clean):
