@@ -85,3 +85,29 @@ def test_a_family_of_layouts_as_processes_per_layout_replicas_and_one_mixed_mode
     import hlnas.score.recall_replicas as rr
 
     assert rr.MIXED_RANGES is True  # the where mode put the switch back
+
+
+def test_a_mode_that_fails_is_a_one_line_row_and_its_memory_is_released_before_the_next_mode(tmp_path, monkeypatch):
+    """A CUDA out-of-memory error spans lines (its row broke the markdown table on the H100, 2026-12-06), and its
+    traceback kept the failed model's memory, so the next mode ran out too: the row holds one line, and the memory
+    is released before the next mode runs."""
+    seen = []
+
+    def measure(layouts, n, mode, args):
+        seen.append(mode)
+        if mode == "replicas_mixed":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 MiB.\nSearch for `cudaErrorMemoryAllocation'")
+        return 1.0, [], None
+
+    monkeypatch.setattr(proxy_throughput, "measure", measure)
+    monkeypatch.setattr(proxy_throughput, "release_memory", lambda: seen.append("release"))
+    args = ["--runs", "2", "--layouts", "family:hgrn", "--layers", "6", "--steps", "3",
+            "--modes", "processes,replicas_mixed,layout_replicas", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert proxy_throughput.main(args) == 0
+    assert seen == ["processes", "replicas_mixed", "release", "layout_replicas"]
+    (path,) = tmp_path.glob("proxy_throughput_cpu_*.csv")
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    assert rows[1]["error"] == "CUDA out of memory. Tried to allocate 80.00 MiB. Search for `cudaErrorMemoryAllocation'"
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("| family:hgrn")]
+    assert len(table) == 3 and all(ln.endswith("|") for ln in table)

@@ -140,6 +140,19 @@ def mps_daemon():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
+def release_memory() -> None:
+    """The GPU memory a failed in-process mode held, back before the next mode: the error's traceback kept its frames
+    (the model, its activations) alive, so after a 10-run mixed model ran out of memory on the H100 (2026-12-06) the
+    next mode's workers ran out too, on memory no one used."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def run_layouts(layouts: list[str], n: int) -> list[str]:
     """Each of the ``n`` runs' layout: run ``i`` trains the ``(i mod len)``-th."""
     return [layouts[i % len(layouts)] for i in range(n)]
@@ -313,9 +326,11 @@ def main(argv=None) -> int:
                 except (RuntimeError, SystemExit, OSError) as e:  # a mode that cannot run here is a row saying why
                     rows.append({"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": "", "tokens_per_s": 0,
                                  "mfu": 0.0, "ratio": "", "steady_steps_per_s": "", "steady_ratio": "", "overlap": "",
-                                 "wall_s": "", "error": str(e)[:200]})
+                                 "wall_s": "", "error": " ".join(str(e).split())[:200]})  # one line: a table cell
                     print(rows[-1], flush=True)
                     write(quiet=True)
+                    del e
+                    release_memory()
                     continue
                 sps, (steady, overlap) = n * args.steps / wall, steady_rate(clocks)
                 row = {"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": round(sps, 2),
