@@ -140,7 +140,8 @@ def _row(case: dict, r, at_s: float) -> dict:
             "curve": run.get("curve"), "error": _error_text(r.error or m.get("mqar_error")),
             "kv_pairs": mq.get("kv_pairs"), "seq_len": mq.get("seq_len"), "model": mq.get("model"),
             "task": mq.get("task"), "vt": mq.get("vt"), "by_hop": m.get("mqar_by_hop"),
-            "replicas_error": m.get("replicas_error"), "at_s": round(at_s, 1), **cut}
+            "replicas_error": m.get("replicas_error"), "at_s": round(at_s, 1),
+            "kernel_fallbacks": mq.get("kernel_fallbacks"), **cut}
 
 
 def _error_text(error: str | None, keep: int = 300) -> str | None:
@@ -320,7 +321,10 @@ def _table(rows: list[dict]) -> list[str]:
     """The sweep's markdown table, a row per case, sorted by tag, layout, lr and seed."""
     lines = ["| layout | tag | seed | K | L | lr | acc | no-recall | steps | to target | auc | wall s | mode | VT by hop: acc [no-recall] |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    fallbacks: dict[str, list[str]] = {}  # kernel fallback -> the cases whose process gave it
     for r in sorted(rows, key=lambda r: (r.get("tag", ""), r["layout"], r.get("lr", 0), r.get("seed", 0))):
+        for f in r.get("kernel_fallbacks") or ():
+            fallbacks.setdefault(f, []).append(f"{r.get('tag') or r['layout']} s{r['seed']}")
         acc = "-" if r.get("acc") is None else f"{r['acc']:.3f}"
         base = "-" if r.get("baseline") is None else f"{r['baseline']:.3f}"
         # a case cut by its time budget: its steps as "done (cut)", its area over the steps it had
@@ -331,6 +335,9 @@ def _table(rows: list[dict]) -> list[str]:
         lines.append(f"| {r['layout']} | {r.get('tag', '')} | {r['seed']} | {r.get('kv_pairs', '')} | {r.get('seq_len', '')} | "
                      f"{r['lr']:g} | {acc} | {base} | {steps} | {r.get('steps_to_target') or '-'} | {auc} | "
                      f"{r.get('wall_s', '')} | {r.get('mode', r['status'])} | {_by_hop(r.get('by_hop'))} |")
+    if fallbacks:  # what ran on the PyTorch kernels where fla was asked for: the runs' speed and memory are not fla's
+        lines += ["", "Kernel fallbacks (ops these cases' processes ran on the PyTorch kernels instead of fla, and why):", ""]
+        lines += [f"- {f}: {', '.join(cases)}" for f, cases in fallbacks.items()]
     return lines
 
 

@@ -107,6 +107,40 @@ def test_a_case_cut_by_its_time_budget_says_so_and_gets_its_area_over_the_steps_
     assert "| 1500 (paused) |" in row and f"| {cut['auc_steps_done']:.3f} over 1500 steps |" in row
 
 
+def test_kernel_fallbacks_of_a_case_reach_its_row_and_a_list_under_the_table():
+    """What ran on the PyTorch kernels where fla was asked for is a result, not only a log line: every compiled
+    recall-only run of 2026-12-01..06 ran there unnoticed. The run's stored fallbacks reach its row, and the table
+    lists each fallback with the cases that gave it; a sweep without any adds nothing."""
+    import experiments.recall_sweep as sweep
+    from hlnas.search.trial import TrialResult
+
+    why = "using the PyTorch kernels on CUDA: fla cannot be imported: ImportError: x"
+    m = {"mqar_acc": 0.98, "mqar_baseline": 0.016, "mqar_steps_done": 100, "mqar_steps_to_target": 100,
+         "mqar_auc": 0.9, "mqar": {"steps": 100, "runs": [{}], "kernel_fallbacks": [why]}}
+    a = sweep._row({"layout": "AA", "lr": 1e-3, "seed": 0, "tag": "control"}, TrialResult(0, "ok", m), 1.0)
+    b = sweep._row({"layout": "GA", "lr": 1e-3, "seed": 1}, TrialResult(1, "ok", {**m, "mqar": {"steps": 100}}), 1.0)
+    assert a["kernel_fallbacks"] == [why] and b["kernel_fallbacks"] is None
+    table = sweep._table([a, b])
+    assert table[-1] == f"- {why}: control s0"
+    assert not any("fallback" in line for line in sweep._table([b]))
+
+
+def test_a_recall_run_records_the_kernel_fallbacks_of_its_process(monkeypatch):
+    """train_mqar's result carries the fallbacks the process gave (backends.warn_once's), empty where there were none."""
+    from hlnas.config import ModelConfig
+    from hlnas.kernels import backends
+    from hlnas.layout import Layout
+    from hlnas.score.recall_proxy import MqarConfig, train_mqar
+
+    monkeypatch.setattr(backends, "_logged", set())
+    cfg = MqarConfig(seq_len=16, kv_pairs=2, vocab=32, batch=4, steps=2, eval_every=1, val=8, test=8, lr=1e-3)
+    base = ModelConfig(d_model=16, n_layers=2, vocab_size=32, n_heads=2)
+    assert train_mqar(Layout.parse("GA"), base, cfg, device="cpu")["mqar"]["kernel_fallbacks"] == []
+    monkeypatch.setattr(backends, "_logged", {"gla: using the PyTorch kernel instead of fla: why"})
+    got = train_mqar(Layout.parse("GA"), base, cfg, device="cpu")["mqar"]["kernel_fallbacks"]
+    assert got == ["gla: using the PyTorch kernel instead of fla: why"]
+
+
 def test_with_state_a_paused_sweep_continues_exactly_and_reads_back_what_finished(tmp_path):
     """--state: a case paused past --pause-by continues in the next run of the same command to the curve of one
     straight run; a finished case is read back from the state, not trained again; a changed case starts afresh."""

@@ -21,9 +21,9 @@ import functools
 
 import torch
 
-from hlnas.kernels.backends import BACKENDS, fla_status, quick_autotune, resolve_backend, use_backend, warn_once
+from hlnas.kernels.backends import BACKENDS, fla_status, kernel_fallbacks, quick_autotune, resolve_backend, use_backend, warn_once
 
-__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "use_backend", "quick_autotune", "warn_once", "without_autocast"]
+__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "kernel_fallbacks", "use_backend", "quick_autotune", "warn_once", "without_autocast"]
 
 #: Every sequence op, one module each under hlnas/kernels/, with ``<op>`` and ``naive_<op>`` (inputs for checks: tests/kernels/inputs.py).
 OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule", "causal_conv1d", "l2norm")

@@ -39,7 +39,7 @@ from hlnas.errors import KernelUnavailable
 __all__ = [
     "BACKENDS", "RULES", "Rule", "route", "resolve_backend", "fla_status", "use_backend", "warn_once", "needs_grad",
     "FLA_MIN_HEAD_DIM", "FLA_RECURRENT_MAX_T", "gated_backward_verdict", "fla_gated_backward_ok", "simple_gla_gated_backward_ok",
-    "tilelang_usable", "probe_process",
+    "tilelang_usable", "probe_process", "kernel_fallbacks",
     "fla_hgrn", "fla_gla", "fla_simple_gla", "fla_delta_rule", "fla_gated_delta_rule", "fla_causal_conv1d", "fla_l2norm",
     "quick_autotune",
 ]
@@ -119,6 +119,13 @@ def warn_once(message: str) -> None:
     if message not in _logged:
         _logged.add(message)
         log.warning(message)
+
+
+def kernel_fallbacks() -> list[str]:
+    """Every kernel-path warning this process has given (an op sent from fla to the PyTorch kernels on CUDA, and why),
+    sorted. Results record it beside their numbers: on 2026-12-06 a bug had sent every op of the compiled recall-only
+    runs to the PyTorch kernels for a week, told only in a log line."""
+    return sorted(_logged)
 
 
 def _torch_ops() -> set[str]:

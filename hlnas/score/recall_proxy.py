@@ -41,6 +41,7 @@ import torch
 
 from hlnas.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
+from hlnas.kernels import kernel_fallbacks
 from hlnas.layout import Layout
 from hlnas.model import seeded_model
 from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of, typed_fields
@@ -421,6 +422,8 @@ def sweep_result(setup: RecallSetup, runs: list[dict], val, *, device, t0: float
                            if k in ("d_model", "n_heads", "n_layers", "mlp_hidden", "vocab_size", "residual_init")},
                  "attention_input_conv": best["model"].cfg.mixer_hparams.get("attention", {}).get("input_conv", 0),
                  "params": best["model"].num_params(), "mode": best["mode"],
+                 # the ops this process ran on the PyTorch kernels where fla was asked for, and why (empty off CUDA)
+                 "kernel_fallbacks": kernel_fallbacks(),
                  "runs": [{k: v for k, v in r.items() if k != "model"} for r in runs]},
     }
     if isinstance(task, VtTask) and hits is not None:  # whether a layout chains: accuracy per hop count of the query
