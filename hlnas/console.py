@@ -179,6 +179,12 @@ def front_table(rows: list[dict], calibration: dict | None) -> str:
                      f"{format_value(r['val_loss']):>9} {r['params'] or 0:>12,}"
                      + (f" {format_value(r.get('recall_auc')):>10}" if auc else "")
                      + (f"  (result of {r['result_from']})" if r.get("result_from") else ""))  # adopted, not trained here
+    # what ran on the PyTorch kernels where fla was asked for (mqar.kernel_fallbacks): same numbers, not fla's seconds
+    slow = [r for r in rows if r.get("kernel_fallbacks")]
+    if slow:
+        lines.append(f"  ({len(slow)} of these trials ran ops on the PyTorch kernels instead of fla: their recall stands, "
+                     f"their seconds are not fla's)")
+        lines += [f"    - {f}" for f in sorted({f for r in slow for f in r["kernel_fallbacks"]})]
     status = (calibration or {}).get("status")
     if status in ("skipped", "disabled", None):
         lines.append(f"  (calibration {status or 'not run'}: these recall numbers were not validated by the protocol's controls)")

@@ -273,3 +273,14 @@ def test_train_summary_shows_the_headline_fields_and_scalar_scores_only():
     assert shown["status"] == "ok" and shown["steps"] == 32 and shown["error"] is None
     assert "loss_curve" not in shown and shown["scores"] == {"mqar_acc": 0.75}
     assert "scores" not in json.loads(train_summary({"status": "failed", "scores": {}}))
+
+
+def test_front_table_lists_the_kernel_fallbacks_of_its_trials_before_the_calibration_note():
+    """A trial whose process ran ops on the PyTorch kernels where fla was asked for (every compiled recall-only run for
+    a week in 2026-12 did, unseen): the table says how many, and each distinct reason once."""
+    why = "gla: using the PyTorch kernel instead of fla: key head dim 16 < 64"
+    rows = [row(0, "GGGA", 1024, kernel_fallbacks=[why]), row(1, "GGGG", 0, kernel_fallbacks=[why]), row(2, "GAGA", 0)]
+    lines = front_table(rows, {"status": "invalid"}).split("\n")
+    assert lines[-3] == "  (2 of these trials ran ops on the PyTorch kernels instead of fla: their recall stands, their seconds are not fla's)"
+    assert lines[-2] == f"    - {why}" and lines[-1].startswith("  (calibration invalid: ")
+    assert not any("PyTorch kernels" in line for line in front_table([row(2, "GAGA", 0)], None).split("\n"))

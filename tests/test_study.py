@@ -440,3 +440,16 @@ def test_the_stored_paper_grid_study_matches_its_space_file_written_nested(tmp_p
     assert "mqar_mixed" in written and "mqar_mixed_scales" not in written  # nested, as written now
     stored = space_from_dict(raw, where="study 'paper_grid_h200_mqar'")
     assert stored.fingerprint() == space.fingerprint() and stored.diff(space) == []
+
+
+def test_front_rows_carry_each_trials_kernel_fallbacks_and_none_for_old_trials():
+    """front_rows reads a trial's recall-run kernel fallbacks from its stored ``mqar`` (what front_table lists); trials
+    stored before the key existed read as none."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_user_attr("hlnas_objectives", [{"name": "recall", "metric": "recall", "direction": "maximize"},
+                                             {"name": "kv_cache_bytes", "metric": "kv_cache_bytes", "direction": "minimize"}])
+    why = "using the PyTorch kernels on CUDA: fla cannot be imported: X"
+    for n, (recall, kv, mqar) in enumerate([(0.9, 2, {"kernel_fallbacks": [why]}), (0.5, 1, {"steps": 10})]):
+        study.add_trial(optuna.trial.create_trial(values=[recall, kv], user_attrs={
+            "layout": f"L{n}", "recall": recall, "kv_cache_bytes": kv, "mqar": mqar}))
+    assert {r["layout"]: r["kernel_fallbacks"] for r in front_rows(study)} == {"L0": [why], "L1": []}

@@ -187,7 +187,8 @@ def front_rows(study: optuna.Study) -> list[dict]:
                      **({"recall_auc": a["recall_auc"]} if "recall_auc" in {o["metric"] for o in objs} else {}),
                      "recall_baseline_name": a.get("recall_baseline_name"),
                      "kv_cache_bytes": a.get("kv_cache_bytes"), "val_loss": a.get("val_loss"),
-                     "params": a.get("params"), "result_from": a.get("result_from")})
+                     "params": a.get("params"), "result_from": a.get("result_from"),
+                     "kernel_fallbacks": (a.get("mqar") or {}).get("kernel_fallbacks") or []})
     rows.sort(key=lambda r: (r["kv_cache_bytes"] or 0, -(r["recall"] or 0)))
     return rows
 
