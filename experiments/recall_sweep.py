@@ -141,7 +141,7 @@ def _row(case: dict, r, at_s: float) -> dict:
             "kv_pairs": mq.get("kv_pairs"), "seq_len": mq.get("seq_len"), "model": mq.get("model"),
             "task": mq.get("task"), "vt": mq.get("vt"), "by_hop": m.get("mqar_by_hop"),
             "replicas_error": m.get("replicas_error"), "at_s": round(at_s, 1),
-            "kernel_fallbacks": mq.get("kernel_fallbacks"), **cut}
+            "kernel_fallbacks": mq.get("kernel_fallbacks"), "peak_gib": mq.get("peak_gib"), **cut}
 
 
 def _error_text(error: str | None, keep: int = 300) -> str | None:

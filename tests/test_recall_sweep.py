@@ -135,7 +135,8 @@ def test_a_recall_run_records_the_kernel_fallbacks_of_its_process(monkeypatch):
     monkeypatch.setattr(backends, "_logged", set())
     cfg = MqarConfig(seq_len=16, kv_pairs=2, vocab=32, batch=4, steps=2, eval_every=1, val=8, test=8, lr=1e-3)
     base = ModelConfig(d_model=16, n_layers=2, vocab_size=32, n_heads=2)
-    assert train_mqar(Layout.parse("GA"), base, cfg, device="cpu")["mqar"]["kernel_fallbacks"] == []
+    first = train_mqar(Layout.parse("GA"), base, cfg, device="cpu")["mqar"]
+    assert first["kernel_fallbacks"] == [] and first["peak_gib"] is None
     monkeypatch.setattr(backends, "_logged", {"gla: using the PyTorch kernel instead of fla: why"})
     got = train_mqar(Layout.parse("GA"), base, cfg, device="cpu")["mqar"]["kernel_fallbacks"]
     assert got == ["gla: using the PyTorch kernel instead of fla: why"]
@@ -241,3 +242,16 @@ def test_a_failed_cases_row_keeps_the_errors_first_line():
     assert text.startswith("AcceleratorError: CUDA error: misaligned address [...] ") and len(text) < 400
     assert recall_sweep._error_text("ValueError: short\nline") == "ValueError: short\nline"
     assert recall_sweep._error_text(None) is None and recall_sweep._error_text("") is None
+
+
+def test_a_recall_run_records_its_process_peak_gpu_memory_and_none_off_cuda():
+    """The recall result's ``mqar.peak_gib`` (for sizing units of replicas): None on the CPU; on CUDA the process's peak
+    allocation in GiB, read from torch.cuda.max_memory_allocated."""
+    from unittest import mock
+
+    from hlnas.training.loop import peak_gib
+
+    assert peak_gib("cpu") is None
+    with mock.patch("torch.cuda.max_memory_allocated", return_value=3 * 2**30 + 2**29) as seen:
+        assert peak_gib("cuda:0") == 3.5
+    assert seen.call_args.args[0] == __import__("torch").device("cuda:0")

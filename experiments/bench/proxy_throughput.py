@@ -25,7 +25,8 @@ interpolated between its checks; ``overlap`` is that window over a run's mean ti
 calibration of 4000-step runs sees the steady one. MFU: 3 x the cost model's forward FLOPs per token
 (``hlnas.budget``) x tokens per step, over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/proxy_throughput_<device>_<date>.csv``
 (columns: layout, n_runs, mode, steps_per_s, tokens_per_s, mfu, ratio, steady_steps_per_s, steady_ratio, overlap,
-wall_s, peak_gib: the replica modes' peak allocation in this process on CUDA) and a markdown table beside it.
+wall_s, peak_gib: on CUDA, the replica modes' peak allocation in this process, and the worker modes' largest worker
+peak) and a markdown table beside it.
 """
 
 from __future__ import annotations
@@ -87,9 +88,9 @@ def _clocks(results) -> list[list[list[float]]]:
             for run in r.metrics.get("mqar", {}).get("runs", [])[:1]]
 
 
-def run_round(ex, specs) -> tuple[float, list]:
-    """Wall seconds from the first submit until every run is back (all N at once), and each run's clock; raises on a
-    failed run."""
+def run_round(ex, specs) -> tuple[float, list, float | None]:
+    """Wall seconds from the first submit until every run is back (all N at once), each run's clock, and the largest
+    worker's peak GiB (None off CUDA); raises on a failed run."""
     t0 = time.perf_counter()
     queue, done = list(specs), []
     while queue or ex.in_flight():
@@ -100,7 +101,8 @@ def run_round(ex, specs) -> tuple[float, list]:
                 if not x.ok or x.metrics.get("replicas_error"):
                     raise SystemExit(f"run {x.number} failed: {x.error_kind}: {(x.error or x.metrics['replicas_error'])[:400]}")
             done.append(r)
-    return time.perf_counter() - t0, _clocks(done)
+    peaks = [x.metrics.get("mqar", {}).get("peak_gib") for r in done for x in (r, *r.replicas)]
+    return time.perf_counter() - t0, _clocks(done), max((p for p in peaks if p is not None), default=None)
 
 
 MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/hlnas-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/hlnas-mps/log"}
@@ -197,7 +199,7 @@ REPLICA_MODES = ("replicas", "replicas_compiled", "replicas_mixed", "replicas_mi
 
 
 def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list, float | None]:
-    """Wall seconds, the runs' clocks and (in-process modes on CUDA) the peak GiB allocated of one timed round of ``n``
+    """Wall seconds, the runs' clocks and (on CUDA) the peak GiB allocated (this process's, or the largest worker's) of one timed round of ``n``
     runs (:func:`run_layouts`) in ``mode``: processes (n workers, one run each), streams (one worker, n runs on n CUDA streams), mps (n workers
     under the MPS daemon), replicas (this process, the n runs as replicas of one model: stacked weights, the replicas
     folded into the batch, hlnas.training.replicas; one layout only), replicas_mixed (the same with several layouts
@@ -244,7 +246,7 @@ def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list, f
         # each run's torch.compile (a new model per run) is inside the timed window
         try:
             run_round(ex, specs(args.warmup_steps))  # imports, compiles
-            return (*run_round(ex, specs(args.steps)), None)
+            return run_round(ex, specs(args.steps))  # peak: the largest worker's (each worker's own process)
         finally:
             ex.shutdown()
 

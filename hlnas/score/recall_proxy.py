@@ -49,7 +49,7 @@ from hlnas.score.baselines import corrected, mqar_baselines, strongest
 from hlnas.score.mqar import MqarTask, hits_accuracy, label_hits, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.score.vt import VtConfig, VtTask, accuracy_by_hop, make_vt, vt_baselines
 from hlnas.training.checkpoint import load_run_state, save_run_state
-from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, device_name, run_steps
+from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, device_name, peak_gib, run_steps
 
 __all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "RecallSetup", "recall_setup", "recall_task", "make_task",
            "task_baselines", "recall_model_config",
@@ -424,6 +424,7 @@ def sweep_result(setup: RecallSetup, runs: list[dict], val, *, device, t0: float
                  "params": best["model"].num_params(), "mode": best["mode"],
                  # the ops this process ran on the PyTorch kernels where fla was asked for, and why (empty off CUDA)
                  "kernel_fallbacks": kernel_fallbacks(),
+                 "peak_gib": peak_gib(device),  # the process's peak GPU memory so far (None off CUDA)
                  "runs": [{k: v for k, v in r.items() if k != "model"} for r in runs]},
     }
     if isinstance(task, VtTask) and hits is not None:  # whether a layout chains: accuracy per hop count of the query

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from hlnas.training.step import set_lr
 
-__all__ = ["run_steps", "cosine_lr", "device_name", "autocast_dtype", "autocast_context", "AUTOCAST_SETTINGS"]
+__all__ = ["run_steps", "cosine_lr", "device_name", "peak_gib", "autocast_dtype", "autocast_context", "AUTOCAST_SETTINGS"]
 
 AUTOCAST_SETTINGS = ("auto", "bf16", "off")
 
@@ -37,6 +37,14 @@ def device_name(device) -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
     return dev.type
+
+
+def peak_gib(device) -> float | None:
+    """The most GPU memory this process has had allocated on ``device`` so far, in GiB (None off CUDA): what a recall
+    run or a unit of replicas needs, for sizing units (10 recall processes at the grid's shape took about 8 GiB each
+    on an H100, 2026-12-06). The process's peak, not one run's: runs sharing a process count together."""
+    dev = torch.device(device)
+    return round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None
 
 
 def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
