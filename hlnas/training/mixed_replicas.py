@@ -68,9 +68,7 @@ class RoutedMixer(nn.Module):
         B = self.fold.batch
         if self.ranges is not None:
             return torch.cat([self.mixers[k](x[a * B : b * B], None) for k, a, b in self.ranges])
-        # [R*B, 1, 1]: each row's kind, by views and one copy (repeat_interleave may size its output on the host, and
-        # a captured step cannot wait on the host: its one GPU test, where routing eager, failed for a reason unseen)
-        rows = self.route[:, None].expand(-1, B).reshape(-1, 1, 1)
+        rows = self.route.repeat_interleave(B)[:, None, None]  # [R*B, 1, 1]: each row's kind
         out = None
         for j, k in enumerate(self.kinds):
             y = self.mixers[k](x, None)
