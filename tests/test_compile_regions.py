@@ -148,3 +148,28 @@ def test_hlnas_compiles_hand_fla_kernels_python_floats_as_fp32(monkeypatch):
     assert seen and all(kw["options"] == step.INDUCTOR_OPTIONS for kw in seen if kw["backend"] == "inductor")
     assert any(kw["backend"] == "inductor" for kw in seen) and any(kw["options"] is None for kw in seen)
 
+
+
+@pytest.mark.parametrize("mixer", ["H", "G"])
+def test_a_mixed_family_compiles_once_per_distinct_layer_not_per_block(mixer):
+    """A mixer's grid family (pure, 24:1, 12:1, 6:1, 3:1 at 24 layers) as one mixed model, ranges routing, compiled
+    block by block: its 24 blocks hold 5 distinct kind ranges, each a compile of the blocks' shared code, and a shape
+    more (HGRN's PyTorch kernel breaks the graph, so the router is a frame of its own: 6 compiles). Past dynamo's
+    per-code recompile limit the other blocks would run uncompiled without a word, so the regional compile raises
+    the limit to cover every block: started at a limit of 5, hitting it fails the test."""
+    from hlnas.layout import build_layout
+    from hlnas.training.mixed_replicas import kind_ranges, range_order, replicate_mixed
+
+    kind = {"H": "hgrn", "G": "gla"}[mixer]
+    cfg = ModelConfig(d_model=16, n_layers=24, vocab_size=32, n_heads=2)
+    family = [build_layout(kind, r, 24) for r in ("pure", "24:1", "12:1", "6:1", "3:1")]
+    runs = [family[i % 5] for i in range(10)]
+    runs = [runs[i] for i in range_order(runs)]
+    distinct = {repr(layer) for layer in kind_ranges(runs)}
+    assert len(distinct) == 5
+    rep = replicate_mixed([seeded_model(lay, cfg, s) for s, lay in enumerate(runs)], static=True)
+    backend = Counting()
+    with torch._dynamo.config.patch(recompile_limit=len(distinct), fail_on_recompile_limit_hit=True):
+        out = compiled(rep, backend, "score.mqar.compile")(torch.randint(0, 32, (10 * 2, 16)))
+        assert torch._dynamo.config.recompile_limit >= 24 + 8
+    assert out.shape[0] == 20 and backend.graphs >= len(distinct)

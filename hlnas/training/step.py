@@ -119,6 +119,12 @@ class RegionalCompiled(nn.Module):
         self.model = model
         # a plain list, not a ModuleList: each compiled wrapper holds a block that is already registered under model
         self.compiled_blocks = [compile_module(b, backend) for b in model.compile_regions]
+        # dynamo compiles a block's code once per distinct block (a mixed model's kind ranges, a new shape), up to its
+        # per-code recompile limit (8); past it the other blocks run uncompiled without a word. A mixer family's 24
+        # blocks took 6 compiles of one frame on the CPU, so the limit covers every block, with room for shapes.
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, len(self.compiled_blocks) + 8)
 
     def forward(self, *args, **kwargs):
         return self.model(*args, blocks=self.compiled_blocks, **kwargs)
