@@ -276,8 +276,8 @@ def test_train_summary_shows_the_headline_fields_and_scalar_scores_only():
 
 
 def test_front_table_lists_the_kernel_fallbacks_of_its_trials_before_the_calibration_note():
-    """A trial whose process ran ops on the PyTorch kernels where fla was asked for (every compiled recall-only run for
-    a week in 2026-12 did, unseen): the table says how many, and each distinct reason once."""
+    """A trial whose process ran ops on the PyTorch kernels where fla was asked for (the compiled recall-only probe runs
+    of 2026-12-06 did, unseen): the table says how many, and each distinct reason once."""
     why = "gla: using the PyTorch kernel instead of fla: key head dim 16 < 64"
     rows = [row(0, "GGGA", 1024, kernel_fallbacks=[why]), row(1, "GGGG", 0, kernel_fallbacks=[why]), row(2, "GAGA", 0)]
     lines = front_table(rows, {"status": "invalid"}).split("\n")

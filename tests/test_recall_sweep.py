@@ -108,8 +108,8 @@ def test_a_case_cut_by_its_time_budget_says_so_and_gets_its_area_over_the_steps_
 
 
 def test_kernel_fallbacks_of_a_case_reach_its_row_and_a_list_under_the_table():
-    """What ran on the PyTorch kernels where fla was asked for is a result, not only a log line: every compiled
-    recall-only run of 2026-12-01..06 ran there unnoticed. The run's stored fallbacks reach its row, and the table
+    """What ran on the PyTorch kernels where fla was asked for is a result, not only a log line: the compiled
+    recall-only probe runs of 2026-12-06 ran there unnoticed. The run's stored fallbacks reach its row, and the table
     lists each fallback with the cases that gave it; a sweep without any adds nothing."""
     import experiments.recall_sweep as sweep
     from hlnas.search.trial import TrialResult

@@ -123,8 +123,8 @@ def warn_once(message: str) -> None:
 
 def kernel_fallbacks() -> list[str]:
     """Every kernel-path warning this process has given (an op sent from fla to the PyTorch kernels on CUDA, and why),
-    sorted. Results record it beside their numbers: on 2026-12-06 a bug had sent every op of the compiled recall-only
-    runs to the PyTorch kernels for a week, told only in a log line."""
+    sorted. Results record it beside their numbers: a bug had sent every op of the compiled recall-only probe runs
+    (the delta probes, sessions 31-35, 2026-12-06) to the PyTorch kernels, told only in a log line."""
     return sorted(_logged)
 
 
