@@ -37,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, write_results
 
@@ -88,9 +89,25 @@ def _clocks(results) -> list[list[list[float]]]:
             for run in r.metrics.get("mqar", {}).get("runs", [])[:1]]
 
 
-def run_round(ex, specs) -> tuple[float, list, float | None]:
-    """Wall seconds from the first submit until every run is back (all N at once), each run's clock, and the largest
-    worker's peak GiB (None off CUDA); raises on a failed run."""
+class Round(NamedTuple):
+    """One timed round of N runs: wall seconds, each run's clock, the peak GiB (None off CUDA), and how many CUDA runs
+    trained eagerly because their step could not be captured (one of the 10 processes of 2026-12-06 did, out of memory
+    beside the others: a mode then measures slower for a reason beside the mode)."""
+    wall: float
+    clocks: list
+    peak: float | None = None
+    eager: int = 0
+
+
+def _eager_on_cuda(results: list[dict]) -> int:
+    """How many of these recall results (``train_mqar``'s) ran on CUDA without their captured step."""
+    return sum(1 for m in results if m.get("mqar_device_name", "cpu") != "cpu"
+               and (m.get("mqar") or {}).get("mode") == "eager")
+
+
+def run_round(ex, specs) -> Round:
+    """The round from the first submit until every run is back (all N at once); the peak is the largest worker's;
+    raises on a failed run."""
     t0 = time.perf_counter()
     queue, done = list(specs), []
     while queue or ex.in_flight():
@@ -101,8 +118,10 @@ def run_round(ex, specs) -> tuple[float, list, float | None]:
                 if not x.ok or x.metrics.get("replicas_error"):
                     raise SystemExit(f"run {x.number} failed: {x.error_kind}: {(x.error or x.metrics['replicas_error'])[:400]}")
             done.append(r)
-    peaks = [x.metrics.get("mqar", {}).get("peak_gib") for r in done for x in (r, *r.replicas)]
-    return time.perf_counter() - t0, _clocks(done), max((p for p in peaks if p is not None), default=None)
+    results = [x.metrics for r in done for x in (r, *r.replicas)]
+    peaks = [m.get("mqar", {}).get("peak_gib") for m in results]
+    return Round(time.perf_counter() - t0, _clocks(done), max((p for p in peaks if p is not None), default=None),
+                 _eager_on_cuda(results))
 
 
 MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/hlnas-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/hlnas-mps/log"}
@@ -160,11 +179,11 @@ def run_layouts(layouts: list[str], n: int) -> list[str]:
     return [layouts[i % len(layouts)] for i in range(n)]
 
 
-def replicas_round(layouts: list[str], n: int, args, steps: int, compile: bool = False) -> tuple[float, list]:
+def replicas_round(layouts: list[str], n: int, args, steps: int, compile: bool = False) -> Round:
     """Wall seconds of the ``n`` runs (run ``i``: seed ``i``, layout ``layouts[i % len]``, the protocol's rate)
     trained in this process as replicas of one model (hlnas.score.recall_replicas; of one mixed model where the
     layouts differ, hlnas.training.mixed_replicas), from the first model build to the last run's result; ``compile``:
-    the replicas' step under torch.compile before capture; and each run's clock."""
+    the replicas' step under torch.compile before capture; and each run's clock (the peak: :func:`measure`'s)."""
     from hlnas.score.recall_replicas import train_mqar_layouts
 
     recipes = [recall_spec(i, lay, args, steps, compile).recipe for i, lay in enumerate(run_layouts(layouts, n))]
@@ -179,7 +198,7 @@ def replicas_round(layouts: list[str], n: int, args, steps: int, compile: bool =
     bad = [o for o in out if o["error"] is not None or o["steps"] != steps]
     if bad:
         raise SystemExit(f"replica run: {bad[0]['error'] or str(bad[0]['steps']) + ' steps'}")
-    return wall, [o.get("clock") or [] for o in out]
+    return Round(wall, [o.get("clock") or [] for o in out], eager=_eager_on_cuda([res for unit in got for res in unit]))
 
 
 def _layout_units(layouts: list[str], n: int, args, steps: int, compile: bool) -> list:
@@ -198,7 +217,7 @@ REPLICA_MODES = ("replicas", "replicas_compiled", "replicas_mixed", "replicas_mi
                  "replicas_mixed_where_compiled")
 
 
-def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list, float | None]:
+def measure(layouts: list[str], n: int, mode: str, args) -> Round:
     """Wall seconds, the runs' clocks and (on CUDA) the peak GiB allocated (this process's, or the largest worker's) of one timed round of ``n``
     runs (:func:`run_layouts`) in ``mode``: processes (n workers, one run each), streams (one worker, n runs on n CUDA streams), mps (n workers
     under the MPS daemon), replicas (this process, the n runs as replicas of one model: stacked weights, the replicas
@@ -225,10 +244,10 @@ def measure(layouts: list[str], n: int, mode: str, args) -> tuple[float, list, f
             replicas_round(layouts, n, args, args.warmup_steps, compile)  # imports, compiles
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
-            wall, clocks = replicas_round(layouts, n, args, args.steps, compile)
+            timed = replicas_round(layouts, n, args, args.steps, compile)
             # the replicated model's peak, in this process (what a calibration unit of these runs needs)
             peak = round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else None
-            return wall, clocks, peak
+            return timed._replace(peak=peak)
         finally:
             torch.set_num_threads(threads)
             rr.MIXED_RANGES = ranges
@@ -324,7 +343,7 @@ def main(argv=None) -> int:
             base = steady_base = None
             for mode in args.modes.split(","):
                 try:
-                    wall, clocks, peak = measure(layouts, n, mode, args)
+                    wall, clocks, peak, eager = measure(layouts, n, mode, args)
                 except (RuntimeError, SystemExit, OSError) as e:  # a mode that cannot run here is a row saying why
                     rows.append({"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": "", "tokens_per_s": 0,
                                  "mfu": 0.0, "ratio": "", "steady_steps_per_s": "", "steady_ratio": "", "overlap": "",
@@ -338,7 +357,9 @@ def main(argv=None) -> int:
                 row = {"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": round(sps, 2),
                        "tokens_per_s": round(sps * args.batch * args.seq_len), "mfu": round(sps * flops_step / PEAK_BF16, 5),
                        "ratio": "", "steady_steps_per_s": "" if steady is None else round(steady, 2), "steady_ratio": "",
-                       "overlap": round(overlap, 2), "wall_s": round(wall, 2), "peak_gib": "" if peak is None else peak}
+                       "overlap": round(overlap, 2), "wall_s": round(wall, 2), "peak_gib": "" if peak is None else peak,
+                       # runs whose step was not captured train slower: the row says so beside its rate
+                       **({"error": f"{eager} of {n} runs eager (their CUDA graph was not captured)"} if eager else {})}
                 if mode == "processes":
                     base, steady_base = sps, steady
                 else:
