@@ -293,11 +293,13 @@ def test_a_calibration_with_extra_ratios_trains_the_whole_grid_in_family_units_a
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_a_unit_out_of_gpu_memory_trains_in_halves_and_its_runs_continue_under_another_split(monkeypatch, tmp_path):
+@pytest.mark.parametrize("oom", ["allocator", "cuda_call"])
+def test_a_unit_out_of_gpu_memory_trains_in_halves_and_its_runs_continue_under_another_split(monkeypatch, tmp_path, oom):
     """A unit that runs out of GPU memory trains as two halves, one after the other (each a replicated model; here each
     half is one layout's two seeds), instead of every run alone; paused there, its runs continue in the whole unit's
     mixed model on a later call (state files named by layout and seed, optimizer moments by parameter name) and end
-    with the results train_mqar gives each alone."""
+    with the results train_mqar gives each alone. Out of memory is the caching allocator's error or a CUDA call's own
+    (``AcceleratorError: CUDA error: out of memory``, as a bench unit of 2026-12-06 met), not a poisoned context."""
     import torch
 
     import hlnas.score.recall_replicas as rr
@@ -316,7 +318,8 @@ def test_a_unit_out_of_gpu_memory_trains_in_halves_and_its_runs_continue_under_a
     def small_gpu(units, *a, **k):
         sizes.append(sum(len(seeds) for _, seeds in units))
         if small[0] and sizes[-1] > 2:
-            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+            raise (torch.OutOfMemoryError("CUDA out of memory (test)") if oom == "allocator"
+                   else torch.AcceleratorError("CUDA error: out of memory"))
         return real(units, *a, **k)
 
     monkeypatch.setattr(rr, "train_mqar_layouts", small_gpu)
@@ -332,3 +335,17 @@ def test_a_unit_out_of_gpu_memory_trains_in_halves_and_its_runs_continue_under_a
     for (lay, seed), g in zip(runs, got):
         solo = train_mqar(lay, spec.recipe.model, spec.recipe.score.mqar, seed=seed, device="cpu")
         assert_same_recall({k: v for k, v in g.items() if k not in ("mqar_budget", "mqar_finished")}, solo, f"{lay} {seed}")
+
+
+def test_a_cuda_calls_out_of_memory_is_oom_and_other_cuda_errors_stay_sticky():
+    """How a trial's failure is classified: a CUDA call's out of memory is "oom" (the context stays usable: a unit
+    splits in halves, the worker lives on); another CUDA error is "cuda_error" (sticky: the executor replaces the
+    worker); anything else that is not out of memory never splits a unit."""
+    import torch
+
+    from hlnas.search.trial import _classify
+
+    assert _classify(torch.AcceleratorError("CUDA error: out of memory")) == "oom"
+    assert _classify(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")) == "oom"
+    assert _classify(torch.AcceleratorError("CUDA error: an illegal memory access was encountered")) == "cuda_error"
+    assert _classify(RuntimeError("shapes do not match")) == "other"

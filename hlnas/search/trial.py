@@ -92,12 +92,20 @@ def recall_metrics(scores: dict, sources=None) -> dict:
     return summary(scores, sources)
 
 
-def _classify(e: BaseException) -> str:
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` is the GPU running out of memory: the caching allocator's ``OutOfMemoryError``, or a CUDA call's
+    own ``cudaErrorMemoryAllocation`` (``AcceleratorError: CUDA error: out of memory``, e.g. a graph or a library
+    workspace: one unit of the 2026-12-06 bench failed so). CUDA does not count that error as sticky: the process's
+    context stays usable, so it is out of memory, not a poisoned worker."""
     import torch
 
+    return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and "CUDA error: out of memory" in str(e))
+
+
+def _classify(e: BaseException) -> str:
     from hlnas.errors import ConfigError, KernelUnavailable
 
-    if isinstance(e, torch.cuda.OutOfMemoryError):
+    if _out_of_memory(e):
         return "oom"
     if isinstance(e, KernelUnavailable):
         return "kernel"
@@ -168,8 +176,8 @@ def _in_halves(spec: TrialSpec, runs: list, tag_layouts: bool) -> list[dict]:
         units.setdefault(lay, []).append(seed)
     try:
         got = train_mqar_layouts(list(units.items()), spec.recipe.model, spec.recipe.score.mqar, tag_layouts=tag_layouts)
-    except torch.OutOfMemoryError:
-        if len(runs) == 1:
+    except RuntimeError as e:  # OutOfMemoryError and AcceleratorError are RuntimeErrors
+        if len(runs) == 1 or not _out_of_memory(e):
             raise
         torch.cuda.empty_cache()
         half = (len(runs) + 1) // 2
