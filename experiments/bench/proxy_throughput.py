@@ -83,10 +83,9 @@ def steady_rate(clocks: list[list[list[float]]]) -> tuple[float | None, float]:
     return steps / (hi - lo), (hi - lo) / span
 
 
-def _clocks(results) -> list[list[list[float]]]:
-    """Each run's clock from its trial result (a recall-only trial's one rate run; a unit's replicas' too)."""
-    return [run.get("clock") or [] for res in results for r in (res, *res.replicas)
-            for run in r.metrics.get("mqar", {}).get("runs", [])[:1]]
+def _clocks(metrics: list[dict]) -> list[list[list[float]]]:
+    """Each run's clock from its trial metrics (a recall-only trial's one rate run)."""
+    return [run.get("clock") or [] for m in metrics for run in m.get("mqar", {}).get("runs", [])[:1]]
 
 
 class Round(NamedTuple):
@@ -118,9 +117,9 @@ def run_round(ex, specs) -> Round:
                 if not x.ok or x.metrics.get("replicas_error"):
                     raise SystemExit(f"run {x.number} failed: {x.error_kind}: {(x.error or x.metrics['replicas_error'])[:400]}")
             done.append(r)
-    results = [x.metrics for r in done for x in (r, *r.replicas)]
+    results = [x.metrics for r in done for x in (r, *r.replicas)]  # every run, a unit's replicas too
     peaks = [m.get("mqar", {}).get("peak_gib") for m in results]
-    return Round(time.perf_counter() - t0, _clocks(done), max((p for p in peaks if p is not None), default=None),
+    return Round(time.perf_counter() - t0, _clocks(results), max((p for p in peaks if p is not None), default=None),
                  _eager_on_cuda(results))
 
 
@@ -237,6 +236,8 @@ def measure(layouts: list[str], n: int, mode: str, args) -> Round:
             raise SystemExit(f"{mode} trains one layout; for several use replicas_mixed or layout_replicas")
         import hlnas.score.recall_replicas as rr
 
+        from hlnas.training.loop import peak_gib
+
         threads, ranges = torch.get_num_threads(), rr.MIXED_RANGES
         torch.set_num_threads(1)  # as a worker process runs (hlnas.search.executors): on a CPU, one core's work
         rr.MIXED_RANGES = "_where" not in mode  # where: every kind on every row (any slot may change layout)
@@ -246,8 +247,7 @@ def measure(layouts: list[str], n: int, mode: str, args) -> Round:
                 torch.cuda.reset_peak_memory_stats()
             timed = replicas_round(layouts, n, args, args.steps, compile)
             # the replicated model's peak, in this process (what a calibration unit of these runs needs)
-            peak = round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else None
-            return timed._replace(peak=peak)
+            return timed._replace(peak=peak_gib("cuda" if torch.cuda.is_available() else "cpu"))
         finally:
             torch.set_num_threads(threads)
             rr.MIXED_RANGES = ranges

@@ -322,7 +322,7 @@ PY
       [[ $step == gpu_tests:* ]] && t=${step#gpu_tests:} || t=150
       # SIGINT, not TERM: pytest stops at the test in progress and still prints the failures so far (on 2026-12-06 a
       # timed-out run printed only its progress dots, and which test failed, and why, was lost); KILL 15 s later
-      timeout -s INT -k 15 $(( $(cap $t) > 16 ? $(cap $t) - 15 : 1 )) python3 -m pytest -q -rfEP -m gpu ${GPU_TESTS:-tests/kernels/test_l2norm.py tests/kernels/test_causal_conv1d.py tests/test_model_gpu.py tests/test_head_loss.py tests/test_train_gpu.py} \
+      local limit; limit=$(cap $t); timeout -s INT -k 15 $(( limit > 16 ? limit - 15 : 1 )) python3 -m pytest -q -rfEP -m gpu ${GPU_TESTS:-tests/kernels/test_l2norm.py tests/kernels/test_causal_conv1d.py tests/test_model_gpu.py tests/test_head_loss.py tests/test_train_gpu.py} \
         -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
       rc=$?; say "gpu_tests rc=$rc"; echo "gpu_tests rc=$rc" >$STATE/gpu_tests_rc; grep -E "^(FAILED|ERROR) " "$OUT/logs/gpu_tests.log" | cut -c1-300; tail -n 2 "$OUT/logs/gpu_tests.log" ;;
     sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
