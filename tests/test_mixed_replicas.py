@@ -225,3 +225,13 @@ def test_slots_that_keep_their_layouts_compute_each_kinds_rows_only_and_train_as
     scattered = [Layout.parse(t) for t in ("GGGG", "GGGA", "AGGG", "AAAA")]
     assert kind_ranges([scattered[i] for i in range_order(scattered)]) is None
     assert not replicate_mixed([seeded_model(lay, CFG, 1) for lay in scattered], static=True).static
+
+
+def test_every_tensor_of_a_mixed_model_lives_on_its_models_device():
+    """Models built on another device (meta here; CUDA on the GPU) give a mixed model with nothing left on the CPU:
+    a CPU route buffer made the where routing's CUDA graph capture fail (cuda:0 and cpu)."""
+    lays = [Layout.parse(t) for t in ("GGGG", "GGGA", "AGGA")]
+    rep = replicate_mixed([seeded_model(lay, CFG, 1 + i).to("meta") for i, lay in enumerate(lays)])
+    assert not rep.static and [len(m.kinds) for m in rep.routers] == [2, 1, 1, 2]
+    off = [n for n, t in [*rep.named_parameters(), *rep.named_buffers()] if t.device.type != "meta"]
+    assert not off, off[:5]

@@ -56,7 +56,9 @@ class RoutedMixer(nn.Module):
         super().__init__()
         self.kinds = sorted(mixers)
         self.mixers = nn.ModuleDict({k: mixers[k] for k in self.kinds})
-        self.register_buffer("route", torch.zeros(replicas, dtype=torch.long), persistent=False)
+        # on the mixers' device: built from models already on the GPU, a CPU route broke the CUDA graph's capture
+        device = next(p.device for m in self.mixers.values() for p in m.parameters())
+        self.register_buffer("route", torch.zeros(replicas, dtype=torch.long, device=device), persistent=False)
         self.fold = None  # the replicated model's (its replicas and the per-replica batch), set when it is built
         self.ranges: list[tuple[str, int, int]] | None = None  # (kind, first replica, end) in replica order
 
