@@ -31,6 +31,8 @@ def test_proxy_throughput_replicas_mode_cpu_smoke(tmp_path):
         assert float(rep["steady_steps_per_s"]) > 0 and float(rep["steady_ratio"]) == pytest.approx(
             float(rep["steady_steps_per_s"]) / float(base["steady_steps_per_s"]), rel=0.01)
     assert all(0 < float(r["overlap"]) for r in rows)
+    # the untimed warm-up round (where compiles land) has its wall beside the timed one, per mode
+    assert all(float(r["warmup_s"]) > 0 for r in rows)
     md = path.with_suffix(".md").read_text()
     assert "--modes processes,replicas,replicas_compiled" in md and "ratio = each mode / processes" in md
 

@@ -25,7 +25,8 @@ interpolated between its checks; ``overlap`` is that window over a run's mean ti
 calibration of 4000-step runs sees the steady one. MFU: 3 x the cost model's forward FLOPs per token
 (``hlnas.budget``) x tokens per step, over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/proxy_throughput_<device>_<date>.csv``
 (columns: layout, n_runs, mode, steps_per_s, tokens_per_s, mfu, ratio, steady_steps_per_s, steady_ratio, overlap,
-wall_s, peak_gib: on CUDA, the replica modes' peak allocation in this process, and the worker modes' largest worker
+wall_s, warmup_s: the untimed warm-up round's wall, where the compiles land, a cost each calibration unit pays once;
+peak_gib: on CUDA, the replica modes' peak allocation in this process, and the worker modes' largest worker
 peak) and a markdown table beside it.
 """
 
@@ -96,6 +97,7 @@ class Round(NamedTuple):
     clocks: list
     peak: float | None = None
     eager: int = 0
+    warmup: float | None = None  # the untimed warm-up round's wall: imports, Triton and inductor compiles, capture
 
 
 def _eager_on_cuda(results: list[dict]) -> int:
@@ -242,12 +244,14 @@ def measure(layouts: list[str], n: int, mode: str, args) -> Round:
         torch.set_num_threads(1)  # as a worker process runs (hlnas.search.executors): on a CPU, one core's work
         rr.MIXED_RANGES = "_where" not in mode  # where: every kind on every row (any slot may change layout)
         try:
+            t0 = time.perf_counter()
             replicas_round(layouts, n, args, args.warmup_steps, compile)  # imports, compiles
+            warmup = time.perf_counter() - t0
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
             timed = replicas_round(layouts, n, args, args.steps, compile)
             # the replicated model's peak, in this process (what a calibration unit of these runs needs)
-            return timed._replace(peak=peak_gib("cuda" if torch.cuda.is_available() else "cpu"))
+            return timed._replace(peak=peak_gib("cuda" if torch.cuda.is_available() else "cpu"), warmup=warmup)
         finally:
             torch.set_num_threads(threads)
             rr.MIXED_RANGES = ranges
@@ -264,8 +268,8 @@ def measure(layouts: list[str], n: int, mode: str, args) -> Round:
         ex = ProcessExecutor(1, runs_per_worker=n) if mode == "streams" else ProcessExecutor(workers, runs_per_worker=1)
         # each run's torch.compile (a new model per run) is inside the timed window
         try:
-            run_round(ex, specs(args.warmup_steps))  # imports, compiles
-            return run_round(ex, specs(args.steps))  # peak: the largest worker's (each worker's own process)
+            warmup = run_round(ex, specs(args.warmup_steps)).wall  # imports, compiles
+            return run_round(ex, specs(args.steps))._replace(warmup=warmup)  # peak: the largest worker's (each worker's own process)
         finally:
             ex.shutdown()
 
@@ -327,10 +331,10 @@ def main(argv=None) -> int:
                       "whole round (builds and captures inside); steady: only while every run trained (overlap: that "
                       "window over a run's time between its first and last check).",
                       ["layout", "runs", "mode", f"steps/s (batch-{args.batch} steps, all runs)", "tokens/s", "MFU", "ratio",
-                       "steady steps/s", "steady ratio", "overlap", "wall s", "peak GiB", "note"],
+                       "steady steps/s", "steady ratio", "overlap", "wall s", "warm-up s", "peak GiB", "note"],
                       lambda r: (r["layout"], r["n_runs"], r["mode"], r["steps_per_s"], f"{r['tokens_per_s']:,}",
                                  f"{100 * r['mfu']:.2f}%", r["ratio"], r["steady_steps_per_s"], r["steady_ratio"],
-                                 r["overlap"], r["wall_s"], r.get("peak_gib", ""), r.get("error", "")), rows, quiet=quiet)
+                                 r["overlap"], r["wall_s"], r.get("warmup_s", ""), r.get("peak_gib", ""), r.get("error", "")), rows, quiet=quiet)
 
     for spec in args.layouts.split(","):
         layouts = _layouts(spec, args.layers)
@@ -343,7 +347,7 @@ def main(argv=None) -> int:
             base = steady_base = None
             for mode in args.modes.split(","):
                 try:
-                    wall, clocks, peak, eager = measure(layouts, n, mode, args)
+                    wall, clocks, peak, eager, warmup = measure(layouts, n, mode, args)
                 except (RuntimeError, SystemExit, OSError) as e:  # a mode that cannot run here is a row saying why
                     rows.append({"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": "", "tokens_per_s": 0,
                                  "mfu": 0.0, "ratio": "", "steady_steps_per_s": "", "steady_ratio": "", "overlap": "",
@@ -358,6 +362,7 @@ def main(argv=None) -> int:
                        "tokens_per_s": round(sps * args.batch * args.seq_len), "mfu": round(sps * flops_step / PEAK_BF16, 5),
                        "ratio": "", "steady_steps_per_s": "" if steady is None else round(steady, 2), "steady_ratio": "",
                        "overlap": round(overlap, 2), "wall_s": round(wall, 2), "peak_gib": "" if peak is None else peak,
+                       "warmup_s": "" if warmup is None else round(warmup, 1),
                        # runs whose step was not captured train slower: the row says so beside its rate
                        **({"error": f"{eager} of {n} runs eager (their CUDA graph was not captured)"} if eager else {})}
                 if mode == "processes":
