@@ -23,7 +23,9 @@ Either way each replica's rows go through exactly the ops of its solo model, and
 no gradient in its rows: its weights in that replica take no part (AdamW's decay shrinks them, harmlessly). The other
 kinds' weights in a replica are copies of one template mixer per layer and kind (drawn from seed 0, outside the
 global random state). ``experiments/bench/proxy_throughput.py --modes replicas_mixed,replicas_mixed_where`` measures
-both against the same runs as processes.
+both against the same runs as processes: on an H100 at the grid protocol's shape, 5 GLA-family runs ran 0.85x and
+0.76x as 5 processes, and compiled, the mixed model (a block's code compiled once per kind and replica count) did not
+finish compiling in 220 s (``proxy_throughput_h100_2026-12-06c.md``), so ``--mixed-replicas`` is off by default.
 
 Parameter names: replica ``r``'s weights are reported and loaded under its solo model's names
 (:meth:`MixedReplicatedLM.replica_state`, :meth:`~MixedReplicatedLM.load_replica`, :meth:`~MixedReplicatedLM.to_solo`);
