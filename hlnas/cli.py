@@ -312,8 +312,8 @@ def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
                         "ran 1.51x (experiments/bench/proxy_throughput_h200_2026-12-02b.md; default off)")
     p.add_argument("--mixed-replicas", action="store_true", help="as --replicas, with all of one mixer's layouts and seeds "
                    "as replicas of one mixed model (hlnas.training.mixed_replicas), the control's in another (default off: on an "
-                   "H100 at the grid's shape 5 GLA-family runs ran 0.85x as many processes eagerly, and compiled it did not finish "
-                   "compiling in 220 s; experiments/bench/proxy_throughput_h100_2026-12-06c.md)")
+                   "H100 at the grid's shape 5 GLA-family runs in one mixed model trained at 0.85x the rate of 5 processes, and "
+                   "compiled it did not finish compiling in 220 s; experiments/bench/proxy_throughput_h100_2026-12-06c.md)")
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:

@@ -269,7 +269,8 @@ def measure(layouts: list[str], n: int, mode: str, args) -> Round:
         # each run's torch.compile (a new model per run) is inside the timed window
         try:
             warmup = run_round(ex, specs(args.warmup_steps)).wall  # imports, compiles
-            return run_round(ex, specs(args.steps))._replace(warmup=warmup)  # peak: the largest worker's (each worker's own process)
+            # peak: the largest worker's (each worker is its own process)
+            return run_round(ex, specs(args.steps))._replace(warmup=warmup)
         finally:
             ex.shutdown()
 
