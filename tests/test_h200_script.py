@@ -339,3 +339,18 @@ def test_gpu_tests_cut_by_their_time_limit_still_say_which_test_failed(tmp_path)
     r = _run_steps(tmp_path, ["gpu_tests:18"])
     assert "gpu_tests rc=124" in r.stdout
     assert "FAILED tests/test_x.py::test_b - AssertionError: boom" in r.stdout
+
+
+def test_gpu_tests_take_a_k_expression_with_spaces_as_one_argument(tmp_path):
+    """GPU_TESTS is word-split (paths and node ids); GPU_TESTS_K reaches pytest whole as ``-k EXPR`` (session 36 had
+    to spell three parametrized node ids out because "where or compiled" split into three words)."""
+    calls = tmp_path / "calls"
+    _machine(tmp_path, 'case "$*" in *device_count*) echo 1; exit 0;; *pytest*)\n'
+                       f'  for a in "$@"; do echo "[$a]"; done >{calls}; echo "1 passed"; exit 0;;\nesac\nexit 0\n')
+    _run_steps(tmp_path, ["gpu_tests:30"], GPU_TESTS="tests/test_mixed_replicas.py tests/test_replicas.py",
+               GPU_TESTS_K="where or compiled")
+    args = calls.read_text().splitlines()
+    assert "[tests/test_mixed_replicas.py]" in args and "[tests/test_replicas.py]" in args
+    assert args[args.index("[-k]") + 1] == "[where or compiled]"
+    _run_steps(tmp_path, ["gpu_tests:30"], GPU_TESTS="tests/test_replicas.py")
+    assert "[-k]" not in calls.read_text().splitlines()  # unset: no -k at all

@@ -10,7 +10,7 @@
 #   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
 #   mps / mps:auto (NVIDIA's MPS daemon for the steps after it; auto: only where this call's bench_proxy measured it
 #   at least 1.3x the same workers without it),
-#   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
+#   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS, those matching $GPU_TESTS_K if set: a pytest -k expression), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
 #   bench_compile[:T] (experiments/bench/compile_regions.py: the recall model compiled whole vs block by block; COMPILE_ARGS),
 #   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph vs the compiled model in the graph), bench_recall[:T] (the recall model's
 #   step at $SPACE's score.mqar shape vs plain PyTorch, with the per-op profile; RECALL_BATCH, BENCH_ONLY),
@@ -322,8 +322,10 @@ PY
       [[ $step == gpu_tests:* ]] && t=${step#gpu_tests:} || t=150
       # SIGINT, not TERM: pytest stops at the test in progress and still prints the failures so far (on 2026-12-06 a
       # timed-out run printed only its progress dots, and which test failed, and why, was lost); KILL 15 s later
-      local limit; limit=$(cap $t); timeout -s INT -k 15 $(( limit > 16 ? limit - 15 : 1 )) python3 -m pytest -q -rfEP -m gpu ${GPU_TESTS:-tests/kernels/test_l2norm.py tests/kernels/test_causal_conv1d.py tests/test_model_gpu.py tests/test_head_loss.py tests/test_train_gpu.py} \
-        -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
+      # GPU_TESTS is word-split (paths, node ids); GPU_TESTS_K, a pytest -k expression, goes through as one argument
+      local limit k=(); limit=$(cap $t); [ -n "${GPU_TESTS_K:-}" ] && k=(-k "$GPU_TESTS_K")
+      timeout -s INT -k 15 $(( limit > 16 ? limit - 15 : 1 )) python3 -m pytest -q -rfEP -m gpu ${GPU_TESTS:-tests/kernels/test_l2norm.py tests/kernels/test_causal_conv1d.py tests/test_model_gpu.py tests/test_head_loss.py tests/test_train_gpu.py} \
+        "${k[@]}" -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
       rc=$?; say "gpu_tests rc=$rc"; echo "gpu_tests rc=$rc" >$STATE/gpu_tests_rc; grep -E "^(FAILED|ERROR) " "$OUT/logs/gpu_tests.log" | cut -c1-300; tail -n 2 "$OUT/logs/gpu_tests.log" ;;
     sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
                  # the script's start, running ones are cut 30 s before CALL_LIMIT; SWEEP_ARGS: its other options.
