@@ -244,9 +244,7 @@ def measure(layouts: list[str], n: int, mode: str, args) -> Round:
         torch.set_num_threads(1)  # as a worker process runs (hlnas.search.executors): on a CPU, one core's work
         rr.MIXED_RANGES = "_where" not in mode  # where: every kind on every row (any slot may change layout)
         try:
-            t0 = time.perf_counter()
-            replicas_round(layouts, n, args, args.warmup_steps, compile)  # imports, compiles
-            warmup = time.perf_counter() - t0
+            warmup = replicas_round(layouts, n, args, args.warmup_steps, compile).wall  # imports, compiles
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
             timed = replicas_round(layouts, n, args, args.steps, compile)
@@ -348,7 +346,7 @@ def main(argv=None) -> int:
             base = steady_base = None
             for mode in args.modes.split(","):
                 try:
-                    wall, clocks, peak, eager, warmup = measure(layouts, n, mode, args)
+                    got = measure(layouts, n, mode, args)
                 except (RuntimeError, SystemExit, OSError) as e:  # a mode that cannot run here is a row saying why
                     rows.append({"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": "", "tokens_per_s": 0,
                                  "mfu": 0.0, "ratio": "", "steady_steps_per_s": "", "steady_ratio": "", "overlap": "",
@@ -358,14 +356,15 @@ def main(argv=None) -> int:
                     del e
                     release_memory()
                     continue
-                sps, (steady, overlap) = n * args.steps / wall, steady_rate(clocks)
+                sps, (steady, overlap) = n * args.steps / got.wall, steady_rate(got.clocks)
                 row = {"layout": layout, "n_runs": n, "mode": mode, "steps_per_s": round(sps, 2),
                        "tokens_per_s": round(sps * args.batch * args.seq_len), "mfu": round(sps * flops_step / PEAK_BF16, 5),
                        "ratio": "", "steady_steps_per_s": "" if steady is None else round(steady, 2), "steady_ratio": "",
-                       "overlap": round(overlap, 2), "wall_s": round(wall, 2), "peak_gib": "" if peak is None else peak,
-                       "warmup_s": "" if warmup is None else round(warmup, 1),
+                       "overlap": round(overlap, 2), "wall_s": round(got.wall, 2),
+                       "peak_gib": "" if got.peak is None else got.peak,
+                       "warmup_s": "" if got.warmup is None else round(got.warmup, 1),
                        # runs whose step was not captured train slower: the row says so beside its rate
-                       **({"error": f"{eager} of {n} runs eager (their CUDA graph was not captured)"} if eager else {})}
+                       **({"error": f"{got.eager} of {n} runs eager (their CUDA graph was not captured)"} if got.eager else {})}
                 if mode == "processes":
                     base, steady_base = sps, steady
                 else:
