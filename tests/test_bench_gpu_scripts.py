@@ -58,22 +58,31 @@ def test_paper_scale_cpu_smoke(tmp_path):
     assert text.count("Every kernel by kind") == 4 and "| matmul |" in text and "limited by " in text
 
 
-def test_a_rope_row_runs_with_the_rope_table_and_is_set_against_its_row_without(tmp_path, monkeypatch):
+def test_rows_take_rope_as_shipped_and_the_rope_variants_force_the_table_or_not(tmp_path, monkeypatch):
+    """A row without a RoPE flag runs what hlnas trains with (hlnas.nn.ROPE_TABLE as set), @norope computes cos/sin in
+    place and @rope takes the table, each for its own row only, set against the same row without."""
     import hlnas.nn as hnn
 
-    seen = []
-    real = hnn.rope_table
-    monkeypatch.setattr(hnn, "rope_table", lambda *a: seen.append(a) or real(*a))
-    monkeypatch.setattr(hnn, "ROPE_TABLE", "the default")  # restored as it was, whatever it is
+    seen = []  # the table setting at each rotation, in row order
+    real = hnn._cos_sin
+    monkeypatch.setattr(hnn, "_cos_sin", lambda x, o, t, table: seen.append(hnn.ROPE_TABLE if table is None else table)
+                        or real(x, o, t, table))
     args = ["--preset", "proxy-tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
-            "--only", "transformer,transformer@rope", "--device-name", "cpu", "--out", str(tmp_path)]
-    assert paper_scale.main(args) == 0
+            "--only", "transformer,transformer@norope", "--device-name", "cpu", "--out", str(tmp_path)]
+    for shipped in (True, False):
+        monkeypatch.setattr(hnn, "ROPE_TABLE", shipped)
+        seen.clear()
+        assert paper_scale.main(args) == 0 and hnn.ROPE_TABLE is shipped  # put back after the rows
+        half = len(seen) // 2  # both rows train the same steps
+        assert seen[:half] == [shipped] * half and seen[half:] == [False] * half
     by = {r["row"]: r for r in _rows(tmp_path, "paper_scale")[0]}
-    assert by["transformer@rope"]["mode"] == "eager+rope" and by["transformer"]["mode"] == "eager"
-    assert float(by["transformer@rope"]["tok_s_vs_own"]) > 0 and not by["transformer"].get("tok_s_vs_own")
-    assert seen and hnn.ROPE_TABLE == "the default"  # the table by the rope row only (the other row computes in place)
-    with pytest.raises(SystemExit, match="unknown variant ropes; allowed, joined by '\\+': compile, rope, composed, logits, torchconv, torchl2norm, atenconv, chunkN"):
-        paper_scale.main([*args[:-6], "--only", "transformer@ropes", "--device-name", "cpu", "--out", str(tmp_path)])
+    assert by["transformer@norope"]["mode"] == "eager+norope" and by["transformer"]["mode"] == "eager"
+    assert float(by["transformer@norope"]["tok_s_vs_own"]) > 0 and not by["transformer"].get("tok_s_vs_own")
+    seen.clear()
+    assert paper_scale.main([*args[:-5], "transformer@rope", *args[-4:]]) == 0
+    assert seen and set(seen) == {True} and hnn.ROPE_TABLE is False
+    with pytest.raises(SystemExit, match="unknown variant ropes; allowed, joined by '\\+': compile, rope, norope, composed, logits, torchconv, torchl2norm, atenconv, chunkN"):
+        paper_scale.main([*args[:-5], "transformer@ropes", *args[-4:]])
 
 
 def test_a_torchconv_row_keeps_the_short_convs_on_pytorch_for_that_row_only(tmp_path, monkeypatch):

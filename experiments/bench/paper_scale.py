@@ -15,8 +15,9 @@ heads, vocabulary and MLP width of hlnas's Transformer, so the same parameter co
 mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory is a row, not a crash). A row with
 ``@compile`` (``gla:3:1@compile``) trains that model under ``torch.compile`` (inductor, block by block as
 ``train.compile`` does) inside the same step, and its
-``tok/s vs own row`` is its speed over the uncompiled row of the same run (issue #21 point 2); ``@rope`` and
-``@compile+rope`` take RoPE's cos/sin from one table (``hlnas.nn.rope_table``), measured against the same row without;
+``tok/s vs own row`` is its speed over the uncompiled row of the same run (issue #21 point 2); every row
+takes RoPE's cos/sin as hlnas ships it (``hlnas.nn.ROPE_TABLE``: one table, ``hlnas.nn.rope_table``), ``@norope``
+computes them in place for that row and ``@rope`` forces the table, each measured against the same row without;
 ``@composed`` runs the gated norms' composed form (``hlnas.nn.LEAN_GATED_NORM`` off), against the same row with the
 lean one (its tokens/s and peak memory, issue #22 point 3); ``@logits`` takes the loss on the whole logits
 (``hlnas.training.head_loss.CHUNKED_HEAD_LOSS`` off) where hlnas's rows take the head's loss in chunks on CUDA;
@@ -68,7 +69,7 @@ PAPER_ROWS = ("matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,de
 # against its own row
 PROFILE_STEPS = 2
 #: a row's variant flags after its "@", joined by "+" (with chunkN): model_row and variant_settings
-VARIANT_FLAGS = ("compile", "rope", "composed", "logits", "torchconv", "torchl2norm", "atenconv")
+VARIANT_FLAGS = ("compile", "rope", "norope", "composed", "logits", "torchconv", "torchl2norm", "atenconv")
 #: the flags that keep one op on its PyTorch path for the row (HLNAS_TORCH_OPS), against fla's kernel in the others
 TORCH_OP_FLAGS = {"torchconv": "causal_conv1d", "torchl2norm": "l2norm"}
 
@@ -212,7 +213,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
     row = {"params_m": "", "fwd_gflops_per_token": round(cost.flops_per_token / 1e9, 4), "mode": args.mode, "first_step_s": "", "step_ms": "", "tok_s": "", "mfu": "", "peak_gib": "",
            "status": "ok"}
     model = opt = step = None
-    with variant_settings(variant):  # @rope, @composed, @logits, @torchconv, @chunkN: this row only
+    with variant_settings(variant):  # @rope, @norope, @composed, @logits, @torchconv, @chunkN: this row only
         try:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
@@ -236,6 +237,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
                                    graph=graph, clip=1.0, autocast=torch.bfloat16 if dev.type == "cuda" else None,
                                    rewind_warmup=True, model_kwargs=model_kwargs)
             mode += (("+compile" if compile_model else "") + ("+rope" if "rope" in flags else "")
+                     + ("+norope" if "norope" in flags else "")
                      + ("+composed" if "composed" in flags else "")
                      + ("+chunked_ce" if model_kwargs else "")
                      + "".join(f"+{f}" for f in sorted(flags) if f in (*TORCH_OP_FLAGS, "atenconv") or f.startswith("chunk")))
@@ -269,8 +271,8 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 
 @contextlib.contextmanager
 def variant_settings(variant: str):
-    """A row's variant for that row only, every setting put back after: RoPE's cos/sin from one table (@rope; off
-    otherwise), the gated norms' composed form (@composed), the whole logits' loss (@logits), the short convs' PyTorch
+    """A row's variant for that row only, every setting put back after: RoPE's cos/sin from one table (@rope) or
+    computed in place (@norope; otherwise as shipped, hlnas.nn.ROPE_TABLE), the gated norms' composed form (@composed), the whole logits' loss (@logits), the short convs' PyTorch
     path (@torchconv: HLNAS_TORCH_OPS, read at each call), the q/k l2norm's (@torchl2norm), N MiB of logits a head-loss chunk (@chunkN), aten's conv1d
     under torch.compile (@atenconv)."""
     import hlnas.kernels.causal_conv1d as conv
@@ -281,7 +283,10 @@ def variant_settings(variant: str):
     saved = (hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM, head_loss.CHUNKED_HEAD_LOSS, head_loss.CHUNK_LOGIT_BYTES,
              conv.SHIFTED_SUM_UNDER_COMPILE, os.environ.get("HLNAS_TORCH_OPS"))
     try:
-        hnn.ROPE_TABLE, hnn.LEAN_GATED_NORM = "rope" in flags, "composed" not in flags
+        # RoPE as shipped unless the row says: until session 37 every row without @rope computed cos/sin in place,
+        # while hlnas trains with the table (on since 2026-12-04), so the compiled rows timed a kernel hlnas never runs
+        hnn.ROPE_TABLE = True if "rope" in flags else False if "norope" in flags else saved[0]
+        hnn.LEAN_GATED_NORM = "composed" not in flags
         head_loss.CHUNKED_HEAD_LOSS = "logits" not in flags
         conv.SHIFTED_SUM_UNDER_COMPILE = "atenconv" not in flags
         for f in flags:
