@@ -23,8 +23,8 @@ lean one (its tokens/s and peak memory, issue #22 point 3); ``@logits`` takes th
 (``hlnas.training.head_loss.CHUNKED_HEAD_LOSS`` off) where hlnas's rows take the head's loss in chunks on CUDA;
 ``@torchconv`` keeps the short convolutions on their PyTorch path (``HLNAS_TORCH_OPS=causal_conv1d`` for the row) where
 the others take fla's Triton kernel (``hlnas.kernels.causal_conv1d``), and ``@torchl2norm`` the delta rules' q/k norm
-(``hlnas.kernels.l2norm``); ``@chunkN`` (``transformer@chunk1024``) computes
-the chunked head loss N MiB of float32 logits at a time instead of ``hlnas.training.head_loss.CHUNK_LOGIT_BYTES``'s 256
+(``hlnas.kernels.l2norm``); ``@chunkN`` (``transformer@chunk256``) computes
+the chunked head loss N MiB of float32 logits at a time instead of ``hlnas.training.head_loss.CHUNK_LOGIT_BYTES``'s 1024
 (issue #22 point 2: speed against memory at the head); ``@compile+atenconv`` keeps aten's conv1d for the short
 convolutions under torch.compile where ``@compile`` rows write them as shifted multiply-adds that inductor fuses
 (``hlnas.kernels.causal_conv1d.SHIFTED_SUM_UNDER_COMPILE``). Flags combine with ``+``. Every
@@ -63,7 +63,7 @@ import time
 from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, environment, write_results
 
 PAPER_ROWS = ("matmul,plain,transformer,hgrn:3:1,retnet:3:1,gla:3:1,hgrn2:3:1,deltanet:3:1,gated_deltanet:3:1,mamba2:pure,"
-              "gla:3:1@composed,mamba2:pure@composed,transformer@logits,transformer@chunk1024,"
+              "gla:3:1@composed,mamba2:pure@composed,transformer@logits,transformer@chunk256,"
               "gated_deltanet:3:1@torchconv,gated_deltanet:3:1@torchl2norm")
 # the last six: the lean gated norm's, the chunked head loss's and fla's conv and l2norm's speed and memory, each
 # against its own row

@@ -22,8 +22,11 @@ from torch import Tensor, nn
 
 __all__ = ["CHUNK_LOGIT_BYTES", "CHUNKED_HEAD_LOSS", "linear_cross_entropy", "head_loss", "lm_step_loss"]
 
-#: float32 logits one chunk computes at a time (256 MiB: 2,097 tokens at a 32,000 vocabulary)
-CHUNK_LOGIT_BYTES = 256 * 2**20
+#: float32 logits one chunk computes at a time (1 GiB: 8,388 tokens at a 32,000 vocabulary). Why 1 GiB: at paper-340m
+#: on an H100 the Transformer's step ran 1.016x with 1 GiB chunks against 256 MiB (2026-12-06c) and 1.015x with 2 or
+#: 4 GiB (2026-12-06d): larger chunks buy nothing more, and each 1 GiB of chunk costs about 2.3 GiB of peak memory
+#: (experiments/bench/paper_scale_h100_2026-12-06c.md, ..._06d.md)
+CHUNK_LOGIT_BYTES = 2**30
 IGNORE_INDEX = -100
 #: the LM step takes :func:`lm_step_loss`'s chunked loss where the fused forms run (CUDA, or hlnas.nn.FUSED_ON_CPU);
 #: off, the composed one there too (experiments/bench/paper_scale.py's ``@logits`` rows)
