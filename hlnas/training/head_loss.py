@@ -24,8 +24,9 @@ __all__ = ["CHUNK_LOGIT_BYTES", "CHUNKED_HEAD_LOSS", "linear_cross_entropy", "he
 
 #: float32 logits one chunk computes at a time (1 GiB: 8,388 tokens at a 32,000 vocabulary). Why 1 GiB: at paper-340m
 #: on an H100 the Transformer's step ran 1.016x with 1 GiB chunks against 256 MiB (2026-12-06c) and 1.015x with 2 or
-#: 4 GiB (2026-12-06d): larger chunks buy nothing more, and each 1 GiB of chunk costs about 2.3 GiB of peak memory
-#: (experiments/bench/paper_scale_h100_2026-12-06c.md, ..._06d.md)
+#: 4 GiB (2026-12-06d): larger chunks buy nothing more, and peak memory grows about 3x what the chunk grows (1 GiB
+#: chunks: 2.3 GiB above 256 MiB ones, still 0.83x the plain Transformer's peak; experiments/bench/paper_scale_h100_2026-12-06c.md,
+#: ..._06d.md, ..._06f.md)
 CHUNK_LOGIT_BYTES = 2**30
 IGNORE_INDEX = -100
 #: the LM step takes :func:`lm_step_loss`'s chunked loss where the fused forms run (CUDA, or hlnas.nn.FUSED_ON_CPU);
