@@ -287,6 +287,20 @@ def test_paper_scale_full_autotune_gets_what_quick_left(tmp_path, monkeypatch):
     assert [r["status"] for r in rows] == ["not finished within 100 s (compile)", "not finished within 200 s (compile)"]
 
 
+def test_paper_scale_autotune_at_a_recall_spaces_shape_passes_it_to_both_children_and_says_so(tmp_path, monkeypatch):
+    """--autotune-compare with --recall-space: each child trains the space's recall model (its batch and length), and
+    the table names that model, not the paper preset."""
+    children = []
+    monkeypatch.setattr(paper_scale.subprocess, "run", lambda cmd, **k: children.append(cmd))
+    args = ["--recall-space", "search_spaces/paper_grid_h200_lr.yaml", "--mode", "graph", "--only", "gla:3:1@compile",
+            "--autotune-compare", "--child-timeout", "100", "--device-name", "cpu", "--out", str(tmp_path)]
+    assert paper_scale.main(args) == 0
+    assert len(children) == 2 and all("--autotune-compare" not in c for c in children)
+    assert all(c[c.index("--recall-space") + 1] == "search_spaces/paper_grid_h200_lr.yaml" for c in children)
+    _, md = _rows(tmp_path, "paper_scale_autotune")
+    assert "B=64, T=256, the recall model of search_spaces/paper_grid_h200_lr.yaml;" in md and "preset" not in md
+
+
 # -- decode_memory -------------------------------------------------------------------------------------------------
 DECODE = ["--mixers", "gla,gated_deltanet", "--ratios", "pure,3:1", "--preset", "proxy-tiny", "--layers", "6",
           "--lengths", "24,40", "--chunk", "16", "--decode", "2", "--device-name", "cpu"]

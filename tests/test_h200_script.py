@@ -354,3 +354,21 @@ def test_gpu_tests_take_a_k_expression_with_spaces_as_one_argument(tmp_path):
     assert args[args.index("[-k]") + 1] == "[where or compiled]"
     _run_steps(tmp_path, ["gpu_tests:30"], GPU_TESTS="tests/test_replicas.py")
     assert "[-k]" not in calls.read_text().splitlines()  # unset: no -k at all
+
+
+@pytest.mark.parametrize("recall", ["1", "0"])
+def test_bench_autotune_at_the_recall_models_shape_when_asked(tmp_path, recall):
+    """AUTOTUNE_RECALL=1: quick vs full autotune on the recall model of the calibrating space, graph steps (as
+    bench_recall), where fla's kernels run on small heads; otherwise at paper-340m, as before."""
+    calls = tmp_path / "calls"
+    _machine(tmp_path, 'case "$*" in *device_count*) echo 1; exit 0;; *paper_scale*)\n'
+                       f'  for a in "$@"; do echo "[$a]"; done >{calls};;\nesac\nexit 0\n')
+    _run_steps(tmp_path, ["bench_autotune:100"], AUTOTUNE_RECALL=recall, SPACE="search_spaces/paper_grid_h200_lr.yaml",
+               BENCH_ONLY="gla:3:1@compile")
+    args = calls.read_text().splitlines()
+    assert "[--autotune-compare]" in args and args[args.index("[--only]") + 1] == "[gla:3:1@compile]"
+    if recall == "1":
+        assert args[args.index("[--recall-space]") + 1] == "[search_spaces/paper_grid_h200_lr.yaml]"
+        assert args[args.index("[--mode]") + 1] == "[graph]"
+    else:
+        assert "[--recall-space]" not in args and "[--mode]" not in args

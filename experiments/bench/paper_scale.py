@@ -444,7 +444,8 @@ def autotune_compare(args, argv) -> int:
         q = next((o for o in rows if o["row"] == r["row"] and o["autotune"] == "quick"), {})
         if r["autotune"] == "full" and r.get("tok_s") and q.get("tok_s"):
             r["tok_s_full_vs_quick"] = round(r["tok_s"] / q["tok_s"], 3)
-    note = (f"B={args.batch}, T={args.seq_len}, preset {args.preset}; each mode in its own process on an empty Triton "
+    shape = f"the recall model of {args.recall_space}" if args.recall_space else f"preset {args.preset}"
+    note = (f"B={args.batch}, T={args.seq_len}, {shape}; each mode in its own process on an empty Triton "
             f"cache, so `first step s` is the compile cost. Baseline: the quick rows of the same run. {environment()}.")
     write_results(args.out, "paper_scale_autotune", args.device_name, "Triton autotune: quick vs full",
                   "python -m experiments.bench.paper_scale " + " ".join(argv), note,

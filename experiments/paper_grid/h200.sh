@@ -16,7 +16,7 @@
 #   step at $SPACE's score.mqar shape vs plain PyTorch, with the per-op profile; RECALL_BATCH, BENCH_ONLY),
 #   bench_paper[:T] (experiments/bench/paper_scale.py: paper-340m vs plain PyTorch, every 3:1 hybrid, Mamba-2, with
 #   the per-op profile; BENCH_ONLY=rows, BENCH_MODE=graph), bench_autotune[:T] (the same rows, default gla:3:1, under
-#   quick and full autotune on empty Triton caches), bench_decode[:T] (experiments/bench/decode_memory.py: decode
+#   quick and full autotune on empty Triton caches; AUTOTUNE_RECALL=1: at the recall model's shape instead), bench_decode[:T] (experiments/bench/decode_memory.py: decode
 #   bytes vs the cost model; DECODE_MIXERS), bench_overhead[:T] (experiments/bench/trial_overhead.py: trial start to
 #   first step, cold process then warm worker; OVERHEAD_MODES=cold,cold_empty_cache,warm). Each bench step's T is
 #   capped to leave the closing archive 30 s of CALL_LIMIT.
@@ -302,7 +302,10 @@ PY
     bench_autotune*)  # issue #22 point 2: quick vs full Triton autotune, compile seconds and speed side by side
       [[ $step == bench_autotune:* ]] && t=${step#bench_autotune:} || t=540
       t=$(cap $t)
-      timeout $t python3 -m experiments.bench.paper_scale --out "$OUT/logs" --autotune-compare \
+      # AUTOTUNE_RECALL=1: at the recall model's shape ($CAL_SPACE or $SPACE, graph steps, as bench_recall), where
+      # fla's kernels run on small heads (GLA's dv backward kernel: 13% of the compiled GLA 3:1 recall step, 2026-12-06)
+      [ "${AUTOTUNE_RECALL:-0}" = 1 ] && shape="--recall-space ${CAL_SPACE:-$SPACE} --mode graph" || shape=
+      timeout $t python3 -m experiments.bench.paper_scale --out "$OUT/logs" --autotune-compare $shape \
         --only ${BENCH_ONLY:-gla:3:1} --child-timeout $(( t / 2 - 10 )) >"$OUT/logs/bench_autotune.log" 2>&1
       say "bench_autotune rc=$?"; cat "$OUT"/logs/paper_scale_autotune_*.md 2>/dev/null ;;
     bench_decode*)  # issue #22 point 5: KV + state bytes held after decoding 4k and 32k tokens vs the cost model
