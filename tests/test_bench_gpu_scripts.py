@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from experiments.bench import decode_memory, lm_step, paper_scale, trial_overhead
+from experiments.bench.results import PEAK_BF16
 from hlnas.budget import layout_cost, resolve_config
 from hlnas.config import preset
-from hlnas.layout import build_layout
+from hlnas.layout import Layout, build_layout
 from hlnas.model import build_model
 
 
@@ -324,6 +325,10 @@ def test_decode_memory_equals_the_cost_model_on_cpu(tmp_path, monkeypatch):
     pure = [r for r in rows if r["ratio"] == "pure"]
     assert all(r["predicted_kv"] == "0" and r["predicted_state"] == pure[0]["predicted_state"] for r in pure[:2])
     assert "10 of 10 rows equal" in md and "Baseline: the Transformer's bytes" in md
+    for r in rows:  # the decode's MFU: the cost model's forward FLOPs per decoded token over the measured time
+        cost = layout_cost(Layout.parse(r["layout"]), preset("proxy-tiny"), context=int(r["context"]), batch=1)
+        want = cost.flops_per_token / (float(r["decode_ms_per_token"]) / 1e3) / PEAK_BF16
+        assert float(r["mfu"]) == pytest.approx(want, rel=0.02) and want > 0
 
 
 def test_decode_memory_reports_a_mismatch(tmp_path, monkeypatch):

@@ -21,7 +21,11 @@ after the real decode, less what it held before it, is the cache alone. Per row:
 * ``vs_transformer``: the measured bytes over the Transformer's at the same L (the baseline of the same run);
 * ``rope_table``: the bytes of RoPE's cos/sin tables (made to the longest context before the first row: per
   device and shared by every sequence, so not the cache's) and ``rope_grown``: their growth during the row (0);
-* ``prefill_s`` and ``decode_ms_per_token``.
+* ``prefill_s`` and ``decode_ms_per_token``; ``mfu``: the decoded tokens' forward FLOPs (``hlnas.budget``'s
+  ``flops_per_token`` at context L, times the batch) per second over the bf16 peak
+  (:data:`experiments.bench.results.PEAK_BF16`). The cost model counts attention at training's mean span L/2, so a
+  decoded token's attention over all L positions counts at half: a lower bound, and the point is its size (one
+  token a step reads every weight and the whole cache, so decode is bound by memory, not FLOPs).
 
 Writes ``OUT/decode_memory_<device>_<date>.csv`` and ``.md``, rewritten after every layout.
 """
@@ -33,7 +37,7 @@ import gc
 import sys
 import time
 
-from experiments.bench.results import DEVICE_NAME_HELP, environment, write_results
+from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, environment, write_results
 
 
 def _stats(dev) -> dict:
@@ -128,7 +132,8 @@ def measure(layout, cfg, args, dev, dtype) -> list[dict]:
                        peak_extra=torch.cuda.max_memory_allocated() - before["allocated"])
         measured = row["device_requested"] if dev.type == "cuda" else storage
         row.update(measured=measured, equal=measured == predicted and tensors == predicted,
-                   prefill_s=round(prefill_s, 3), decode_ms_per_token=round(ms_tok, 2))
+                   prefill_s=round(prefill_s, 3), decode_ms_per_token=round(ms_tok, 2),
+                   mfu=float(f"{cost.flops_per_token * args.batch / (ms_tok / 1e3) / PEAK_BF16:.4g}") if ms_tok > 0 else "")
         rows.append(row)
         print(row, flush=True)
         del cache
@@ -195,12 +200,13 @@ def main(argv=None) -> int:
                 f"Transformer's bytes at the same context, same run. {environment()}.")
         stem = write_results(args.out, "decode_memory", args.device_name, "Decode memory: measured vs cost model", command,
                       note, ["layout", "context", "predicted KV MiB", "predicted state MiB", "measured MiB",
-                             "allocated MiB", "equal", "vs Transformer", "peak extra MiB", "decode ms/token"],
+                             "allocated MiB", "equal", "vs Transformer", "peak extra MiB", "decode ms/token", "MFU"],
                       lambda r: (r["layout"], r.get("context", ""), _mib(r.get("predicted_kv", "")),
                                  _mib(r.get("predicted_state", "")), _mib(r.get("measured", "")),
                                  _mib(r.get("device_allocated", "")), r.get("equal", r.get("status", "")),
                                  r.get("vs_transformer", ""), _mib(r.get("peak_extra", "")),
-                                 r.get("decode_ms_per_token", "")), rows, quiet=True)
+                                 r.get("decode_ms_per_token", ""),
+                                 "" if r.get("mfu", "") == "" else f"{100 * r['mfu']:.3f}%"), rows, quiet=True)
     print(f"{sum(1 for r in rows if r.get('equal') is True)} of {len(rows)} rows equal the cost model; "
           f"wrote {stem}.csv and .md")
     return 0 if all(r.get("equal") is True for r in rows) else 1
