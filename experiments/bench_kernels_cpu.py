@@ -26,7 +26,7 @@ import time
 import torch
 
 from tests.kernels.inputs import make_inputs
-from hlnas.kernels import OPS
+from hlnas.model.kernels import OPS
 
 
 def median_ms(fn, repeats: int, warmup: int = 3, warmup_s: float = 0.25) -> float:
@@ -54,7 +54,7 @@ def median_ms(fn, repeats: int, warmup: int = 3, warmup_s: float = 0.25) -> floa
 
 
 def bench_op(name: str, B: int, T: int, H: int, D: int, repeats: int, backward: bool) -> tuple[float, float]:
-    mod = importlib.import_module(f"hlnas.kernels.{name}")
+    mod = importlib.import_module(f"hlnas.model.kernels.{name}")
     inputs = make_inputs(name, B, T, H, D, D, dtype=torch.float32, seed=0)
     naive, fast = getattr(mod, f"naive_{name}"), getattr(mod, name)
 
@@ -72,9 +72,9 @@ def bench_op(name: str, B: int, T: int, H: int, D: int, repeats: int, backward: 
 
 
 def bench_train(preset_name: str, mixer: str, ratio: str, batch: int, seq: int, steps: int) -> float:
-    from hlnas.config import preset
-    from hlnas.layout import build_layout
-    from hlnas.model import build_model
+    from hlnas.model.config import preset
+    from hlnas.model.layout import build_layout
+    from hlnas.model.build import build_model
 
     torch.manual_seed(0)
     cfg = preset(preset_name)

@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from hlnas.kernels import OPS
+from hlnas.model.kernels import OPS
 from tests.helpers import rel_err
 from tests.kernels.inputs import make_inputs  # run as python -m experiments.gpu_check (the tree travels whole to the GPU)
 
@@ -60,7 +60,7 @@ def timed(fn, reps=10):
 
 def check(name: str, B: int, T: int, H: int, K: int, V: int) -> dict:
     name, _, variant = name.partition("@")  # simple_gla@g_gamma: RetNet's constant decay instead of a gate
-    mod = importlib.import_module(f"hlnas.kernels.{name}")
+    mod = importlib.import_module(f"hlnas.model.kernels.{name}")
     extra = {"decay": variant} if variant else {}
     x16 = make_inputs(name, B, T, H, K, V, dtype=torch.bfloat16, device="cuda", seed=1, **extra)
     x32 = {k: (v.float() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in x16.items()}
@@ -98,7 +98,7 @@ def main() -> int:
     args = ap.parse_args()
     import triton
 
-    from hlnas.kernels import backends, fla_status
+    from hlnas.model.kernels import backends, fla_status
 
     fla_ok, why = fla_status()
     import fla

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from hlnas.catalog import linear_mixer_names
+from hlnas.model.catalog import linear_mixer_names
 from tests.helpers import rel_err
 from tests.test_model_gpu import _model, _run  # the GPU test's model, inputs and step
 

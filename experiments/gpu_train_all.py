@@ -19,14 +19,14 @@ import sys
 
 import torch
 
-from hlnas.catalog import PAPER_MIXERS
-from hlnas.config import preset
+from hlnas.model.catalog import PAPER_MIXERS
+from hlnas.model.config import preset
 from hlnas.data.sources import DataConfig
-from hlnas.layout import build_layout
-from hlnas.recipe import RunConfig
-from hlnas.run import run
+from hlnas.model.layout import build_layout
+from hlnas.pipeline.recipe import RunConfig
+from hlnas.pipeline.run import run
 from hlnas.score.objectives import MqarConfig, RulerConfig, ScoreConfig
-from hlnas.train import STEADY_AFTER, TrainConfig
+from hlnas.lm.trainer import STEADY_AFTER, TrainConfig
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ import json
 import math
 import os
 
-from hlnas.mftabular import CurveBenchmark, compare_mf, write_mf_outputs
+from hlnas.analysis.mftabular import CurveBenchmark, compare_mf, write_mf_outputs
 from hlnas.space import load_space
 from hlnas.search.trial import layout_metrics
 

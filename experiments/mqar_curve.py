@@ -1,5 +1,5 @@
 """MQAR learning curve of one fresh candidate: loss and held-out accuracy every N steps, to see when (and whether)
-a model leaves the ln(K) plateau. Trains through the recall proxy itself (``hlnas.score.recall_proxy.train_mqar``,
+a model leaves the ln(K) plateau. Trains through the recall proxy itself (``hlnas.recall.proxy.train_mqar``,
 the ``mqar`` objective's loop: the same optimizer groups, schedule, clipping and autocast), so a curve seen here is
 the one a trial gets. One torch thread on CPU.
 
@@ -41,10 +41,10 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     os.environ["HLNAS_RECALL_PROGRESS"] = "1"  # the recall proxy prints a line per check
-    from hlnas.config import ModelConfig
-    from hlnas.layout import build_layout
+    from hlnas.model.config import ModelConfig
+    from hlnas.model.layout import build_layout
     from hlnas.score.objectives import MqarConfig
-    from hlnas.score.recall_proxy import train_mqar
+    from hlnas.recall.proxy import train_mqar
 
     mixer, _, ratio = a.cand.partition(":")
     layout = build_layout(mixer, None if mixer == "transformer" else (ratio or "pure"), a.layers)

@@ -6,8 +6,8 @@ import sys, time, torch
 if len(sys.argv) != 9 or sys.argv[1] in ("-h", "--help"):
     sys.exit(__doc__)  # the usage line above; the positional arguments are all required
 torch.set_num_threads(1)
-from hlnas.config import ModelConfig
-from hlnas.layout import build_layout
+from hlnas.model.config import ModelConfig
+from hlnas.model.layout import build_layout
 from hlnas.score.objectives import MqarConfig, ScoreConfig, mqar_objective
 L, K, V, steps, layers, d, lr = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
 cands = sys.argv[8].split(",")

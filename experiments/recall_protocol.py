@@ -8,7 +8,7 @@ from evaluation) and scores the trained candidate itself at the training length 
 * ``--format mqar`` (``train.recall_format: mqar``, objective ``mqar_mixed``): Zoology's MQAR instances
   as token sequences, each query key followed by its value; scored on held-out instances with the same
   number of pairs at 1x and 2x the instance length (recall across longer gaps);
-* ``--format ruler``: complete RULER instances as text (``hlnas.score.ruler.ruler_training_documents``);
+* ``--format ruler``: complete RULER instances as text (``hlnas.recall.ruler.ruler_training_documents``);
   scored on RULER at the training length and twice it, plus MQAR learned from scratch.
 
 The three candidates of one mixer get identical budgets; the script writes a markdown table (and JSON).
@@ -28,15 +28,15 @@ import time
 
 import torch
 
-from hlnas.config import preset
+from hlnas.model.config import preset
 from hlnas.data.sources import DataConfig
 from hlnas.data.tokenizer import load_tokenizer
-from hlnas.layout import build_layout
-from hlnas.recipe import RunConfig
-from hlnas.run import run
+from hlnas.model.layout import build_layout
+from hlnas.pipeline.recipe import RunConfig
+from hlnas.pipeline.run import run
 from hlnas.score.objectives import MqarConfig, MqarMixedConfig, RulerConfig, ScoreConfig
-from hlnas.score.ruler import ruler_training_documents
-from hlnas.train import TrainConfig
+from hlnas.recall.ruler import ruler_training_documents
+from hlnas.lm.trainer import TrainConfig
 
 TASKS = ("niah_single_1", "niah_single_2", "niah_multikey_1", "niah_multikey_2", "niah_multivalue", "niah_multiquery", "vt")
 

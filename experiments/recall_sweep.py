@@ -1,6 +1,6 @@
 """Sweep fresh-model MQAR recall protocols: which settings make the recall axis measure recall?
 
-Each case is one layout trained by hlnas's own recall proxy (``hlnas.score.recall_proxy.train_mqar``, the
+Each case is one layout trained by hlnas's own recall proxy (``hlnas.recall.proxy.train_mqar``, the
 ``mqar`` objective, run as a recall-only trial on hlnas's process executor, several cases sharing the
 machine's GPUs) under one MQAR task, one recall-model width and one learning rate. Prints one JSON line
 per case and writes ``OUT/recall_sweep.jsonl`` and a markdown table with each case's no-recall baseline.
@@ -12,7 +12,7 @@ per case and writes ``OUT/recall_sweep.jsonl`` and a markdown table with each ca
 With ``--state DIR`` a sweep spans several invocations (a probe longer than one 10-minute device call): each case keeps
 its recall model's state in ``DIR`` and, past ``--pause-by`` seconds, pauses at its next check (a ``paused`` row);
 run the same command again and the paused cases continue exactly where they stopped (the curve of one straight run,
-``hlnas.score.recall_proxy.paused_at``), while the cases already finished are read back from ``DIR/done.jsonl``, not
+``hlnas.recall.proxy.paused_at``), while the cases already finished are read back from ``DIR/done.jsonl``, not
 trained again. A case is known by its settings (the case and the options that shape its run), not its position. A
 continued case's ``wall_s`` adds the wall time of the invocations it paused in (``wall_s_this_run``: this one's).
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 
 def _layout(text: str, layers: int) -> str:
-    from hlnas.layout import Layout, build_layout
+    from hlnas.model.layout import Layout, build_layout
 
     if ":" in text:
         mixer, ratio = text.split(":", 1)
@@ -48,12 +48,12 @@ def _layout(text: str, layers: int) -> str:
 
 
 def _spec(i: int, case: dict, args):
-    from hlnas.config import preset
+    from hlnas.model.config import preset
     from hlnas.data.sources import DataConfig
-    from hlnas.layout import Layout
-    from hlnas.recipe import RunConfig
+    from hlnas.model.layout import Layout
+    from hlnas.pipeline.recipe import RunConfig
     from hlnas.score.objectives import MqarConfig, ScoreConfig
-    from hlnas.train import TrainConfig
+    from hlnas.lm.trainer import TrainConfig
     from hlnas.search.trial import TrialSpec
 
     model = preset(args.preset).replace(d_model=case.get("d_model", args.d_model), n_heads=case.get("n_heads", args.heads),
@@ -76,7 +76,7 @@ def _spec(i: int, case: dict, args):
 def _groups(cases: list[dict], replicas: bool) -> list[list[tuple[int, dict]]]:
     """The cases as units of work, ``[(index, case), ...]`` each: one case each, or with ``replicas`` the cases that
     differ only in their seed (and their ``tag``, a label) together (trained as replicas of one recall model,
-    hlnas.score.recall_replicas)."""
+    hlnas.recall.replicas)."""
     if not replicas:
         return [[(i, c)] for i, c in enumerate(cases)]
     by: dict[str, list] = {}
@@ -121,7 +121,7 @@ def _row(case: dict, r, at_s: float) -> dict:
     schedule, as a protocol scores it: a case its time budget (``budget_s``) cut short counts 0 for the steps it never
     had, so such a row also carries ``cut_at`` (its steps) and ``auc_steps_done``, the area over the steps it had; a
     paused row carries ``auc_steps_done`` too (its table cell says over how many steps)."""
-    from hlnas.score.recall_proxy import learning_auc
+    from hlnas.recall.proxy import learning_auc
 
     m = r.metrics
     mq = m.get("mqar") or {}
@@ -213,8 +213,8 @@ def check(cases: list[dict], args) -> list[str]:
     """One line per case (its tag, layout, task length, rate, seed and recall model's parameters) from building the
     model each case would train, without training; raises on the first case that cannot be built. Equal models are
     built once."""
-    from hlnas.model import build_model
-    from hlnas.score.recall_proxy import recall_setup
+    from hlnas.model.build import build_model
+    from hlnas.recall.proxy import recall_setup
 
     built, lines = {}, []
     for i, case in enumerate(cases):

@@ -1,7 +1,7 @@
 """Does multi-hop variable tracking grade layouts by their number of attention layers? (issue #20, CPU check)
 
-Trains one fresh recall model per layout on VT (hlnas.score.vt) with a hop range, through the recall proxy's own
-training (hlnas.score.recall_proxy.train_mqar: AdamW, warmup + cosine, validation checks, stop at the target), then
+Trains one fresh recall model per layout on VT (hlnas.recall.vt) with a hop range, through the recall proxy's own
+training (hlnas.recall.proxy.train_mqar: AdamW, warmup + cosine, validation checks, stop at the target), then
 scores the test instances *per hop count* of the query: hop 0 is one lookup (MQAR with an '='), hop h is h + 1
 lookups in order. The hop-0 column is the MQAR-like control inside the same run.
 
@@ -30,10 +30,10 @@ def one(a) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from hlnas.config import preset
-    from hlnas.layout import Layout
+    from hlnas.model.config import preset
+    from hlnas.model.layout import Layout
     from hlnas.score.objectives import MqarConfig
-    from hlnas.score.recall_proxy import train_mqar
+    from hlnas.recall.proxy import train_mqar
 
     hmix = {m: {"use_short_conv": True} for m in ("hgrn", "hgrn2", "gla")}
     model = {"d_model": a.d, "n_heads": 2, "mlp_hidden": 2 * a.d, "residual_init": "zero",

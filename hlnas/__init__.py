@@ -1,6 +1,6 @@
 """hlnas: neural architecture search over hybrid linear-attention language models.
 
-Data flows one way: space -> layout -> (budget) -> model (mixers -> kernels) -> train -> score
+Data flows one way: space -> layout -> (cost) -> model (mixers -> kernels) -> recall and LM training -> score
 -> study -> dashboard. Names here are imported lazily so ``import hlnas`` does not pull in torch.
 """
 
@@ -11,20 +11,20 @@ import importlib
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Layout": "hlnas.layout",
-    "build_layout": "hlnas.layout",
-    "PAPER_RATIOS": "hlnas.layout",
-    "PLACEMENTS": "hlnas.layout",
-    "ModelConfig": "hlnas.config",
-    "PRESETS": "hlnas.config",
-    "preset": "hlnas.config",
-    "LayoutCost": "hlnas.budget",
-    "layout_cost": "hlnas.budget",
-    "HybridLM": "hlnas.model",
-    "Cache": "hlnas.model",
-    "build_model": "hlnas.model",
-    "MIXERS": "hlnas.catalog",
-    "PAPER_MIXERS": "hlnas.catalog",
+    "Layout": "hlnas.model.layout",
+    "build_layout": "hlnas.model.layout",
+    "PAPER_RATIOS": "hlnas.model.layout",
+    "PLACEMENTS": "hlnas.model.layout",
+    "ModelConfig": "hlnas.model.config",
+    "PRESETS": "hlnas.model.config",
+    "preset": "hlnas.model.config",
+    "LayoutCost": "hlnas.model.cost",
+    "layout_cost": "hlnas.model.cost",
+    "HybridLM": "hlnas.model.build",
+    "Cache": "hlnas.model.build",
+    "build_model": "hlnas.model.build",
+    "MIXERS": "hlnas.model.catalog",
+    "PAPER_MIXERS": "hlnas.model.catalog",
     "HlnasError": "hlnas.errors",
     "SearchSpace": "hlnas.space",
     "load_space": "hlnas.space",

@@ -2,6 +2,6 @@
 
 import sys
 
-from hlnas.cli import main
+from hlnas.cli.main import main
 
 sys.exit(main())

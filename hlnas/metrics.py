@@ -88,10 +88,10 @@ def raw_recall_metrics() -> tuple[str, ...]:
 
 _RECALL = tuple(obj for obj, _ in RECALL_SOURCES)
 for _m in (
-    # recall corrected for its strongest no-recall baseline, max(0, (raw - b) / (1 - b)) (hlnas.score.baselines)
+    # recall corrected for its strongest no-recall baseline, max(0, (raw - b) / (1 - b)) (hlnas.recall.baselines)
     Metric(name="recall", direction="maximize", title="recall", unit="fraction", needs=_RECALL),
     # how readily a layout learns recall: area under the fresh recall model's corrected validation curve over its
-    # step budget (hlnas.score.recall_proxy.learning_auc); grades layouts that all reach the target at the end
+    # step budget (hlnas.recall.proxy.learning_auc); grades layouts that all reach the target at the end
     Metric(name="recall_auc", direction="maximize", title="recall learning AUC", unit="fraction", needs=("mqar",)),
     Metric(name="recall_raw", direction="maximize", title="recall (raw)", unit="fraction", needs=_RECALL, raw_recall=True),
     Metric(name="recall_baseline", direction="maximize", title="no-recall baseline", unit="fraction", objective=False),

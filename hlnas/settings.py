@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import hlnas.metrics as metric_table
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
-from hlnas.overrides import is_number
+from hlnas.model.layout import parse_ratio
+from hlnas.overrides import is_int, is_number
 
-__all__ = ["SAMPLERS", "Objective", "DEFAULT_OBJECTIVES", "OBJECTIVE_DIRECTIONS", "DIRECTIONS", "CONSTRAINTS", "RECALL_SOURCES",
+__all__ = ["CalibrationConfig", "RungConfig", "rung_config", "SAMPLERS", "Objective", "DEFAULT_OBJECTIVES", "OBJECTIVE_DIRECTIONS", "DIRECTIONS", "CONSTRAINTS", "RECALL_SOURCES",
            "RAW_RECALL_METRICS", "SpaceError", "Checker", "SettingsChecker"]
 
 
@@ -124,9 +125,7 @@ class SettingsChecker(Checker):
         return tuple(objs)
 
     def calibration(self, value):
-        """The space's :class:`hlnas.calibrate.CalibrationConfig` (absent: the defaults)."""
-        from hlnas.calibrate import CalibrationConfig
-
+        """The space's :class:`hlnas.calibration.protocol.CalibrationConfig` (absent: the defaults)."""
         if value is not None and not isinstance(value, dict):
             self.fail(f"calibration must be a mapping of calibration settings, got {value!r}")
         try:
@@ -140,3 +139,121 @@ class SettingsChecker(Checker):
             if not is_number(x) or not 0 < x < math.inf:
                 self.bad(f"constraints.{k}", x, f"a positive number (upper bound on {CONSTRAINTS[k]})")
         return {k: float(x) for k, x in value.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationConfig:
+    enabled: bool = True
+    seeds: int = 2  # seeds 0..seeds-1 of every control
+    control_min: float = 0.9  # raw recall the all-attention control must reach at the training length
+    hybrid_ratio: str = "3:1"  # the hybrid trained beside each pure model
+    spread_floor: float = 0.01  # the smallest seed spread assumed (two equal seeds are not "separated" by 0)
+    graded_ratios: tuple[str, ...] = ()  # further ratios per mixer (paper placement) on the graded ladder
+    # further ratios per mixer (paper placement) trained with the calibration and reported, never judged: a grid whose
+    # every layout the calibration trains, so each mixer's whole ladder can be one --mixed-replicas unit and the study
+    # takes their seed-0 runs as trials (and a study borrowing the calibration their other seeds' recall)
+    extra_ratios: tuple[str, ...] = ()
+    graded_min_mixers: int = 0  # mixers whose graded measure must rise with the attention share (0: report only)
+    pure_below_min_mixers: int = 0  # mixers whose pure model must sit below its hybrid beyond the spread (0: report)
+    # the order runs start in within a role (controls, pure, the rest): "longest" (expected longest first, so the
+    # workers finish together: a calibration done in one go) or "listed" (the space's mixer order: one spread over
+    # several calls lists first the mixers that decide soonest whether it can pass) or "pairs" (mixer by mixer, its pure
+    # model and hybrid seed by seed, then its ladder: each mixer's "pure below" and graded checks are decided before
+    # the next mixer starts, so a calibration that cannot pass stops before the pure models that never learn have
+    # spent their budgets).
+    # mixer_order: the mixers "listed" and "pairs" take first (the others after, in the space's order). Results are
+    # the same whatever the order: neither is part of the space's fingerprint, so a study resumes under another
+    order: str = "longest"
+    mixer_order: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("graded_ratios", "extra_ratios", "mixer_order"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("graded_min_mixers", "pure_below_min_mixers"):
+            v = getattr(self, name)
+            if not is_int(v) or v < 0:
+                raise ConfigError(f"calibration.{name}={v!r} is not allowed; allowed: an integer >= 0 (0: reported only)")
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"calibration.enabled must be true or false, got {self.enabled!r}")
+        if self.order not in ("longest", "listed", "pairs"):
+            raise ConfigError(f"calibration.order={self.order!r} is not allowed; allowed: longest (expected longest "
+                              "first within a role), listed (the space's mixer order), pairs (mixer by mixer, pure and "
+                              "hybrid seed by seed)")
+        if len(set(self.mixer_order)) != len(self.mixer_order):
+            raise ConfigError(f"calibration.mixer_order={list(self.mixer_order)} names a mixer twice")
+        if not is_int(self.seeds) or not 2 <= self.seeds <= 10:
+            raise ConfigError(f"calibration.seeds={self.seeds!r} is not allowed; allowed: an integer from 2 to 10 "
+                              "(a seed spread needs two seeds)")
+        for name in ("control_min", "spread_floor"):
+            v = getattr(self, name)
+            if not is_number(v) or not 0 <= v <= 1:
+                raise ConfigError(f"calibration.{name}={v!r} is not allowed; allowed: a fraction in [0, 1]")
+        try:
+            r = parse_ratio(self.hybrid_ratio) if isinstance(self.hybrid_ratio, str) else None
+        except HlnasError:
+            r = None
+        if r is None:
+            raise ConfigError(f"calibration.hybrid_ratio={self.hybrid_ratio!r} is not allowed; allowed: a ratio r:1 "
+                              "such as '3:1' (one attention layer every r-th layer)")
+        for name in ("graded_ratios", "extra_ratios"):
+            for ratio in getattr(self, name):
+                try:
+                    ok = isinstance(ratio, str) and parse_ratio(ratio) is not None
+                except HlnasError:
+                    ok = False
+                if not ok:
+                    raise ConfigError(f"calibration.{name}: {ratio!r} is not allowed; allowed: ratios r:1 such as "
+                                      "'6:1' (the ladder's pure model and hybrid are always trained)")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CalibrationConfig":
+        from hlnas.overrides import config_from_dict
+
+        return config_from_dict(cls, data, "calibration")
+
+    def to_dict(self) -> dict:
+        from hlnas.overrides import config_to_dict
+
+        return config_to_dict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RungConfig:
+    """A space's ``rungs:`` section."""
+
+    min_steps: int
+    eta: int = 3
+
+    def __post_init__(self) -> None:
+        for name, low in (("min_steps", 1), ("eta", 2)):
+            v = getattr(self, name)
+            if not is_int(v) or v < low:
+                raise ConfigError(f"rungs.{name}={v!r} is not allowed; allowed: an integer >= {low}")
+
+    def to_dict(self) -> dict:
+        return {"min_steps": self.min_steps, "eta": self.eta}
+
+
+def rung_config(raw, score) -> RungConfig | None:
+    """Validate a space's ``rungs`` section against its score section (``None``: off)."""
+    if raw is None or raw is False:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"rungs must be a mapping such as {{min_steps: 100, eta: 3}}, got {raw!r}")
+    unknown = [k for k in raw if k not in ("min_steps", "eta")]
+    if unknown:
+        raise ConfigError(f"rungs.{unknown[0]} is not allowed; allowed: min_steps, eta")
+    if "min_steps" not in raw:
+        raise ConfigError("rungs.min_steps is required (the first rung's recall-model training steps)")
+    cfg = RungConfig(**raw)
+    if "mqar" not in score.objectives:
+        raise ConfigError("rungs are over the fresh recall model's training steps, but score.objectives has no 'mqar'; "
+                          "add it or remove the rungs section")
+    m = score.mqar
+    if cfg.min_steps >= m.steps:
+        raise ConfigError(f"rungs.min_steps={cfg.min_steps} must be below score.mqar.steps={m.steps} (the top rung)")
+    if cfg.min_steps % m.eval_every:
+        raise ConfigError(f"rungs.min_steps={cfg.min_steps} must be a multiple of score.mqar.eval_every={m.eval_every} "
+                          "(a rung is measured at a check)")
+    return cfg

@@ -27,20 +27,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlnas.catalog import PAPER_MIXERS, canonical, linear_mixer_names
-from hlnas.config import PRESETS, ModelConfig
+from hlnas.model.catalog import PAPER_MIXERS, canonical, linear_mixer_names
+from hlnas.model.config import PRESETS, ModelConfig
 from hlnas.errors import ConfigError, LayoutError, did_you_mean
 from hlnas.overrides import is_int
-from hlnas.layout import PLACEMENTS, PAPER_LAYERS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
+from hlnas.model.layout import PLACEMENTS, PAPER_LAYERS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
 from hlnas.settings import (SAMPLERS, CONSTRAINTS, DEFAULT_OBJECTIVES, OBJECTIVE_DIRECTIONS, RAW_RECALL_METRICS, RECALL_SOURCES,
                             Objective, SettingsChecker, SpaceError)
 
 if TYPE_CHECKING:  # the config modules pull in torch; the validator imports them when it first runs
-    from hlnas.calibrate import CalibrationConfig
-    from hlnas.rungs import RungConfig
+    from hlnas.settings import CalibrationConfig
+    from hlnas.settings import RungConfig
     from hlnas.data.sources import DataConfig
     from hlnas.score.objectives import ScoreConfig
-    from hlnas.train import TrainConfig
+    from hlnas.lm.trainer import TrainConfig
 
 __all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "OBJECTIVE_DIRECTIONS", "CONSTRAINTS", "load_space",
            "space_from_dict", "builtin_spaces", "RAW_RECALL_METRICS", "RECALL_SOURCES"]
@@ -78,7 +78,7 @@ class SearchSpace:
     constraints: dict[str, float] = field(default_factory=dict)
     sampler: str = "nsga2"
     calibration: CalibrationConfig
-    rungs: RungConfig | None = None  # multi-fidelity search (hlnas.rungs); off by default
+    rungs: RungConfig | None = None  # multi-fidelity search (hlnas.search.rungs); off by default
 
     # -- the dimensions a sampler sees ----------------------------------------------------------
     @property
@@ -152,7 +152,7 @@ class SearchSpace:
     def is_paper_grid(self) -> bool:
         """Every candidate is a cell of the paper's grid (arXiv 2507.06457): one of its six mixers (or the
         Transformer) at one of its ratios, placed as its 24-layer checkpoints are. Decided by content, not by the
-        space's name: :mod:`hlnas.paper`'s overlays look a cell up by (mixer, ratio) alone, so they hold only then."""
+        space's name: :mod:`hlnas.analysis.paper`'s overlays look a cell up by (mixer, ratio) alone, so they hold only then."""
         return (self.hetero_ratio is None and self.n_layers == PAPER_LAYERS and set(self.placements) <= {"paper"}
                 and set(self.mixers) <= set(PAPER_MIXERS) and set(self.ratios) <= set(PAPER_RATIOS))
 
@@ -171,7 +171,7 @@ class SearchSpace:
         The train, data, score and calibration sections are written whole, so a stored study says what its
         trials ran even after a default changes (a resume against the new default is then refused, showing it);
         the model section is what differs from the preset, so that replacing the preset takes effect."""
-        from hlnas.recipe import model_overrides
+        from hlnas.pipeline.recipe import model_overrides
 
         d: dict = {"name": self.name, "mixers": list(self.mixers)}
         if self.hetero_ratio:
@@ -226,7 +226,7 @@ class SearchSpace:
         from hlnas.data.sources import DataConfig
         from hlnas.overrides import parse_sets
         from hlnas.score.objectives import ScoreConfig
-        from hlnas.train import TrainConfig
+        from hlnas.lm.trainer import TrainConfig
 
         sections = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "score": ScoreConfig}
         return self.with_overrides(**parse_sets(items, sections, self.to_dict()["scale"]))
@@ -234,7 +234,7 @@ class SearchSpace:
     def with_overrides(self, **changes) -> "SearchSpace":
         """A re-validated copy with fields replaced, e.g. ``with_overrides(sampler="tpe", ratios=["6:1"])``; a scale
         section takes a config object or a mapping of its fields (which replaces the whole section)."""
-        from hlnas.recipe import model_overrides
+        from hlnas.pipeline.recipe import model_overrides
 
         raw, names = self.to_dict(), {f.name for f in dataclasses.fields(self)}
         for key, value in changes.items():
@@ -310,7 +310,7 @@ def load_space(path: str | os.PathLike) -> SearchSpace:
     where = os.path.relpath(p) if not os.path.relpath(p).startswith("..") else str(p)  # short in messages
     import yaml
 
-    from hlnas.recipe import yaml_load  # keeps 6:1 a string (YAML 1.1 would read base-60 361)
+    from hlnas.pipeline.recipe import yaml_load  # keeps 6:1 a string (YAML 1.1 would read base-60 361)
 
     try:
         raw = yaml_load(p.read_text())
@@ -379,8 +379,8 @@ class _Validator(SettingsChecker):
     """Checks one raw space; every failure names ``where`` (the file), the key and the value."""
 
     def rungs(self, value, score):
-        """The space's :class:`hlnas.rungs.RungConfig` (absent: no rung scheduler)."""
-        from hlnas.rungs import rung_config
+        """The space's :class:`hlnas.search.rungs.RungConfig` (absent: no rung scheduler)."""
+        from hlnas.settings import rung_config
 
         try:
             return rung_config(value, score)
@@ -396,9 +396,9 @@ class _Validator(SettingsChecker):
         if "preset" in sections["model"]:
             self.fail("scale.model.preset: put the preset at scale.preset")
         from hlnas.data.sources import DataConfig
-        from hlnas.recipe import model_from_spec
+        from hlnas.pipeline.recipe import model_from_spec
         from hlnas.score.objectives import ScoreConfig
-        from hlnas.train import TrainConfig
+        from hlnas.lm.trainer import TrainConfig
 
         builders = {"model": lambda d: model_from_spec({"preset": name, **d}), "train": TrainConfig.from_dict,
                     "data": DataConfig.from_dict, "score": ScoreConfig.from_dict}

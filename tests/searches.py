@@ -16,7 +16,7 @@ import sqlalchemy.exc
 import yaml
 from optuna.trial import TrialState
 
-from hlnas.layout import Layout
+from hlnas.model.layout import Layout
 from hlnas.search import executors
 from hlnas.search.study import run_search
 from hlnas.search.trial import TrialResult, layout_metrics
@@ -133,7 +133,7 @@ def search_cli(args: list[str], cwd, own_group: bool = False) -> subprocess.Pope
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # 1 thread: tiny models, busy 2-core CI
     if "--workers" not in args:  # one inline trial at a time (the CLI's default on a 2-core CPU is 2 processes)
         args = [*args, "--workers", "1"]
-    return subprocess.Popen([sys.executable, "-m", "hlnas.cli", "search", *args, "--no-progress"], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", "hlnas.cli.main", "search", *args, "--no-progress"], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=own_group)
 
 

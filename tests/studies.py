@@ -10,8 +10,8 @@ import warnings
 
 import optuna
 
-from hlnas.catalog import PAPER_MIXERS
-from hlnas.layout import PAPER_RATIOS, build_layout
+from hlnas.model.catalog import PAPER_MIXERS
+from hlnas.model.layout import PAPER_RATIOS, build_layout
 
 __all__ = ["OBJECTIVES", "KV_PER_ATTN_LAYER", "trial_attrs", "add_trial", "calibration_verdict", "make_study"]
 
@@ -39,7 +39,7 @@ def trial_attrs(mixer: str, ratio: str | None = "pure", n_layers: int = 24, *, s
         "val_loss": round(3.2 - q - 0.2 * share + rng.uniform(-0.01, 0.01), 4), "recall": recall, "mqar_acc": recall,
         "tokens_per_s": 5000.0, "train_wall_s": 12.0, "status": "ok", "error_kind": None, "error": None,
     }  # fmt: skip
-    # the recall checks of its fresh recall model (hlnas.rungs.checks' format): learning up to its recall by step 300
+    # the recall checks of its fresh recall model (hlnas.search.rungs.checks' format): learning up to its recall by step 300
     attrs["hlnas_checks"] = [{"step": s, "val_acc": round(0.25 + 0.75 * recall * min(1.0, s / 300), 4),
                               "recall": round(recall * min(1.0, s / 300), 4), "recall_auc": round(recall * min(1.0, s / 300) / 2, 4),
                               "loss": 1.0} for s in (100, 200, 300, 400)]
@@ -61,7 +61,7 @@ def add_trial(study: optuna.Study, attrs: dict, *, state=optuna.trial.TrialState
 
 
 def calibration_verdict(mixers) -> dict:
-    """A stored calibration verdict of the shape hlnas.calibrate.verdict writes (control, pure and 3:1 per mixer)."""
+    """A stored calibration verdict of the shape hlnas.calibration.protocol.verdict writes (control, pure and 3:1 per mixer)."""
     rows = [{"role": "control", "mixer": "transformer", "layout": "A" * 24, "recall": [0.97, 0.95], "mean": 0.96,
              "spread": 0.02, "baseline": 0.125, "verdict": "pass"}]
     for i, m in enumerate(mixers):

@@ -67,7 +67,7 @@ def test_a_placement_extension_adopts_the_grids_paper_cells_and_trains_only_the_
     assert row["source"] == f"place#{done['HHHHHA'].number} (result of grid#{by_layout['HHHHHA'].number})"
     assert place.user_attrs[RESULTS_FROM_ATTR] == ["grid"]
     assert {t.number for t in place.best_trials} >= {done["HHHHHA"].number}  # an adopted result is on the front
-    from hlnas.console import SearchProgress
+    from hlnas.cli.console import SearchProgress
 
     ui, lines = SearchProgress(4, progress=False), []
     ui.write = lines.append
@@ -103,7 +103,7 @@ def test_the_sources_are_stored_so_a_resume_adopts_from_them(tmp_path):
 def test_status_marks_the_adopted_trials_and_counts_them_apart_from_the_trained(tmp_path, capsys):
     import json
 
-    from hlnas.cli import main
+    from hlnas.cli.main import main
 
     url = f"sqlite:///{tmp_path}/s.db"
     grid = _search(_space(["paper"], name="grid"), url, "grid", FakeTraining())

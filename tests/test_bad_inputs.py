@@ -8,7 +8,7 @@ import optuna
 import pytest
 import yaml
 
-from hlnas.cli import main
+from hlnas.cli.main import main
 from hlnas.search.study import run_search
 from tests.helpers import torch_threads
 from tests.searches import tiny_raw, tiny_space

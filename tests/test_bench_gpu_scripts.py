@@ -13,10 +13,10 @@ import torch
 
 from experiments.bench import decode_memory, lm_step, paper_scale, trial_overhead
 from experiments.bench.results import PEAK_BF16
-from hlnas.budget import layout_cost, resolve_config
-from hlnas.config import preset
-from hlnas.layout import Layout, build_layout
-from hlnas.model import build_model
+from hlnas.model.cost import layout_cost, resolve_config
+from hlnas.model.config import preset
+from hlnas.model.layout import Layout, build_layout
+from hlnas.model.build import build_model
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -60,9 +60,9 @@ def test_paper_scale_cpu_smoke(tmp_path):
 
 
 def test_rows_take_rope_as_shipped_and_the_rope_variants_force_the_table_or_not(tmp_path, monkeypatch):
-    """A row without a RoPE flag runs what hlnas trains with (hlnas.nn.ROPE_TABLE as set), @norope computes cos/sin in
+    """A row without a RoPE flag runs what hlnas trains with (hlnas.model.nn.ROPE_TABLE as set), @norope computes cos/sin in
     place and @rope takes the table, each for its own row only, set against the same row without."""
-    import hlnas.nn as hnn
+    import hlnas.model.nn as hnn
 
     seen = []  # the table setting at each rotation, in row order
     real = hnn._cos_sin
@@ -89,7 +89,7 @@ def test_rows_take_rope_as_shipped_and_the_rope_variants_force_the_table_or_not(
 def test_a_torchconv_row_keeps_the_short_convs_on_pytorch_for_that_row_only(tmp_path, monkeypatch):
     """@torchconv: HLNAS_TORCH_OPS names causal_conv1d while the row builds and trains (the route reads it at each
     call), beside what the user had set, and is restored after; its row is set against its own."""
-    import hlnas.kernels.backends as backends
+    import hlnas.model.kernels.backends as backends
 
     seen = []
     real = backends.route
@@ -117,7 +117,7 @@ def test_a_torchconv_row_keeps_the_short_convs_on_pytorch_for_that_row_only(tmp_
 def test_a_composed_row_runs_the_composed_gated_norm_against_its_lean_row(tmp_path, monkeypatch):
     """@composed: the gated norms' composed form for that row only (LEAN_GATED_NORM off, restored after), set against
     the same row with the lean norm (the fused forms on, as on CUDA; the GPU run measures the difference)."""
-    import hlnas.nn as hnn
+    import hlnas.model.nn as hnn
 
     seen = []
     real = hnn.lean_gated_norm
@@ -135,7 +135,7 @@ def test_a_composed_row_runs_the_composed_gated_norm_against_its_lean_row(tmp_pa
 def test_a_logits_row_takes_the_whole_logits_loss_against_its_chunked_row(tmp_path, monkeypatch):
     """With the fused forms on (as on CUDA) hlnas's rows take the head's loss in chunks and the plain row the whole
     logits; @logits takes the whole logits for that row only, set against its own row."""
-    import hlnas.nn as hnn
+    import hlnas.model.nn as hnn
     import hlnas.training.head_loss as head_loss
 
     monkeypatch.setattr(hnn, "FUSED_ON_CPU", True)
@@ -150,7 +150,7 @@ def test_a_logits_row_takes_the_whole_logits_loss_against_its_chunked_row(tmp_pa
 def test_a_chunk_row_computes_the_head_loss_in_chunks_of_that_many_mib(tmp_path, monkeypatch):
     """@chunkN: the chunked head loss with N MiB of float32 logits a chunk for that row only (CHUNK_LOGIT_BYTES,
     restored after), set against its own row; a malformed N is refused in one line."""
-    import hlnas.nn as hnn
+    import hlnas.model.nn as hnn
     import hlnas.training.head_loss as head_loss
 
     chunks = []
@@ -173,9 +173,9 @@ def test_a_chunk_row_computes_the_head_loss_in_chunks_of_that_many_mib(tmp_path,
 def test_recall_space_rows_time_the_spaces_recall_model_not_the_preset(tmp_path):
     """--recall-space: the rows build the fresh recall model of the space's score.mqar (its width, vocabulary, mixer
     options), written as recall_step_* so a paper-scale table of the same day is not overwritten."""
-    from hlnas.layout import Layout
-    from hlnas.model import seeded_model
-    from hlnas.score.recall_proxy import recall_model_config
+    from hlnas.model.layout import Layout
+    from hlnas.model.build import seeded_model
+    from hlnas.recall.proxy import recall_model_config
     from hlnas.space import builtin_spaces, load_space
 
     args = ["--recall-space", "tiny", "--layers", "6", "--batch", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
@@ -219,7 +219,7 @@ def test_a_compile_row_trains_its_model_under_torch_compile_and_is_set_against_i
 def test_an_atenconv_row_keeps_conv1d_under_compile_for_that_row_and_is_set_against_the_compiled_row(tmp_path, monkeypatch):
     """``row@compile+atenconv``: the short convs stay aten's conv1d under torch.compile (SHIFTED_SUM_UNDER_COMPILE off
     while the row trains, restored after), its tokens/s over the ``@compile`` row's; flags combine with '+'."""
-    import hlnas.kernels.causal_conv1d as conv
+    import hlnas.model.kernels.causal_conv1d as conv
 
     seen = []
     monkeypatch.setattr(torch, "compile", lambda model, *a, **k: seen.append(conv.SHIFTED_SUM_UNDER_COMPILE) or model)
@@ -308,7 +308,7 @@ DECODE = ["--mixers", "gla,gated_deltanet", "--ratios", "pure,3:1", "--preset", 
 
 
 def test_decode_memory_equals_the_cost_model_on_cpu(tmp_path, monkeypatch):
-    import hlnas.nn as hnn
+    import hlnas.model.nn as hnn
 
     monkeypatch.setattr(hnn, "_TABLES", {})  # no table from an earlier test: the 40-token rows would grow one
     monkeypatch.setattr(hnn, "_RETIRED", [])
@@ -332,7 +332,7 @@ def test_decode_memory_equals_the_cost_model_on_cpu(tmp_path, monkeypatch):
 
 
 def test_decode_memory_reports_a_mismatch(tmp_path, monkeypatch):
-    from hlnas import budget
+    from hlnas.model import cost as budget
 
     real = budget.layout_cost
 
@@ -348,7 +348,7 @@ def test_decode_memory_reports_a_mismatch(tmp_path, monkeypatch):
 
 
 def test_held_bytes_counts_a_views_whole_storage():
-    from hlnas.model import Cache
+    from hlnas.model.build import Cache
 
     cache = Cache(2)
     big = torch.zeros(10, 4)
@@ -383,12 +383,12 @@ def test_trial_overhead_cold_process(tmp_path, monkeypatch):
 
 def test_trial_overhead_probe_leaves_hlnas_as_it_was():
     import hlnas.training.step
-    import hlnas.train
+    import hlnas.lm.trainer
 
-    before = hlnas.training.step.make_step, hlnas.train.make_step
+    before = hlnas.training.step.make_step, hlnas.lm.trainer.make_step
     with trial_overhead.first_step_probe({}):
         assert hlnas.training.step.make_step is not before[0]
-    assert (hlnas.training.step.make_step, hlnas.train.make_step) == before
+    assert (hlnas.training.step.make_step, hlnas.lm.trainer.make_step) == before
 
 
 def test_trial_overhead_names_why_a_step_ran_eagerly(monkeypatch):
@@ -405,13 +405,13 @@ def test_trial_overhead_names_why_a_step_ran_eagerly(monkeypatch):
         step, _ = hlnas.training.step.make_step()
         step()
 
-    import hlnas.train
+    import hlnas.lm.trainer
 
-    trainers = hlnas.train.make_step
+    trainers = hlnas.lm.trainer.make_step
     monkeypatch.setattr(hlnas.training.step, "make_step", fake_make_step)
     monkeypatch.setattr(hlnas.search.trial, "run_trial", fake_run_trial)
     row = trial_overhead.one_trial(None)
-    assert hlnas.train.make_step is trainers  # the trainer's name for it is its own again, not the fake
+    assert hlnas.lm.trainer.make_step is trainers  # the trainer's name for it is its own again, not the fake
     assert row["status"] == "ok"
     assert row["step_mode"] == "eager (CUDA graph step not used: capture failed (X: y); running eagerly)"
 
@@ -451,7 +451,7 @@ def test_saved_memory_counts_less_for_the_lean_gated_norm(tmp_path):
     a gated norm sits (Mamba-2, GLA) and the same where none does (the Transformer); the flags are restored."""
     import csv
 
-    import hlnas.nn
+    import hlnas.model.nn
     from experiments.bench import saved_memory
 
     assert saved_memory.main(["--mixers", "mamba2,gla,transformer", "--preset", "proxy-tiny", "--seq-len", "64",
@@ -461,4 +461,4 @@ def test_saved_memory_counts_less_for_the_lean_gated_norm(tmp_path):
     for m in ("mamba2", "gla"):
         assert 0 < int(rows[m]["lean_bytes"]) < int(rows[m]["composed_bytes"])
     assert int(rows["transformer"]["lean_bytes"]) == int(rows["transformer"]["composed_bytes"]) > 0
-    assert hlnas.nn.LEAN_GATED_NORM and not hlnas.nn.FUSED_ON_CPU
+    assert hlnas.model.nn.LEAN_GATED_NORM and not hlnas.model.nn.FUSED_ON_CPU

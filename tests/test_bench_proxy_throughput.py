@@ -84,7 +84,7 @@ def test_a_family_of_layouts_as_processes_per_layout_replicas_and_one_mixed_mode
     for r in (per_layout, mixed, where):
         assert not r.get("error") and float(r["ratio"]) == pytest.approx(float(r["steps_per_s"]) / float(base["steps_per_s"]), rel=0.01)
     assert "replicas trains one layout; for several use replicas_mixed or layout_replicas" in one["error"]
-    import hlnas.score.recall_replicas as rr
+    import hlnas.recall.replicas as rr
 
     assert rr.MIXED_RANGES is True  # the where mode put the switch back
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.budget import layout_cost, resolve_config
-from hlnas.catalog import MIXERS, PAPER_MIXERS, linear_mixer_names
-from hlnas.config import ModelConfig, preset
+from hlnas.model.cost import layout_cost, resolve_config
+from hlnas.model.catalog import MIXERS, PAPER_MIXERS, linear_mixer_names
+from hlnas.model.config import ModelConfig, preset
 from hlnas.errors import ConfigError
-from hlnas.layout import build_layout
-from hlnas.model import build_model
+from hlnas.model.layout import build_layout
+from hlnas.model.build import build_model
 
 TINY = preset("proxy-tiny")
 LAYOUTS = [build_layout(m, "3:1", 6) for m in linear_mixer_names()] + [

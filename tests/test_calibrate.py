@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hlnas import calibrate
-from hlnas.calibrate import plan, verdict
+from hlnas.calibration import protocol as calibrate
+from hlnas.calibration.protocol import plan, verdict
 from hlnas.errors import ConfigError
 from hlnas.space import SpaceError, space_from_dict
 from tests.searches import raw_space
@@ -209,7 +209,7 @@ def test_a_graded_check_that_failed_for_good_makes_the_calibration_hopeless():
     """graded_min_mixers=2 of 2: once GLA's whole ladder is in and falls (6:1 learns sooner than 3:1, as MQAR did on
     the H200), the verdict cannot be valid whatever HGRN's runs score; while a seed of GLA's ladder is missing it can.
     A verdict stopped for it names the check."""
-    from hlnas.calibrate import hopeless
+    from hlnas.calibration.protocol import hopeless
 
     s = space_from_dict(raw_space(calibration={"graded_ratios": ["6:1"], "graded_min_mixers": 2}))
     falls = {"pure:gla": (0.00, 0.02), "ladder6to1:gla": (0.90, 0.92), "hybrid:gla": (0.60, 0.62)}

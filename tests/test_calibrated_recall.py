@@ -9,8 +9,8 @@ import dataclasses
 import optuna
 import pytest
 
-from hlnas.layout import Layout
-from hlnas.score.recall_result import RESULT_KEYS, finished_result
+from hlnas.model.layout import Layout
+from hlnas.recall.result import RESULT_KEYS, finished_result
 from hlnas.search import executors
 from hlnas.search.calibration import RECALL_ATTR, calibrated_recall
 from hlnas.search.records import layout_spec
@@ -25,9 +25,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models
 def test_every_key_train_mqar_returns_is_a_result_key_and_a_finished_result_is_all_of_them(tmp_path):
     """RESULT_KEYS is what a stored result carries: a key train_mqar added later and RESULT_KEYS missed would be lost
     from every trial that took its recall from a calibration run."""
-    from hlnas.config import preset
+    from hlnas.model.config import preset
     from hlnas.score.objectives import MqarConfig
-    from hlnas.score.recall_proxy import paused_at, train_mqar
+    from hlnas.recall.proxy import paused_at, train_mqar
 
     cfg = MqarConfig(seq_len=16, kv_pairs=2, vocab=16, batch=8, steps=20, eval_every=10, test=16, val=16,
                      model={"d_model": 16, "n_heads": 2, "mlp_hidden": 16})

@@ -7,8 +7,8 @@ import optuna
 import pytest
 import yaml
 
-from hlnas.calibrate import CalibrationFailed
-from hlnas.cli import main
+from hlnas.calibration.protocol import CalibrationFailed
+from hlnas.cli.main import main
 from hlnas.space import space_from_dict
 from hlnas.search.study import run_search
 from tests.searches import interrupted_calibration, raw_space

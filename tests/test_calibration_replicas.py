@@ -106,7 +106,7 @@ def test_a_real_calibration_with_replicas_stores_the_runs_verdict_and_trials_it_
     replicas of one recall model, then the seed-0 LM half), and with replicas paused by --timeout and continued,
     stores the same runs (recall, recall_auc, steps to the target), verdict and seed-0 trials (every key, the recall
     model's curves included)."""
-    import hlnas.score.recall_replicas as rr
+    import hlnas.recall.replicas as rr
     from hlnas.search.study import calibrate_study
 
     monkeypatch.chdir(tmp_path)  # the default folder of paused runs is ./hlnas-rungs
@@ -162,7 +162,7 @@ def test_a_unit_whose_replicas_cannot_train_runs_each_seed_alone(monkeypatch):
     unit to train alone: the results are the solo runs', with replicas_error saying why."""
     import dataclasses
 
-    import hlnas.score.recall_replicas as rr
+    import hlnas.recall.replicas as rr
     from hlnas.search.records import layout_spec
     from hlnas.search.trial import run_trial
 
@@ -210,7 +210,7 @@ def test_a_cuda_error_in_the_replicas_fails_every_run_of_the_unit_instead_of_tra
     as cuda_error, so the executor replaces the worker, each with the replicas' own error."""
     import dataclasses
 
-    import hlnas.score.recall_replicas as rr
+    import hlnas.recall.replicas as rr
     from hlnas.search.records import layout_spec
     from hlnas.search.trial import run_trial
 
@@ -302,9 +302,9 @@ def test_a_unit_out_of_gpu_memory_trains_in_halves_and_its_runs_continue_under_a
     (``AcceleratorError: CUDA error: out of memory``, as a bench unit of 2026-12-06 met), not a poisoned context."""
     import torch
 
-    import hlnas.score.recall_replicas as rr
-    from hlnas.layout import Layout
-    from hlnas.score.recall_proxy import paused_at, train_mqar
+    import hlnas.recall.replicas as rr
+    from hlnas.model.layout import Layout
+    from hlnas.recall.proxy import paused_at, train_mqar
     from hlnas.search.records import layout_spec
     from hlnas.search.trial import _in_halves
     from tests.test_replicas import assert_same_recall

@@ -10,8 +10,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hlnas.calibrate import CalibrationFailed
-from hlnas.cli import main
+from hlnas.calibration.protocol import CalibrationFailed
+from hlnas.cli.main import main
 from hlnas.search import executors
 from hlnas.search.study import run_search
 from hlnas.search.trial import TrialResult
@@ -231,7 +231,7 @@ def test_a_failed_control_stops_the_calibration_before_the_runs_that_cannot_chan
 
 
 def test_hopeless_counts_only_a_scored_control_below_control_min():
-    from hlnas.calibrate import hopeless
+    from hlnas.calibration.protocol import hopeless
 
     space = space_from_dict(raw_space())
     ok = {"key": "control:transformer:s0", "role": "control", "mixer": "transformer", "status": "ok",
@@ -306,7 +306,7 @@ def test_pure_below_ruled_out_never_rules_out_a_mixer_that_could_still_pass():
     import itertools
     import random
 
-    from hlnas.calibrate import pure_below_ruled_out, verdict
+    from hlnas.calibration.protocol import pure_below_ruled_out, verdict
 
     space = space_from_dict(raw_space())
     cfg = space.calibration
@@ -337,7 +337,7 @@ def test_a_finished_pair_inside_the_spread_rules_the_mixer_out_below_the_ceiling
     """VT at 8000 steps: pure and hybrid both stop at the 0.98 target, every pure seed a little below its hybrid's but
     the means not apart by twice the spread. Once the four runs are in, the mixer is out (hopeless counts it), though
     no seed is near 1 or above its hybrid; with a seed missing it is not."""
-    from hlnas.calibrate import pure_below_ruled_out
+    from hlnas.calibration.protocol import pure_below_ruled_out
 
     cfg = space_from_dict(raw_space()).calibration
     runs = {f"{role}{s}": {"role": role, "mixer": "gla", "seed": s, "status": "ok", "raw_train_length": v}
@@ -361,7 +361,7 @@ def test_calibration_stops_once_too_few_mixers_can_have_their_pure_model_below_t
 
 
 def test_a_pure_seed_not_below_its_hybrid_rules_the_mixer_out():
-    from hlnas.calibrate import pure_below_ruled_out
+    from hlnas.calibration.protocol import pure_below_ruled_out
 
     cfg = space_from_dict(raw_space()).calibration
     run = {"role": "pure", "mixer": "hgrn", "seed": 1, "status": "ok", "raw_train_length": 0.5}

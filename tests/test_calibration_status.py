@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import optuna
 import pytest
-from hlnas.cli import main
+from hlnas.cli.main import main
 from hlnas.errors import ConfigError
 from hlnas.search import executors
 from hlnas.search.study import run_search
@@ -79,7 +79,7 @@ def test_calibrated_by_borrows_a_valid_calibration_of_the_same_protocol_and_refu
 def test_status_of_a_running_calibration_shows_its_rows_so_far_and_whether_it_can_still_pass(tmp_path):
     """hlnas status on a calibration split over several GPU calls: how many runs of the plan are stored, the rows so
     far (no 'valid' line), which mixers can still have their pure model below the hybrid, and a certain failure."""
-    from hlnas.console import status_text
+    from hlnas.cli.console import status_text
     from hlnas.search.study import study_summary
 
     url = f"sqlite:///{tmp_path}/c.db"
@@ -106,8 +106,8 @@ def test_status_of_a_running_calibration_shows_its_rows_so_far_and_whether_it_ca
 def test_status_of_a_failed_calibration_says_why_and_what_to_change(tmp_path):
     """A verdict read back later (hlnas status) carries what hlnas calibrate printed when it failed: the failures and
     the settings to change; a valid one, and a borrowed one (the other study says why), print neither."""
-    from hlnas.calibrate import advice, verdict
-    from hlnas.console import status_text
+    from hlnas.calibration.protocol import advice, verdict
+    from hlnas.cli.console import status_text
     from hlnas.search.study import study_summary
 
     url = f"sqlite:///{tmp_path}/c.db"
@@ -134,7 +134,7 @@ def test_a_separation_that_failed_for_good_stops_the_calibration_but_not_one_tha
     """RetNet on MQAR at batch 64 learned on one seed and not the other: a spread that wide separates the pure model
     from neither its baseline nor its hybrid. Once the row and its partner have every seed scored, the verdict cannot
     be valid (hopeless says so); while the partner lacks a seed, or a seed failed to run, it can."""
-    from hlnas.calibrate import hopeless
+    from hlnas.calibration.protocol import hopeless
 
     space = space_from_dict(raw_space())
     base = {**GOOD, "pure:gla": (0.98, 0.26)}  # one seed learned, the other did not: spread 0.72

@@ -8,7 +8,7 @@ import json
 import optuna
 import pytest
 
-from hlnas.cli import main
+from hlnas.cli.main import main
 from hlnas.search import executors
 from hlnas.space import space_from_dict
 from hlnas.search.study import run_search

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from hlnas.cli import build_parser, main
+from hlnas.cli.main import build_parser, main
 
 SUBCOMMANDS = ["layout", "train", "eval", "search", "calibrate", "status", "dashboard", "report", "bench-samplers"]
 
@@ -24,7 +24,7 @@ def test_every_subcommand_has_help(capsys):
 
 
 def test_console_script_help_runs():
-    out = subprocess.run([sys.executable, "-m", "hlnas.cli", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "hlnas.cli.main", "--help"], capture_output=True, text=True, check=True).stdout
     for name in SUBCOMMANDS:
         assert name in out
 
@@ -60,7 +60,7 @@ def test_train_then_eval(tmp_path, capsys):
     assert abs(scores["val_loss"] - metrics["val_loss"]) < 1e-4  # same held-out batches as the trainer's
     assert metrics["recipe"]["layout"] == "AA" and "scores" not in metrics  # trained without --score
     # the score section eval reads: the recipe's, with --set and --objectives over it
-    from hlnas.run import checkpoint_score_config
+    from hlnas.pipeline.run import checkpoint_score_config
 
     cfg = checkpoint_score_config(out, ["score.mqar.steps=3"], ["mqar"])
     assert cfg.objectives == ("mqar",) and cfg.mqar.steps == 3 and cfg.mqar.test == 256
@@ -68,7 +68,7 @@ def test_train_then_eval(tmp_path, capsys):
 
 
 def test_train_layout_string_replaces_the_recipe_files_layout(tmp_path):
-    from hlnas.recipe import load_recipe
+    from hlnas.pipeline.recipe import load_recipe
 
     cfg = tmp_path / "r.yaml"
     cfg.write_text("layout: {mixer: gla, ratio: '6:1'}\ntrain: {tokens: 4096}\n")

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from hlnas.cli import main
+from hlnas.cli.main import main
 from hlnas.search.study import run_search
 from tests.helpers import torch_threads
 from tests.searches import tiny_raw, tiny_space
@@ -98,7 +98,7 @@ def test_search_joins_an_existing_ray_cluster(tmp_path):
         space_file = tmp_path / "space.yaml"
         space_file.write_text(yaml.safe_dump(tiny_raw()))
         url = f"sqlite:///{tmp_path}/cluster.db"
-        r = subprocess.run([sys.executable, "-m", "hlnas.cli", "search", "--space", str(space_file), "--storage", url,
+        r = subprocess.run([sys.executable, "-m", "hlnas.cli.main", "search", "--space", str(space_file), "--storage", url,
                             "--study", "c", "--trials", "2", "--workers", "2", "--address", f"127.0.0.1:{port}",
                             "--no-progress"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=240)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -125,7 +125,7 @@ def test_plain_hlnas_search_is_the_main_job(tmp_path):
     """No arguments: the embedded tiny space calibrated then searched on this machine's CPU cores, SQLite in the
     current directory, front printed."""
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "hlnas.cli", "search", "--no-progress"], cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "hlnas.cli.main", "search", "--no-progress"], cwd=tmp_path,
                        env={k: v for k, v in ENV.items() if k != "OMP_NUM_THREADS"}, capture_output=True, text=True,
                        timeout=600)
     wall = time.monotonic() - t0

@@ -6,10 +6,10 @@ costs 10+ s); experiments/bench/compile_regions.py measures the real one."""
 import pytest
 import torch
 
-from hlnas.config import ModelConfig
+from hlnas.model.config import ModelConfig
 from hlnas.errors import ConfigError
-from hlnas.layout import Layout
-from hlnas.model import seeded_model
+from hlnas.model.layout import Layout
+from hlnas.model.build import seeded_model
 from hlnas.training.replicas import replicate
 from hlnas.training.step import RegionalCompiled, compiled
 
@@ -106,9 +106,9 @@ def test_a_recall_run_compiled_block_by_block_in_the_cuda_graph_follows_the_unco
     """On CUDA (bf16 autocast, fla kernels inside the compiled blocks, the whole step captured): a recall run with
     score.mqar.compile (inductor, block by block) and one without, same seed and data, stop at the same steps with
     the same curve within bf16 tolerance; two runs as compiled replicas give the same too."""
-    from hlnas.score.mqar import MqarTask, make_mqar
-    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
-    from hlnas.score.recall_replicas import train_mqar_replicas
+    from hlnas.recall.mqar import MqarTask, make_mqar
+    from hlnas.recall.proxy import MqarConfig, _one_rate, recall_setup
+    from hlnas.recall.replicas import train_mqar_replicas
 
     base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
     hp = {"attention": {"input_conv": 4, "input_conv_init": "shift"}, "hgrn": {"use_short_conv": True}}
@@ -157,7 +157,7 @@ def test_a_mixed_family_compiles_once_per_distinct_layer_not_per_block(mixer):
     more (HGRN's PyTorch kernel breaks the graph, so the router is a frame of its own: 6 compiles). Past dynamo's
     per-code recompile limit the other blocks would run uncompiled without a word, so the regional compile raises
     the limit to cover every block: started at a limit of 5, hitting it fails the test."""
-    from hlnas.layout import build_layout
+    from hlnas.model.layout import build_layout
     from hlnas.training.mixed_replicas import kind_ranges, range_order, replicate_mixed
 
     kind = {"H": "hgrn", "G": "gla"}[mixer]

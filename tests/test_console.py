@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from hlnas.console import (SearchProgress, train_summary, bench_run_line, bench_summary, format_bytes, format_value, front_table,
+from hlnas.cli.console import (SearchProgress, train_summary, bench_run_line, bench_summary, format_bytes, format_value, front_table,
                            layout_card, layout_record, recall_text, status_text)
 
 
@@ -123,9 +123,9 @@ def test_status_text_prints_a_stored_verdict_as_the_calibration_table():
 
 
 def test_layout_card_draws_the_layers_and_prints_the_cost():
-    from hlnas.budget import layout_cost
-    from hlnas.config import preset
-    from hlnas.layout import build_layout
+    from hlnas.model.cost import layout_cost
+    from hlnas.model.config import preset
+    from hlnas.model.layout import build_layout
 
     layout = build_layout("gla", "6:1", 24, "paper")
     cost = layout_cost(layout, preset("paper-340m"))
@@ -248,7 +248,7 @@ def test_search_loop_reports_what_was_trained_before_it_started(tmp_path):
 
 
 def test_bench_lines():
-    from hlnas.tabular import SamplerRun
+    from hlnas.analysis.tabular import SamplerRun
 
     run = SamplerRun(sampler="random", seed=1, hv=(0.5, 1.0), layouts=("GGGA", "GAGA"), asked=3, repeats=1, infeasible=0,
                     exhausted=True)

@@ -18,18 +18,18 @@ from pathlib import Path
 import optuna
 import pytest
 
-from hlnas import paper
+from hlnas.analysis import paper
 from hlnas.errors import HlnasError
-from hlnas.dashboard import (
+from hlnas.analysis.dashboard import (
     PortInUseError, StorageError, UnknownStudyError, attach_figures, load_study, open_storage, start_server,
 )  # fmt: skip
-from hlnas.figures import (
+from hlnas.analysis.figures import (
     FIGURE_IDS, build_figures, curves_info, layout_info, metric_titles, plot_curves, plot_layouts, plot_ratio, plot_tradeoff,
     ratio_info, ruler_info, tradeoff_info,
 )  # fmt: skip
-from hlnas.layout import build_layout
-from hlnas.pareto import pareto_info, study_data
-from hlnas.report import find_chromium
+from hlnas.model.layout import build_layout
+from hlnas.analysis.pareto import pareto_info, study_data
+from hlnas.analysis.report import find_chromium
 from tests.studies import EMPTY_IN_PAPER_GRID, add_trial, make_study, trial_attrs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +125,7 @@ def test_recall_axis_names_its_measure():
 
 
 def test_recall_curves_draw_each_trials_checks_with_its_status_and_the_rungs():
-    def checks(values):  # the hlnas_checks format (hlnas.rungs.checks)
+    def checks(values):  # the hlnas_checks format (hlnas.search.rungs.checks)
         return [{"step": 100 * (i + 1), "val_acc": 0.25 + 0.75 * v, "recall": v, "recall_auc": v / 2, "loss": 1.0}
                 for i, v in enumerate(values)]
 

@@ -8,14 +8,14 @@ import signal
 
 import pytest
 
-from hlnas.config import preset
+from hlnas.model.config import preset
 from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError
 from hlnas.search.executors import ProcessExecutor
-from hlnas.layout import Layout
-from hlnas.recipe import RunConfig
+from hlnas.model.layout import Layout
+from hlnas.pipeline.recipe import RunConfig
 from hlnas.score.objectives import MqarConfig, ScoreConfig
-from hlnas.train import TrainConfig
+from hlnas.lm.trainer import TrainConfig
 from hlnas.search.trial import TrialSpec
 
 

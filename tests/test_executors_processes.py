@@ -105,7 +105,7 @@ def test_time_limit_pauses_running_trials_and_resume_continues_them(tmp_path, mo
     space = space_from_dict(raw)
     # a run's first recall check waits out the limit, so a trial started within it always pauses there, however fast
     # the machine; the limit leaves a loaded machine time to start one (0.5 s did not, once, on a 2-core CI runner)
-    import hlnas.score.recall_proxy as rp
+    import hlnas.recall.proxy as rp
 
     real_check = rp.check_stop
 

@@ -64,7 +64,7 @@ def test_the_cpu_step_bench_child_runs_against_this_tree():
 def test_mqar_curve_trains_the_shift_started_attention_conv(capsys, monkeypatch):
     """experiments/mqar_curve.py's --attention-conv-init reaches the recall model (the CPU analog of issue #20's
     take-off question): a 2-step run prints its summary, and its model starts with the shift."""
-    import hlnas.score.recall_proxy as proxy
+    import hlnas.recall.proxy as proxy
     from experiments import mqar_curve
 
     seen = []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hlnas.figures import (build_figures, calibration_info, plot_calibration, plot_calibration_table, plot_tradeoff,
+from hlnas.analysis.figures import (build_figures, calibration_info, plot_calibration, plot_calibration_table, plot_tradeoff,
                            tradeoff_info)
-from hlnas.pareto import StudyData, TrialRecord
-from hlnas.report import report_html
+from hlnas.analysis.pareto import StudyData, TrialRecord
+from hlnas.analysis.report import report_html
 
 
 def _rec(n, layout, kv, raw, base=0.25):
@@ -152,7 +152,7 @@ def test_write_png_retries_only_when_kaleidos_page_was_not_ready(monkeypatch, tm
     import plotly.graph_objects as go
     import plotly.io as pio
 
-    from hlnas import figure_style
+    from hlnas.analysis import figure_style
 
     calls = []
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from hlnas.paper import recall_by_ratio
+from hlnas.analysis.paper import recall_by_ratio
 from tests.helpers import paper_grid_script, write_csv
 
 compare = paper_grid_script("compare")

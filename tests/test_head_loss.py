@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import hlnas.nn
+import hlnas.model.nn
 import hlnas.training.head_loss as head_loss
 from hlnas.training.head_loss import linear_cross_entropy
 from tests.helpers import captured_replay
@@ -69,14 +69,14 @@ def test_no_scored_token_gives_zero_loss_and_zero_gradients():
 
 
 def test_the_step_trains_on_it_where_the_fused_forms_run_and_learns_the_same(monkeypatch):
-    """hlnas.train's step takes the chunked loss where the fused forms run and the composed loss elsewhere; on a tiny
+    """hlnas.lm.trainer's step takes the chunked loss where the fused forms run and the composed loss elsewhere; on a tiny
     model the two give the same loss curve within float32 rounding."""
-    from hlnas.config import preset
+    from hlnas.model.config import preset
     from hlnas.data.sources import DataConfig
-    from hlnas.layout import build_layout
-    from hlnas.train import TrainConfig, train
+    from hlnas.model.layout import build_layout
+    from hlnas.lm.trainer import TrainConfig, train
 
-    monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", True)
+    monkeypatch.setattr(hlnas.model.nn, "FUSED_ON_CPU", True)
     calls = []
     real = head_loss.linear_cross_entropy
     monkeypatch.setattr(head_loss, "linear_cross_entropy", lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from hlnas.catalog import PAPER_MIXERS, linear_mixer_names
+from hlnas.model.catalog import PAPER_MIXERS, linear_mixer_names
 from hlnas.errors import LayoutError
-from hlnas.layout import PAPER_RATIOS, PLACEMENTS, Layout, attention_indices, build_layout, parse_ratio
+from hlnas.model.layout import PAPER_RATIOS, PLACEMENTS, Layout, attention_indices, build_layout, parse_ratio
 
 PAPER_INDICES = {
     "24:1": [23],

@@ -2,7 +2,7 @@
 
 On the H100 (experiments/bench/paper_scale_h100_2026-12-05.md) hlnas's paper-340m Transformer ran at 0.78x the plain
 one's tokens/s, and its profile put the gap in elementwise kernels: 604 against 385 of one kind, 457 against 240 fp32
-adds a step. The fused forms (hlnas.nn: fused RMSNorm, split RoPE, one matmul over stacked input projections) are meant
+adds a step. The fused forms (hlnas.model.nn: fused RMSNorm, split RoPE, one matmul over stacked input projections) are meant
 to remove that. This counts every non-view aten op of one forward and backward under bf16 autocast, as the CUDA step
 runs, with the fused forms on: the two models must issue the same ops, except one weight stack per fused projection
 (q/k/v and gate/up: a copy of the weights, not of activations). Before the fused forms (0d122c2^) the same count was
@@ -15,13 +15,13 @@ import collections
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import hlnas.nn as hnn
+import hlnas.model.nn as hnn
 from experiments.bench.paper_scale import plain_transformer
-from hlnas.budget import resolve_config
-from hlnas.config import ModelConfig
-from hlnas.layout import build_layout
-from hlnas.model import build_model
-from hlnas.train import lm_loss
+from hlnas.model.cost import resolve_config
+from hlnas.model.config import ModelConfig
+from hlnas.model.layout import build_layout
+from hlnas.model.build import build_model
+from hlnas.lm.trainer import lm_loss
 
 # ops that make views (no kernel, no memory of their own)
 VIEWS = {"view", "_unsafe_view", "slice", "detach", "unsqueeze", "squeeze", "split", "split_with_sizes", "t",

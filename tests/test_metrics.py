@@ -4,8 +4,8 @@ import pytest
 
 import hlnas.metrics as metric_table
 from hlnas.errors import ConfigError
-from hlnas.figure_style import _TITLES, format_metric
-from hlnas.pareto import METRIC_DIRECTIONS
+from hlnas.analysis.figure_style import _TITLES, format_metric
+from hlnas.analysis.pareto import METRIC_DIRECTIONS
 from hlnas.space import OBJECTIVE_DIRECTIONS, RAW_RECALL_METRICS, load_space
 
 

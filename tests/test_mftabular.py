@@ -1,4 +1,4 @@
-"""The multi-fidelity tabular benchmark (hlnas.mftabular): stored curves replayed through the search loop on a
+"""The multi-fidelity tabular benchmark (hlnas.analysis.mftabular): stored curves replayed through the search loop on a
 simulated clock, full fidelity against the rung scheduler."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hlnas.errors import ConfigError
-from hlnas.mftabular import CurveBenchmark, SimulatedExecutor, auc_at, curve_value, hv_at, run_multi_fidelity
+from hlnas.analysis.mftabular import CurveBenchmark, SimulatedExecutor, auc_at, curve_value, hv_at, run_multi_fidelity
 from hlnas.space import load_space
 from hlnas.search.trial import layout_metrics
 
@@ -66,7 +66,7 @@ def test_the_rung_scheduler_spends_fewer_gpu_seconds_for_the_same_front():
 def timed_run(spec):
     """A stand-in for run_trial that stores what a real trial stores: the recall run's curve (raw validation
     accuracy per check, stopped at the 0.98 target), its steps and seconds, mqar_s, and the trial's wall_s."""
-    from hlnas.score.recall_proxy import learning_auc
+    from hlnas.recall.proxy import learning_auc
     from hlnas.search.trial import TrialResult
 
     lay, top = spec.layout, spec.recipe.score.mqar.steps
@@ -100,8 +100,8 @@ def stored_study(tmp_path, space=None):
 
 
 def test_auc_at_is_the_graded_measure_a_run_reports_after_so_many_steps():
-    from hlnas.rungs import checks
-    from hlnas.score.recall_proxy import learning_auc
+    from hlnas.search.rungs import checks
+    from hlnas.recall.proxy import learning_auc
 
     raw = [[100, 0.25, 1.0], [200, 0.5, 1.0], [300, 1.0, 1.0]]  # validation accuracy over a 0.25 baseline
     curve = [[c["step"], c["recall"]] for c in checks({"mqar": {"runs": [{"lr": 1e-3, "curve": raw}]}, "mqar_lr": 1e-3,
@@ -113,7 +113,7 @@ def test_auc_at_is_the_graded_measure_a_run_reports_after_so_many_steps():
 
 
 def test_a_study_that_optimizes_recall_auc_is_replayed_on_recall_auc(tmp_path):
-    from hlnas.rungs import checks
+    from hlnas.search.rungs import checks
     from hlnas.search.study import load_hlnas_study
     auc_space = load_space("tiny").with_overrides(objectives=[{"name": "recall", "metric": "recall_auc"},
                                                               {"name": "kv_cache", "metric": "kv_cache_bytes"}])
@@ -159,7 +159,7 @@ def test_a_stored_study_replays_its_curves_at_the_seconds_they_took(tmp_path):
 
 
 def test_bench_samplers_study_writes_the_table_and_figure(tmp_path, capsys):
-    from hlnas.cli import main
+    from hlnas.cli.main import main
 
     url = stored_study(tmp_path)
     out = tmp_path / "bench"

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.config import ModelConfig
-from hlnas.layout import Layout
-from hlnas.model import seeded_model
-from hlnas.score.mqar import mqar_loss
-from hlnas.score.recall_proxy import mqar_train_batches
+from hlnas.model.config import ModelConfig
+from hlnas.model.layout import Layout
+from hlnas.model.build import seeded_model
+from hlnas.recall.mqar import mqar_loss
+from hlnas.recall.proxy import mqar_train_batches
 from hlnas.training.mixed_replicas import RoutedMixer, replicate_mixed
 from hlnas.training.replica_step import ReplicaAdamW, per_replica
 from hlnas.training.replicas import ReplicaError
@@ -124,8 +124,8 @@ def test_train_mqar_layouts_gives_each_layout_and_seed_its_train_mqar_result(tmp
     """Three layouts of GLA (pure, attention last, attention first) x 2 seeds over a rate sweep in 4 slots (freed
     slots take runs of other layouts), paused at a step budget and continued: each (layout, seed) gets the result
     train_mqar gives it alone, the sweep's stop rule included."""
-    from hlnas.score.recall_proxy import MqarConfig, paused_at, train_mqar
-    from hlnas.score.recall_replicas import train_mqar_layouts
+    from hlnas.recall.proxy import MqarConfig, paused_at, train_mqar
+    from hlnas.recall.replicas import train_mqar_layouts
     from tests.test_replicas import SEEDS_CFG, assert_same_recall
 
     base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
@@ -157,10 +157,10 @@ def test_mixed_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(compile,
     """On CUDA (bf16 autocast, fla kernels, one captured graph per step; compiled blocks too): GLA pure, attention
     last and attention first as one mixed model give each run's solo graph run within bf16 tolerance, with each
     kind on its own replicas' rows (ranges) or on every row (where)."""
-    import hlnas.score.recall_replicas as rr
-    from hlnas.score.mqar import MqarTask, make_mqar
-    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
-    from hlnas.score.recall_replicas import train_mqar_layouts
+    import hlnas.recall.replicas as rr
+    from hlnas.recall.mqar import MqarTask, make_mqar
+    from hlnas.recall.proxy import MqarConfig, _one_rate, recall_setup
+    from hlnas.recall.replicas import train_mqar_layouts
 
     monkeypatch.setattr(rr, "MIXED_RANGES", ranges)
 
@@ -182,8 +182,8 @@ def test_mixed_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(compile,
 def test_a_paused_mixed_run_continues_in_a_mixed_model_of_another_layout_set(tmp_path):
     """A paused run keeps its optimizer moments by parameter name: continued in a mixed model that holds one more
     layout (other columns), each run still gets train_mqar's result."""
-    from hlnas.score.recall_proxy import MqarConfig, paused_at, train_mqar
-    from hlnas.score.recall_replicas import train_mqar_layouts
+    from hlnas.recall.proxy import MqarConfig, paused_at, train_mqar
+    from hlnas.recall.replicas import train_mqar_layouts
     from tests.test_replicas import SEEDS_CFG, assert_same_recall
 
     base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.catalog import linear_mixer_names
-from hlnas.config import ModelConfig
-from hlnas.kernels import use_backend
-from hlnas.layout import Layout, build_layout
-from hlnas.model import build_model
+from hlnas.model.catalog import linear_mixer_names
+from hlnas.model.config import ModelConfig
+from hlnas.model.kernels import use_backend
+from hlnas.model.layout import Layout, build_layout
+from hlnas.model.build import build_model
 from tests.helpers import rel_err
 
 pytestmark = pytest.mark.gpu

@@ -1,10 +1,10 @@
-"""hlnas.nn building blocks against their reference form."""
+"""hlnas.model.nn building blocks against their reference form."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.model.mixers.short_conv import ShortConvolution
 from tests.helpers import captured_replay
 
 
@@ -36,9 +36,9 @@ def test_short_convolution_cpu_equals_conv1d(dtype, bias, activation):
 
 
 def test_shifted_conv_backward_is_its_forward_transposed():
-    """The CPU conv's hand-written backward (hlnas.kernels.causal_conv1d._ShiftedConv) against autograd's numerical gradient, for the
+    """The CPU conv's hand-written backward (hlnas.model.kernels.causal_conv1d._ShiftedConv) against autograd's numerical gradient, for the
     padded input (the past window included) and the taps."""
-    from hlnas.kernels.causal_conv1d import _ShiftedConv
+    from hlnas.model.kernels.causal_conv1d import _ShiftedConv
 
     torch.manual_seed(0)
     xx = torch.randn(2, 9, 5, dtype=torch.float64, requires_grad=True)
@@ -49,9 +49,9 @@ def test_shifted_conv_backward_is_its_forward_transposed():
 # -- the fused forms of the LM's elementwise and projection work (issue #22 point 2) ----------------------------
 @pytest.fixture
 def fused_on_cpu(monkeypatch):
-    import hlnas.nn
+    import hlnas.model.nn
 
-    monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", True)
+    monkeypatch.setattr(hlnas.model.nn, "FUSED_ON_CPU", True)
 
 
 def _grads(out, *tensors):
@@ -61,7 +61,7 @@ def _grads(out, *tensors):
 @pytest.mark.parametrize("act", [None, "swish", "sigmoid"])
 def test_rms_norm_fused_equals_the_composed_float32_form(act, fused_on_cpu):
     """RMSNorm's fused path (F.rms_norm) gives the composed form's values and gradients (x, weight, gate)."""
-    from hlnas.nn import GatedRMSNorm, RMSNorm
+    from hlnas.model.nn import GatedRMSNorm, RMSNorm
 
     torch.manual_seed(0)
     norm = RMSNorm(24, eps=1e-5) if act is None else GatedRMSNorm(24, eps=1e-5, act=act)
@@ -80,7 +80,7 @@ def test_rms_norm_fused_equals_the_composed_float32_form(act, fused_on_cpu):
 
 
 def test_rms_norm_keeps_a_bf16_input_bf16(fused_on_cpu):
-    from hlnas.nn import RMSNorm
+    from hlnas.model.nn import RMSNorm
 
     x = torch.randn(2, 5, 16, dtype=torch.bfloat16)
     assert RMSNorm(16)(x).dtype == torch.bfloat16
@@ -90,7 +90,7 @@ def test_fused_linear_equals_separate_projections(fused_on_cpu):
     """One matmul over stacked weights: the same outputs and the same gradients for x and each weight."""
     from torch import nn
 
-    from hlnas.nn import fused_linear
+    from hlnas.model.nn import fused_linear
 
     torch.manual_seed(0)
     projs = [nn.Linear(16, n, bias=False) for n in (16, 8, 8)]
@@ -110,7 +110,7 @@ def test_fused_linear_leaves_other_projections_as_they_are(fused_on_cpu):
     """A projection with a bias or of another type (the replicated model's) is called as it is."""
     from torch import nn
 
-    from hlnas.nn import fused_linear
+    from hlnas.model.nn import fused_linear
 
     calls = []
 
@@ -130,7 +130,7 @@ def test_fused_linear_leaves_other_projections_as_they_are(fused_on_cpu):
 
 @pytest.mark.parametrize("head_dim", [8, 9])
 def test_rotary_split_is_bit_for_bit_the_sliced_form(head_dim):
-    from hlnas.nn import _cos_sin, _rotate
+    from hlnas.model.nn import _cos_sin, _rotate
 
     torch.manual_seed(0)
     x = torch.randn(2, 6, 3, head_dim, requires_grad=True)
@@ -149,7 +149,7 @@ def test_on_the_cpu_the_composed_forms_run_by_default():
 
     from torch import nn
 
-    from hlnas.nn import RMSNorm, fused_linear
+    from hlnas.model.nn import RMSNorm, fused_linear
 
     projs = [nn.Linear(4, 4, bias=False), nn.Linear(4, 2, bias=False)]
     with mock.patch.object(nn.Linear, "forward", autospec=True, side_effect=lambda self, x: x[..., :self.out_features]) as fwd:
@@ -163,7 +163,7 @@ def test_on_the_cpu_the_composed_forms_run_by_default():
 @pytest.mark.parametrize("act, gate_first, groups", [("swish", False, 1), ("sigmoid", False, 1), ("swish", True, 1),
                                                      ("swish", True, 3)])
 def test_lean_gated_norm_gradients_are_exact_in_float64(act, gate_first, groups):
-    from hlnas.nn import lean_gated_norm
+    from hlnas.model.nn import lean_gated_norm
 
     torch.manual_seed(0)
     x, g = (torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True) for _ in range(2))
@@ -175,8 +175,8 @@ def test_lean_gated_norm_gradients_are_exact_in_float64(act, gate_first, groups)
 def test_mamba2_grouped_norm_lean_equals_composed(dtype, tol, monkeypatch):
     """Mamba-2's RMSNorm(y * silu(z)) over groups: the lean form (CUDA, or FUSED_ON_CPU) gives the composed form's
     values and gradients, in float32 and within bf16 rounding for bf16 inputs."""
-    import hlnas.nn
-    from hlnas.mixers.mamba2 import _GroupedGatedRMSNorm
+    import hlnas.model.nn
+    from hlnas.model.mixers.mamba2 import _GroupedGatedRMSNorm
 
     torch.manual_seed(0)
     norm = _GroupedGatedRMSNorm(24, groups=2, eps=1e-5)
@@ -185,7 +185,7 @@ def test_mamba2_grouped_norm_lean_equals_composed(dtype, tol, monkeypatch):
     y, z = (torch.randn(3, 7, 24).to(dtype).requires_grad_() for _ in range(2))
     runs = []
     for fused in (False, True):
-        monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", fused)
+        monkeypatch.setattr(hlnas.model.nn, "FUSED_ON_CPU", fused)
         out = norm(y, z)
         runs.append((out, *_grads(out.float(), y, z, norm.weight)))
     assert runs[0][0].dtype == runs[1][0].dtype == dtype
@@ -209,15 +209,15 @@ def _saved_bytes(fn) -> int:
 def test_lean_gated_norm_keeps_only_its_bf16_inputs_for_backward(monkeypatch):
     """The composed gated norm saved float32 copies of bf16 activations (2 bytes a value became 4, several times);
     the lean one keeps x and the gate as they came, the weight and one float32 rstd per row."""
-    import hlnas.nn
-    from hlnas.nn import GatedRMSNorm
+    import hlnas.model.nn
+    from hlnas.model.nn import GatedRMSNorm
 
     norm = GatedRMSNorm(256)
     x, g = (torch.randn(4, 64, 256, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
     inputs = 2 * x.numel() * 2 + 256 * 4 + 4 * 64 * 4  # x and gate in bf16, the weight, rstd [4, 64, 1]
-    monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", True)
+    monkeypatch.setattr(hlnas.model.nn, "FUSED_ON_CPU", True)
     assert _saved_bytes(lambda: norm(x, g)) == inputs
-    monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", False)
+    monkeypatch.setattr(hlnas.model.nn, "FUSED_ON_CPU", False)
     assert _saved_bytes(lambda: norm(x, g)) > 3 * inputs
 
 
@@ -226,7 +226,7 @@ def test_lean_gated_norm_keeps_only_its_bf16_inputs_for_backward(monkeypatch):
 def test_lean_gated_norm_on_cuda_compiled_and_in_a_graph_equals_eager(gate_first):
     """On CUDA the gated norms take the lean form inside compiled blocks and captured steps: torch.compile's trace of
     its autograd.Function and a CUDA graph replay give eager's values and gradients."""
-    from hlnas.nn import lean_gated_norm
+    from hlnas.model.nn import lean_gated_norm
 
     torch.manual_seed(0)
     x, g = (torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))

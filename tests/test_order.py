@@ -85,7 +85,7 @@ def test_pairs_decide_each_mixers_pure_below_before_the_next_mixer_and_a_resume_
 def test_a_bad_mixer_order_is_named():
     import pytest
 
-    from hlnas.calibrate import plan
+    from hlnas.calibration.protocol import plan
     from hlnas.errors import HlnasError
 
     with pytest.raises(HlnasError, match=r"calibration.mixer_order: 'retnet' not among the space's mixers; allowed: "):

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from hlnas.cli import main
+from hlnas.cli.main import main
 from hlnas.errors import ConfigError
-from hlnas.recipe import apply_overrides, load_recipe
+from hlnas.pipeline.recipe import apply_overrides, load_recipe
 from hlnas.space import load_space
 
 GLA = {"layout": {"mixer": "gla", "ratio": "6:1"}}
@@ -131,8 +131,8 @@ def test_train_with_a_float_token_count_end_to_end(tmp_path, capsys):
 def test_config_files_are_read_with_the_same_types_as_overrides():
     """A recipe or space file goes through the same conversion as --set (hlnas.overrides.config_from_dict)."""
     from hlnas.errors import ConfigError
-    from hlnas.recipe import RunConfig
-    from hlnas.train import TrainConfig
+    from hlnas.pipeline.recipe import RunConfig
+    from hlnas.lm.trainer import TrainConfig
 
     assert TrainConfig.from_dict({"tokens": 1e5, "seq_len": 64}).tokens == 100000
     with pytest.raises(ConfigError, match=r"train.seq_len is an integer; got 12.5"):
@@ -182,11 +182,11 @@ def test_an_old_flat_set_is_read_as_its_new_key():
 def test_config_to_dict_writes_plain_json_types_and_the_configs_keep_their_output():
     import dataclasses
 
-    from hlnas.config import PRESETS, ModelConfig
+    from hlnas.model.config import PRESETS, ModelConfig
     from hlnas.data.sources import DataConfig
     from hlnas.overrides import config_from_dict, config_to_dict
     from hlnas.score.objectives import MqarConfig, ScoreConfig
-    from hlnas.train import TrainConfig
+    from hlnas.lm.trainer import TrainConfig
 
     for cfg in [*PRESETS.values(), ModelConfig(d_model=8, vocab_size=8, n_heads=2, mixer_hparams={"gla": {"num_heads": 2}}),
                 TrainConfig(), TrainConfig(lr=3e-4, recall_format="mqar"), DataConfig(source="x.jsonl", seed=3)]:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from hlnas.paper import recall_by_ratio, spearman
+from hlnas.analysis.paper import recall_by_ratio, spearman
 from tests.helpers import paper_grid_script
 
 

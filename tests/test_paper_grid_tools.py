@@ -12,9 +12,9 @@ import pathlib
 import optuna
 import pytest
 
-from hlnas.budget import layout_metrics
+from hlnas.model.cost import layout_metrics
 from hlnas.errors import HlnasError
-from hlnas.layout import build_layout
+from hlnas.model.layout import build_layout
 from hlnas.space import load_space
 from tests.helpers import paper_grid_script
 
@@ -216,8 +216,8 @@ def test_tabular_bench_takes_one_seed_of_a_two_seed_table(grid, tmp_path):
 def test_every_h200_protocol_builds_its_recall_models_and_task(path):
     """A GPU session calibrates these as they are: each loads, every candidate's recall setup builds, the task's
     instances fit its length, and the first hybrid's recall model builds (its attention-input conv start valid)."""
-    from hlnas.model import seeded_model
-    from hlnas.score.recall_proxy import make_task, recall_setup
+    from hlnas.model.build import seeded_model
+    from hlnas.recall.proxy import make_task, recall_setup
 
     space = load_space(str(path))
     setups = [recall_setup(layout, space.model, space.score.mqar) for layout in space.candidates()]

@@ -7,9 +7,9 @@ import random
 import optuna
 import pytest
 
-from hlnas.layout import build_layout
+from hlnas.model.layout import build_layout
 from hlnas.space import load_space
-from hlnas.pareto import (
+from hlnas.analysis.pareto import (
     StudyData, TrialRecord, dominates, front, hypervolume, hypervolume_history, pareto_info, records, study_data,
 )  # fmt: skip
 from tests.studies import make_study

@@ -3,9 +3,9 @@ attention layer, raw recall beside the no-recall band."""
 
 from __future__ import annotations
 
-from hlnas.figures import FIGURE_IDS, build_figures
-from hlnas.pareto import StudyData, TrialRecord
-from hlnas.placement_figures import placement_info, plot_placement
+from hlnas.analysis.figures import FIGURE_IDS, build_figures
+from hlnas.analysis.pareto import StudyData, TrialRecord
+from hlnas.analysis.placement_figures import placement_info, plot_placement
 
 
 def _rec(n, layout, raw, base=0.25, status="ok", state="complete"):

@@ -1,4 +1,4 @@
-"""Issue #20 point 5's analysis: which placement a layout has (hlnas.layout.placement_of), collect.py's placement and
+"""Issue #20 point 5's analysis: which placement a layout has (hlnas.model.layout.placement_of), collect.py's placement and
 ratio columns for a placement study, and experiments/paper_grid/placement.py's verdicts on tables whose answers are
 known. No training: trials are written with optuna's create_trial."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from hlnas.layout import PLACEMENTS, Layout, attention_indices, build_layout, placement_of
+from hlnas.model.layout import PLACEMENTS, Layout, attention_indices, build_layout, placement_of
 from hlnas.space import load_space
 from tests.helpers import paper_grid_script, write_csv
 from tests.test_paper_grid_tools import ROOT
@@ -54,7 +54,7 @@ def test_the_placement_extension_runs_the_grids_recall_protocol_so_it_may_borrow
     assert {"paper", "front", "back", "middle", "spread"} <= set(place.placements) and place.attention_sets
     changed = place.with_sets(["score.mqar.batch=32"])
     assert protocol_differences(grid, changed) == [f"scale.score.mqar.batch: {grid.score.mqar.batch} -> 32"]
-    from hlnas.calibrate import plan
+    from hlnas.calibration.protocol import plan
 
     assert plan(place)  # its calibration section is valid for its own mixers (e.g. no mixer_order of the grid's)
 
@@ -213,7 +213,7 @@ def test_placement_verdicts_follow_the_calibrations_rule():
     assert v[("gla", "6:1")]["recall"]["answer"] == "undecided"  # one seed: no spread to judge by
     assert set(v) == {("hgrn", "6:1"), ("hgrn2", "3:1"), ("gla", "6:1")}  # no pure row, no failed placement
     places = placement.groups(_table())[("hgrn", "6:1")]
-    assert list(places) == ["paper", "front", "middle"]  # hlnas.layout.PLACEMENTS order, whatever the table's
+    assert list(places) == ["paper", "front", "middle"]  # hlnas.model.layout.PLACEMENTS order, whatever the table's
     assert placement.versus_paper(places, "front", "recall") == "below"
     assert placement.versus_paper(places, "middle", "recall") == "tie"
     assert placement.versus_paper(places, "paper", "recall") == "-"
@@ -295,7 +295,7 @@ def test_first_attention_split_says_whether_the_first_attention_layers_depth_dec
 def test_the_family_grid_space_is_the_calibrated_grid_with_its_other_ratios_trained_by_the_calibration():
     """grid_family_h200_lr.yaml differs from the calibrated grid only by calibration.extra_ratios (24:1, 12:1): the
     same protocol and results, and its calibration trains all 31 layouts at both seeds, each seed-0 run a trial."""
-    from hlnas.calibrate import plan
+    from hlnas.calibration.protocol import plan
     from hlnas.search.calibration import protocol_differences
     from hlnas.space import load_space
 

@@ -127,10 +127,10 @@ def test_kernel_fallbacks_of_a_case_reach_its_row_and_a_list_under_the_table():
 
 def test_a_recall_run_records_the_kernel_fallbacks_of_its_process(monkeypatch):
     """train_mqar's result carries the fallbacks the process gave (backends.warn_once's), empty where there were none."""
-    from hlnas.config import ModelConfig
-    from hlnas.kernels import backends
-    from hlnas.layout import Layout
-    from hlnas.score.recall_proxy import MqarConfig, train_mqar
+    from hlnas.model.config import ModelConfig
+    from hlnas.model.kernels import backends
+    from hlnas.model.layout import Layout
+    from hlnas.recall.proxy import MqarConfig, train_mqar
 
     monkeypatch.setattr(backends, "_logged", set())
     cfg = MqarConfig(seq_len=16, kv_pairs=2, vocab=32, batch=4, steps=2, eval_every=1, val=8, test=8, lr=1e-3)

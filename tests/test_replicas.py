@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from hlnas.config import ModelConfig
+from hlnas.model.config import ModelConfig
 from hlnas.errors import ConfigError
-from hlnas.layout import Layout
-from hlnas.model import seeded_model
-from hlnas.score.mqar import MqarTask, make_mqar, mqar_loss
-from hlnas.score.recall_proxy import mqar_train_batches
+from hlnas.model.layout import Layout
+from hlnas.model.build import seeded_model
+from hlnas.recall.mqar import MqarTask, make_mqar, mqar_loss
+from hlnas.recall.proxy import mqar_train_batches
 from hlnas.training.loop import cosine_lr
 from hlnas.training.replica_step import ReplicaAdamW, per_replica
 from hlnas.training.replicas import ReplicaError, ReplicatedShortConvolution, replicate
@@ -258,8 +258,8 @@ def test_a_module_without_a_replicated_form_is_refused_by_name():
 def test_train_mqar_replicas_gives_each_run_its_solo_proxy_result():
     """Three runs (seed, rate) in two slots: the third starts in the slot the first frees; each run's curve, steps and
     weights are the solo proxy's (recall_proxy._one_rate) for its seed and rate, early stop at the target included."""
-    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
-    from hlnas.score.recall_replicas import train_mqar_replicas
+    from hlnas.recall.proxy import MqarConfig, _one_rate, recall_setup
+    from hlnas.recall.replicas import train_mqar_replicas
 
     base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
     cfg = MqarConfig(seq_len=16, kv_pairs=2, vocab=32, batch=4, steps=10, eval_every=2, val=16, test=16, target=0.09,
@@ -294,8 +294,8 @@ ONE_HEAD_GDN = {**HP, "gated_deltanet": {"num_heads": 1, "head_dim": 32, "expand
 def test_replicas_on_the_cuda_graph_step_give_the_solo_graph_runs(layout, hparams):
     """On CUDA (bf16 autocast, fla kernels, one captured graph per step): two runs as replicas give their solo graph
     runs' steps and curves within bf16 tolerance (accuracies within one validation instance's share)."""
-    from hlnas.score.recall_proxy import MqarConfig, _one_rate, recall_setup
-    from hlnas.score.recall_replicas import train_mqar_replicas
+    from hlnas.recall.proxy import MqarConfig, _one_rate, recall_setup
+    from hlnas.recall.replicas import train_mqar_replicas
 
     base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
     cfg = MqarConfig(seq_len=64, kv_pairs=4, vocab=64, batch=16, steps=40, eval_every=10, val=64, test=64,
@@ -339,8 +339,8 @@ def assert_same_recall(got: dict, solo: dict, what: str) -> None:
 def test_train_mqar_seeds_gives_each_seed_its_train_mqar_result_over_a_rate_sweep():
     """Three seeds, two rates, target 0.09: seed 2 reaches it at rate 1 (no second rate), seed 3 only at rate 2, seed 1
     never (both rates to the full steps); each seed's result is train_mqar's, the sweep's stop rule included."""
-    from hlnas.score.recall_proxy import MqarConfig, train_mqar
-    from hlnas.score.recall_replicas import train_mqar_seeds
+    from hlnas.recall.proxy import MqarConfig, train_mqar
+    from hlnas.recall.replicas import train_mqar_seeds
 
     base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
     cfg, layout, seeds = MqarConfig(**SEEDS_CFG), Layout.parse("GAH"), [1, 2, 3]
@@ -359,8 +359,8 @@ def test_replicas_paused_mid_run_and_continued_give_the_uninterrupted_runs(tmp_p
     they are unfinished, and the continued run's wall time counts the paused parts."""
     import time
 
-    from hlnas.score.recall_proxy import MqarConfig, paused_at, train_mqar
-    from hlnas.score.recall_replicas import train_mqar_replicas, train_mqar_seeds
+    from hlnas.recall.proxy import MqarConfig, paused_at, train_mqar
+    from hlnas.recall.replicas import train_mqar_replicas, train_mqar_seeds
 
     base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
     cfg, layout, seeds = MqarConfig(**SEEDS_CFG), Layout.parse("GAH"), [1, 2, 3]
@@ -400,8 +400,8 @@ def test_train_mqar_seeds_on_vt_gives_each_seed_its_train_mqar_result(curriculum
     """The replicas train whatever task the space's recall proxy trains (score.mqar.task): on multi-hop variable
     tracking too, each seed's result is its solo train_mqar's, baselines included; with VT's curriculum too (64: the
     whole run on 0-hop chains, which the replicas must take as the solo run does)."""
-    from hlnas.score.recall_proxy import MqarConfig, train_mqar
-    from hlnas.score.recall_replicas import train_mqar_seeds
+    from hlnas.recall.proxy import MqarConfig, train_mqar
+    from hlnas.recall.replicas import train_mqar_seeds
 
     base = ModelConfig(d_model=32, n_layers=3, vocab_size=32, n_heads=2)
     cfg = MqarConfig(**{**SEEDS_CFG, "task": "vt", "vt": {"chains": 2, "hops": [0, 1], "curriculum_steps": curriculum},

@@ -9,11 +9,11 @@ import struct
 
 import pytest
 
-from hlnas.figures import FIGURE_IDS
-from hlnas.layout import build_layout
-from hlnas.pareto import front, study_data
-from hlnas.report import ReportError, find_chromium, write_report
-from hlnas.pareto import StorageError, UnknownStudyError
+from hlnas.analysis.figures import FIGURE_IDS
+from hlnas.model.layout import build_layout
+from hlnas.analysis.pareto import front, study_data
+from hlnas.analysis.report import ReportError, find_chromium, write_report
+from hlnas.analysis.pareto import StorageError, UnknownStudyError
 from tests.studies import EMPTY_IN_PAPER_GRID, make_study
 
 
@@ -55,7 +55,7 @@ def test_report_errors_name_the_study_storage_and_browser(study_url, tmp_path, m
         write_report(study_url, "nope", tmp_path / "x")
     with pytest.raises(StorageError, match="no such SQLite file"):
         write_report(f"sqlite:///{tmp_path}/none.db", "paper-grid", tmp_path / "x")
-    monkeypatch.setattr("hlnas.report.find_chromium", lambda: None)
+    monkeypatch.setattr("hlnas.analysis.report.find_chromium", lambda: None)
     with pytest.raises(ReportError, match=r"apt-get install -y chromium.*png=False"):
         write_report(study_url, "paper-grid", tmp_path / "y")
     assert not (tmp_path / "y" / "report.html").exists()  # nothing half-written

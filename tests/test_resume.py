@@ -82,7 +82,7 @@ def test_an_interrupt_names_a_study_to_resume_only_when_it_is_stored(where, tmp_
     and in the search. The message names the resume command only where that command works; elsewhere the same
     command starts afresh."""
     import hlnas.search.study
-    from hlnas.cli import main
+    from hlnas.cli.main import main
     from hlnas.search.study import resumable
 
     space_file = tmp_path / "space.yaml"
@@ -186,7 +186,7 @@ def _requeued_copies(study, orphans: list[int]) -> list:
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_resume_keeps_skip_calibration_and_trains_the_requeued_trials(kind, tmp_path, monkeypatch, capsys):
-    from hlnas.cli import main
+    from hlnas.cli.main import main
     from hlnas.search.study import load_hlnas_study
 
     url, calls, orphans = _killed_skipped_study(kind, tmp_path, monkeypatch)
@@ -208,7 +208,7 @@ def test_a_resume_keeps_skip_calibration_and_trains_the_requeued_trials(kind, tm
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_resume_calibrate_runs_the_controls_and_still_trains_the_requeued_trials(kind, tmp_path, monkeypatch, capsys):
     """Calibration's seed-0 runs alone meet the target of 3: the re-queued trials run anyway, the target rising."""
-    from hlnas.cli import main
+    from hlnas.cli.main import main
     from hlnas.search.study import load_hlnas_study
 
     url, calls, orphans = _killed_skipped_study(kind, tmp_path, monkeypatch)

@@ -1,4 +1,4 @@
-"""RoPE's cos/sin from a table made once (hlnas.nn.rope_table, HLNAS_ROPE_TABLE) against computing them in place: the
+"""RoPE's cos/sin from a table made once (hlnas.model.nn.rope_table, HLNAS_ROPE_TABLE) against computing them in place: the
 same values, bit for bit in eager mode, within float rounding under compile and under a CUDA graph; the table grows
 without freeing what another stream may read; a capture never keeps a table it only recorded."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import hlnas.nn as nn_
-from hlnas.nn import rope_table, rotary
+import hlnas.model.nn as nn_
+from hlnas.model.nn import rope_table, rotary
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
@@ -62,7 +62,7 @@ def test_the_default_follows_rope_table(monkeypatch):
 def test_a_compiled_attention_layer_with_the_table_matches_eager(monkeypatch):
     """The table comes from outside the compiled graph (a graph break at rope_table): forward and gradients as in
     eager mode with the table computed in place."""
-    from hlnas.mixers.attention import Attention
+    from hlnas.model.mixers.attention import Attention
 
     torch.manual_seed(0)
     layer = Attention(32, Attention.Hparams(num_heads=2, num_kv_heads=2), 0)

@@ -1,4 +1,4 @@
-"""The rung scheduler (hlnas.rungs): asynchronous successive halving over the recall model's training steps with
+"""The rung scheduler (hlnas.search.rungs): asynchronous successive halving over the recall model's training steps with
 multi-objective promotion, inside the search loop; its storage, resume and the recall model's pause/continue."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 
 from hlnas.space import SpaceError
 from hlnas.search.executors import InlineExecutor
-from hlnas.rungs import RUNG_ATTR, checks, crowding, ladder, nondominated_ranks, rank_peers, RungConfig
+from hlnas.search.rungs import RUNG_ATTR, checks, crowding, ladder, nondominated_ranks, rank_peers, RungConfig
 from hlnas.space import load_space
 from hlnas.search.study import run_search, study_summary
 from hlnas.search.trial import TrialResult, layout_metrics
@@ -233,8 +233,8 @@ def test_calibration_runs_are_never_stopped_early(tmp_path):
 
 
 def test_a_paused_recall_model_continues_as_one_straight_run(tmp_path):
-    from hlnas.layout import Layout
-    from hlnas.score.recall_proxy import paused_at, train_mqar
+    from hlnas.model.layout import Layout
+    from hlnas.recall.proxy import paused_at, train_mqar
 
     sp = load_space("tiny")
     cfg = dataclasses.replace(sp.score.mqar, steps=30, eval_every=10, lrs=(1e-3, 3e-3), batch=8, val=32, test=32,
@@ -259,8 +259,8 @@ def test_a_recall_model_paused_by_the_clock_continues_as_one_straight_run(tmp_pa
     without a clock, the curves, scores and summed wall time are those of one run."""
     import time
 
-    from hlnas.layout import Layout
-    from hlnas.score.recall_proxy import paused_at, train_mqar
+    from hlnas.model.layout import Layout
+    from hlnas.recall.proxy import paused_at, train_mqar
 
     sp = load_space("tiny")
     cfg = dataclasses.replace(sp.score.mqar, steps=30, eval_every=10, lrs=(1e-3, 3e-3), batch=8, val=32, test=32,

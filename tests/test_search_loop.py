@@ -9,10 +9,10 @@ import pytest
 
 from hlnas import space as space_mod
 from hlnas.search import samplers
-from hlnas.cli import build_parser
+from hlnas.cli.main import build_parser
 from hlnas.search.records import MAX_REPEATS, REPEATS_BEFORE_FALLBACK
 from hlnas.search.study import run_search
-from hlnas.tabular import LookupExecutor, TabularBenchmark, run_sampler
+from hlnas.analysis.tabular import LookupExecutor, TabularBenchmark, run_sampler
 from hlnas.search.trial import layout_metrics
 from tests.searches import sampler_space as search_space
 

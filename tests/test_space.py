@@ -10,15 +10,15 @@ import textwrap
 
 import pytest
 
-from hlnas.catalog import PAPER_MIXERS
-from hlnas.config import ModelConfig
+from hlnas.model.catalog import PAPER_MIXERS
+from hlnas.model.config import ModelConfig
 from hlnas.data.sources import DataConfig
-from hlnas.layout import Layout, build_layout
+from hlnas.model.layout import Layout, build_layout
 from hlnas.score.objectives import ScoreConfig
 from hlnas.space import (
     OBJECTIVE_DIRECTIONS, SAMPLERS, Objective, SearchSpace, SpaceError, builtin_spaces, load_space, space_from_dict,
 )
-from hlnas.train import TrainConfig
+from hlnas.lm.trainer import TrainConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHIPPED = ("tiny", "paper_grid", "placement", "hetero")
@@ -397,7 +397,7 @@ def test_the_alternative_scales_in_paper_grid_comments_validate():
     """The GPU and paper-scale blocks quoted in paper_grid.yaml's comments are real, valid scale sections."""
     import re
 
-    from hlnas.recipe import yaml_load
+    from hlnas.pipeline.recipe import yaml_load
 
     text = (ROOT / "search_spaces" / "paper_grid.yaml").read_text()
     blocks = re.findall(r"#     (scale: .*?)\n#   [(\w]", text, re.S)

@@ -1,7 +1,7 @@
 """The search loop (hlnas.search.study) on real trials: storages, failures, dedupe, constraints, recovery.
 
 Every study here trains real tiny candidates (proxy-tiny, 4 layers, 1-2 k tokens, a few MQAR steps:
-about a second a trial on 2 CPU cores). Failures are injected by wrapping ``hlnas.train.train``.
+about a second a trial on 2 CPU cores). Failures are injected by wrapping ``hlnas.lm.trainer.train``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-import hlnas.train
+import hlnas.lm.trainer
 from hlnas.errors import HlnasError
 from hlnas.space import space_from_dict
 from hlnas.search.study import StorageError, front_rows, load_hlnas_study, open_or_create_storage, run_search
@@ -30,15 +30,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture
 def train_calls(monkeypatch):
-    """Record the layout of every real training run (run_trial imports hlnas.train.train at call time)."""
+    """Record the layout of every real training run (run_trial imports hlnas.lm.trainer.train at call time)."""
     calls: list[str] = []
-    real = hlnas.train.train
+    real = hlnas.lm.trainer.train
 
     def spy(layout, *a, **k):
         calls.append(str(layout))
         return real(layout, *a, **k)
 
-    monkeypatch.setattr(hlnas.train, "train", spy)
+    monkeypatch.setattr(hlnas.lm.trainer, "train", spy)
     return calls
 
 
@@ -121,7 +121,7 @@ def test_wrong_storage_url_is_a_clear_storage_error(url, needle, tmp_path):
 
 def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch):
     """An exception, a NaN loss and a CUDA OOM each become a FAIL trial with its reason; the rest completes."""
-    real = hlnas.train.train
+    real = hlnas.lm.trainer.train
     calls = []
 
     def flaky(layout, model_cfg, tcfg, *a, **k):
@@ -135,7 +135,7 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(layout, model_cfg, tcfg, *a, **k)
 
-    monkeypatch.setattr(hlnas.train, "train", flaky)
+    monkeypatch.setattr(hlnas.lm.trainer, "train", flaky)
     url = f"sqlite:///{tmp_path}/f.db"
     run_search(tiny_space(), storage=url, study_name="f", n_trials=4)
     study = load_hlnas_study(url, "f")
@@ -307,16 +307,16 @@ def test_ctrl_c_while_an_inline_trial_scores_stops_at_once_and_requeues_it(tmp_p
 def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_path, monkeypatch):
     """recall_format mqar: each trial trains with MQAR instances mixed into the corpus and its recall
     objective is the trained candidate's own held-out MQAR accuracy (training length and 2x)."""
-    import hlnas.score.mixed
+    import hlnas.lm.recall_mix
 
-    mixed, real = [], hlnas.score.mixed.recall_documents
+    mixed, real = [], hlnas.lm.recall_mix.recall_documents
 
     def spy(train, *rest):
         docs = real(train, *rest)
         mixed.append(train.recall_format)
         return docs
 
-    monkeypatch.setattr(hlnas.score.mixed, "recall_documents", spy)
+    monkeypatch.setattr(hlnas.lm.recall_mix, "recall_documents", spy)
     raw = tiny_raw(ratios=["pure"], transformer=True)
     raw["scale"]["train"].update(recall_every=1, recall_count=4, recall_format="mqar", recall_length=16, recall_kv_pairs=2,
                                  recall_vocab=16)

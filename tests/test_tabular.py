@@ -6,14 +6,14 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from hlnas import paper
-from hlnas.cli import main
-from hlnas.config import preset
+from hlnas.analysis import paper
+from hlnas.cli.main import main
+from hlnas.model.config import preset
 from hlnas.errors import ConfigError
-from hlnas.layout import build_layout
+from hlnas.model.layout import build_layout
 from hlnas.space import load_space
-from hlnas.comparison import compare, load_sampler
-from hlnas.tabular import TabularBenchmark, run_sampler
+from hlnas.analysis.comparison import compare, load_sampler
+from hlnas.analysis.tabular import TabularBenchmark, run_sampler
 from hlnas.search.trial import layout_metrics
 from tests.helpers import write_csv
 

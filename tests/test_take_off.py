@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import optuna
 
-from hlnas.pareto import StudyData, TrialRecord
+from hlnas.analysis.pareto import StudyData, TrialRecord
 from tests.helpers import paper_grid_script
 
 take_off = paper_grid_script("take_off")

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from hlnas.config import preset
+from hlnas.model.config import preset
 from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError
-from hlnas.layout import build_layout
-from hlnas.train import TrainConfig, load_checkpoint, lr_at, train
+from hlnas.model.layout import build_layout
+from hlnas.lm.trainer import TrainConfig, load_checkpoint, lr_at, train
 
 CFG = preset("proxy-tiny")
 LAYOUT = build_layout("transformer", None, 2)
@@ -43,7 +43,7 @@ def test_interrupted_run_resumes_to_the_same_final_loss(tmp_path):
 def test_steady_throughput_leaves_out_the_compile_steps(monkeypatch):
     import time
 
-    import hlnas.train as T
+    import hlnas.lm.trainer as T
 
     calls, ce = [0], T.F.cross_entropy
 
@@ -71,7 +71,7 @@ def test_nan_loss_is_a_failed_result_not_a_crash():
 
 
 def test_oom_is_infeasible(monkeypatch):
-    import hlnas.train as T
+    import hlnas.lm.trainer as T
 
     def boom(*a, **k):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.50 GiB. GPU 0 has ...")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from hlnas.config import ModelConfig
+from hlnas.model.config import ModelConfig
 from hlnas.data.sources import DataConfig
-from hlnas.layout import Layout
-from hlnas.train import TrainConfig, train
+from hlnas.model.layout import Layout
+from hlnas.lm.trainer import TrainConfig, train
 
 pytestmark = pytest.mark.gpu
 

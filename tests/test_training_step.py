@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import torch
 
-from hlnas.config import preset
+from hlnas.model.config import preset
 from hlnas.training.step import make_optimizer, rewind, snapshot
-from hlnas.layout import Layout
-from hlnas.model import seeded_model
-from hlnas.train import TrainConfig, lm_loss
+from hlnas.model.layout import Layout
+from hlnas.model.build import seeded_model
+from hlnas.lm.trainer import TrainConfig, lm_loss
 
 
 def _step(model, opt, x, y):

@@ -1,4 +1,4 @@
-"""The Ray Tune adapter (hlnas.tune): a 3-trial tune.Tuner on CPU with ASHA on the corrected recall, its trials in an
+"""The Ray Tune adapter (hlnas.search.tune): a 3-trial tune.Tuner on CPU with ASHA on the corrected recall, its trials in an
 optuna study hlnas reads; trials Tune stops early are stored PRUNED, never FAIL."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_a_tuner_with_asha_runs_hlnas_trials_into_an_hlnas_study(tmp_path):
 
     from hlnas.space import load_space
     from hlnas.search.study import load_hlnas_study, study_summary
-    from hlnas.tune import optuna_search, trainable, tune_config
+    from hlnas.search.tune import optuna_search, trainable, tune_config
 
     space = load_space("tiny").with_sets(["train.tokens=1024", "train.val_batches=1", "score.mqar.steps=30",
                                           "score.mqar.eval_every=10", "score.mqar.test=32", "score.mqar.val=32",
@@ -77,7 +77,7 @@ def test_trials_tune_stops_early_are_pruned_with_their_partial_results(tmp_path)
 
     from hlnas.space import load_space
     from hlnas.search.study import load_hlnas_study, study_summary
-    from hlnas.tune import optuna_search
+    from hlnas.search.tune import optuna_search
 
     space = load_space("tiny")
     storage = f"sqlite:///{tmp_path}/tune.db"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hlnas.cli import main
+from hlnas.cli.main import main
 from hlnas.errors import ConfigError
 from hlnas.search.warm import warm_budget_sets, warm_layouts
 from hlnas.space import load_space

@@ -11,7 +11,7 @@ the steady rate over ``--steps`` steps after it. Ratios are against ``whole`` me
 
 Shape: the recall model and task of ``--space``'s ``score.mqar`` (default search_spaces/paper_grid_h200_shift.yaml:
 24 layers, d=128, 2 heads, zero residual outputs, the shift-started attention-input conv, MQAR K=64, L=256, batch
-64), built as the recall proxy builds it (hlnas.score.recall_proxy.recall_setup); ``--layers`` overrides the depth.
+64), built as the recall proxy builds it (hlnas.recall.proxy.recall_setup); ``--layers`` overrides the depth.
 Writes ``OUT/compile_regions_<device>_<date>`` ``.csv`` (layout, mode, setup_s, steps_per_s, setup_vs_whole,
 speed_vs_whole, step_mode) and ``.md``, again after every row, so a run cut short by its time limit keeps the rows it
 finished (on a cold H200 on 2026-12-03 the whole-model compile alone took 92 s of a 130 s step).
@@ -36,10 +36,10 @@ def one(args) -> dict:
     """One mode of one layout, in this process: the row's fields."""
     import torch
 
-    from hlnas.model import seeded_model
-    from hlnas.layout import build_layout
-    from hlnas.score.mqar import mqar_loss
-    from hlnas.score.recall_proxy import make_task, recall_setup
+    from hlnas.model.build import seeded_model
+    from hlnas.model.layout import build_layout
+    from hlnas.recall.mqar import mqar_loss
+    from hlnas.recall.proxy import make_task, recall_setup
     from hlnas.space import load_space
     from hlnas.training.step import compile_module, compiled, make_optimizer, make_step
 

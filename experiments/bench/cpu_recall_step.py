@@ -39,14 +39,14 @@ HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _CHILD = r"""
 import json, sys, time, torch
 torch.set_num_threads(1)
-from hlnas.layout import Layout
-from hlnas.model import seeded_model
-from hlnas.score.mqar import MqarTask, mqar_loss
-from hlnas.score.recall_proxy import recall_model_config
+from hlnas.model.layout import Layout
+from hlnas.model.build import seeded_model
+from hlnas.recall.mqar import MqarTask, mqar_loss
+from hlnas.recall.proxy import recall_model_config
 try:  # the batch stream's name since the GPU feed (2026-12-02); baseline revisions before it call it _batches
-    from hlnas.score.recall_proxy import mqar_train_batches as _batches
+    from hlnas.recall.proxy import mqar_train_batches as _batches
 except ImportError:
-    from hlnas.score.recall_proxy import _batches
+    from hlnas.recall.proxy import _batches
 from hlnas.space import builtin_spaces, load_space
 from hlnas.training.step import make_optimizer, make_step
 space_name, layouts, warm, steps = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4])

@@ -1,5 +1,5 @@
 """Decode memory (issue #22 point 5): the KV-cache and recurrent-state bytes a paper-340m model holds on the device
-after decoding 4k and 32k tokens, beside what the cost model (``hlnas.budget.layout_cost``) predicts. They must be equal.
+after decoding 4k and 32k tokens, beside what the cost model (``hlnas.model.cost.layout_cost``) predicts. They must be equal.
 
     python -m experiments.bench.decode_memory                          # H200: GLA and GatedDeltaNet at every paper ratio
     python -m experiments.bench.decode_memory --mixers gla --ratios pure,6:1,3:1 --preset proxy-tiny --layers 6 \\
@@ -7,7 +7,7 @@ after decoding 4k and 32k tokens, beside what the cost model (``hlnas.budget.lay
 
 Each layout (the Transformer, then each of ``--mixers`` at each of ``--ratios``) is built on the device in
 ``--dtype`` and decodes through the model's own decode path (``HybridLM.forward(ids, cache)``: attention appends its
-K and V, the linear mixers carry their recurrent state and short-convolution windows, :class:`hlnas.model.Cache`):
+K and V, the linear mixers carry their recurrent state and short-convolution windows, :class:`hlnas.model.build.Cache`):
 a prefill of L - ``--decode`` tokens in chunks of ``--chunk``, then ``--decode`` tokens one at a time. A short
 warm-up decode on a throw-away cache comes first (kernel compiles, cuBLAS workspaces), so what the device holds
 after the real decode, less what it held before it, is the cache alone. Per row:
@@ -21,7 +21,7 @@ after the real decode, less what it held before it, is the cache alone. Per row:
 * ``vs_transformer``: the measured bytes over the Transformer's at the same L (the baseline of the same run);
 * ``rope_table``: the bytes of RoPE's cos/sin tables (made to the longest context before the first row: per
   device and shared by every sequence, so not the cache's) and ``rope_grown``: their growth during the row (0);
-* ``prefill_s`` and ``decode_ms_per_token``; ``mfu``: the decoded tokens' forward FLOPs (``hlnas.budget``'s
+* ``prefill_s`` and ``decode_ms_per_token``; ``mfu``: the decoded tokens' forward FLOPs (``hlnas.model.cost``'s
   ``flops_per_token`` at context L, times the batch) per second over the bf16 peak
   (:data:`experiments.bench.results.PEAK_BF16`). The cost model counts attention at training's mean span L/2, so a
   decoded token's attention over all L positions counts at half: a lower bound, and the point is its size (one
@@ -88,9 +88,9 @@ def decode(model, ids, cache, length: int, chunk: int, n_decode: int) -> tuple[f
 def measure(layout, cfg, args, dev, dtype) -> list[dict]:
     import torch
 
-    from hlnas.budget import layout_cost
-    from hlnas.model import build_model
-    from hlnas.nn import grow_rope_tables, rope_tables_bytes
+    from hlnas.model.cost import layout_cost
+    from hlnas.model.build import build_model
+    from hlnas.model.nn import grow_rope_tables, rope_tables_bytes
 
     lengths = [int(x) for x in args.lengths.split(",")]
     torch.manual_seed(0)
@@ -101,7 +101,7 @@ def measure(layout, cfg, args, dev, dtype) -> list[dict]:
     warm = model.new_cache()  # compiles the prefill and decode kernels; allocates what persists (cuBLAS workspaces)
     decode(model, ids, warm, min(ids.shape[1], args.chunk + 10), args.chunk, 2)  # two prefill chunks, 2 decoded
     del warm
-    # RoPE's cos/sin table (hlnas.nn.rope_table) is per device, shared by every sequence and model, and grows by
+    # RoPE's cos/sin table (hlnas.model.nn.rope_table) is per device, shared by every sequence and model, and grows by
     # doubling as positions pass its end: made to the longest context here, it is not counted as the cache's. On the
     # H100 on 2026-12-05 the all-attention 32k row measured 12 MiB over the cost model without this: the table
     # grown from 8k to 16k and 32k (cos and sin, float32, both kept).
@@ -168,9 +168,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from hlnas.budget import parse_dtype
-    from hlnas.config import preset
-    from hlnas.layout import build_layout
+    from hlnas.model.cost import parse_dtype
+    from hlnas.model.config import preset
+    from hlnas.model.layout import build_layout
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = preset(args.preset)
@@ -196,7 +196,7 @@ def main(argv=None) -> int:
             "the bytes of the cache tensors' distinct storages (CPU: no allocator statistics)"
         note = (f"Batch {args.batch}, {args.dtype}, preset {args.preset}, {args.layers} layers; prefill in chunks of "
                 f"{args.chunk}, then {args.decode} tokens decoded one at a time. Measured: {measured}. Predicted: "
-                f"hlnas.budget.layout_cost kv_cache_bytes + state_bytes. {n_eq} of {len(rows)} rows equal. Baseline: the "
+                f"hlnas.model.cost.layout_cost kv_cache_bytes + state_bytes. {n_eq} of {len(rows)} rows equal. Baseline: the "
                 f"Transformer's bytes at the same context, same run. {environment()}.")
         stem = write_results(args.out, "decode_memory", args.device_name, "Decode memory: measured vs cost model", command,
                       note, ["layout", "context", "predicted KV MiB", "predicted state MiB", "measured MiB",

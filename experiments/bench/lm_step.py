@@ -4,11 +4,11 @@ model under torch.compile (issue #22 point 1), same model, data and seed, measur
     python -m experiments.bench.lm_step                         # H200: Transformer, GLA 3:1, GatedDeltaNet 3:1
     python -m experiments.bench.lm_step --layouts transformer --steps 12 --d-model 64 --seq-len 128 --batch 2 --device-name cpu
 
-Each case trains ``hlnas.train.train`` for ``--steps`` steps at the proxy shape of search_spaces/paper_grid_h200.yaml
+Each case trains ``hlnas.lm.trainer.train`` for ``--steps`` steps at the proxy shape of search_spaces/paper_grid_h200.yaml
 (24 layers, d=256, 4 heads, byte vocabulary, B=16, T=1024, bf16 autocast) with ``train.graph`` off, then on, and
 reports the trainer's own steady tokens/s (after its first STEADY_AFTER steps), the ratio to eager of ``graph`` and
 ``compile`` (``train.compile`` with the graph: the compiled model captured in the step; ``--modes`` picks), and MFU: 3 x
-the cost model's forward FLOPs per token (``hlnas.budget``) x tokens/s over the H200's dense bf16 peak (989 TFLOP/s,
+the cost model's forward FLOPs per token (``hlnas.model.cost``) x tokens/s over the H200's dense bf16 peak (989 TFLOP/s,
 NVIDIA's datasheet). Writes ``OUT/lm_step_<device>_<date>.csv`` (columns: layout, mode, steady_tokens_per_s, mfu,
 ratio, step_mode) and a markdown table with the command, date and autotune mode.
 """
@@ -35,11 +35,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
 
-    from hlnas.budget import layout_cost
-    from hlnas.config import preset
+    from hlnas.model.cost import layout_cost
+    from hlnas.model.config import preset
     from hlnas.data.sources import DataConfig
-    from hlnas.layout import build_layout
-    from hlnas.train import TrainConfig, train
+    from hlnas.model.layout import build_layout
+    from hlnas.lm.trainer import TrainConfig, train
 
     modes = args.modes.split(",")
     if bad := [m for m in modes if m not in ("eager", "graph", "compile")]:

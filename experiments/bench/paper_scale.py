@@ -16,26 +16,26 @@ mixer at ``3:1`` and ``mamba2:pure`` (issue point 3: B=8, T=4096; out of memory 
 ``@compile`` (``gla:3:1@compile``) trains that model under ``torch.compile`` (inductor, block by block as
 ``train.compile`` does) inside the same step, and its
 ``tok/s vs own row`` is its speed over the uncompiled row of the same run (issue #21 point 2); every row
-takes RoPE's cos/sin as hlnas ships it (``hlnas.nn.ROPE_TABLE``: one table, ``hlnas.nn.rope_table``), ``@norope``
+takes RoPE's cos/sin as hlnas ships it (``hlnas.model.nn.ROPE_TABLE``: one table, ``hlnas.model.nn.rope_table``), ``@norope``
 computes them in place for that row and ``@rope`` forces the table, each measured against the same row without;
-``@composed`` runs the gated norms' composed form (``hlnas.nn.LEAN_GATED_NORM`` off), against the same row with the
+``@composed`` runs the gated norms' composed form (``hlnas.model.nn.LEAN_GATED_NORM`` off), against the same row with the
 lean one (its tokens/s and peak memory, issue #22 point 3); ``@logits`` takes the loss on the whole logits
 (``hlnas.training.head_loss.CHUNKED_HEAD_LOSS`` off) where hlnas's rows take the head's loss in chunks on CUDA;
 ``@torchconv`` keeps the short convolutions on their PyTorch path (``HLNAS_TORCH_OPS=causal_conv1d`` for the row) where
-the others take fla's Triton kernel (``hlnas.kernels.causal_conv1d``), and ``@torchl2norm`` the delta rules' q/k norm
-(``hlnas.kernels.l2norm``); ``@chunkN`` (``transformer@chunk256``) computes
+the others take fla's Triton kernel (``hlnas.model.kernels.causal_conv1d``), and ``@torchl2norm`` the delta rules' q/k norm
+(``hlnas.model.kernels.l2norm``); ``@chunkN`` (``transformer@chunk256``) computes
 the chunked head loss N MiB of float32 logits at a time instead of ``hlnas.training.head_loss.CHUNK_LOGIT_BYTES``'s 1024
 (issue #22 point 2: speed against memory at the head); ``@compile+atenconv`` keeps aten's conv1d for the short
 convolutions under torch.compile where ``@compile`` rows write them as shifted multiply-adds that inductor fuses
-(``hlnas.kernels.causal_conv1d.SHIFTED_SUM_UNDER_COMPILE``). Flags combine with ``+``. Every
-model trains through the same step as ``hlnas.train`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused
+(``hlnas.model.kernels.causal_conv1d.SHIFTED_SUM_UNDER_COMPILE``). Flags combine with ``+``. Every
+model trains through the same step as ``hlnas.lm.trainer`` (``hlnas.training.step.make_optimizer`` / ``make_step``: fused
 AdamW, clipping, bf16 autocast, ``hlnas.training.head_loss.lm_step_loss``: the plain row, without an ``lm_head``, keeps
 ``lm_loss`` on its whole logits) on random tokens of the batch's shape: the rows differ in the model and its loss.
 
 Per row: the first step's seconds (Triton compile and autotune included: the compile cost), steady tokens/s over
 ``--steps`` steps after ``--warmup``, MFU = 3 x forward FLOPs per token x tokens/s over the H200's dense bf16 peak
 (989 TFLOP/s, datasheet; ``mfu_of_matmul``: over this run's matmul row), with the forward FLOPs of the cost model
-(``hlnas.budget``) at context T, whose attention term 2 T d per layer is causal attention's mean span T/2 at 2 FLOPs
+(``hlnas.model.cost``) at context T, whose attention term 2 T d per layer is causal attention's mean span T/2 at 2 FLOPs
 per multiply-add (as lm_step.py; the 2026-12-01 probe took the cost model at T/2, half that term), peak memory, and
 tokens/s and peak memory as ratios to the ``plain`` row. Fallbacks hlnas's kernels logged during a row go to its
 ``notes``. ``--profile`` writes ``paper_scale_profile_<device>_<date>.md`` beside the
@@ -104,7 +104,7 @@ def plain_transformer(cfg):
             g, u = self.gate_up(self.n2(x)).chunk(2, dim=-1)
             return x + self.down(F.silu(g) * u)
 
-    def rope(x, cos, sin):  # half-split rotary, as hlnas.nn.rotary
+    def rope(x, cos, sin):  # half-split rotary, as hlnas.model.nn.rotary
         x1, x2 = x.float().chunk(2, dim=-1)
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
@@ -189,12 +189,12 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
     """Build the row's model on the device, train ``--steps`` timed steps through hlnas's step; OOM is a row."""
     import torch
 
-    from hlnas.budget import layout_cost, resolve_config
-    from hlnas.config import preset
+    from hlnas.model.cost import layout_cost, resolve_config
+    from hlnas.model.config import preset
     from hlnas.training.step import compiled, make_optimizer, make_step
-    from hlnas.layout import build_layout
-    from hlnas.model import build_model
-    from hlnas.train import lm_loss
+    from hlnas.model.layout import build_layout
+    from hlnas.model.build import build_model
+    from hlnas.lm.trainer import lm_loss
     from hlnas.training.head_loss import lm_step_loss
 
     cfg = recall_config(args.recall_space) if args.recall_space else preset(args.preset)
@@ -230,7 +230,7 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
             graph = args.mode == "graph"
             t0 = time.perf_counter()
             opt = make_optimizer(model, 3e-4, betas=(0.9, 0.95), weight_decay=0.1, graph=graph)
-            # hlnas's rows take the step's loss as hlnas.train does (the head's loss in chunks on CUDA); plain's model has
+            # hlnas's rows take the step's loss as hlnas.lm.trainer does (the head's loss in chunks on CUDA); plain's model has
             # no lm_head and keeps the whole logits, as one writes it
             loss_fn, model_kwargs = lm_step_loss(model, dev, lm_loss)
             step, mode = make_step(compiled(model, True, "train.compile") if compile_model else model, opt, loss_fn, (x, y),
@@ -272,11 +272,11 @@ def model_row(spec: str, args, dev, profile: list | None) -> dict:
 @contextlib.contextmanager
 def variant_settings(variant: str):
     """A row's variant for that row only, every setting put back after: RoPE's cos/sin from one table (@rope) or
-    computed in place (@norope; otherwise as shipped, hlnas.nn.ROPE_TABLE), the gated norms' composed form (@composed), the whole logits' loss (@logits), the short convs' PyTorch
+    computed in place (@norope; otherwise as shipped, hlnas.model.nn.ROPE_TABLE), the gated norms' composed form (@composed), the whole logits' loss (@logits), the short convs' PyTorch
     path (@torchconv: HLNAS_TORCH_OPS, read at each call), the q/k l2norm's (@torchl2norm), N MiB of logits a head-loss chunk (@chunkN), aten's conv1d
     under torch.compile (@atenconv)."""
-    import hlnas.kernels.causal_conv1d as conv
-    import hlnas.nn as hnn
+    import hlnas.model.kernels.causal_conv1d as conv
+    import hlnas.model.nn as hnn
     import hlnas.training.head_loss as head_loss
 
     flags = set(variant.split("+"))
@@ -307,8 +307,8 @@ def variant_settings(variant: str):
 
 def recall_config(space_path: str):
     """The fresh recall model a space's ``score.mqar`` trains (its width, heads, vocabulary, init and mixer options:
-    :func:`hlnas.score.recall_proxy.recall_model_config`), as a model config for the rows."""
-    from hlnas.score.recall_proxy import recall_model_config
+    :func:`hlnas.recall.proxy.recall_model_config`), as a model config for the rows."""
+    from hlnas.recall.proxy import recall_model_config
     from hlnas.space import builtin_spaces, load_space
 
     space = load_space(builtin_spaces().get(space_path, space_path))
@@ -395,7 +395,7 @@ def _write(args, rows, command, name="paper_scale"):
     _ratios(rows)
     model = f"the recall model of {args.recall_space}" if args.recall_space else f"preset {args.preset}"
     note = (f"B={args.batch}, T={args.seq_len}, {model}, {args.mode} steps, {args.steps} timed after "
-            f"{args.warmup} warm-up. MFU: 3 x hlnas.budget's forward FLOPs per token at context T (causal attention at "
+            f"{args.warmup} warm-up. MFU: 3 x hlnas.model.cost's forward FLOPs per token at context T (causal attention at "
             f"2 FLOPs per multiply-add) x tok/s over 989 TFLOP/s. Baseline: the `plain` row (and `matmul`) of the same "
             f"run. {environment()}. {getattr(args, 'setup', '')}" + ("" if args.recall_space else _summary(rows)))
     title = "Recall-model training speed" if args.recall_space else "Paper-scale training speed"
@@ -471,7 +471,7 @@ def main(argv=None) -> int:
     p.add_argument("--slow-step-s", type=float, default=8.0,
                    help="a row whose warm-up steps take longer than this each times only 2 steps")
     p.add_argument("--mode", choices=("eager", "graph"), default="eager",
-                   help="the training step: eager, or captured as one CUDA graph as hlnas.train does by default")
+                   help="the training step: eager, or captured as one CUDA graph as hlnas.lm.trainer does by default")
     p.add_argument("--matmul-n", type=int, default=0, help="matmul row size (default: 8192 on CUDA, 256 on CPU)")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--autotune-compare", action="store_true")
@@ -495,12 +495,12 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     notes = _Notes()
-    for name in ("hlnas.kernels", "hlnas.training.step"):
+    for name in ("hlnas.model.kernels", "hlnas.training.step"):
         logging.getLogger(name).addHandler(notes)
     command = "python -m experiments.bench.paper_scale " + " ".join(argv)
     args.setup = ""
     if dev.type == "cuda":  # fla's import (17 s on the H200) is paid here, not in the first fla row's first step
-        from hlnas.kernels import backends
+        from hlnas.model.kernels import backends
 
         t = time.perf_counter()
         ok, why = backends.fla_status()

@@ -19,11 +19,11 @@ warm-up round (imports, Triton compiles, capture) runs first in the same workers
 window runs from the first submit to the last result, so each run's model build and graph capture are inside it
 (the same for both modes): ``steps_per_s`` and ``ratio``. Beside them, ``steady_steps_per_s`` and ``steady_ratio``
 count only the steps every run was training at once: from the last run's first validation check to the first run's
-last (``--checks`` checks a run; each run's ``clock``, hlnas.score.recall_proxy), each run's steps in that window
+last (``--checks`` checks a run; each run's ``clock``, hlnas.recall.proxy), each run's steps in that window
 interpolated between its checks; ``overlap`` is that window over a run's mean time between its first and last check
 (near 1: the runs trained side by side throughout). Build and capture dilute the whole-round ratio; a sweep or a
 calibration of 4000-step runs sees the steady one. MFU: 3 x the cost model's forward FLOPs per token
-(``hlnas.budget``) x tokens per step, over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/proxy_throughput_<device>_<date>.csv``
+(``hlnas.model.cost``) x tokens per step, over the H200's dense bf16 peak (989 TFLOP/s, NVIDIA's datasheet). Writes ``OUT/proxy_throughput_<device>_<date>.csv``
 (columns: layout, n_runs, mode, steps_per_s, tokens_per_s, mfu, ratio, steady_steps_per_s, steady_ratio, overlap,
 wall_s, warmup_s: the untimed warm-up round's wall, where the compiles land, a cost each calibration unit pays once;
 peak_gib: on CUDA, the replica modes' peak allocation in this process, and the worker modes' largest worker
@@ -45,12 +45,12 @@ from experiments.bench.results import DEVICE_NAME_HELP, PEAK_BF16, write_results
 
 def recall_spec(number: int, layout: str, args, steps: int, compile: bool = False):
     """Run ``number``'s spec; ``compile``: its step under torch.compile with ``--compile-backend``."""
-    from hlnas.config import preset
+    from hlnas.model.config import preset
     from hlnas.data.sources import DataConfig
-    from hlnas.layout import Layout
-    from hlnas.recipe import RunConfig
+    from hlnas.model.layout import Layout
+    from hlnas.pipeline.recipe import RunConfig
     from hlnas.score.objectives import MqarConfig, ScoreConfig
-    from hlnas.train import TrainConfig
+    from hlnas.lm.trainer import TrainConfig
     from hlnas.search.trial import TrialSpec
 
     hp = {"attention": {"input_conv": 4}, "gla": {"use_short_conv": True}, "hgrn": {"use_short_conv": True},
@@ -182,10 +182,10 @@ def run_layouts(layouts: list[str], n: int) -> list[str]:
 
 def replicas_round(layouts: list[str], n: int, args, steps: int, compile: bool = False) -> Round:
     """Wall seconds of the ``n`` runs (run ``i``: seed ``i``, layout ``layouts[i % len]``, the protocol's rate)
-    trained in this process as replicas of one model (hlnas.score.recall_replicas; of one mixed model where the
+    trained in this process as replicas of one model (hlnas.recall.replicas; of one mixed model where the
     layouts differ, hlnas.training.mixed_replicas), from the first model build to the last run's result; ``compile``:
     the replicas' step under torch.compile before capture; and each run's clock (the peak: :func:`measure`'s)."""
-    from hlnas.score.recall_replicas import train_mqar_layouts
+    from hlnas.recall.replicas import train_mqar_layouts
 
     recipes = [recall_spec(i, lay, args, steps, compile).recipe for i, lay in enumerate(run_layouts(layouts, n))]
     units: dict = {}
@@ -236,7 +236,7 @@ def measure(layouts: list[str], n: int, mode: str, args) -> Round:
 
         if len(layouts) > 1 and not mode.startswith("replicas_mixed"):
             raise SystemExit(f"{mode} trains one layout; for several use replicas_mixed or layout_replicas")
-        import hlnas.score.recall_replicas as rr
+        import hlnas.recall.replicas as rr
 
         from hlnas.training.loop import peak_gib
 
@@ -277,7 +277,7 @@ def _layouts(spec: str, layers: int) -> list[str]:
     """A ``--layouts`` entry as layout strings: ``mixer[:ratio]`` at the paper placement, ``family:mixer`` (that mixer
     pure and at 24:1, 12:1, 6:1 and 3:1, those that divide ``layers``: the grid's layouts of one mixer), or a layout
     string."""
-    from hlnas.layout import build_layout
+    from hlnas.model.layout import build_layout
 
     mixer, _, ratio = spec.partition(":")
     if mixer == "family":  # at a depth the paper's ratios do not all divide, those that do
@@ -315,10 +315,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="experiments/bench")
     args = p.parse_args(argv)
 
-    from hlnas.budget import layout_cost
-    from hlnas.config import preset
-    from hlnas.layout import Layout
-    from hlnas.score.recall_proxy import recall_model_config
+    from hlnas.model.cost import layout_cost
+    from hlnas.model.config import preset
+    from hlnas.model.layout import Layout
+    from hlnas.recall.proxy import recall_model_config
 
     rows = []
 

@@ -8,8 +8,8 @@ What it counts: the distinct storages autograd saves for backward (``torch.autog
 parameters excluded) during one forward of the LM under bf16 autocast with the fused forms on (as the CUDA step runs),
 at 1 and at 2 layers of the mixer (its 24-layer MLP width); a layer's bytes are the difference, scaled linearly from
 ``--batch`` to ``--scale-to`` (every saved activation is [B, ...]). The recompute threshold
-(:data:`hlnas.kernels.recompute.RECOMPUTE_ABOVE_BYTES`) is scaled the same way, so a call that recomputes at the target
-batch recomputes here. The baseline is the same count with :data:`hlnas.nn.LEAN_GATED_NORM` off, in the same run.
+(:data:`hlnas.model.kernels.recompute.RECOMPUTE_ABOVE_BYTES`) is scaled the same way, so a call that recomputes at the target
+batch recomputes here. The baseline is the same count with :data:`hlnas.model.nn.LEAN_GATED_NORM` off, in the same run.
 
 Writes ``OUT/saved_memory_t<T>_<device>_<date>.csv`` and ``.md``. On the CPU the linear mixers run their PyTorch
 kernels, which keep more than fla's do on a GPU, and RMSNorm's
@@ -32,11 +32,11 @@ def saved_bytes(mixer: str, n_layers: int, args) -> int:
     """Bytes autograd saves in one forward of ``n_layers`` layers of ``mixer`` (the last of its 24-layer layout)."""
     import torch
 
-    from hlnas.budget import resolve_config
-    from hlnas.config import preset
-    from hlnas.layout import Layout, build_layout
-    from hlnas.model import build_model
-    from hlnas.train import lm_loss
+    from hlnas.model.cost import resolve_config
+    from hlnas.model.config import preset
+    from hlnas.model.layout import Layout, build_layout
+    from hlnas.model.build import build_model
+    from hlnas.lm.trainer import lm_loss
 
     full = build_layout(mixer, None, 24)
     cfg = resolve_config(full, preset(args.preset))
@@ -73,7 +73,7 @@ def layer_bytes(mixer: str, args) -> int:
 
 def mixer_row(mixer: str, args) -> dict:
     """One table row: a layer's GiB with the composed and the lean gated norm, their ratio, what 24 layers save."""
-    import hlnas.nn as hnn
+    import hlnas.model.nn as hnn
 
     row = {"mixer": mixer}
     for lean in (False, True):
@@ -100,8 +100,8 @@ def main(argv=None) -> int:
     if args.batch < 1 or args.scale_to < 1 or args.seq_len < 2:
         p.error("--batch and --scale-to must be >= 1 and --seq-len >= 2")
 
-    import hlnas.kernels.recompute as recompute
-    import hlnas.nn as hnn
+    import hlnas.model.kernels.recompute as recompute
+    import hlnas.model.nn as hnn
 
     flags = hnn.FUSED_ON_CPU, hnn.LEAN_GATED_NORM, recompute.RECOMPUTE_ABOVE_BYTES
     hnn.FUSED_ON_CPU = True  # the forms the CUDA step runs
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
         hnn.FUSED_ON_CPU, hnn.LEAN_GATED_NORM, recompute.RECOMPUTE_ABOVE_BYTES = flags
     note = (f"{args.preset}, T={args.seq_len}, {args.batch} sequence(s) counted, scaled to B={args.scale_to}; GiB one "
             f"layer keeps for backward (bf16 autocast, fused forms on); baseline: the composed gated norm "
-            f"(hlnas.nn.LEAN_GATED_NORM off) in the same run. {environment()}.")
+            f"(hlnas.model.nn.LEAN_GATED_NORM off) in the same run. {environment()}.")
     write_results(args.out, f"saved_memory_t{args.seq_len}", args.device_name,
                   "Activation memory a layer keeps for backward",
                   "python -m experiments.bench.saved_memory " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -6,7 +6,7 @@ and in a cold process on the Triton cache on disk.
     python -m experiments.bench.trial_overhead --space tiny --layouts transformer,hgrn:3:1 --device-name cpu --out /tmp/o
 
 A trial is what a search worker runs: ``hlnas.search.trial.run_trial`` on the space's spec of a layout
-(``hlnas.search.loop.layout_spec``). ``--kinds``: ``lm`` is a whole trial, whose first step is its LM's (``hlnas.train``);
+(``hlnas.search.loop.layout_spec``). ``--kinds``: ``lm`` is a whole trial, whose first step is its LM's (``hlnas.lm.trainer``);
 ``recall`` is a recall-only run (calibration's extra seeds), whose first step is its fresh MQAR model's. The benchmark
 wraps ``hlnas.training.step.make_step`` (and the trainer's name for it) so the first call of the step it returns waits for
 the device, records the time and stops the trial there (nothing after the first step runs). Per row: seconds from
@@ -66,10 +66,10 @@ def first_step_probe(marks: dict):
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     import hlnas.training.step
-    import hlnas.train
+    import hlnas.lm.trainer
 
-    orig, orig_train = hlnas.training.step.make_step, hlnas.train.make_step  # each restored to its own (a test's fake
-    # of the first once stayed behind in hlnas.train and failed 36 tests after it)
+    orig, orig_train = hlnas.training.step.make_step, hlnas.lm.trainer.make_step  # each restored to its own (a test's fake
+    # of the first once stayed behind in hlnas.lm.trainer and failed 36 tests after it)
 
     def make_step(*a, **k):
         marks.setdefault("make_step_in", time.perf_counter())
@@ -98,17 +98,17 @@ def first_step_probe(marks: dict):
     handle = register_optimizer_step_post_hook(on_opt_step)
     why, step_log = WhyEager(logging.WARNING), logging.getLogger(hlnas.training.step.__name__)
     step_log.addHandler(why)
-    hlnas.training.step.make_step = hlnas.train.make_step = make_step
+    hlnas.training.step.make_step = hlnas.lm.trainer.make_step = make_step
     try:
         yield
     finally:
-        hlnas.training.step.make_step, hlnas.train.make_step = orig, orig_train
+        hlnas.training.step.make_step, hlnas.lm.trainer.make_step = orig, orig_train
         handle.remove()
         step_log.removeHandler(why)
 
 
 def spec_for(space, layout_spec: str, kind: str, number: int, seed: int):
-    from hlnas.layout import build_layout
+    from hlnas.model.layout import build_layout
     from hlnas.search.records import layout_spec as spec_of
 
     mixer, _, ratio = layout_spec.partition(":")

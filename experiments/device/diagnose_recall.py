@@ -6,7 +6,7 @@ every later run of its worker with it).
     python -m experiments.device.diagnose_recall --cases experiments/paper_grid/delta_capacity_keys.json --index 8 --seeds 0,1
 
 A case is recall_sweep.py's (the same keys and defaults); ``--seeds`` with two or more trains them as replicas of one
-model (hlnas.score.recall_replicas), as ``recall_sweep.py --replicas`` does. Prints one line: ``ok`` with the steps,
+model (hlnas.recall.replicas), as ``recall_sweep.py --replicas`` does. Prints one line: ``ok`` with the steps,
 validation accuracy, step mode and seconds, or ``FAILED`` after the traceback; exit status 0 or 1.
 """
 
@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     case = json.loads(args.case) if args.case else json.load(open(args.cases))[args.index]
 
     from experiments import recall_sweep
-    from hlnas.score.recall_proxy import train_mqar
-    from hlnas.score.recall_replicas import train_mqar_seeds
+    from hlnas.recall.proxy import train_mqar
+    from hlnas.recall.replicas import train_mqar_seeds
 
     sweep_args = recall_sweep._parser().parse_args(["--eval-every", str(args.eval_every), "--target", "1"])
     case = {"lr": 5e-4, **case, "steps": args.steps, "budget_s": None}

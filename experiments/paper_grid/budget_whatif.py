@@ -8,7 +8,7 @@ Every trial stores its validation curve (a check every 100 steps), so each budge
 * a run still training at B is cut there: its recall is its corrected validation recall at its last check at or
   before B (the test-set score is only measured at the end, so this is the validation proxy of it), and it did not
   reach the target;
-* ``recall_auc`` is recomputed over B for every run (``hlnas.mftabular.auc_at``, the rung scheduler's measure);
+* ``recall_auc`` is recomputed over B for every run (``hlnas.analysis.mftabular.auc_at``, the rung scheduler's measure);
 * GPU-seconds: the run's measured ``gpu_s_util`` split into its recall and LM parts by their wall seconds
   (``mqar_s``, ``train_wall_s``), the recall part scaled by the steps it would have trained.
 
@@ -37,7 +37,7 @@ SOURCE = re.compile(r"^(\S+)#(\d+)")  # collect.py's source column: "STUDY#TRIAL
 def at_budget(row: dict, curve: tuple[tuple[int, ...], tuple[float, ...]], budget: int) -> dict:
     """``row`` (a collect.py row) as if its recall run had a ``budget``-step budget; ``curve`` is its (steps, corrected
     recall) checks."""
-    from hlnas.mftabular import auc_at
+    from hlnas.analysis.mftabular import auc_at
 
     steps, values = curve
     ran, base = steps[-1], _f(row["recall_baseline"]) or 0.0
@@ -97,8 +97,8 @@ def report(rows: list[dict], curves: dict[tuple[str, int], tuple], budgets: list
 
 def _curves(storage: str, names: list[str]) -> tuple[dict[tuple[str, int], tuple], int]:
     """(study, trial number) -> (steps, corrected recall) of every trial with checks, and the longest run's steps."""
-    from hlnas.calibration_figures import curves_info
-    from hlnas.pareto import StorageError, UnknownStudyError, load_study, study_data
+    from hlnas.analysis.calibration_figures import curves_info
+    from hlnas.analysis.pareto import StorageError, UnknownStudyError, load_study, study_data
 
     curves = {}
     for n in names:

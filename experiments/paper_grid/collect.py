@@ -5,7 +5,7 @@
 
 Every layout of the study's space gets a row per seed, trained or not (``status`` says which: ok, failed with
 its error kind, or not run), so a partial grid is visible as such. ``ratio`` and ``placement`` are the layout's own
-(``hlnas.layout.placement_of``: ``paper``, ``front``, ..., ``explicit:i,j``; blank for pure models and the
+(``hlnas.model.layout.placement_of``: ``paper``, ``front``, ..., ``explicit:i,j``; blank for pure models and the
 Transformer), so a placement study's rows group by them (``placement.py``). KV-cache bytes are recomputed with the cost
 model at 4k and 32k context (batch 1, bf16); the rest is what the run recorded.
 
@@ -55,10 +55,10 @@ from pathlib import Path
 import optuna
 
 from experiments.paper_grid.gpu_share import attribute, calibration_spans, read_util
-from hlnas.budget import layout_metrics
+from hlnas.model.cost import layout_metrics
 from hlnas.errors import HlnasError
-from hlnas.layout import placement_of
-from hlnas.score.ruler import RULER_TASKS
+from hlnas.model.layout import placement_of
+from hlnas.recall.ruler import RULER_TASKS
 from hlnas.space import space_from_dict
 from hlnas.search.calibration import calibration_lender as lender  # the study whose calibration a study borrowed
 from hlnas.search.storage import UnknownStudyError, load_study
@@ -76,8 +76,9 @@ def _protocol_baseline(space, attrs: list[dict]) -> tuple[float, str] | None:
     if any(a.get("recall_baseline") is not None for a in attrs) or "mqar_mixed" not in space.score.objectives:
         return None
     from hlnas.data.tokenizer import load_tokenizer
-    from hlnas.score.baselines import strongest
-    from hlnas.score.mixed import mixed_baselines, mqar_recall_config
+    from hlnas.recall.baselines import strongest
+    from hlnas.lm.recall_mix import mqar_recall_config
+    from hlnas.score.mqar_mixed import mixed_baselines
 
     tok = load_tokenizer(space.data.tokenizer)
     base = mixed_baselines(mqar_recall_config(space.train, tok), space.score, tok.eos_id)
@@ -87,7 +88,7 @@ def _protocol_baseline(space, attrs: list[dict]) -> tuple[float, str] | None:
 
 def _recall_columns(a: dict, baseline: tuple[float, str] | None) -> dict:
     """Raw recall, its no-recall baseline and the corrected recall; an older trial's 'recall' was the raw score."""
-    from hlnas.score.baselines import corrected
+    from hlnas.recall.baselines import corrected
 
     if a.get("recall_raw") is not None:
         return {k: a.get(k) for k in ("recall_raw", "recall_baseline", "recall_baseline_name", "recall")}
@@ -176,7 +177,7 @@ def _trial_row(study_name: str, t: optuna.trial.FrozenTrial | None, baseline, co
 
 
 def _calibration_row(study_name: str, run: dict, concurrency, shares=None) -> dict:
-    """A stored calibration run (hlnas.calibrate.run_summary) as a row: a fresh recall model, no LM trained."""
+    """A stored calibration run (hlnas.calibration.protocol.run_summary) as a row: a fresh recall model, no LM trained."""
     keep = ("val_loss", "recall_raw", "recall_baseline", "recall_baseline_name", "recall", "recall_auc", "mqar_steps_to_target",
             "error_kind")
     return {**{k: run.get(k) for k in keep}, **gpu_seconds(run, concurrency), "status": run.get("status"),

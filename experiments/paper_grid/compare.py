@@ -9,7 +9,7 @@ Writes markdown:
   corrected ``recall`` and the graded ``recall_auc`` (seed mean and spread, max - min), steps to target, val loss;
   a cell at or below its baseline in every seed is marked ``no recall`` (in some seeds: ``no recall in seed ...``);
   a cell where some seeds learned the task (corrected recall >= 0.5) and others did not is marked ``seeds split``;
-* **Spearman rho against the paper's Table 7** (``hlnas/resources/paper_grid.csv`` through :mod:`hlnas.paper`;
+* **Spearman rho against the paper's Table 7** (``hlnas/resources/paper_grid.csv`` through :mod:`hlnas.analysis.paper`;
   4 mixers x 5 ratios, the Transformer is not in Table 7) over every cell both have, for ``recall`` and
   ``recall_auc`` (seed means), with n, a bootstrap 95% interval (cells resampled with replacement, 2000 times,
   seed 0) and a permutation p;
@@ -43,13 +43,13 @@ import sys
 from collections import Counter
 from statistics import mean
 
-from hlnas.paper import PAPER, attention_share, lm_by_ratio, recall_by_ratio, spearman
+from hlnas.analysis.paper import PAPER, attention_share, lm_by_ratio, recall_by_ratio, spearman
 
 RATIOS = ("pure", "24:1", "12:1", "6:1", "3:1")
 HYBRID = RATIOS[1:]
 MEASURES = ("recall", "recall_auc")
 REQUIRED = ("mixer", "ratio", "status", "recall", "recall_raw", "recall_baseline")
-SPREAD_FLOOR = 0.01  # hlnas.calibrate's: two equal seeds are not "separated" by 0
+SPREAD_FLOOR = 0.01  # hlnas.calibration.protocol's: two equal seeds are not "separated" by 0
 TARGET_GPU_S = 30.0  # issue #20 point 7: per candidate, on average
 BOOTSTRAP = 2000
 LEARNED = 0.5  # corrected recall at which a run counts as having learned the task: half way from its baseline to 1

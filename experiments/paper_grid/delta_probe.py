@@ -8,7 +8,7 @@ Reads ``experiments/recall_sweep.py``'s rows (one JSON object a case) of ``delta
 ``tag`` less its ``pure`` / ``3:1`` word). Per setting and seed it prints raw recall beside the no-recall baseline,
 the corrected recall and ``auc`` (the area under the corrected validation curve over the step budget), then asks
 ``hlnas calibrate``'s question of both measures: is the pure model below its hybrid in every seed, the means apart by
-more than twice the larger seed spread (:func:`hlnas.calibration_outlook.pure_below`)? ``yes``, ``no``, or
+more than twice the larger seed spread (:func:`hlnas.calibration.outlook.pure_below`)? ``yes``, ``no``, or
 ``reversed`` where the hybrid sits below the pure model by the same rule, ``no control`` where the rows'
 all-attention control at the same width and task (``d64 K64 L256`` in the tag) learned in no seed. A case its time
 budget cut short, or that paused (``--state``: a probe spread over device calls) and was not continued, says so:
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from experiments.paper_grid.compare import LEARNED, SPREAD_FLOOR
-from hlnas.calibration_outlook import pure_below
+from hlnas.calibration.outlook import pure_below
 from hlnas.metrics import corrected
 
 ROLE = re.compile(r"\b(pure|3:1)\s*")
@@ -76,8 +76,8 @@ def scored(r: dict) -> bool:
 
 def measures(r: dict, until: int | None = None) -> dict:
     """Corrected final recall and ``auc``; with ``until``, ``auc`` over the run's first ``until`` steps instead (from
-    its stored checks, a run stopped at the target held there: hlnas.score.recall_proxy.learning_auc)."""
-    from hlnas.score.recall_proxy import learning_auc
+    its stored checks, a run stopped at the target held there: hlnas.recall.proxy.learning_auc)."""
+    from hlnas.recall.proxy import learning_auc
 
     ok = scored(r)
     auc = r.get("auc") if ok else None

@@ -18,7 +18,7 @@ from pathlib import Path
 from statistics import mean
 
 from experiments.paper_grid.compare import RATIOS, TableError, cells, check_columns, read_table, seeds_split
-from hlnas.figure_style import write_png
+from hlnas.analysis.figure_style import write_png
 
 __all__ = ["series", "figure", "main"]
 
@@ -46,7 +46,7 @@ def figure(rows: list[dict]):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from hlnas.figure_style import MIXER_COLORS
+    from hlnas.analysis.figure_style import MIXER_COLORS
 
     data = series(rows)
     if not data:

@@ -28,8 +28,8 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from hlnas.figure_style import write_png
-from hlnas.layout import Layout
+from hlnas.analysis.figure_style import write_png
+from hlnas.model.layout import Layout
 
 
 class Point(NamedTuple):

@@ -9,7 +9,7 @@ Per (mixer, ratio), the placements of its attention layers (collect.py's ``place
 only where they sit differs. For each measure (the final ``recall``, corrected for its no-recall baseline, and the
 graded ``recall_auc``) it asks the calibration's question of the best and the worst placement by seed mean: is the
 best above the worst in every seed, and are their means apart by more than twice the larger seed spread (max - min
-over seeds, at least 0.01: ``hlnas.calibration_outlook.pure_below``)? ``yes`` then; ``no`` when not; ``undecided``
+over seeds, at least 0.01: ``hlnas.calibration.outlook.pure_below``)? ``yes`` then; ``no`` when not; ``undecided``
 when either has fewer than two seeds. The LM half's ``val_loss`` (lower is better) gets the same question, so a
 placement that buys recall with LM quality shows as both (rows without an LM half, a calibration's recall-only runs,
 have none). Each other placement is also set against ``paper`` by the same rule (``above``,
@@ -28,9 +28,9 @@ from pathlib import Path
 from statistics import mean
 
 from experiments.paper_grid.compare import SPREAD_FLOOR, TableError, _f, _g, check_columns, read_table
-from hlnas.calibration_outlook import pure_below
-from hlnas.figure_style import write_png
-from hlnas.layout import PLACEMENTS
+from hlnas.calibration.outlook import pure_below
+from hlnas.analysis.figure_style import write_png
+from hlnas.model.layout import PLACEMENTS
 
 MEASURES = ("recall", "recall_auc", "val_loss")
 LOWER_IS_BETTER = {"val_loss"}
@@ -40,7 +40,7 @@ _VALUES = ("recall", "recall_raw", "recall_baseline", "recall_auc", "mqar_steps_
 def groups(rows: list[dict]) -> dict[tuple[str, str], dict[str, dict]]:
     """(mixer, ratio) -> placement -> ``{"layers": attention layers, "seeds": {seed: values}}``, over the rows scored
     ok with a placement (hybrids of one mixer; pure models and the Transformer have none); groups in the table's order,
-    placements in :data:`hlnas.layout.PLACEMENTS`' order, then the explicit sets."""
+    placements in :data:`hlnas.model.layout.PLACEMENTS`' order, then the explicit sets."""
     check_columns(rows)
     if "placement" not in rows[0]:
         raise TableError("the table has no 'placement' column (collect.py writes it since 2026-12-05: collect again)")
@@ -57,7 +57,7 @@ def groups(rows: list[dict]) -> dict[tuple[str, str], dict[str, dict]]:
         cell = out.setdefault((r["mixer"], r["ratio"]), {}).setdefault(
             r["placement"], {"layers": r.get("attention_layers") or "", "layout": r.get("layout") or "", "seeds": {}})
         cell["seeds"][str(r.get("seed") or "0")] = vals
-    # one order in every group, table and panel: hlnas.layout's strategies, then the explicit sets
+    # one order in every group, table and panel: hlnas.model.layout's strategies, then the explicit sets
     rank = {name: i for i, name in enumerate(PLACEMENTS)}
     return {key: dict(sorted(places.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
             for key, places in out.items()}
@@ -201,7 +201,7 @@ def figure(rows: list[dict]):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from hlnas.figure_style import MIXER_COLORS
+    from hlnas.analysis.figure_style import MIXER_COLORS
 
     gs = groups(rows)
     keys = list(gs)

@@ -1,6 +1,6 @@
 """Samplers compared on a tabular benchmark: hypervolume of recall vs KV cache over distinct evaluations.
 
-Look-up instead of training (``hlnas.tabular``): every sampler runs a real optuna study over the space, each
+Look-up instead of training (``hlnas.analysis.tabular``): every sampler runs a real optuna study over the space, each
 proposal is answered from the table, and the hypervolume after each distinct evaluation is recorded, for
 NSGA-II, TPE, GP, random and the grid (``hlnas search``'s settings for each), over several seeds. Always runs
 the paper's published Table 7 recall (21 candidates, KV bytes from hlnas's cost model for paper-1.3b at 4k);
@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from hlnas.comparison import compare, load_sampler, write_outputs
-from hlnas.figure_style import write_png
-from hlnas.tabular import DEFAULT_SAMPLERS, TabularBenchmark
+from hlnas.analysis.comparison import compare, load_sampler, write_outputs
+from hlnas.analysis.figure_style import write_png
+from hlnas.analysis.tabular import DEFAULT_SAMPLERS, TabularBenchmark
 
 
 def _mib(x) -> str:

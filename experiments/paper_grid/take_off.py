@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hlnas.figure_style import write_png
+from hlnas.analysis.figure_style import write_png
 
 __all__ = ["TAKE_OFF", "take_off_step", "cell_curves", "table", "figure", "main"]
 
@@ -41,11 +41,11 @@ def take_off_step(steps, values, level: float = TAKE_OFF) -> int | None:
 def cell_curves(studies: dict[int, object], ratios: tuple[str, ...],
                 by_placement: bool = False) -> dict[tuple[str, str], dict[int, tuple]]:
     """(mixer, ratio) -> seed -> (steps, corrected recall) of the COMPLETE trials at ``ratios``; ``studies`` maps a
-    seed to its :class:`hlnas.pareto.StudyData`. ``by_placement``: ("mixer ratio", placement) keys instead, in
-    :data:`hlnas.layout.PLACEMENTS`' order, then the explicit sets."""
-    from hlnas.calibration_figures import curves_info
-    from hlnas.layout import PLACEMENTS, Layout, placement_of
-    from hlnas.paper import mixer_and_ratio
+    seed to its :class:`hlnas.analysis.pareto.StudyData`. ``by_placement``: ("mixer ratio", placement) keys instead, in
+    :data:`hlnas.model.layout.PLACEMENTS`' order, then the explicit sets."""
+    from hlnas.analysis.calibration_figures import curves_info
+    from hlnas.model.layout import PLACEMENTS, Layout, placement_of
+    from hlnas.analysis.paper import mixer_and_ratio
 
     out: dict[tuple[str, str], dict[int, tuple]] = {}
     for seed, data in studies.items():
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", choices=("png", "html"), default="png", help="the figure's: take_off.png (default) or "
                     "the interactive take_off.html")
     args = ap.parse_args(argv)
-    from hlnas.pareto import StorageError, UnknownStudyError, load_study, study_data
+    from hlnas.analysis.pareto import StorageError, UnknownStudyError, load_study, study_data
 
     ratios = tuple(r.strip() for r in args.ratios.split(",") if r.strip())
     try:

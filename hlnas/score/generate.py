@@ -1,7 +1,7 @@
 """Greedy decoding through a model's decode cache.
 
 A model here is anything with ``forward(input_ids [B, T], cache) -> logits [B, T, V]`` and
-``new_cache()`` (:class:`hlnas.model.HybridLM`): the prompt is prefilled once, then one token is
+``new_cache()`` (:class:`hlnas.model.build.HybridLM`): the prompt is prefilled once, then one token is
 fed per step, so a step costs one token of work instead of a full forward over the context.
 
 Prompts are grouped by token length and run in batches of equal length, because the cache
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from hlnas.errors import ConfigError
-from hlnas.training.validation import evaluating, model_device
+from hlnas.training.loop import evaluating, model_device
 
 __all__ = ["greedy_generate", "greedy_generate_ids"]
 

@@ -26,13 +26,13 @@ from typing import ClassVar
 
 import torch
 
-from hlnas.config import ModelConfig
+from hlnas.model.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
-from hlnas.layout import Layout
-from hlnas.model import HybridLM
+from hlnas.model.layout import Layout
+from hlnas.model.build import HybridLM
 from hlnas.overrides import at_least_one as _at_least_one, config_from_dict, config_to_dict, field_types, tuples_of as _tuples
-from hlnas.score.mixed import MqarMixedConfig, mqar_mixed_objective
-from hlnas.score.recall_proxy import MqarConfig, train_mqar
+from hlnas.score.mqar_mixed import MqarMixedConfig, mqar_mixed_objective
+from hlnas.recall.proxy import MqarConfig, train_mqar
 
 __all__ = ["ScoreConfig", "MqarConfig", "MqarMixedConfig", "RulerConfig", "LmEvalConfig", "ScoreContext",
            "ScoreObjective", "OBJECTIVES", "OBJECTIVE_REGISTRY", "SECTIONS", "LEGACY_KEYS", "score", "mqar_objective"]
@@ -52,7 +52,7 @@ class RulerConfig:
     def __post_init__(self) -> None:
         _tuples(self, "tasks", "lengths")
         if self.tasks:
-            from hlnas.score.ruler import RULER_TASKS
+            from hlnas.recall.ruler import RULER_TASKS
 
             for t in self.tasks:
                 if t not in RULER_TASKS:
@@ -84,7 +84,7 @@ class LmEvalConfig:
 
 def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, seed: int = 0, device=None) -> dict:
     """Train fresh recall models of ``layout`` on MQAR and return their test accuracy beside its no-recall
-    baselines (:func:`hlnas.score.recall_proxy.train_mqar`: Zoology's protocol)."""
+    baselines (:func:`hlnas.recall.proxy.train_mqar`: Zoology's protocol)."""
 
     return train_mqar(layout, model_cfg, cfg.mqar, seed=seed, device=device)
 
@@ -99,7 +99,7 @@ class ScoreContext:
     seed: int
     val_batches: list | None
     mixed_mqar: object | None  # the MqarTask of the instances mixed into training
-    mqar: dict | None = None  # the fresh-model MQAR result, already trained (hlnas.run.run's ``recall``)
+    mqar: dict | None = None  # the fresh-model MQAR result, already trained (hlnas.pipeline.run.run's ``recall``)
 
 
 def _val_loss(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
@@ -112,7 +112,8 @@ def _val_loss(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
 
 
 def _ruler(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
-    from hlnas.score.ruler import RULER_TASKS, evaluate_ruler
+    from hlnas.recall.ruler import RULER_TASKS
+    from hlnas.score.ruler import evaluate_ruler
 
     rc = cfg.ruler
     r = evaluate_ruler(model, ctx.tokenizer, rc.tasks or RULER_TASKS, rc.lengths, rc.samples, rc.seed, rc.cache_dir,
@@ -122,7 +123,7 @@ def _ruler(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
 
 
 def _mqar(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
-    if ctx.mqar is not None:  # trained beside the run's other seeds (hlnas.score.recall_replicas): not again
+    if ctx.mqar is not None:  # trained beside the run's other seeds (hlnas.recall.replicas): not again
         return dict(ctx.mqar)
     return mqar_objective(model.layout, model.cfg, cfg, seed=ctx.seed, device=ctx.device)
 

@@ -1,6 +1,6 @@
-"""The calibration runner: the space's control runs (:func:`hlnas.calibrate.plan`), submitted through the search's
+"""The calibration runner: the space's control runs (:func:`hlnas.calibration.protocol.plan`), submitted through the search's
 executor by the same :class:`~hlnas.search.dispatch.Dispatch` as the search's trials, each stored with the study as
-it finishes, then the verdict (:func:`hlnas.calibrate.verdict`). Seed-0 runs of the space's layouts become the study's
+it finishes, then the verdict (:func:`hlnas.calibration.protocol.verdict`). Seed-0 runs of the space's layouts become the study's
 trials of those layouts.
 """
 
@@ -14,11 +14,11 @@ import time
 import optuna
 from optuna.trial import TrialState
 
-import hlnas.calibrate as calib
+import hlnas.calibration.protocol as calib
 from hlnas.errors import ConfigError, HlnasError
-from hlnas.layout import Layout
+from hlnas.model.layout import Layout
 from hlnas.metrics import RECALL_OBJECTIVES
-from hlnas.score.recall_result import finished_result
+from hlnas.recall.result import finished_result
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.order import expected_length
 from hlnas.search.records import constraint_values, layout_spec, objective_values, paused_root
@@ -32,7 +32,7 @@ __all__ = ["PAUSED", "needs_calibration", "check_replicas", "calibrate_if_needed
 #: what :func:`calibrate_if_needed` returns when the time limit paused the calibration
 PAUSED = "paused"
 #: study user attr prefix: ``RECALL_ATTR + run key`` holds a finished calibration run's fresh-model recall result
-#: (:func:`hlnas.score.recall_result.finished_result`), one attr a run so the calibration's own attr stays small
+#: (:func:`hlnas.recall.result.finished_result`), one attr a run so the calibration's own attr stays small
 RECALL_ATTR = "hlnas_calibration_recall:"
 
 
@@ -154,7 +154,7 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
                         replicas: bool | str = False, drain: float = 0.0, calibrated_by: str | None = None):
     """Before a search: the stored verdict, a new one, another study's (``calibrated_by``: :func:`borrow_calibration`),
     or none (skipped, disabled, not needed: recorded as such); :data:`PAUSED` when ``time_limit`` stopped it first. An
-    invalid protocol raises :class:`~hlnas.calibrate.CalibrationFailed` naming what to change."""
+    invalid protocol raises :class:`~hlnas.calibration.protocol.CalibrationFailed` naming what to change."""
     if calibrated_by and needs_calibration(space):
         stored = study.user_attrs.get("hlnas_calibration") or {}
         if (stored.get("borrowed_from") or {}).get("study") != calibrated_by:

@@ -83,7 +83,7 @@ class ProcessExecutor:
     GPU, on a CUDA stream of its own. Processes time-slice a GPU (12 processes ran 1.1x one), while the streams
     of one process overlap their kernels: the lever for many small recall models on one GPU (issue #21;
     ``experiments/bench/proxy_throughput.py`` measures it). Each trial's result is the one it gets alone (its
-    weights come from its own seed: :func:`hlnas.model.seeded_model`). A worker that dies fails every trial it
+    weights come from its own seed: :func:`hlnas.model.build.seeded_model`). A worker that dies fails every trial it
     held as ``worker_died``; a CUDA fault in one of them poisons the process, so its other trials are failed the
     same way and the worker replaced.
     """

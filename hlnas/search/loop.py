@@ -1,5 +1,5 @@
 """The search loop: the proposal policy shared by ``hlnas search`` (:func:`hlnas.search.study.run_search`) and the
-sampler benchmark (``hlnas bench-samplers``, :func:`hlnas.tabular.run_sampler`), so the benchmark measures the
+sampler benchmark (``hlnas bench-samplers``, :func:`hlnas.analysis.tabular.run_sampler`), so the benchmark measures the
 search's own rules.
 
 :func:`search_loop` asks a trial from the study's sampler, turns its parameters into a layout, and:
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import optuna
 from optuna.trial import TrialState
 
-from hlnas.rungs import RUNG_ATTR
+from hlnas.search.rungs import RUNG_ATTR
 from hlnas.search import optuna_adapter
 from hlnas.search.adopt import adopt, adoptable_results
 from hlnas.search.calibration import calibrated_recall
@@ -69,7 +69,7 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     reused, infeasible, front, requeued, retry, target_raised, time_limit, and with rungs: rung (a trial paused at
     a rung), promoted, stopped.
 
-    A space with ``rungs`` is searched by the rung scheduler (:mod:`hlnas.rungs`): new trials train their recall
+    A space with ``rungs`` is searched by the rung scheduler (:mod:`hlnas.search.rungs`): new trials train their recall
     model to the first rung and pause, a free worker takes a promotion before a new trial, and the target counts
     layouts decided (COMPLETE at the top rung, or stopped at a lower one). ``rung_root``: where the paused recall
     models are kept (default ``OUT_ROOT/rungs`` or ``hlnas-rungs/``, in a folder of the study's own, stored as study

@@ -13,7 +13,7 @@ A recall run's length is not known before it trains, so :func:`expected_length` 
   attention are the ones that do not reach it and train the whole step budget (on the default CPU space every pure
   model and attention-first 6:1 hybrid ran 1200 steps, every 3:1 hybrid 500-700);
 * then the costlier step first: forward FLOPs per token of the recall model at the recall task's length
-  (:func:`hlnas.budget.layout_cost`; HGRN-2's step is the slower of the default space's two mixers).
+  (:func:`hlnas.model.cost.layout_cost`; HGRN-2's step is the slower of the default space's two mixers).
 
 A layout whose recall was measured already (a calibration run at the study's seed:
 :func:`hlnas.search.calibration.calibrated_recall`) trains only its LM half, the shortest work there is: those go last.
@@ -31,9 +31,9 @@ __all__ = ["expected_length", "longest_first"]
 def expected_length(space: SearchSpace, layout: str) -> tuple[int, int]:
     """A sort key of ``layout``'s recall run in ``space``, smallest for the run expected to take longest:
     ``(attention layers, -forward FLOPs per token of its recall model at the recall task's length)``."""
-    from hlnas.budget import layout_cost
-    from hlnas.layout import Layout
-    from hlnas.score.recall_proxy import recall_model_config
+    from hlnas.model.cost import layout_cost
+    from hlnas.model.layout import Layout
+    from hlnas.recall.proxy import recall_model_config
 
     mqar = space.score.mqar
     lay = Layout.parse(layout)

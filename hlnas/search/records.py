@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import optuna
 from optuna.trial import TrialState
 
-from hlnas.layout import Layout
-from hlnas.rungs import RUNG_ATTR, RungScheduler
+from hlnas.model.layout import Layout
+from hlnas.search.rungs import RUNG_ATTR, RungScheduler
 from hlnas.search import optuna_adapter
 from hlnas.search.trial import TrialResult, TrialSpec
 from hlnas.space import CONSTRAINTS, SearchSpace
@@ -45,7 +45,7 @@ def layout_spec(space: SearchSpace, number: int, layout: str, *, placement: str 
                 out_root: str | None = None, recall_only: bool = False) -> TrialSpec:
     """What a worker needs to train and score ``layout`` at the space's scale (``seed``: the training seed, when not
     the space's own: calibration's extra seeds). The one place a space becomes a trial's configs."""
-    from hlnas.recipe import RunConfig
+    from hlnas.pipeline.recipe import RunConfig
 
     train = space.train if seed is None else dataclasses.replace(space.train, seed=seed)
     recipe = RunConfig(layout=Layout.parse(layout), model=space.model, train=train, data=space.data, score=space.score,
@@ -83,8 +83,8 @@ def tell_result(study: optuna.Study, metrics_names: Sequence[str], trial, result
     for k, v in result.metrics.items():
         trial.set_user_attr(k, v)
     trial.set_user_attr("wall_s", round(result.wall_s, 2))
-    if "mqar" in result.metrics and "hlnas_checks" not in trial.user_attrs:  # the recall run's checks (hlnas.rungs.checks)
-        from hlnas.rungs import checks
+    if "mqar" in result.metrics and "hlnas_checks" not in trial.user_attrs:  # the recall run's checks (hlnas.search.rungs.checks)
+        from hlnas.search.rungs import checks
 
         trial.set_user_attr("hlnas_checks", checks(result.metrics))
     values = objective_values(metrics_names, result.metrics) if result.ok else None
@@ -286,7 +286,7 @@ def rung_scheduler(study: optuna.Study, space: SearchSpace, metrics_names, out_r
 def rung_result(study, sched: RungScheduler, trial, layout: str, result: TrialResult, emit) -> bool:
     """Book a rung trial's result. True: the trial stays open (paused at its rung, or to run that rung again after
     its worker died); False: the search loop tells it as usual (complete at the top rung, or failed)."""
-    from hlnas.rungs import checks
+    from hlnas.search.rungs import checks
 
     number = result.number
     rec = sched.records[number]

@@ -1,5 +1,5 @@
 """The samplers a study can be driven by, by name: one table read by the space validator, the CLI, the search
-(:mod:`hlnas.search.study`) and the sampler benchmark (:mod:`hlnas.tabular`), so they cannot disagree on a setting.
+(:mod:`hlnas.search.study`) and the sampler benchmark (:mod:`hlnas.analysis.tabular`), so they cannot disagree on a setting.
 
 The names live in :mod:`hlnas.settings` (the space validates its ``sampler`` key against them, below the search);
 this module builds each, and imports optuna only when a sampler is built (``hlnas --help`` stays fast).

@@ -10,7 +10,7 @@ study then runs until it holds the requested number of COMPLETE trials. One driv
 Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``, ``hlnas_space_hash``,
 ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``, ``hlnas_paper_grid`` (``SearchSpace.is_paper_grid``; read via
 ``StudyData.paper_grid``), ``hlnas_trials`` (a search's latest target), ``hlnas_calibration``, ``hlnas_driver``; every trial's
-user attrs hold the layout's cost and its scores (:func:`hlnas.budget.layout_metrics` plus :func:`hlnas.score.objectives.score`).
+user attrs hold the layout's cost and its scores (:func:`hlnas.model.cost.layout_metrics` plus :func:`hlnas.score.objectives.score`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from hlnas.search.samplers import make_sampler
 from hlnas.search import optuna_adapter
 from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, open_storage, study_names
 from hlnas.space import SearchSpace, space_from_dict
-import hlnas.calibrate as calib
+import hlnas.calibration.protocol as calib
 
 __all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_or_create_storage", "run_search", "calibrate_study",
            "load_hlnas_study", "study_summary", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
@@ -172,10 +172,10 @@ def run_search(
     (NaN, a crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is
     queued once more (infeasible ones, which broke a constraint, stay out).
 
-    Before any search trial, a space with a recall objective is calibrated (:mod:`hlnas.calibrate`): its
+    Before any search trial, a space with a recall objective is calibrated (:mod:`hlnas.calibration.protocol`): its
     controls run through the same executor, the verdict is stored with the study (and reused on resume),
     seed-0 runs of the space's layouts become trials, and an invalid protocol raises
-    :class:`~hlnas.calibrate.CalibrationFailed` before the search starts. ``skip_calibration`` opts out, and the
+    :class:`~hlnas.calibration.protocol.CalibrationFailed` before the search starts. ``skip_calibration`` opts out, and the
     choice is stored with the study: a resume keeps it unless ``calibrate`` says to run the controls now.
     ``calibrated_by`` names a study in the same storage whose valid calibration ran the same recall protocol (a second
     seed of a grid, a placement extension): its verdict is stored as this study's, marked ``borrowed_from``
@@ -186,7 +186,7 @@ def run_search(
     ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
     options size it; ``runs_per_worker`` trials at once in each worker process of ``processes``, each on a CUDA
     stream of its own), or is an :class:`~hlnas.search.executors.Executor` object used as given (and shut down at the
-    end), e.g. :class:`hlnas.tabular.LookupExecutor` to look results up instead of training. ``replicas``: the
+    end), e.g. :class:`hlnas.analysis.tabular.LookupExecutor` to look results up instead of training. ``replicas``: the
     calibration trains each layout's seeds as replicas of one recall model in one run
     (:func:`hlnas.search.calibration.run_calibration`), ``"family"`` each mixer's layouts and seeds as replicas of one
     mixed model; an execution choice, not stored with the study."""
@@ -225,7 +225,7 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
     """Run the calibration of ``space`` and nothing else (``hlnas calibrate``), in study ``study_name``: a new one,
     or an existing one continued with the runs it lacks. ``executor`` and ``workers`` are resolved by
     :func:`choose_executor`. Returns the stored verdict and, when the protocol failed its controls, the message
-    of :class:`~hlnas.calibrate.CalibrationFailed` (``None`` when valid). A search of the same space and study
+    of :class:`~hlnas.calibration.protocol.CalibrationFailed` (``None`` when valid). A search of the same space and study
     reuses the runs. After ``time_limit`` seconds no run starts and those in flight pause (see
     :func:`hlnas.search.calibration.run_calibration`; ``drain``: seconds more for those in flight to finish before
     they pause); the verdict is then None and calling again continues.
@@ -473,7 +473,7 @@ def study_summary(study: optuna.Study) -> dict:
               for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)}
     rungs = [t for t in trials if "hlnas_rung" in t.user_attrs]
     stopped = sum(t.state == TrialState.PRUNED and "reused_from" not in t.user_attrs for t in trials)
-    if rungs or stopped:  # stopped early (PRUNED, partial results) by the rung scheduler or by Tune (hlnas.tune)
+    if rungs or stopped:  # stopped early (PRUNED, partial results) by the rung scheduler or by Tune (hlnas.search.tune)
         counts["stopped"] = stopped
     if rungs:  # the rung scheduler's trials paused at a rung (RUNNING)
         counts["paused"] = sum(t.state == TrialState.RUNNING and t.user_attrs["hlnas_rung"].get("state") == "paused"

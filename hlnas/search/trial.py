@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the recipe's config modules pull in torch; the driver imports them when it reads a space
-    from hlnas.config import ModelConfig
-    from hlnas.recipe import RunConfig
+    from hlnas.model.config import ModelConfig
+    from hlnas.pipeline.recipe import RunConfig
 
 __all__ = ["TrialSpec", "TrialResult", "run_trial", "recall_metrics", "ERROR_KINDS"]
 
@@ -38,7 +38,7 @@ class TrialSpec:
     # score the fresh-model recall objective only (no LM training): calibration's extra seeds, whose
     # recall does not depend on the trained candidate
     recall_only: bool = False
-    # the rung scheduler (hlnas.rungs): the recall model's state is kept in state_dir and continued from it; with
+    # the rung scheduler (hlnas.search.rungs): the recall model's state is kept in state_dir and continued from it; with
     # rung_steps, only the recall model trains, up to that many steps, and the result is partial (metrics
     # ``rung_steps``); without, the whole trial runs, its recall model continuing from state_dir
     rung_steps: int | None = None
@@ -48,7 +48,7 @@ class TrialSpec:
     pause_by: float | None = None
     # other runs of the same model and recall settings (a calibration's other seeds of this layout, or with
     # --replicas family other layouts of its depth too: hlnas.search.calibration): the fresh-model recall of this spec
-    # and of these is trained as replicas of one model (hlnas.score.recall_replicas), then each run goes on as it
+    # and of these is trained as replicas of one model (hlnas.recall.replicas), then each run goes on as it
     # would alone with its recall given (its LM half too, where it has one); their results come back in
     # TrialResult.replicas
     replicas: tuple[TrialSpec, ...] = ()
@@ -79,15 +79,15 @@ class TrialResult:
 
 
 def layout_metrics(layout_str: str, model: ModelConfig, kv_context: int, placement: str | None = None) -> dict:
-    """:func:`hlnas.budget.layout_metrics` (imported when called: this module stays free of torch)."""
-    from hlnas.budget import layout_metrics as cost_view
+    """:func:`hlnas.model.cost.layout_metrics` (imported when called: this module stays free of torch)."""
+    from hlnas.model.cost import layout_metrics as cost_view
 
     return cost_view(layout_str, model, kv_context, placement)
 
 
 def recall_metrics(scores: dict, sources=None) -> dict:
-    """:func:`hlnas.score.baselines.recall_metrics` (imported when called: this module stays free of torch)."""
-    from hlnas.score.baselines import recall_metrics as summary
+    """:func:`hlnas.recall.baselines.recall_metrics` (imported when called: this module stays free of torch)."""
+    from hlnas.recall.baselines import recall_metrics as summary
 
     return summary(scores, sources)
 
@@ -169,7 +169,7 @@ def _in_halves(spec: TrialSpec, runs: list, tag_layouts: bool) -> list[dict]:
     (``tag_layouts``), its optimizer state by parameter name."""
     import torch
 
-    from hlnas.score.recall_replicas import train_mqar_layouts
+    from hlnas.recall.replicas import train_mqar_layouts
 
     units: dict = {}  # layout -> its runs' seeds, in the order given
     for lay, seed in runs:
@@ -192,19 +192,19 @@ def _paused(spec: TrialSpec):
 
     if spec.state_dir is None:
         return contextlib.nullcontext()
-    from hlnas.score.recall_proxy import paused_at
+    from hlnas.recall.proxy import paused_at
 
     os.makedirs(spec.state_dir, exist_ok=True)
     return paused_at(spec.state_dir, spec.rung_steps, spec.pause_by)
 
 
 def _run_one(spec: TrialSpec, recall: dict | None = None) -> TrialResult:
-    """One trial (``recall``: its fresh-model recall, already trained: see :func:`hlnas.run.run`)."""
+    """One trial (``recall``: its fresh-model recall, already trained: see :func:`hlnas.pipeline.run.run`)."""
     t0 = time.perf_counter()
     # which process ran it and when (wall clock): shows long-lived Ray workers and trials overlapping
     metrics: dict = {"worker_pid": os.getpid(), "started_at": time.time()}
     try:
-        from hlnas.run import run
+        from hlnas.pipeline.run import run
 
         metrics.update(layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement))
         # a rung trains the recall model alone, up to its steps, kept in state_dir (_paused)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from hlnas.errors import ConfigError
-from hlnas.layout import build_layout, parse_ratio
+from hlnas.model.layout import build_layout, parse_ratio
 from hlnas.search.records import layout_spec
 from hlnas.search.trial import run_trial
 from hlnas.space import SearchSpace

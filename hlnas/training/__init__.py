@@ -2,6 +2,6 @@
 the step itself, eager or one captured CUDA graph, with its AdamW (:mod:`hlnas.training.step`), and the state a
 training saves and resumes from (:mod:`hlnas.training.checkpoint`).
 
-The LM trainer (:func:`hlnas.train.train`) and the recall proxy (:mod:`hlnas.score.recall_proxy`) both train through
+The LM trainer (:func:`hlnas.lm.trainer.train`) and the recall proxy (:mod:`hlnas.recall.proxy`) both train through
 :func:`hlnas.training.loop.run_steps`; what differs is passed in: the data, the loss, the stop rule, the step.
 """

@@ -29,7 +29,7 @@ __all__ = ["CHUNK_LOGIT_BYTES", "CHUNKED_HEAD_LOSS", "linear_cross_entropy", "he
 #: ..._06d.md, ..._06f.md)
 CHUNK_LOGIT_BYTES = 2**30
 IGNORE_INDEX = -100
-#: the LM step takes :func:`lm_step_loss`'s chunked loss where the fused forms run (CUDA, or hlnas.nn.FUSED_ON_CPU);
+#: the LM step takes :func:`lm_step_loss`'s chunked loss where the fused forms run (CUDA, or hlnas.model.nn.FUSED_ON_CPU);
 #: off, the composed one there too (experiments/bench/paper_scale.py's ``@logits`` rows)
 CHUNKED_HEAD_LOSS = True
 
@@ -96,7 +96,7 @@ def lm_step_loss(model: nn.Module, device: torch.device,
     """``(loss_fn, model_kwargs)`` for an LM training step (:func:`hlnas.training.step.make_step`): on the fused forms'
     devices the chunked head loss on ``model(x, head=False)``, else ``composed`` on the logits (the CPU default keeps
     its path bit for bit)."""
-    from hlnas.nn import fused_on
+    from hlnas.model.nn import fused_on
 
     head = getattr(model, "lm_head", None)
     if CHUNKED_HEAD_LOSS and fused_on(device) and isinstance(head, nn.Linear) and head.bias is None:

@@ -8,15 +8,17 @@ records, checkpoints, and says when to stop.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from hlnas.training.step import set_lr
 
-__all__ = ["run_steps", "cosine_lr", "device_name", "peak_gib", "autocast_dtype", "autocast_context", "AUTOCAST_SETTINGS"]
+__all__ = ["run_steps", "cosine_lr", "device_name", "peak_gib", "autocast_dtype", "autocast_context", "AUTOCAST_SETTINGS",
+           "model_device", "evaluating"]
 
 AUTOCAST_SETTINGS = ("auto", "bf16", "off")
 
@@ -76,3 +78,20 @@ def run_steps(step: Callable[[Tensor, Tensor], Tensor], opt: torch.optim.Optimiz
         if after_step(done, loss):
             break
     return done
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where the model's parameters are (CPU for a model without any)."""
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module):
+    """``model`` in eval mode for the block, then back in the mode it was in (a measure taken during training)."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

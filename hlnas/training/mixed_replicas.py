@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from hlnas.layout import Layout
+from hlnas.model.layout import Layout
 from hlnas.training.replicas import ReplicaError, ReplicatedLM
 
 __all__ = ["MixedReplicatedLM", "RoutedMixer", "kind_ranges", "range_order", "replicate_mixed"]
@@ -123,7 +123,7 @@ def _templates(model: nn.Module, layouts: Sequence[Layout], kinds: list[list[str
     """One mixer per layer and kind, from a model of a layout that has that kind there, built as ``model`` is (its
     config, HybridLM's init) from seed 0 outside the global random state: what a replica's union model holds for
     the kinds that are not its own."""
-    from hlnas.model import HybridLM
+    from hlnas.model.build import HybridLM
 
     out: list[dict[str, nn.Module]] = [{} for _ in kinds]
     device = next(model.parameters()).device

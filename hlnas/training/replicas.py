@@ -10,16 +10,16 @@ has a replicated form here:
 * ``nn.Linear`` (every projection, the MLPs, the LM head, GLA's low-rank gate ``gk_proj``) -> :class:`ReplicatedLinear`,
   one batched matmul over ``[R, B*T, C]``;
 * ``nn.Embedding`` -> :class:`ReplicatedEmbedding`, one table per replica (a tied LM head shares it);
-* :class:`~hlnas.mixers.short_conv.ShortConvolution` (the mixers' short convs, attention's input conv, Mamba-2's conv1d) ->
+* :class:`~hlnas.model.mixers.short_conv.ShortConvolution` (the mixers' short convs, attention's input conv, Mamba-2's conv1d) ->
   per-replica taps on CPU, the replicas folded into the channels (groups) of one ``conv1d`` elsewhere;
-* the norms (:class:`~hlnas.nn.RMSNorm`, :class:`~hlnas.nn.GatedRMSNorm`, Mamba-2's grouped gated norm): their
+* the norms (:class:`~hlnas.model.nn.RMSNorm`, :class:`~hlnas.model.nn.GatedRMSNorm`, Mamba-2's grouped gated norm): their
   ``_scale`` hook applies each replica's weight to its rows;
 * bare parameters a mixer uses in its math (those its class lists as ``bare_parameters``: HGRN's ``lower_bound_w``,
   HGRN-2's ``lower_bound``, Gated DeltaNet's and Mamba-2's ``A_log``/``dt_bias``, Mamba-2's ``D``): read through a
   parametrization as one row per sequence, ``[R*B, 1, *shape]``, which broadcasts against the ``[B, T, *shape]``
   activations they act on.
 
-The weight-free sequence kernels (hlnas.kernels: attention, GLA, HGRN, simple GLA, the delta rules), RoPE and the
+The weight-free sequence kernels (hlnas.model.kernels: attention, GLA, HGRN, simple GLA, the delta rules), RoPE and the
 activations take the folded batch as it is: no op of an hlnas model mixes batch rows. A module with parameters not
 listed above is refused by name (:class:`ReplicaError`).
 
@@ -42,9 +42,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-import hlnas.kernels.causal_conv1d as causal_conv
+import hlnas.model.kernels.causal_conv1d as causal_conv
 from hlnas.errors import ConfigError
-from hlnas.mixers.short_conv import ShortConvolution
+from hlnas.model.mixers.short_conv import ShortConvolution
 from hlnas.training.step import weight_decays
 
 __all__ = ["ReplicaError", "ReplicatedLM", "ReplicatedLinear", "ReplicatedEmbedding", "replicate"]
@@ -106,9 +106,9 @@ def _replicated_scale(self, y: Tensor, w: Tensor) -> Tensor:
 
 
 class ReplicatedShortConvolution(ShortConvolution):
-    """:class:`~hlnas.mixers.short_conv.ShortConvolution` with ``weight [R, C, 1, size]`` (and ``bias [R, C]``) on ``[R*B, T, C]``.
+    """:class:`~hlnas.model.mixers.short_conv.ShortConvolution` with ``weight [R, C, 1, size]`` (and ``bias [R, C]``) on ``[R*B, T, C]``.
 
-    CPU float, and under ``torch.compile`` (which fuses them; :mod:`hlnas.kernels.causal_conv1d`): the solo module's
+    CPU float, and under ``torch.compile`` (which fuses them; :mod:`hlnas.model.kernels.causal_conv1d`): the solo module's
     shifted multiply-adds, each replica's taps on its rows (the same elementwise ops, so the same numbers).
     Elsewhere (or with ``use_conv1d``): the replicas folded into the channels of one depthwise ``conv1d`` with
     ``R*C`` groups."""
@@ -240,7 +240,7 @@ class ReplicatedLM(nn.Module):
             elif callable(getattr(solo_mod, "_scale", None)) and set(direct) == {"weight"} and solo_mod.weight.ndim == 1:
                 mod.__class__ = _with_replicated_scale(t)
                 mod.weight = stacked["weight"]
-            elif hasattr(solo_mod, "bare_parameters"):  # a mixer (hlnas.mixers.base.Mixer), which lists them
+            elif hasattr(solo_mod, "bare_parameters"):  # a mixer (hlnas.model.mixers.base.Mixer), which lists them
                 extra = sorted(set(direct) - set(solo_mod.bare_parameters))
                 if extra:
                     raise ReplicaError(f"replicate: mixer '{solo_mod.name}' ({name}) has parameters {extra} with no "

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
-from hlnas.kernels import backends
+from hlnas.model.kernels import backends
 
 __all__ = ["compiled", "compile_module", "INDUCTOR_OPTIONS", "weight_decays", "make_optimizer", "make_step", "set_lr",
            "snapshot", "rewind"]

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from hlnas.data.corpus import synthetic_document
-from hlnas.data.packing import TokenStream, not_a_target, split_targets, tokens_per_batch
+from hlnas.data.packing import TokenStream, tokens_per_batch
+from hlnas.training.targets import not_a_target, split_targets
 from hlnas.data.sources import DataConfig, DataSourceError
 from hlnas.errors import ConfigError
 

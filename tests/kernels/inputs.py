@@ -107,7 +107,7 @@ _BY_OP = {"causal_conv1d": causal_conv1d_inputs, "l2norm": l2norm_inputs, "atten
 
 
 def make_inputs(op: str, *args, **kwargs) -> dict:
-    """The inputs of ``op`` (a name of :data:`hlnas.kernels.OPS`)."""
+    """The inputs of ``op`` (a name of :data:`hlnas.model.kernels.OPS`)."""
     return _BY_OP[op](*args, **kwargs)
 
 

@@ -13,10 +13,10 @@ import importlib
 import pytest
 import torch
 
-from hlnas.config import ModelConfig
-from hlnas.kernels import use_backend
-from hlnas.layout import Layout, build_layout
-from hlnas.model import build_model
+from hlnas.model.config import ModelConfig
+from hlnas.model.kernels import use_backend
+from hlnas.model.layout import Layout, build_layout
+from hlnas.model.build import build_model
 from tests.helpers import rel_err
 from tests.kernels.inputs import make_inputs
 
@@ -32,7 +32,7 @@ OPS = {  # op -> (function, the make_inputs keys it takes positionally)
 @pytest.mark.parametrize("op", sorted(OPS))
 @pytest.mark.parametrize("path", ["chunk", "naive"])
 def test_torch_paths_keep_float32_under_a_bf16_autocast(op, path):
-    mod = importlib.import_module(f"hlnas.kernels.{op}")
+    mod = importlib.import_module(f"hlnas.model.kernels.{op}")
     name, keys = OPS[op]
     fn = getattr(mod, name if path == "chunk" else f"naive_{op}")
     inp = make_inputs(op, 1, 96, 2, 16, 16)

@@ -1,4 +1,4 @@
-"""hlnas.kernels.backends: which path a call takes (the backend asked for, the per-op rules that refuse fla,
+"""hlnas.model.kernels.backends: which path a call takes (the backend asked for, the per-op rules that refuse fla,
 each given faked facts) and the arguments each fla_<op> hands fla's kernels, checked on CPU with the
 kernels replaced by spies bound to their real signatures; on CUDA, every fla kernel each fla_<op> can
 take, against the PyTorch path. Why each rule exists: the comments beside it in backends.py."""
@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import hlnas.kernels as kernels
-import hlnas.kernels.backends as backends
+import hlnas.model.kernels as kernels
+import hlnas.model.kernels.backends as backends
 from hlnas.errors import KernelUnavailable
-from hlnas.kernels import OPS
+from hlnas.model.kernels import OPS
 from tests.helpers import assert_close
 from tests.kernels.inputs import make_inputs
 
@@ -117,7 +117,7 @@ def test_cpu_tensors(clean):
 
 def test_fla_not_importable(clean, caplog):
     clean.setattr(backends, "fla_status", lambda: (False, "fla cannot be imported: ImportError: no triton"))
-    with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
+    with caplog.at_level(logging.WARNING, logger="hlnas.model.kernels"):
         assert backends.resolve_backend("gla", CUDA_X) == "torch"
         assert backends.resolve_backend("hgrn", CUDA_X) == "torch"
     assert [r.getMessage() for r in caplog.records] == [
@@ -180,7 +180,7 @@ def _inputs(op, T=8, K=64, dtype=torch.float32, grad=(), **kw):
 
 
 def _warnings(caplog):
-    return [r.getMessage() for r in caplog.records if r.name == "hlnas.kernels"]
+    return [r.getMessage() for r in caplog.records if r.name == "hlnas.model.kernels"]
 
 
 @pytest.mark.parametrize("K, want", [(16, "torch"), (32, "torch"), (63, "torch"), (64, "fla"), (128, "fla")])
@@ -405,7 +405,7 @@ def _gpu_id(case) -> str:
 def _run_op(op, inputs, const, final, backend):
     """``const="all"``: a forward under no_grad (decode, prefill); else the gradients of all inputs not in const."""
     leaves = {n: t.detach().clone().requires_grad_(const != "all" and n not in const) for n, t in inputs.items()}
-    fn = getattr(importlib.import_module(f"hlnas.kernels.{op}"), op)
+    fn = getattr(importlib.import_module(f"hlnas.model.kernels.{op}"), op)
     with torch.set_grad_enabled(const != "all"):
         o, s = fn(**leaves, output_final_state=final, backend=backend)
     wrt = [n for n, t in leaves.items() if t.requires_grad]
@@ -449,9 +449,9 @@ def test_every_fla_route_matches_pytorch_on_cuda(monkeypatch, case):
 
 
 def test_fla_calls_get_dense_inputs():
-    """The fla entry points see contiguous tensors, whatever views the mixers hand over (hlnas.nn.fused_linear's
+    """The fla entry points see contiguous tensors, whatever views the mixers hand over (hlnas.model.nn.fused_linear's
     split projections): fla's Triton pointers assume dense inputs."""
-    from hlnas.kernels.backends import _contiguous_inputs
+    from hlnas.model.kernels.backends import _contiguous_inputs
 
     seen = []
     probe = _contiguous_inputs(lambda *a, **k: seen.extend([*a, *k.values()]))

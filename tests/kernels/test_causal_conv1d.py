@@ -1,4 +1,4 @@
-"""hlnas.kernels.causal_conv1d: the short convolution's PyTorch paths against the token-by-token reference, its decode
+"""hlnas.model.kernels.causal_conv1d: the short convolution's PyTorch paths against the token-by-token reference, its decode
 state, which calls take fla's Triton kernel (spied on CPU), and on a GPU fla's kernel against the PyTorch path."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import hlnas.kernels.backends as backends
-from hlnas.kernels.causal_conv1d import causal_conv1d, causal_conv1d_torch, naive_causal_conv1d
-from hlnas.mixers.short_conv import ShortConvolution
+import hlnas.model.kernels.backends as backends
+from hlnas.model.kernels.causal_conv1d import causal_conv1d, causal_conv1d_torch, naive_causal_conv1d
+from hlnas.model.mixers.short_conv import ShortConvolution
 from tests.kernels.inputs import make_inputs
 
 
@@ -130,7 +130,7 @@ def test_compiled_calls_take_the_shifted_multiply_adds_that_inductor_fuses(shift
     """Under torch.compile the conv is the K shifted multiply-adds (inductor calls aten's depthwise conv as an extern
     kernel and fuses nothing into it); equal to the reference, gradients too. Off, conv1d is traced (bfloat16: the
     CUDA path's form, where a CPU float32 call would take the one-node multiply-adds)."""
-    import hlnas.kernels.causal_conv1d as op
+    import hlnas.model.kernels.causal_conv1d as op
 
     monkeypatch.setattr(op, "SHIFTED_SUM_UNDER_COMPILE", shifted)
     x = _inputs(dtype=torch.bfloat16, bias=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.kernels.hgrn import chunk_hgrn_torch, naive_hgrn
-from hlnas.kernels.simple_gla import chunk_simple_gla_torch, naive_simple_gla
+from hlnas.model.kernels.hgrn import chunk_hgrn_torch, naive_hgrn
+from hlnas.model.kernels.simple_gla import chunk_simple_gla_torch, naive_simple_gla
 from tests.helpers import assert_close, assert_runs_close
 from tests.helpers import forward_and_grads as _run
 from tests.kernels.inputs import hgrn_inputs

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.kernels.delta_rule import chunk_delta_rule_torch, delta_rule, naive_delta_rule
-from hlnas.kernels.gated_delta_rule import chunk_gated_delta_rule_torch, gated_delta_rule, naive_gated_delta_rule
+from hlnas.model.kernels.delta_rule import chunk_delta_rule_torch, delta_rule, naive_delta_rule
+from hlnas.model.kernels.gated_delta_rule import chunk_gated_delta_rule_torch, gated_delta_rule, naive_gated_delta_rule
 from tests.helpers import assert_close, assert_decode_matches_parallel, assert_runs_close, forward_and_grads
 from tests.kernels.inputs import DELTA_SHAPES, delta_case, delta_rule_inputs, delta_shape_id, gated_delta_rule_inputs
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.kernels.delta_rule import delta_rule, naive_delta_rule
+from hlnas.model.kernels.delta_rule import delta_rule, naive_delta_rule
 from tests.helpers import assert_close
 from tests.kernels.inputs import delta_rule_inputs as make_inputs
 

@@ -11,9 +11,9 @@ import logging
 import pytest
 import torch
 
-import hlnas.kernels.backends as backends
-import hlnas.kernels.hgrn as hgrn_mod
-import hlnas.kernels.simple_gla as sg_mod
+import hlnas.model.kernels.backends as backends
+import hlnas.model.kernels.hgrn as hgrn_mod
+import hlnas.model.kernels.simple_gla as sg_mod
 from tests.kernels.inputs import make_inputs
 
 fla_hgrn = pytest.importorskip("fla.ops.hgrn")
@@ -50,7 +50,7 @@ def test_hgrn_takes_the_recurrent_kernel_when_the_final_state_has_a_gradient(as_
 
 def test_simple_gla_with_small_heads_keeps_to_pytorch(as_if_cuda, caplog):
     inp = make_inputs('simple_gla', 1, 70, 2, 32, 32, decay="g_gamma")
-    with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
+    with caplog.at_level(logging.WARNING, logger="hlnas.model.kernels"):
         o, _ = sg_mod.simple_gla(**inp)  # would import and launch fla's kernel if it did not fall back
     ref, _ = sg_mod.simple_gla(**inp, backend="torch")
     assert torch.equal(o, ref)
@@ -60,7 +60,7 @@ def test_simple_gla_with_small_heads_keeps_to_pytorch(as_if_cuda, caplog):
 def test_simple_gla_gated_backward_falls_back_where_fla_is_wrong(as_if_cuda, monkeypatch, caplog):
     monkeypatch.setattr(backends, "fla_gated_backward_ok", lambda: (False, "Hopper with triton 3.6.0 (fla #640)"))
     inp = {k: v.requires_grad_() for k, v in make_inputs('simple_gla', 1, 70, 2, 64, 64, decay="g").items()}
-    with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
+    with caplog.at_level(logging.WARNING, logger="hlnas.model.kernels"):
         o, _ = sg_mod.simple_gla(**inp)
     ref, _ = sg_mod.simple_gla(**inp, backend="torch")
     assert torch.equal(o, ref)

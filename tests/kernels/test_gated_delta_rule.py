@@ -8,8 +8,8 @@ import logging
 import pytest
 import torch
 
-import hlnas.kernels.backends as backends
-from hlnas.kernels.gated_delta_rule import (
+import hlnas.model.kernels.backends as backends
+from hlnas.model.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_torch,
     gated_delta_rule,
     naive_gated_delta_rule,
@@ -91,7 +91,7 @@ def test_guard_falls_back_to_torch_with_one_warning(monkeypatch, caplog):
     called = []
     monkeypatch.setattr(backends, "fla_gated_delta_rule", lambda *a, **kw: called.append(a))
     inp = {n: t.requires_grad_(True) for n, t in make_inputs(1, 20, 2, 8, 8).items()}
-    with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
+    with caplog.at_level(logging.WARNING, logger="hlnas.model.kernels"):
         o1, _ = gated_delta_rule(**inp, backend="fla")
         o2, _ = gated_delta_rule(**inp, backend="fla")
     assert not called
@@ -128,7 +128,7 @@ def test_fla_matches_torch_on_cuda(T, h0, caplog):
     # with gradients: fla, or the PyTorch fallback when fla's backward cannot run (issue #640)
     for t in inp.values():
         t.requires_grad_(True)
-    with caplog.at_level(logging.WARNING, logger="hlnas.kernels"):
+    with caplog.at_level(logging.WARNING, logger="hlnas.model.kernels"):
         o, _ = gated_delta_rule(**inp, output_final_state=True, backend="fla")
     ok, reason = backends.fla_gated_backward_ok()
     print("fla gated backward usable:", ok, reason)

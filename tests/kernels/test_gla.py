@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hlnas.errors import KernelUnavailable
-from hlnas.kernels.gla import chunk_gla_torch, gla, naive_gla
+from hlnas.model.kernels.gla import chunk_gla_torch, gla, naive_gla
 from tests.helpers import assert_close, assert_runs_close
 from tests.kernels.inputs import gla_inputs as make_inputs
 

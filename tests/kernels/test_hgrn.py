@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.kernels.hgrn import chunk_hgrn_torch, hgrn, naive_hgrn
+from hlnas.model.kernels.hgrn import chunk_hgrn_torch, hgrn, naive_hgrn
 from tests.helpers import assert_close, assert_runs_close
 from tests.helpers import forward_and_grads as _run
 from tests.kernels.inputs import hgrn_inputs as make_inputs

@@ -1,4 +1,4 @@
-"""hlnas.kernels.l2norm: the delta rules' q/k normalisation. The PyTorch path against the float64 formula, which
+"""hlnas.model.kernels.l2norm: the delta rules' q/k normalisation. The PyTorch path against the float64 formula, which
 calls take fla's Triton kernel (spied on CPU), the mixers' use of the op, and on a GPU fla's kernel against the
 PyTorch path."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import hlnas.kernels.backends as backends
-from hlnas.kernels.l2norm import l2norm, l2norm_torch, naive_l2norm
+import hlnas.model.kernels.backends as backends
+from hlnas.model.kernels.l2norm import l2norm, l2norm_torch, naive_l2norm
 from tests.kernels.inputs import make_inputs
 
 
@@ -69,11 +69,11 @@ def test_float32_and_bf16_calls_take_fla_and_float64_and_compiled_calls_keep_pyt
 @pytest.mark.parametrize("mixer", ["deltanet", "gated_deltanet"])
 def test_the_delta_rule_mixers_normalise_q_and_k_through_the_op(mixer, fla_spy, monkeypatch):
     """Both mixers hand q and k (each [B, T, H, head_dim]) to the op: on a GPU machine they take fla's kernel."""
-    import hlnas.kernels.delta_rule as dr
-    import hlnas.kernels.gated_delta_rule as gdr
-    from hlnas.config import ModelConfig
-    from hlnas.layout import Layout
-    from hlnas.model import build_model
+    import hlnas.model.kernels.delta_rule as dr
+    import hlnas.model.kernels.gated_delta_rule as gdr
+    from hlnas.model.config import ModelConfig
+    from hlnas.model.layout import Layout
+    from hlnas.model.build import build_model
 
     # the recurrence itself stays on its PyTorch path here (no fla on this machine): only the norm is spied
     monkeypatch.setattr(dr.backends, "route", lambda op, *a, **k: "fla" if op == "l2norm" else "torch")

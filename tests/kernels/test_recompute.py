@@ -1,4 +1,4 @@
-"""hlnas.kernels.recompute on the delta rules' PyTorch path (GatedDeltaNet at paper-340m ran out of the H100's memory
+"""hlnas.model.kernels.recompute on the delta rules' PyTorch path (GatedDeltaNet at paper-340m ran out of the H100's memory
 on it, keeping every layer's chunk temporaries): above the threshold a call keeps only its inputs for backward, with
 the same outputs and gradients."""
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hlnas.kernels import recompute
-from hlnas.kernels.delta_rule import delta_rule
-from hlnas.kernels.gated_delta_rule import gated_delta_rule
+from hlnas.model.kernels import recompute
+from hlnas.model.kernels.delta_rule import delta_rule
+from hlnas.model.kernels.gated_delta_rule import gated_delta_rule
 
 
 def _run(op, leaves):

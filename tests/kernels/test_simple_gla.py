@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.kernels.simple_gla import chunk_simple_gla_torch, naive_simple_gla, simple_gla
+from hlnas.model.kernels.simple_gla import chunk_simple_gla_torch, naive_simple_gla, simple_gla
 from tests.helpers import assert_close, assert_runs_close
 from tests.helpers import forward_and_grads as _run
 from tests.kernels.inputs import simple_gla_inputs as make_inputs
@@ -101,13 +101,13 @@ def test_fla_matches_torch(T, decay, h0):
 
 
 def test_large_inputs_recompute_in_backward_with_the_same_values_and_gradients(monkeypatch):
-    """Above hlnas.kernels.recompute.RECOMPUTE_ABOVE_BYTES of chunk-start states the PyTorch path keeps only its inputs for backward
+    """Above hlnas.model.kernels.recompute.RECOMPUTE_ABOVE_BYTES of chunk-start states the PyTorch path keeps only its inputs for backward
     (Mamba-2 at paper-340m ran out of memory keeping every layer's temporaries): same outputs and gradients,
     and far fewer bytes saved for backward."""
     import torch
 
-    from hlnas.kernels import recompute
-    from hlnas.kernels import simple_gla as sg
+    from hlnas.model.kernels import recompute
+    from hlnas.model.kernels import simple_gla as sg
 
     torch.manual_seed(0)
     B, T, H, K, V = 2, 256, 2, 16, 16

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.catalog import MIXERS
-from hlnas.config import preset
+from hlnas.model.catalog import MIXERS
+from hlnas.model.config import preset
 from tests.helpers import assert_close
 
 CFG = preset("proxy-tiny")
@@ -94,15 +94,15 @@ def test_flops_grow_only_for_attention(name):
 
 @pytest.mark.parametrize("name", CASES)
 def test_fused_forms_equal_the_composed_ones(name, monkeypatch):
-    """The forms CUDA runs (hlnas.nn.FUSED_ON_CPU: fused RMSNorm, one matmul over stacked projections, the lean gated
+    """The forms CUDA runs (hlnas.model.nn.FUSED_ON_CPU: fused RMSNorm, one matmul over stacked projections, the lean gated
     norm) give each mixer's composed outputs and gradients, in float64."""
-    import hlnas.nn
+    import hlnas.model.nn
 
     _, _, m = make(name)
     x = torch.randn(2, 19, CFG.d_model, dtype=torch.float64, requires_grad=True)
     runs = []
     for fused in (False, True):
-        monkeypatch.setattr(hlnas.nn, "FUSED_ON_CPU", fused)
+        monkeypatch.setattr(hlnas.model.nn, "FUSED_ON_CPU", fused)
         y = m(x)
         runs.append((y, *torch.autograd.grad(y.square().sum(), (x, *m.parameters()), allow_unused=True)))
     for i, (a, b) in enumerate(zip(*runs)):

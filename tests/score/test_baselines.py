@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from hlnas.data.tokenizer import load_tokenizer
-from hlnas.score.baselines import corrected, mqar_baselines, ruler_sample_baseline, strongest
-from hlnas.score.mqar import IGNORE, MqarTask, as_documents, make_mqar, mqar_accuracy, mqar_token_map
-from hlnas.score.ruler import generate_samples, score_sample
+from hlnas.recall.baselines import corrected, mqar_baselines, ruler_sample_baseline, strongest
+from hlnas.recall.mqar import IGNORE, MqarTask, as_documents, make_mqar, mqar_accuracy, mqar_token_map
+from hlnas.recall.ruler import generate_samples
+from hlnas.score.ruler import score_sample
 
 
 @pytest.mark.parametrize("K", [1, 4, 8, 32])
@@ -38,7 +39,7 @@ def test_document_form_eliminating_revealed_values_is_h_k_over_k():
 def test_the_h200_grid_protocol_baseline_is_0_340():
     """The number the first H200 grid was below: its test instances (K=8, 64 symbols, L = 64, 128, 256, mapped
     into the byte vocabulary after a separator), mean over the three lengths."""
-    from hlnas.score.mixed import MqarMixedConfig, mixed_baselines
+    from hlnas.score.mqar_mixed import MqarMixedConfig, mixed_baselines
     from hlnas.score.objectives import MqarConfig, ScoreConfig
 
     tok = load_tokenizer("bytes")

@@ -4,11 +4,11 @@ import pytest
 import torch
 from torch import nn
 
-from hlnas.config import preset
+from hlnas.model.config import preset
 from hlnas.data.tokenizer import ByteTokenizer
 from hlnas.errors import ConfigError
-from hlnas.layout import build_layout
-from hlnas.model import build_model
+from hlnas.model.layout import build_layout
+from hlnas.model.build import build_model
 from hlnas.score.generate import greedy_generate, greedy_generate_ids
 
 

@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.instance import Instance
 
-from hlnas.config import preset
+from hlnas.model.config import preset
 from hlnas.data.tokenizer import ByteTokenizer
 from hlnas.errors import ConfigError
-from hlnas.layout import build_layout
-from hlnas.model import build_model
+from hlnas.model.layout import build_layout
+from hlnas.model.build import build_model
 from hlnas.score import lm as lm_module
 from hlnas.score.lm import (
     PAPER_LM_TASKS, HlnasLM, TaskDataUnavailable, UnknownTaskError, run_lm_eval, validation_loss,

@@ -6,14 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from hlnas.config import preset
+from hlnas.model.config import preset
 from hlnas.errors import ConfigError
-from hlnas.layout import build_layout
-from hlnas.model import build_model
-from hlnas.score.mqar import MqarTask, as_documents, make_mqar, mqar_accuracy, mqar_documents, mqar_loss, mqar_token_map
-from hlnas.score.mixed import MqarMixedConfig, mqar_mixed_objective
+from hlnas.model.layout import build_layout
+from hlnas.model.build import build_model
+from hlnas.recall.mqar import MqarTask, as_documents, make_mqar, mqar_accuracy, mqar_documents, mqar_loss, mqar_token_map
+from hlnas.score.mqar_mixed import MqarMixedConfig, mqar_mixed_objective
 from hlnas.score.objectives import MqarConfig, ScoreConfig, score
-from hlnas.data.packing import split_targets
+from hlnas.training.targets import split_targets
 
 _CHUNK_ROWS = 1024  # mqar_documents draws instances in blocks of this many rows
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.catalog import MIXERS
-from hlnas.config import ModelConfig, preset
+from hlnas.model.catalog import MIXERS
+from hlnas.model.config import ModelConfig, preset
 from hlnas.errors import ConfigError
-from hlnas.layout import Layout
-from hlnas.model import build_model
+from hlnas.model.layout import Layout
+from hlnas.model.build import build_model
 from hlnas.overrides import yaml_load
-from hlnas.score.baselines import recall_metrics
+from hlnas.recall.baselines import recall_metrics
 from hlnas.score.objectives import MqarConfig, ScoreConfig
-from hlnas.score.recall_proxy import learning_auc, recall_model_config, steps_to_target, train_mqar
+from hlnas.recall.proxy import learning_auc, recall_model_config, steps_to_target, train_mqar
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models
 
-#: one layer of every registered mixer (the letters of hlnas.layout)
+#: one layer of every registered mixer (the letters of hlnas.model.layout)
 EVERY_MIXER = "AHNRGDZM"
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.config import ModelConfig, preset
+from hlnas.model.config import ModelConfig, preset
 from hlnas.errors import ConfigError
 from hlnas.training.step import make_optimizer, make_step
-from hlnas.layout import Layout
+from hlnas.model.layout import Layout
 from hlnas.score.objectives import MqarConfig, ScoreConfig
-from hlnas.score.recall_proxy import recall_model_config, train_mqar
+from hlnas.recall.proxy import recall_model_config, train_mqar
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models
 
@@ -74,7 +74,7 @@ def test_a_reached_target_stops_training_and_the_sweep():
 
 
 def test_the_sweep_keeps_the_rate_with_the_best_validation_accuracy(monkeypatch):
-    import hlnas.score.recall_proxy as rp
+    import hlnas.recall.proxy as rp
 
     real = rp._one_rate
 
@@ -111,8 +111,8 @@ def test_make_step_is_eager_on_cpu_and_trains():
 def _first_batches(device, start=0, n=3):
     from itertools import islice
 
-    from hlnas.score.mqar import MqarTask
-    from hlnas.score.recall_proxy import mqar_train_batches
+    from hlnas.recall.mqar import MqarTask
+    from hlnas.recall.proxy import mqar_train_batches
 
     task = MqarTask(seq_len=32, num_kv_pairs=4, vocab_size=64)
     return [tuple(t.cpu() for t in b) for b in islice(mqar_train_batches(task, 8, seed=3, start=start, device=device), n)]

@@ -6,24 +6,16 @@ import re
 
 import pytest
 
-from hlnas.config import preset
+from hlnas.model.config import preset
 from hlnas.data.tokenizer import ByteTokenizer
 from hlnas.errors import ConfigError
-from hlnas.layout import build_layout
-from hlnas.model import build_model
+from hlnas.model.layout import build_layout
+from hlnas.model.build import build_model
 from hlnas.score import generate as generate_mod
-from hlnas.score import ruler, ruler_tasks
-from hlnas.score.ruler import (
-    GROUP_WEIGHTS,
-    RULER_GROUPS,
-    RULER_TASKS,
-    RulerLengthError,
-    aggregate,
-    evaluate_ruler,
-    generate_samples,
-    ruler_training_documents,
-    score_sample,
-)
+from hlnas.recall import ruler_tasks
+from hlnas.recall.ruler import (GROUP_WEIGHTS, RULER_GROUPS, RULER_TASKS, RulerLengthError, generate_samples,
+                                ruler_training_documents)
+from hlnas.score.ruler import aggregate, evaluate_ruler, score_sample
 
 TOK = ByteTokenizer()
 SYNTHETIC = [t for t in RULER_TASKS if not t.startswith("qa")]

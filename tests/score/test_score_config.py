@@ -135,7 +135,7 @@ def test_a_config_round_trips_through_its_dict_and_keeps_its_types():
 
 def test_a_recipe_written_with_flat_keys_runs_the_same_recipe():
     """Recipe files (hlnas train --config) written before the sections carry flat score keys; they read as the nested ones."""
-    from hlnas.recipe import RunConfig
+    from hlnas.pipeline.recipe import RunConfig
 
     old = RunConfig.from_dict({"layout": "GGA", "score": {**_flat(NESTED), **_newer(NESTED)}})
     new = RunConfig.from_dict({"layout": "GGA", "score": NESTED})

@@ -1,4 +1,4 @@
-"""Multi-hop variable tracking (hlnas.score.vt): the generator, its no-recall baselines, its settings in
+"""Multi-hop variable tracking (hlnas.recall.vt): the generator, its no-recall baselines, its settings in
 ``score.mqar``, and one fresh-model run on it."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import re
 import pytest
 import torch
 
-from hlnas.config import preset
+from hlnas.model.config import preset
 from hlnas.errors import ConfigError, HlnasError
-from hlnas.layout import Layout
+from hlnas.model.layout import Layout
 from hlnas.overrides import yaml_load
 from hlnas.score.objectives import MqarConfig, ScoreConfig
-from hlnas.score.recall_proxy import recall_task, train_mqar
-from hlnas.score.vt import (ASSIGN, FILLER, QUERY, VtConfig, VtTask, accuracy_by_hop, make_vt, order_leak, trace_answers,
+from hlnas.recall.proxy import recall_task, train_mqar
+from hlnas.recall.vt import (ASSIGN, FILLER, QUERY, VtConfig, VtTask, accuracy_by_hop, make_vt, order_leak, trace_answers,
                             vt_baselines)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -248,7 +248,7 @@ def test_a_fresh_model_learns_variable_tracking_above_its_baseline():
     by_hop = out["mqar_by_hop"]  # every example has 3 queries: the per-hop accuracies weighted by n are the total
     assert set(by_hop) == {"0", "1"} and sum(v["n"] for v in by_hop.values()) == 128 * 3
     assert sum(v["acc"] * v["n"] for v in by_hop.values()) / (128 * 3) == pytest.approx(out["mqar_acc"], abs=1e-3)
-    from hlnas.score.baselines import recall_metrics  # the study's recall and recall_auc read it unchanged
+    from hlnas.recall.baselines import recall_metrics  # the study's recall and recall_auc read it unchanged
 
     rm = recall_metrics(out)
     assert rm["recall_source"] == "mqar_acc" and rm["recall_auc"] == out["mqar_auc"] and rm["recall"] > 0
@@ -259,7 +259,7 @@ def test_the_h200_vt_space_leaves_its_whole_hop_range_most_of_the_step_budget():
     whole range, which validation and test score, gets the rest), and whose calibration ladder holds pure, 6:1, 3:1."""
     import pathlib
 
-    import hlnas.calibrate as calib
+    import hlnas.calibration.protocol as calib
     from hlnas.space import load_space
 
     space = load_space(str(pathlib.Path(__file__).parents[2] / "search_spaces" / "paper_grid_h200_vt.yaml"))
@@ -275,7 +275,7 @@ def test_the_h200_vt_space_leaves_its_whole_hop_range_most_of_the_step_budget():
 
 
 def test_the_curriculum_trains_the_shortest_chains_first_and_a_resumed_stream_is_the_same():
-    from hlnas.score.recall_proxy import mqar_train_batches, recall_setup
+    from hlnas.recall.proxy import mqar_train_batches, recall_setup
 
     task = VtTask(vocab_size=64, seq_len=44, chains=4, hops=(0, 2))
     hops_of = lambda x, y: {h for row in trace_answers(x, y, 64) for _, _, h in row}  # noqa: E731
@@ -302,7 +302,7 @@ def test_the_curriculum_trains_the_shortest_chains_first_and_a_resumed_stream_is
 
 
 def test_the_staged_curriculum_adds_one_hop_a_stage_and_resumes_the_same_stream():
-    from hlnas.score.recall_proxy import recall_setup
+    from hlnas.recall.proxy import recall_setup
 
     task = VtTask(vocab_size=64, seq_len=60, chains=3, hops=(1, 3))
     staged = VtConfig(chains=3, hops=(1, 3), curriculum_steps=64, curriculum="staged")
@@ -350,7 +350,7 @@ def test_a_vt_control_that_does_one_lookup_and_never_chains_is_told_to_try_split
 
     import optuna
 
-    import hlnas.calibrate as calib
+    import hlnas.calibration.protocol as calib
     from hlnas.space import load_space
 
     root = pathlib.Path(__file__).parents[2]
