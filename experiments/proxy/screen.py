@@ -25,7 +25,7 @@ SPACE = os.environ.get("SCREEN_SPACE", str(HERE.parents[1] / "search_spaces" / "
 def protocols() -> dict:
     import yaml
 
-    return yaml.safe_load((HERE / "protocols.yaml").read_text())
+    return yaml.safe_load(Path(os.environ.get("SCREEN_PROTOCOLS", HERE / "protocols.yaml")).read_text())
 
 
 def one(case: str, out: str, deadline: float) -> None:
