@@ -35,7 +35,7 @@ from hlnas.analysis.validation_data import (COST_COLUMNS, TRANSFORMER, Proxy, Re
                                             attention_share)
 from hlnas.model.catalog import linear_mixer_names
 
-__all__ = ["Cell", "Correlation", "Validation", "validate", "proxy_cells", "match_cells", "TOLERANCE", "LEARNED",
+__all__ = ["Cell", "Correlation", "Validation", "validate", "proxy_cells", "match_cells", "seeds_split", "TOLERANCE", "LEARNED",
            "MAX_SATURATED", "RESAMPLES", "DRAWS"]
 
 TOLERANCE = 0.02  # a cell this close to the best is tied with it at the proxy's resolution
@@ -43,6 +43,12 @@ LEARNED = 0.5  # corrected recall at which a run has learned: half way from its 
 MAX_SATURATED = 0.2  # more than this share of the cells tied with the best: the proxy is saturated
 RESAMPLES = 2000
 DRAWS = 2000
+
+
+def seeds_split(recalls: Sequence[float], learned: float = LEARNED) -> bool:
+    """Some seeds learned (corrected recall >= ``learned``) and some did not: the seeds' mean stands for none of them."""
+    got = sum(r >= learned for r in recalls)
+    return 0 < got < len(recalls)
 
 
 @dataclass(frozen=True)
@@ -83,13 +89,9 @@ class Cell:
     def baseline(self) -> float | None:
         return self._mean("baseline")
 
-    def learned(self, threshold: float) -> list[bool]:
-        """Per run: did it learn (its corrected ``recall``, else its value, at or above ``threshold``)."""
-        return [(r.recall if r.recall is not None else r.value) >= threshold for r in self.runs]
-
     def split(self, threshold: float) -> bool:
-        got = self.learned(threshold)
-        return 0 < sum(got) < len(got)
+        """A seed learned and another did not, judged on each run's corrected ``recall``, else its value."""
+        return seeds_split([r.recall if r.recall is not None else r.value for r in self.runs], threshold)
 
 
 class Correlation(NamedTuple):
