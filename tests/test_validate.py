@@ -271,3 +271,13 @@ def test_validation_record_is_json():
     v = validate(read_proxy_csv(GRID), paper_reference(), **FAST)
     rec = json.loads(json.dumps(validation_record(v)))
     assert rec["saturation"]["count"] == 17 and rec["rho"]["n"] == 20 and rec["not_in_reference"][-1] == "transformer full"
+
+
+def test_a_png_without_a_browser_is_one_line_naming_the_remedy(tmp_path, monkeypatch, capsys):
+    import hlnas.analysis.validation_figure as figure
+
+    monkeypatch.setattr(figure, "find_chromium", lambda: None)
+    assert main(["validate", "--csv", str(GRID), "--resamples", "20", "--draws", "20", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a Chromium" in err and "--no-png" in err
+    assert not (tmp_path / "hlnas_validation.html").exists()  # nothing half written
