@@ -23,7 +23,7 @@ import os
 
 from hlnas.analysis.mftabular import CurveBenchmark, compare_mf, write_mf_outputs
 from hlnas.space import load_space
-from hlnas.search.trial import layout_metrics
+from hlnas.model.cost import layout_metrics
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 TOP = 3000  # recall-model step budget of the simulated protocol (the H200 control took ~2000 steps at K=8)

@@ -150,8 +150,8 @@ class CalibrationConfig:
     spread_floor: float = 0.01  # the smallest seed spread assumed (two equal seeds are not "separated" by 0)
     graded_ratios: tuple[str, ...] = ()  # further ratios per mixer (paper placement) on the graded ladder
     # further ratios per mixer (paper placement) trained with the calibration and reported, never judged: a grid whose
-    # every layout the calibration trains, so each mixer's whole ladder can be one --mixed-replicas unit and the study
-    # takes their seed-0 runs as trials (and a study borrowing the calibration their other seeds' recall)
+    # every layout the calibration trains, so the study takes their seed-0 runs as trials (and a study borrowing the
+    # calibration their other seeds' recall)
     extra_ratios: tuple[str, ...] = ()
     graded_min_mixers: int = 0  # mixers whose graded measure must rise with the attention share (0: report only)
     pure_below_min_mixers: int = 0  # mixers whose pure model must sit below its hybrid beyond the spread (0: report)

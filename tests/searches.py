@@ -19,7 +19,8 @@ from optuna.trial import TrialState
 from hlnas.model.layout import Layout
 from hlnas.search import executors
 from hlnas.search.study import run_search
-from hlnas.search.trial import TrialResult, layout_metrics
+from hlnas.model.cost import layout_metrics
+from hlnas.search.trial import TrialResult
 from hlnas.space import space_from_dict
 
 __all__ = ["tiny_raw", "tiny_space", "trained", "sampler_space", "raw_space", "fake_trial", "storage_url", "search_cli", "stored_trials", "stop_while_training",
@@ -93,7 +94,7 @@ def fake_trial(scores: dict):
         raw = scores.get((spec.layout, spec.recipe.train.seed), min(0.99, 0.28 + 0.35 * n_attn))
         m.update(status="ok", val_loss=3.0, mqar_acc=raw, mqar_baseline=0.25, mqar_baseline_name="copy_any",
                  mqar_baselines={"copy_any": 0.25, "uniform": 0.03})
-        from hlnas.search.trial import recall_metrics
+        from hlnas.recall.baselines import recall_metrics
 
         m.update(recall_metrics(m, ["mqar_acc"]))
         return TrialResult(spec.number, "ok", m)

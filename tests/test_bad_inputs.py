@@ -65,10 +65,6 @@ ROWS = [
     # search
     (["search", "--cpus-per-trial", "0", "--trials", "1"], "--cpus-per-trial must be > 0"),
     (["search", "--storage", "sqlite:///{ws}/nodir/s.db", "--trials", "1"], "storage 'sqlite:///{ws}/nodir/s.db': folder"),
-    (["search", "--runs-per-worker", "0", "--trials", "1"], "--runs-per-worker must be an integer >= 1, got 0"),
-    (["search", "--executor", "inline", "--workers", "1", "--runs-per-worker", "2", "--trials", "1"],
-     "--runs-per-worker 2 needs --executor processes"),
-    (["calibrate", "--executor", "ray", "--runs-per-worker", "3"], "--runs-per-worker 3 needs --executor processes"),
     (["search", "--storage", "postgresql://x@127.0.0.1:1/x", "--trials", "1"], "cannot open storage 'postgresql://x@127.0.0.1:1/x'"),
     (["search", "--calibrate", "--skip-calibration"], "argument --skip-calibration: not allowed with argument --calibrate"),
     ([*RESUME, "--calibrate"], "--calibrate: space 'tiny-test' has no recall objective or has calibration.enabled: false; nothing to calibrate"),

@@ -15,7 +15,8 @@ from hlnas.search import executors
 from hlnas.search.calibration import RECALL_ATTR, calibrated_recall
 from hlnas.search.records import layout_spec
 from hlnas.search.study import run_search
-from hlnas.search.trial import TrialResult, layout_metrics, run_trial
+from hlnas.model.cost import layout_metrics
+from hlnas.search.trial import TrialResult, run_trial
 from hlnas.space import space_from_dict
 from tests.searches import raw_space, tiny_space
 
@@ -44,7 +45,7 @@ def test_every_key_train_mqar_returns_is_a_result_key_and_a_finished_result_is_a
 def test_a_trial_given_its_recall_trains_only_the_lm_half_and_reports_that_recall(monkeypatch):
     """Real tiny training: the LM half trains, the recall model does not, and the trial's recall columns (raw, baseline,
     corrected) are those of the given result, with recall_from naming where it came from."""
-    import hlnas.score.objectives as objectives
+    import hlnas.recall.proxy as proxy
 
     space = tiny_space()
     spec = layout_spec(space, 0, "GGAG")
@@ -55,7 +56,7 @@ def test_a_trial_given_its_recall_trains_only_the_lm_half_and_reports_that_recal
     def no_training(*a, **k):
         raise AssertionError("the recall model was trained although its result was given")
 
-    monkeypatch.setattr(objectives, "train_mqar", no_training)
+    monkeypatch.setattr(proxy, "train_mqar", no_training)
     taken = run_trial(dataclasses.replace(spec, number=1, recall=given, recall_from="grid:hybrid:gla:s1"))
     assert taken.ok, taken.error
     assert taken.metrics["recall_from"] == "grid:hybrid:gla:s1"
@@ -91,7 +92,7 @@ def fake_with_results(calls: list):
         m.update(status="ok", val_loss=3.0 + spec.recipe.train.seed, **mqar)
         if spec.recall_from:
             m["recall_from"] = spec.recall_from
-        from hlnas.search.trial import recall_metrics
+        from hlnas.recall.baselines import recall_metrics
 
         m.update(recall_metrics(m, ["mqar_acc"]))
         return TrialResult(spec.number, "ok", m)

@@ -77,11 +77,3 @@ def test_train_layout_string_replaces_the_recipe_files_layout(tmp_path):
     assert str(recipe.layout) == "GGA" and (recipe.train.tokens, recipe.train.lr) == (4096, 2e-3)
 
 
-def test_mixed_replicas_reach_the_calibration_as_family(monkeypatch, tmp_path):
-    """``--mixed-replicas`` gives the calibration replicas='family'; ``--replicas`` True; neither False."""
-    seen = []  # the command imports calibrate_study when it runs: the module's attribute is what it calls
-    monkeypatch.setattr("hlnas.search.study.calibrate_study", lambda *a, **k: (seen.append(k["replicas"]), ("valid", "ok"))[1])
-    url = f"sqlite:///{tmp_path}/c.db"
-    for flags in ([], ["--replicas"], ["--mixed-replicas"]):
-        main(["calibrate", "search_spaces/tiny.yaml", "--storage", url, *flags])
-    assert seen == [False, True, "family"]

@@ -1,6 +1,5 @@
 """hlnas.training.step.compiled compiles a model block by block (RegionalCompiled): blocks of one mixer share one
-compiled graph, the outputs and gradients are the eager model's, the model's own call stays eager, and a replicated
-model (hlnas.training.replicas) goes the same way. A counting backend stands in for inductor (a CPU inductor compile
+compiled graph, the outputs and gradients are the eager model's, and the model's own call stays eager. A counting backend stands in for inductor (a CPU inductor compile
 costs 10+ s); experiments/bench/compile_regions.py measures the real one."""
 
 import pytest
@@ -10,7 +9,6 @@ from hlnas.model.config import ModelConfig
 from hlnas.errors import ConfigError
 from hlnas.model.layout import Layout
 from hlnas.model.build import seeded_model
-from hlnas.training.replicas import replicate
 from hlnas.training.step import RegionalCompiled, compiled
 
 CFG = ModelConfig(d_model=32, n_layers=6, vocab_size=64, n_heads=2, mlp_hidden=64,
@@ -75,20 +73,6 @@ def test_the_regional_model_is_the_eager_model_in_outputs_and_gradients():
     assert backend.graphs == before >= 1
 
 
-def test_a_replicated_model_compiles_block_by_block_too():
-    models = [seeded_model(Layout.parse("GGA"), CFG, s) for s in (0, 1)]
-    solo = [seeded_model(Layout.parse("GGA"), CFG, s) for s in (0, 1)]
-    rep = replicate(models)
-    backend = Counting()
-    step_model = compiled(rep, backend, "score.mqar.compile")
-    assert isinstance(step_model, RegionalCompiled)
-    x = torch.randint(0, 64, (4, 16))
-    out = step_model(x)
-    assert backend.graphs >= 1
-    want = torch.cat([solo[0](x[:2]), solo[1](x[2:])])
-    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
-
-
 def test_a_model_without_blocks_compiles_whole_and_a_bad_backend_is_named():
     lin = torch.nn.Linear(4, 4)
     backend = Counting()
@@ -105,10 +89,9 @@ def test_a_model_without_blocks_compiles_whole_and_a_bad_backend_is_named():
 def test_a_recall_run_compiled_block_by_block_in_the_cuda_graph_follows_the_uncompiled_one(layout):
     """On CUDA (bf16 autocast, fla kernels inside the compiled blocks, the whole step captured): a recall run with
     score.mqar.compile (inductor, block by block) and one without, same seed and data, stop at the same steps with
-    the same curve within bf16 tolerance; two runs as compiled replicas give the same too."""
+    the same curve within bf16 tolerance."""
     from hlnas.recall.mqar import MqarTask, make_mqar
     from hlnas.recall.proxy import MqarConfig, _one_rate, recall_setup
-    from hlnas.recall.replicas import train_mqar_replicas
 
     base = ModelConfig(d_model=64, n_layers=4, vocab_size=64, n_heads=2)
     hp = {"attention": {"input_conv": 4, "input_conv_init": "shift"}, "hgrn": {"use_short_conv": True}}
@@ -119,8 +102,7 @@ def test_a_recall_run_compiled_block_by_block_in_the_cuda_graph_follows_the_unco
     val = make_mqar(mcfg, plain.val, 2**31 - 2, split="train")
     a = _one_rate(recall_setup(Layout.parse(layout), base, plain), 1e-3, 1, torch.device("cuda"), val)
     b = _one_rate(recall_setup(Layout.parse(layout), base, comp), 1e-3, 1, torch.device("cuda"), val)
-    reps = train_mqar_replicas(Layout.parse(layout), base, comp, [(1, 1e-3), (1, 1e-3)], device="cuda")
-    for got in (b, *reps):
+    for got in (b,):
         assert got["mode"] == a["mode"] == "graph" and got["steps"] == a["steps"]
         assert [c[2] for c in got["curve"]] == pytest.approx([c[2] for c in a["curve"]], rel=0.02)
         assert [c[1] for c in got["curve"]] == pytest.approx([c[1] for c in a["curve"]], abs=0.05)
@@ -150,26 +132,3 @@ def test_hlnas_compiles_hand_fla_kernels_python_floats_as_fp32(monkeypatch):
 
 
 
-@pytest.mark.parametrize("mixer", ["H", "G"])
-def test_a_mixed_family_compiles_once_per_distinct_layer_not_per_block(mixer):
-    """A mixer's grid family (pure, 24:1, 12:1, 6:1, 3:1 at 24 layers) as one mixed model, ranges routing, compiled
-    block by block: its 24 blocks hold 5 distinct kind ranges, each a compile of the blocks' shared code, and a shape
-    more (HGRN's PyTorch kernel breaks the graph, so the router is a frame of its own: 6 compiles). Past dynamo's
-    per-code recompile limit the other blocks would run uncompiled without a word, so the regional compile raises
-    the limit to cover every block: started at a limit of 5, hitting it fails the test."""
-    from hlnas.model.layout import build_layout
-    from hlnas.training.mixed_replicas import kind_ranges, range_order, replicate_mixed
-
-    kind = {"H": "hgrn", "G": "gla"}[mixer]
-    cfg = ModelConfig(d_model=16, n_layers=24, vocab_size=32, n_heads=2)
-    family = [build_layout(kind, r, 24) for r in ("pure", "24:1", "12:1", "6:1", "3:1")]
-    runs = [family[i % 5] for i in range(10)]
-    runs = [runs[i] for i in range_order(runs)]
-    distinct = {repr(layer) for layer in kind_ranges(runs)}
-    assert len(distinct) == 5
-    rep = replicate_mixed([seeded_model(lay, cfg, s) for s, lay in enumerate(runs)], static=True)
-    backend = Counting()
-    with torch._dynamo.config.patch(recompile_limit=len(distinct), fail_on_recompile_limit_hit=True):
-        out = compiled(rep, backend, "score.mqar.compile")(torch.randint(0, 32, (10 * 2, 16)))
-        assert torch._dynamo.config.recompile_limit >= 24 + 8
-    assert out.shape[0] == 20 and backend.graphs >= len(distinct)

@@ -23,7 +23,8 @@ from hlnas.errors import HlnasError
 from hlnas.search.lease import ATTR, DriverLease, StudyBusy, holder_alive
 from hlnas.search.storage import StorageError
 from hlnas.search.study import MAX_REQUEUES, load_hlnas_study, run_search
-from hlnas.search.trial import TrialResult, layout_metrics, run_trial
+from hlnas.model.cost import layout_metrics
+from hlnas.search.trial import TrialResult, run_trial
 from tests.searches import search_cli, stop_while_training, stored_trials, tiny_raw, tiny_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -8,7 +8,7 @@ import pytest
 from hlnas.errors import ConfigError
 from hlnas.analysis.mftabular import CurveBenchmark, SimulatedExecutor, auc_at, curve_value, hv_at, run_multi_fidelity
 from hlnas.space import load_space
-from hlnas.search.trial import layout_metrics
+from hlnas.model.cost import layout_metrics
 
 
 def bench():

@@ -107,7 +107,7 @@ def test_fused_linear_equals_separate_projections(fused_on_cpu):
 
 
 def test_fused_linear_leaves_other_projections_as_they_are(fused_on_cpu):
-    """A projection with a bias or of another type (the replicated model's) is called as it is."""
+    """A projection with a bias or of another type is called as it is."""
     from torch import nn
 
     from hlnas.model.nn import fused_linear

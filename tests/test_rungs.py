@@ -15,7 +15,8 @@ from hlnas.search.executors import InlineExecutor
 from hlnas.search.rungs import RUNG_ATTR, checks, crowding, ladder, nondominated_ranks, rank_peers, RungConfig
 from hlnas.space import load_space
 from hlnas.search.study import run_search, study_summary
-from hlnas.search.trial import TrialResult, layout_metrics
+from hlnas.model.cost import layout_metrics
+from hlnas.search.trial import TrialResult
 
 MAX_STEPS = 1200
 

@@ -12,7 +12,8 @@ from optuna.trial import TrialState
 from hlnas.search.executors import InlineExecutor
 from hlnas.space import SAMPLERS
 from hlnas.search.study import run_search
-from hlnas.search.trial import TrialResult, layout_metrics
+from hlnas.model.cost import layout_metrics
+from hlnas.search.trial import TrialResult
 from tests.searches import sampler_space
 
 

@@ -13,7 +13,7 @@ from hlnas.cli.main import build_parser
 from hlnas.search.records import MAX_REPEATS, REPEATS_BEFORE_FALLBACK
 from hlnas.search.study import run_search
 from hlnas.analysis.tabular import LookupExecutor, TabularBenchmark, run_sampler
-from hlnas.search.trial import layout_metrics
+from hlnas.model.cost import layout_metrics
 from tests.searches import sampler_space as search_space
 
 def fixed_table(sp) -> TabularBenchmark:

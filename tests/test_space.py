@@ -323,7 +323,7 @@ ERRORS = [
      "{p}: sampler='cmaes' is not allowed; allowed: nsga2, tpe, gp, random, grid"),
     ("mixers: [gla]\nratios: ['6:1']\nsampler: nsga\n", "{p}: sampler='nsga' is not allowed; allowed: nsga2, tpe, gp, random, grid. Did you mean: nsga2?"),
     ("mixers: [gla]\nratios: ['6:1']\nobjectives: [{metric: acc}]\n",
-     "{p}: objectives[0].metric='acc' is not allowed; allowed: recall, recall_auc, lm_acc, val_loss, kv_cache_bytes"),
+     "{p}: objectives[0].metric='acc' is not allowed; allowed: recall, recall_auc, recall_beyond, lm_acc, val_loss, kv_cache_bytes"),
     ("mixers: [gla]\nratios: ['6:1']\nobjectives: [{metric: mqar_acc}]\n",
      "{p}: objectives[0].metric='mqar_acc' is a raw recall score, which a model with no key-to-value association can "
      "reach (copying any in-context value scores 1/K); use metric: recall"),

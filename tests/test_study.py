@@ -182,7 +182,7 @@ def test_a_layout_is_never_trained_twice(tmp_path, train_calls):
 def test_constraints_record_infeasible_layouts_without_training(tmp_path, train_calls):
     """max_kv_bytes below the Transformer's KV cache: it is recorded infeasible and never trained."""
     space = tiny_space()
-    from hlnas.search.trial import layout_metrics
+    from hlnas.model.cost import layout_metrics
 
     spec_kv = {str(space.layout(p)): layout_metrics(str(space.layout(p)), space.model, 256)["kv_cache_bytes"]
                for p in space.grid()}

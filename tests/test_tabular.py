@@ -14,7 +14,7 @@ from hlnas.model.layout import build_layout
 from hlnas.space import load_space
 from hlnas.analysis.comparison import compare, load_sampler
 from hlnas.analysis.tabular import TabularBenchmark, run_sampler
-from hlnas.search.trial import layout_metrics
+from hlnas.model.cost import layout_metrics
 from tests.helpers import write_csv
 
 

@@ -52,8 +52,9 @@ def run(label: str, mixer: str, ratio: str, seed: int, budget_s: float, out: str
 
 
 def kernels(out: str) -> None:
-    """fla's GLA path against the float64 token loop at the recall models' shapes: HGRN-2's 8 heads of 16 and GLA's
-    heads, forward output and every input gradient, as relative errors (max |d| / max |ref|)."""
+    """fla's GLA path and hlnas's PyTorch path against the float64 token loop at the recall models' shapes (HGRN-2's 8
+    heads of 16, GLA's heads) and decays (mild: GLA's normalised gate; strong: HGRN-2's first layer, whose forget gate
+    has no lower bound), forward output and every input gradient, as relative errors (max |d| / max |ref|)."""
     import torch
 
     from hlnas.kernels import backends
@@ -61,27 +62,31 @@ def kernels(out: str) -> None:
 
     torch.manual_seed(0)
     rows = []
-    for name, H, K, V in (("hgrn2_d128_e16", 8, 16, 16), ("gla_d128", 2, 32, 64), ("k64", 2, 64, 64)):
-        for dtype in (torch.bfloat16, torch.float32):
+    decays = {"mild": lambda s: torch.nn.functional.logsigmoid(torch.randn(s, device="cuda") * 2 + 2),
+              "strong": lambda s: torch.nn.functional.logsigmoid(torch.randn(s, device="cuda") * 3 - 4)}
+    for name, H, K, V in (("hgrn2_d128_e16", 8, 16, 16), ("gla_d128", 2, 32, 64)):
+        for decay, draw in decays.items():
             B, T = 8, 256
             q = torch.randn(B, T, H, K, device="cuda")
-            k = torch.rand(B, T, H, K, device="cuda")
+            g = draw((B, T, H, K))
+            k = -torch.expm1(g)  # HGRN-2's k = 1 - f
             v = torch.randn(B, T, H, V, device="cuda")
-            g = torch.nn.functional.logsigmoid(torch.randn(B, T, H, K, device="cuda") * 2 + 2)
             dout = torch.randn(B, T, H, V, device="cuda")
-            leaves = [t.clone().to(dtype).requires_grad_() for t in (q, k, v)] + [g.clone().requires_grad_()]
-            with backends.use_backend("fla"):
-                o, _ = gla(*leaves)
-            o.backward(dout.to(o.dtype))
             ref = [t.detach().double().cpu().requires_grad_() for t in (q, k, v, g)]
             ro, _ = naive_gla(*ref)
             ro.backward(dout.double().cpu())
             err = lambda a, b: float((a.double().cpu() - b).abs().max() / b.abs().max().clamp_min(1e-30))
-            row = {"shape": name, "dtype": str(dtype), "o": err(o.detach(), ro.detach()),
-                   **{f"d{n}": err(x.grad, r.grad) for n, x, r in zip("qkvg", leaves, ref)},
-                   "card": torch.cuda.get_device_name()}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for backend, dtype in (("fla", torch.bfloat16), ("fla", torch.float32), ("torch", torch.bfloat16)):
+                leaves = [t.clone().to(dtype).requires_grad_() for t in (q, k, v)] + [g.clone().requires_grad_()]
+                with backends.use_backend(backend):
+                    o, _ = gla(*leaves)
+                o.backward(dout.to(o.dtype))
+                row = {"shape": name, "decay": decay, "g_min": round(float(g.min()), 2), "backend": backend,
+                       "dtype": str(dtype), "o": err(o.detach(), ro.detach()),
+                       **{f"d{n}": err(x.grad, r.grad) for n, x, r in zip("qkvg", leaves, ref)},
+                       "finite": bool(torch.isfinite(o).all()), "card": torch.cuda.get_device_name()}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     with open(out, "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 

@@ -241,11 +241,11 @@ class TabularBenchmark:
         DeltaNet, GatedDeltaNet) x 5 ratios with the paper placement, plus the Transformer (Table 5's 0.423; Table 7
         has no Transformer column). 21 candidates; the space is exactly these (HGRN and RetNet, which the paper
         omits for insignificant recall, are not in it). KV-cache bytes are hlnas's own cost model
-        (:func:`hlnas.search.trial.layout_metrics`) for ``preset_name`` at ``kv_context`` tokens, batch 1, bf16."""
+        (:func:`hlnas.model.cost.layout_metrics`) for ``preset_name`` at ``kv_context`` tokens, batch 1, bf16."""
         from hlnas.analysis import paper
         from hlnas.model.catalog import PAPER_MIXERS
         from hlnas.model.layout import PAPER_RATIOS
-        from hlnas.search.trial import layout_metrics
+        from hlnas.model.cost import layout_metrics
 
         table7 = paper.recall_by_ratio()
         mixers = [m for m in PAPER_MIXERS if m in table7]

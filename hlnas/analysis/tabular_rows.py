@@ -28,7 +28,7 @@ def violating(space: SearchSpace, table: Mapping[str, Any], params: Mapping[str,
     if not space.constraints:
         return frozenset()
     from hlnas.search.records import constraint_values, trial_spec
-    from hlnas.search.trial import layout_metrics
+    from hlnas.model.cost import layout_metrics
 
     out = set()
     for lay in table:

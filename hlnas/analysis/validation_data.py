@@ -283,6 +283,7 @@ def _trial_gpu_s(a: Mapping) -> float | None:
     mqar, lm = _num(a.get("mqar_s")), _num(a.get("train_wall_s"))
     if mqar is None and lm is None:
         return _num(a.get("wall_s"))
+    # studies stored while the seed replicas existed record how many runs shared one recall model's seconds
     return (mqar or 0.0) / int(a.get("mqar_replicas") or 1) + (lm or 0.0)
 
 

@@ -135,7 +135,7 @@ def run_summary(run: CalibrationRun, status: str, metrics: dict) -> dict:
     raw, base = training_length_recall(metrics)
     keep = ("recall", "recall_raw", "recall_baseline", "recall_baseline_name", "recall_source", "recall_auc", "mqar_lr",
             "mqar_steps_done", "mqar_steps_to_target", "mqar_by_hop", "val_loss", "error_kind", "error", "wall_s",
-            "train_wall_s", "mqar_s", "mqar_replicas", "device_name", "mqar_device_name")
+            "train_wall_s", "mqar_s", "device_name", "mqar_device_name")
     return {"key": run.key, "role": run.role, "mixer": run.mixer, "layout": run.layout, "seed": run.seed, "ratio": run.ratio,
             "status": status, "raw_train_length": raw, "baseline_train_length": base,
             **{k: metrics[k] for k in keep if k in metrics}}

@@ -257,7 +257,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         space = space.with_sets(args.set)
     name = args.study or space.name
     trials = args.trials if args.trials is not None else trial_target(space, storage, name, args.resume)
-    executor, args.workers = choose_executor(args.executor, args.workers, args.address, args.runs_per_worker)
+    executor, args.workers = choose_executor(args.executor, args.workers, args.address)
     ui = SearchProgress(trials, progress=not args.no_progress)
     print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
@@ -266,7 +266,6 @@ def cmd_search(args: argparse.Namespace) -> int:
         study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
                            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
                            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                           runs_per_worker=args.runs_per_worker, replicas="family" if args.mixed_replicas else args.replicas,
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, drain=args.drain,
                            retry_failed=args.retry_failed,
                            skip_calibration=args.skip_calibration, calibrate=args.calibrate,
@@ -302,19 +301,6 @@ def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
                         "(auto: ray with --address; inline for 1 worker; for more, ray when installed, else processes, and "
                         "processes when --workers is not given on a CPU-only machine)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial: what Ray reserves, and the torch threads of each worker (default 1)")
-    p.add_argument("--runs-per-worker", type=int, default=1, metavar="N",
-                   help="with --executor processes (chosen by auto): N runs at once in each worker process, each in a thread "
-                        "and on a CUDA stream of its own, so small recall models overlap on one GPU where processes only "
-                        "time-slice it (default 1; experiments/bench/proxy_throughput.py measures N)")
-    p.add_argument("--replicas", action="store_true",
-                   help="the calibration trains each layout's seeds as replicas of one fresh recall model in one run "
-                        "(stacked weights, the seeds in the batch), then the seed-0 LM half as usual: each run's result is "
-                        "the one it gets alone. Recall objective mqar only. On the H200 2 replicas ran 1.03x 2 processes and 12 "
-                        "ran 1.51x (experiments/bench/proxy_throughput_h200_2026-12-02b.md; default off)")
-    p.add_argument("--mixed-replicas", action="store_true", help="as --replicas, with all of one mixer's layouts and seeds "
-                   "as replicas of one mixed model (hlnas.training.mixed_replicas), the control's in another (default off: on an "
-                   "H100 at the grid's shape 5 GLA-family runs in one mixed model trained at 0.85x the rate of 5 processes, and "
-                   "compiled it did not finish compiling in 220 s; experiments/bench/proxy_throughput_h100_2026-12-06c.md)")
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:
@@ -373,8 +359,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         verdict, message = calibrate_study(space, storage=storage, study_name=name, workers=args.workers,
                                            executor=args.executor, cpus_per_trial=args.cpus_per_trial,
-                                           runs_per_worker=args.runs_per_worker, time_limit=args.timeout,
-                                           replicas="family" if args.mixed_replicas else args.replicas, drain=args.drain,
+                                           time_limit=args.timeout, drain=args.drain,
                                            on_event=ui.event if ui else None)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished control runs are stored. Continue with: {again}", file=sys.stderr)

@@ -1,6 +1,7 @@
-"""The recall protocol mixed into LM training (``train.recall_every``): every ``train.recall_every`` corpus documents, ``train.recall_count`` recall-format documents are mixed in
-(:func:`recall_documents`): complete RULER instances as text, or MQAR instances as token ids
-(``train.recall_format: mqar``, their symbols mapped into the tokenizer's vocabulary: :func:`mqar_recall_config`).
+"""The recall protocol mixed into LM training (``train.recall_every``): every ``train.recall_every`` corpus documents,
+``train.recall_count`` recall-format documents are mixed in (:func:`recall_documents`): complete RULER instances as
+text, or MQAR instances as token ids (``train.recall_format: mqar``, their symbols mapped into the tokenizer's
+vocabulary: :func:`mqar_recall_config`); :func:`recall_mix` gives both for one run.
 The trained candidate is scored on held-out instances of the same format by :mod:`hlnas.score.mqar_mixed`.
 """
 
@@ -8,7 +9,15 @@ from __future__ import annotations
 
 from hlnas.recall.mqar import MqarTask, mqar_documents, mqar_token_map
 
-__all__ = ["recall_documents", "mqar_recall_config"]
+__all__ = ["recall_mix", "recall_documents", "mqar_recall_config"]
+
+
+def recall_mix(train, tokenizer):
+    """``(mixed_mqar, documents)`` for a run of ``train`` (the recipe's TrainConfig) in ``tokenizer``'s tokens: the
+    MQAR instances it mixes in (:func:`mqar_recall_config`, None unless ``recall_format: mqar``) and the documents
+    passed to training (:func:`recall_documents`, None when nothing is mixed in)."""
+    mixed = mqar_recall_config(train, tokenizer)
+    return mixed, recall_documents(train, tokenizer, mixed)
 
 
 def recall_documents(train, tokenizer, mixed_mqar=None):

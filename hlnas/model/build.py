@@ -21,8 +21,8 @@ from hlnas.model.nn import RMSNorm, SwiGLU
 
 __all__ = ["HybridLM", "Cache", "build_model", "seeded_model"]
 
-# torch's default generator is one per process: runs sharing a worker process (hlnas.search.executors, runs_per_worker)
-# take it in turn, so each model's weights depend on its own seed alone, as in a process of its own
+# torch's default generator is one per process: runs sharing a process (threads of a Ray actor, tests) take it in turn,
+# so each model's weights depend on its own seed alone, as in a process of its own
 _SEEDED_BUILD = threading.Lock()
 
 

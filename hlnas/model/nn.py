@@ -50,23 +50,17 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        if fused_forms(x) and type(self)._scale is RMSNorm._scale:
+        if fused_forms(x):
             # torch's fused kernel, the same float32 math: on CUDA one kernel forward and one backward saving x and
             # its rstd, where the composed form below ran about seven fp32 elementwise kernels each way and saved
             # their [B, T, C] outputs (paper-340m Transformer 0.78x a plain-PyTorch one with nn.RMSNorm, at 1.16x
             # its memory: experiments/bench/paper_scale_h100_2026-12-05.md)
             cdt = compute_dtype(x)
             return F.rms_norm(x.to(cdt), (x.shape[-1],), self.weight.to(cdt), self.eps).to(x.dtype)
-        # float32, float64 for float64 inputs (the reference tests: it once rounded them to float32); a replicated norm
-        # (hlnas.training.replicas) applies one weight per replica's rows, in _scale
+        # float32, float64 for float64 inputs (the reference tests: it once rounded them to float32)
         xf = x.to(compute_dtype(x))
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self._scale(y, self.weight.to(xf.dtype)).to(x.dtype)
-
-    def _scale(self, y: Tensor, w: Tensor) -> Tensor:
-        """y times the per-channel weight on its last dim (the replicated model, hlnas.training.replicas, applies one
-        weight per replica here)."""
-        return y * w
+        return (y * self.weight.to(xf.dtype)).to(x.dtype)
 
 
 #: The gated norms take :func:`lean_gated_norm` wherever the fused forms run (:func:`fused_forms`); off, they take the
@@ -75,11 +69,10 @@ class RMSNorm(nn.Module):
 LEAN_GATED_NORM = os.environ.get("HLNAS_LEAN_GATED_NORM", "1") != "0"
 
 
-def takes_lean_norm(norm: nn.Module, x: Tensor, base: type) -> bool:
-    """Whether the gated norm ``norm`` takes :func:`lean_gated_norm` for ``x``: :data:`LEAN_GATED_NORM` on, the fused
-    forms' device, and one weight applied as ``base._scale`` applies it (the replicated model, hlnas.training.replicas,
-    swaps in a ``_scale`` with one weight per replica, which only the composed form has)."""
-    return LEAN_GATED_NORM and fused_forms(x) and type(norm)._scale is base._scale
+def takes_lean_norm(x: Tensor) -> bool:
+    """Whether a gated norm takes :func:`lean_gated_norm` for ``x``: :data:`LEAN_GATED_NORM` on, and the fused forms'
+    device."""
+    return LEAN_GATED_NORM and fused_forms(x)
 
 
 class GatedRMSNorm(RMSNorm):
@@ -92,7 +85,7 @@ class GatedRMSNorm(RMSNorm):
         self.act = act
 
     def forward(self, x: Tensor, gate: Tensor) -> Tensor:  # type: ignore[override]
-        if takes_lean_norm(self, x, RMSNorm):
+        if takes_lean_norm(x):
             return lean_gated_norm(x, gate, self.weight, self.eps, self.act)
         cdt = compute_dtype(x)
         g = F.silu(gate.to(cdt)) if self.act == "swish" else torch.sigmoid(gate.to(cdt))
@@ -178,8 +171,7 @@ def fused_linear(x: Tensor, *projs: nn.Module) -> tuple[Tensor, ...]:
     ``nn.Linear``: the backward then takes x's gradient in one GEMM, where separate projections ran one each and
     added them in float32 (the paper-340m profile: a Transformer's fp32 adds 47 ms a step against a plain-PyTorch
     one's 19 with fused QKV and gate-up, experiments/bench/paper_scale_profile_h100_2026-12-05.md). The parameters
-    stay separate (names, init, state dicts and the replicated model, whose projections are not ``nn.Linear``, are
-    unchanged); the values are the same up to float rounding. On CUDA only (:data:`FUSED_ON_CPU`)."""
+    stay separate (names, init and state dicts are unchanged); the values are the same up to float rounding. On CUDA only (:data:`FUSED_ON_CPU`)."""
     if not fused_forms(x) or len(projs) < 2 or any(type(p) is not nn.Linear or p.bias is not None for p in projs):
         return tuple(p(x) for p in projs)
     out = F.linear(x, torch.cat([p.weight for p in projs]))

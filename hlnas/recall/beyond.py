@@ -71,6 +71,7 @@ def score_beyond(model, task: MqarTask, settings, *, n: int, seed: int, batch: i
     ``batch * task.seq_len``, so a long setting takes no more memory than training did."""
     if not settings:
         return {}
+    device = torch.device(device)
     by_setting = {}
     with autocast_context(device, autocast_dtype("auto", device)), torch.no_grad():
         for L, K in settings:

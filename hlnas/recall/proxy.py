@@ -54,7 +54,7 @@ from hlnas.training.loop import autocast_context, autocast_dtype, cosine_lr, dev
 
 __all__ = ["MqarConfig", "VtConfig", "RECALL_TASKS", "RecallSetup", "recall_setup", "recall_task", "make_task",
            "task_baselines", "recall_model_config",
-           "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target", "paused_at", "pause_settings",
+           "check_recall_model_keys", "train_mqar", "learning_auc", "steps_to_target", "paused_at",
            "mqar_train_batches", "validation_instances", "sweep_result", "check_stop", "run_finished",
            "RECALL_MODEL_KEYS"]
 
@@ -81,12 +81,6 @@ def paused_at(state_dir: str, steps: int | None, until: float | None = None):
         yield
     finally:
         _PAUSE.reset(token)
-
-
-def pause_settings() -> tuple[str, int | None, float | None] | None:
-    """``(state_dir, steps, until)`` of the enclosing :func:`paused_at` block, or None outside one (what
-    hlnas.recall.replicas reads, so replicas pause and continue as the solo runs do)."""
-    return _PAUSE.get()
 
 
 def check_recall_model_keys(overrides: dict) -> None:
@@ -223,8 +217,8 @@ def recall_model_config(model_cfg: ModelConfig, overrides: dict, vocab: int) -> 
 
 @dataclass(frozen=True)
 class RecallSetup:
-    """``score.mqar`` resolved once for one candidate: what each of its recall runs trains and is scored on (the solo
-    sweep's rates, and hlnas.recall.replicas' seeds and runs), so no run derives it again."""
+    """``score.mqar`` resolved once for one candidate: what each of its recall runs trains and is scored on (each rate
+    of its sweep), so no run derives it again."""
 
     layout: Layout
     model: ModelConfig  # the recall model's config (recall_model_config)
@@ -273,11 +267,9 @@ def steps_to_target(curve, target: float | None) -> int | None:
 
 
 def mqar_train_batches(mcfg: MqarTask | VtTask, batch: int, seed: int, start: int = 0, device=None, task_at=None):
-    """A run's training batches from step ``start`` on: block ``b`` of ``seed`` is train seed ``seed * 2**20 + b`` (the
-    solo proxy's and hlnas.recall.replicas' stream), generated on the CPU a block at a time (the same instances
-    on every device) and moved to ``device`` a block at a time: a copy from pageable host memory synchronises its
-    stream, and runs sharing a worker process on streams of their own (hlnas.search.executors.run_on_own_stream)
-    were serialised by one such copy a step (12 streams ran 0.81x 12 processes on the H200, 2026-12-02).
+    """A run's training batches from step ``start`` on: block ``b`` of ``seed`` is train seed ``seed * 2**20 + b`` ),
+    generated on the CPU a block at a time (the same instances on every device) and moved to ``device`` a block at a
+    time, through pinned memory (a copy from pageable host memory synchronises the stream).
     ``task_at(step)`` (a curriculum, :meth:`hlnas.recall.vt.VtConfig.train_task`): the task of the block that starts at
     that step, instead of ``mcfg`` throughout."""
     block, skip = divmod(start, _BLOCK_STEPS)
@@ -365,8 +357,7 @@ def _one_rate(setup: RecallSetup, lr: float, seed: int, device, val, state: str 
 def check_stop(cfg: MqarConfig, acc: float, elapsed_s: float, until: float | None, done: int, limit: int) -> str | None:
     """Why a recall run stops at a validation check with accuracy ``acc``: ``"target"`` (reached ``cfg.target``),
     ``"budget"`` (past ``cfg.budget_s`` seconds), ``"out_of_time"`` (the wall clock passed ``until`` before ``limit``
-    steps: paused, a later call continues it from its saved state), or None. The one stop rule of the solo proxy and
-    its replicas (hlnas.recall.replicas)."""
+    steps: paused, a later call continues it from its saved state), or None. The proxy's one stop rule."""
     if cfg.target is not None and acc >= cfg.target:
         return "target"
     if cfg.budget_s is not None and elapsed_s > cfg.budget_s:
@@ -381,7 +372,7 @@ def run_finished(cfg: MqarConfig, finished: bool, error: str | None, done: int, 
     """Whether a recall run that stopped at ``done`` steps (of ``limit`` this call) has nothing more to train whatever the
     budget: it was already, failed, trained the full steps, stopped short of the limit for a reason other than the
     clock (target, time budget), or reached the target at the very step a paused run stops at (it would otherwise train
-    on when continued). The solo proxy's and its replicas' rule."""
+    on when continued)."""
     return finished or error is not None or done >= cfg.steps or (done < limit and not out_of_time) or reached
 
 
@@ -416,8 +407,7 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
 def sweep_result(setup: RecallSetup, runs: list[dict], val, *, device, t0: float) -> dict:
     """:func:`train_mqar`'s result from its rate runs (``_one_rate``'s dicts, in the order trained, each with its
     ``model``), the seed's validation instances ``val``, and the ``time.perf_counter()`` its training started at:
-    the graded measures, the kept rate, its test accuracy beside the no-recall baselines. One function for the solo
-    sweep and hlnas.recall.replicas, so both report alike."""
+    the graded measures, the kept rate, its test accuracy beside the no-recall baselines. """
     cfg, task = setup.cfg, setup.task
     vocab = cfg.vocab
     xt, yt = make_task(task, cfg.test, cfg.test_seed, split="test")

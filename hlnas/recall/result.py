@@ -6,10 +6,11 @@ from __future__ import annotations
 __all__ = ["RESULT_KEYS", "finished_result"]
 
 #: every key :func:`hlnas.recall.proxy.sweep_result` (so ``train_mqar``) may return: a run's fresh-model recall,
-#: whole (a test keeps the two in step); and ``mqar_replicas``, the runs a replicated model trained with it
+#: whole (a test keeps the two in step)
 RESULT_KEYS = ("mqar_acc", "mqar_baselines", "mqar_baseline", "mqar_baseline_name", "mqar_lr", "mqar_steps_done",
                "mqar_s", "mqar_final_loss", "mqar_auc", "mqar_steps_to_target", "mqar_val_baseline", "mqar",
-               "mqar_by_hop", "mqar_error", "mqar_budget", "mqar_finished", "mqar_device_name", "mqar_replicas")
+               "mqar_by_hop", "mqar_error", "mqar_budget", "mqar_finished", "mqar_device_name", "mqar_beyond",
+               "mqar_beyond_settings")
 
 
 def finished_result(metrics: dict) -> dict | None:

@@ -6,8 +6,10 @@ Objectives (``ScoreConfig.objectives``), each with its settings in its own secti
 * ``val_loss``: mean token cross-entropy on the held-out documents (and perplexity);
 * ``ruler``: hlnas's RULER generator, greedy decoding, the paper's weighted 13-task average
   (``recall`` in the result), tasks and context lengths configurable;
-* ``mqar``: Zoology's multi-query associative recall, learned by a fresh copy of the candidate's
-  architecture for ``score.mqar.steps`` steps (Zoology's protocol: recall capacity of the architecture);
+* ``mqar``: Zoology's multi-query associative recall, learned by fresh copies of the candidate's layout
+  (Zoology's protocol: the recall capacity of the architecture). Those are trained by the pipeline's recall stage
+  (:func:`hlnas.pipeline.run.recall_stage`), not here: this module measures a trained candidate and trains nothing,
+  and passes that stage's result through;
 * ``mqar_mixed``: the recall protocol with ``train.recall_format: mqar``: MQAR instances were mixed
   into the candidate's training; the trained candidate itself is scored on held-out instances at the
   training length and longer (``score.mqar_mixed.scales``), same number of pairs, so longer means recall
@@ -26,16 +28,14 @@ from typing import ClassVar
 
 import torch
 
-from hlnas.model.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
-from hlnas.model.layout import Layout
 from hlnas.model.build import HybridLM
 from hlnas.overrides import at_least_one as _at_least_one, config_from_dict, config_to_dict, field_types, tuples_of as _tuples
 from hlnas.score.mqar_mixed import MqarMixedConfig, mqar_mixed_objective
-from hlnas.recall.proxy import MqarConfig, train_mqar
+from hlnas.recall.proxy import MqarConfig
 
 __all__ = ["ScoreConfig", "MqarConfig", "MqarMixedConfig", "RulerConfig", "LmEvalConfig", "ScoreContext",
-           "ScoreObjective", "OBJECTIVES", "OBJECTIVE_REGISTRY", "SECTIONS", "LEGACY_KEYS", "score", "mqar_objective"]
+           "ScoreObjective", "OBJECTIVES", "OBJECTIVE_REGISTRY", "SECTIONS", "LEGACY_KEYS", "score"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,13 +82,6 @@ class LmEvalConfig:
         return config_to_dict(self)
 
 
-def mqar_objective(layout: Layout, model_cfg: ModelConfig, cfg: ScoreConfig, *, seed: int = 0, device=None) -> dict:
-    """Train fresh recall models of ``layout`` on MQAR and return their test accuracy beside its no-recall
-    baselines (:func:`hlnas.recall.proxy.train_mqar`: Zoology's protocol)."""
-
-    return train_mqar(layout, model_cfg, cfg.mqar, seed=seed, device=device)
-
-
 @dataclass(frozen=True)
 class ScoreContext:
     """What an objective may read besides the model and its settings."""
@@ -99,7 +92,7 @@ class ScoreContext:
     seed: int
     val_batches: list | None
     mixed_mqar: object | None  # the MqarTask of the instances mixed into training
-    mqar: dict | None = None  # the fresh-model MQAR result, already trained (hlnas.pipeline.run.run's ``recall``)
+    mqar: dict | None = None  # the recall stage's result (hlnas.pipeline.run.recall_stage)
 
 
 def _val_loss(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
@@ -123,9 +116,10 @@ def _ruler(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
 
 
 def _mqar(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
-    if ctx.mqar is not None:  # trained beside the run's other seeds (hlnas.recall.replicas): not again
-        return dict(ctx.mqar)
-    return mqar_objective(model.layout, model.cfg, cfg, seed=ctx.seed, device=ctx.device)
+    if ctx.mqar is None:
+        raise ConfigError("objective 'mqar' is the recall stage's fresh recall models (hlnas.pipeline.run.recall_stage), "
+                          "and none was given to score(); run the candidate through hlnas.pipeline.run.run")
+    return dict(ctx.mqar)
 
 
 def _mqar_mixed(model, cfg: ScoreConfig, ctx: ScoreContext) -> dict:
@@ -235,7 +229,7 @@ def score(
 ) -> dict:
     """Run the configured objectives on a trained ``model``. ``progress(name)`` is told each objective.
     ``mixed_mqar``: the MqarTask of the instances mixed into training (``mqar_mixed`` needs it). ``mqar``: the
-    ``mqar`` objective's result, already trained (its fresh recall model does not depend on ``model``)."""
+    recall stage's result (the ``mqar`` objective's: its fresh recall models do not depend on ``model``)."""
     device = device or next(model.parameters()).device
     ctx = ScoreContext(tokenizer, device, torch.bfloat16 if torch.device(device).type == "cuda" else None, seed,
                        val_batches, mixed_mqar, mqar)

@@ -15,17 +15,16 @@ import optuna
 from optuna.trial import TrialState
 
 import hlnas.calibration.protocol as calib
-from hlnas.errors import ConfigError, HlnasError
-from hlnas.model.layout import Layout
+from hlnas.errors import HlnasError
 from hlnas.metrics import RECALL_OBJECTIVES
 from hlnas.recall.result import finished_result
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.order import expected_length
 from hlnas.search.records import constraint_values, layout_spec, objective_values, paused_root
-from hlnas.search.trial import TrialResult, layout_metrics
+from hlnas.search.trial import TrialResult
 from hlnas.space import SearchSpace
 
-__all__ = ["PAUSED", "needs_calibration", "check_replicas", "calibrate_if_needed", "run_calibration",
+__all__ = ["PAUSED", "needs_calibration", "calibrate_if_needed", "run_calibration",
            "calibration_failed_message", "borrow_calibration", "borrowable_calibration", "protocol_differences",
            "RECALL_ATTR", "calibrated_recall", "calibration_lender", "close_calibration"]
 
@@ -39,19 +38,6 @@ RECALL_ATTR = "hlnas_calibration_recall:"
 def needs_calibration(space: SearchSpace) -> bool:
     """A space with a recall objective and calibration enabled is calibrated before its search."""
     return space.calibration.enabled and any(o.metric in RECALL_OBJECTIVES for o in space.objectives)
-
-
-def check_replicas(space: SearchSpace, replicas) -> None:
-    """Refuse a ``replicas`` option the calibration of ``space`` cannot take (one-line ConfigError). The values: False;
-    True, each calibration layout's seeds as replicas of one recall model; ``"family"``, every layout of one linear
-    mixer, all seeds, as replicas of one mixed model (hlnas.training.mixed_replicas)."""
-    if not (isinstance(replicas, bool) or replicas == "family"):  # a bool, not 1 or 0
-        raise ConfigError(f"replicas is False, True (--replicas: each layout's seeds) or 'family' (--mixed-replicas: a "
-                          f"mixer's layouts and seeds together), got {replicas!r}")
-    if replicas and needs_calibration(space) and space.recall_source() != "mqar_acc":
-        raise ConfigError(f"--replicas trains each calibration layout's seeds as replicas of one fresh recall model "
-                          f"(objective mqar); space '{space.name}' takes its recall from {space.recall_source()}, which "
-                          "needs each seed's LM trained: drop --replicas")
 
 
 #: what a recall protocol is, for --calibrated-by: every setting of the space but these (the candidates and how they
@@ -151,7 +137,7 @@ def calibrated_recall(study: optuna.Study, space: SearchSpace) -> dict[str, tupl
 
 def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, storage: str, study_name: str, fresh: bool,
                         calibrate: bool, skip_calibration: bool, inline: bool, time_limit: float | None,
-                        replicas: bool | str = False, drain: float = 0.0, calibrated_by: str | None = None):
+                        drain: float = 0.0, calibrated_by: str | None = None):
     """Before a search: the stored verdict, a new one, another study's (``calibrated_by``: :func:`borrow_calibration`),
     or none (skipped, disabled, not needed: recorded as such); :data:`PAUSED` when ``time_limit`` stopped it first. An
     invalid protocol raises :class:`~hlnas.calibration.protocol.CalibrationFailed` naming what to change."""
@@ -182,8 +168,7 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
         verdict = stored["verdict"]
     else:
         with StopSignals(inline) as stops:
-            verdict = run_calibration(study, space, ex, emit, stops, time_limit=time_limit, replicas=replicas,
-                                      drain=drain)
+            verdict = run_calibration(study, space, ex, emit, stops, time_limit=time_limit, drain=drain)
         if verdict is None:
             return PAUSED
     if not verdict["valid"]:
@@ -192,7 +177,7 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
 
 
 def run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: StopSignals,
-                    time_limit: float | None = None, replicas: bool | str = False, drain: float = 0.0) -> dict | None:
+                    time_limit: float | None = None, drain: float = 0.0) -> dict | None:
     """Run the calibration runs not yet stored with the study (all of them the first time), through the
     search's executor; store each as it finishes; tell seed-0 runs of the space's layouts as trials.
     Returns the verdict (also stored as study attr ``hlnas_calibration``), or None when ``time_limit`` seconds
@@ -200,19 +185,12 @@ def run_calibration(study: optuna.Study, space: SearchSpace, ex, emit, stops: St
     recall models kept in the study's folder of paused runs (:func:`hlnas.search.records.paused_root`), so the next
     call continues them from there (on the same machine; elsewhere they start again, with the same result).
     ``drain``: the runs in flight at ``time_limit`` go on for up to this many seconds more before pausing, so those
-    that finish in time are stored (the last call on a machine that goes back, which takes paused runs with it).
-
-    ``replicas``: the runs of one layout (its seeds) go to the executor as one spec whose recall halves are trained as
-    replicas of one model (:attr:`hlnas.search.trial.TrialSpec.replicas`): latency-bound recall models on a GPU do
-    more work per second batched than side by side (issue #21). Each run is stored as it is without (same metrics, up
-    to float rounding), so a study calibrated with replicas reads back like one without."""
-    check_replicas(space, replicas)
-    return _Calibration(study, space, ex, emit, stops, time_limit, replicas, drain).run()
+    that finish in time are stored (the last call on a machine that goes back, which takes paused runs with it)."""
+    return _Calibration(study, space, ex, emit, stops, time_limit, drain).run()
 
 
 class _Calibration:
-    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit, replicas: bool | str = False,
-                 drain: float = 0.0):
+    def __init__(self, study, space: SearchSpace, ex, emit, stops: StopSignals, time_limit, drain: float = 0.0):
         self.study, self.space, self.emit = study, space, emit
         stored = dict(study.user_attrs.get("hlnas_calibration") or {})
         self.runs: dict = dict(stored.get("runs") or {})
@@ -227,7 +205,6 @@ class _Calibration:
         self.root = paused_root(study, create=time_limit is not None)
         self.dispatch = Dispatch(ex, stops)
         self.paused = 0
-        self.replicas = replicas
 
     def state_dir(self, run) -> str | None:
         return None if self.root is None else os.path.join(self.root, "calibration", run.key.replace(":", "_"))
@@ -242,15 +219,14 @@ class _Calibration:
     def run(self) -> dict | None:
         emit, plan, dispatch = self.emit, self.plan, self.dispatch
         if self.todo:
-            emit("calibration_started", {"n": len(self.todo), "total": len(plan), "reused": len(plan) - len(self.todo),
-                                         "replicas": self.replicas})
+            emit("calibration_started", {"n": len(self.todo), "total": len(plan), "reused": len(plan) - len(self.todo)})
         # the controls first (a calibration spread over several GPU calls learns soonest whether its protocol can pass
         # at all), then the pure models: where the protocol separates they train to the step budget, the longest runs,
         # so the last runs before the search (which waits for the verdict) are short and the workers finish together.
         # Within a role, longest expected first (hlnas.search.order: the costlier mixer's runs before the cheaper one's,
         # so one worker is not left with both slow pure models while the other finishes early and waits), or in the
         # space's listed mixer order (calibration.order: listed)
-        queue = self.units(sorted(self.todo, key=self.start_key))
+        queue = sorted(self.todo, key=self.start_key)
         # a control that failed decides the verdict: stop starting runs then (the ones in flight finish and are stored)
         hopeless = calib.hopeless(self.space, self.runs)
         while (queue and not hopeless) or dispatch.pending:
@@ -259,11 +235,10 @@ class _Calibration:
                 break  # out of time: the runs not started stay for the next call
             while queue and dispatch.free() and self.in_time() and not hopeless:
                 self.submit(queue.pop(0))
-            for unit, result in dispatch.finished():
-                for run, one in self.results_of(unit, result):
-                    self.record(run, one)
+            for run, result in dispatch.finished():
+                self.record(run, result)
             if not hopeless and (hopeless := calib.hopeless(self.space, self.runs)):
-                emit("calibration_hopeless", {"reason": hopeless, "skipped": sum(len(u) for u in queue),
+                emit("calibration_hopeless", {"reason": hopeless, "skipped": len(queue),
                                               "running": len(dispatch.pending)})
         if len(self.runs) < len(plan) and not hopeless:  # stopped by the time limit
             emit("calibration_paused", {"done": len(self.runs), "total": len(plan), "paused": self.paused})
@@ -287,46 +262,16 @@ class _Calibration:
         rank = 1 if run.role == "pure" else 2
         return (rank, expected_length(self.space, run.layout)) if cfg.order == "longest" else (rank, run.seed, mixer)
 
-    def units(self, runs: list) -> list[list]:
-        """What goes to the executor as one spec: each run alone, or with ``replicas`` each layout's runs to do (its
-        seeds, lowest first: seed 0, the whole trial, carries the others), in the order of their first run."""
-        if not self.replicas:
-            return [[r] for r in runs]
-        groups: dict = {}
-        for r in runs:  # a layout's seeds; with "family", every layout of the same linear mixers (the control alone)
-            key = Layout.parse(r.layout).linear_mixers if self.replicas == "family" else r.key.rsplit(":", 1)[0]
-            groups.setdefault(key, []).append(r)
-        return [sorted(g, key=lambda r: r.seed) for g in groups.values()]
-
     def spec(self, run):
         return dataclasses.replace(layout_spec(self.space, self.number_of[run.key], run.layout, seed=run.seed,
                                                recall_only=self.recall_only and run.params is None),
                                    state_dir=self.state_dir(run), pause_by=self.pause_by)
 
-    def submit(self, unit: list) -> None:
-        # a unit's replicas are trained in its first run's state folder; each keeps its own for running alone
-        first, *others = [self.spec(run) for run in unit]
-        spec = dataclasses.replace(first, replicas=tuple(others))
-
+    def submit(self, run) -> None:
         def announce():
-            for run in unit:
-                self.emit("calibration_run_started", {"key": run.key, "layout": run.layout, "seed": run.seed})
+            self.emit("calibration_run_started", {"key": run.key, "layout": run.layout, "seed": run.seed})
 
-        self.dispatch.submit(spec, unit, announce)
-
-    def results_of(self, unit: list, result: TrialResult):
-        """``(run, its result)`` for each run of ``unit``: its own, or the unit's where the unit failed as a whole (a
-        worker that died holding it)."""
-        own = {r.number: r for r in (result, *result.replicas)}
-        for run in unit:
-            n = self.number_of[run.key]
-            if n in own:
-                yield run, own[n]
-            elif not result.ok:
-                yield run, dataclasses.replace(result, number=n, replicas=())
-            else:
-                msg = f"the run of {unit[0].key} that carried {run.key} as a replica brought back no result for it"
-                yield run, TrialResult(n, "failed", {"status": "failed", "error_kind": "other", "error": msg}, "other", msg)
+        self.dispatch.submit(self.spec(run), run, announce)
 
     def record(self, run, result: TrialResult) -> None:
         if result.status == "paused":  # its recall model is kept; the next call continues it
@@ -349,6 +294,8 @@ class _Calibration:
 def _tell_calibration_trial(study: optuna.Study, space: SearchSpace, run, result: TrialResult) -> int:
     """Store a seed-0 calibration run of one of the space's layouts as the study's trial of that layout
     (added whole, not asked: a WAITING trial queued by the grid or a resume must not take its place)."""
+    from hlnas.model.cost import layout_metrics  # torch, when a run is told: the driver starts without it
+
     cost = layout_metrics(run.layout, space.model, space.kv_context, run.params.get("placement"))
     attrs = {**cost, **result.metrics, "wall_s": round(result.wall_s, 2), "calibration": run.key}
     values = objective_values([o.metric for o in space.objectives], result.metrics) if result.ok else None

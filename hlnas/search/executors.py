@@ -13,7 +13,6 @@ import multiprocessing as mp
 import os
 import signal
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -22,10 +21,9 @@ from typing import Protocol
 
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.search.trial import TrialResult, TrialSpec, run_trial
-from hlnas.overrides import is_int
 
 __all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "RayExecutor", "make_executor", "executor_from_options",
-           "run_on_own_stream", "EXECUTORS"]
+           "EXECUTORS"]
 
 EXECUTORS = ("inline", "processes", "ray")
 
@@ -78,24 +76,13 @@ class ProcessExecutor:
     cache directory. With several GPUs, worker ``i`` sees GPU ``i % n_gpus`` only. A worker that dies
     (segfault, OOM-kill) is reported as ``worker_died`` and replaced; the study goes on. Workers ignore
     SIGINT and SIGTERM: the driver stops them once it has re-queued their trials.
-
-    ``runs_per_worker`` > 1: each worker runs that many trials at once, each in a thread of its own and, on a
-    GPU, on a CUDA stream of its own. Processes time-slice a GPU (12 processes ran 1.1x one), while the streams
-    of one process overlap their kernels: the lever for many small recall models on one GPU (issue #21;
-    ``experiments/bench/proxy_throughput.py`` measures it). Each trial's result is the one it gets alone (its
-    weights come from its own seed: :func:`hlnas.model.build.seeded_model`). A worker that dies fails every trial it
-    held as ``worker_died``; a CUDA fault in one of them poisons the process, so its other trials are failed the
-    same way and the worker replaced.
+A trial whose CUDA context broke (a sticky CUDA error) leaves its worker unusable: the worker is replaced.
     """
 
-    def __init__(self, workers: int, *, threads: int = 1, triton_cache: str | None = None, gpus: int | None = None,
-                 runs_per_worker: int = 1):
+    def __init__(self, workers: int, *, threads: int = 1, triton_cache: str | None = None, gpus: int | None = None):
         if workers < 1:
             raise ConfigError(f"workers must be >= 1, got {workers}")
-        if not is_int(runs_per_worker) or runs_per_worker < 1:
-            raise ConfigError(f"runs_per_worker must be an integer >= 1, got {runs_per_worker!r}")
-        self.runs_per_worker = runs_per_worker
-        self.capacity = workers * runs_per_worker
+        self.capacity = workers
         self._ctx = mp.get_context("spawn")
         self._threads = max(1, int(threads))
         self._cache = triton_cache or os.environ.get("TRITON_CACHE_DIR") or os.path.expanduser("~/.triton/cache")
@@ -110,7 +97,7 @@ class ProcessExecutor:
             ids = visible.split(",") if visible else [str(g) for g in range(self._gpus)]
             env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_serve, args=(child, env, self._threads, self.runs_per_worker),
+        proc = self._ctx.Process(target=_serve, args=(child, env, self._threads),
                                  name=f"hlnas-worker-{i}", daemon=True)
         proc.start()
         child.close()
@@ -118,10 +105,10 @@ class ProcessExecutor:
 
     def submit(self, spec: TrialSpec) -> None:
         load = {i: len(self._busy.get(i, {})) for i in range(len(self._slots))}
-        free = [i for i in load if load[i] < self.runs_per_worker]
+        free = [i for i in load if not load[i]]
         if not free:
             raise HlnasError("no idle worker process; wait() for a result before submitting more")
-        i = min(free, key=lambda j: (load[j], j))  # the least loaded worker
+        i = free[0]
         try:
             self._slots[i][1].send(spec)
         except (OSError, EOFError):  # a broken pipe: the worker died; if it held nothing, a fresh one takes the trial
@@ -163,8 +150,7 @@ class ProcessExecutor:
             if dead or poisoned:  # every trial still held dies with the process
                 if dead:  # its pipe can close before the process is reaped: wait for the exit code the message names
                     proc.join(timeout=5)
-                why = (f"(exit code {proc.exitcode})" if dead else
-                       "(a CUDA fault in another trial of the same worker poisoned the process)")
+                why = f"(exit code {proc.exitcode})" if dead else "(a CUDA fault poisoned the process)"
                 out += [_worker_died(spec, f"worker died while running trial {spec.number} {why}") for spec in held.values()]
                 held.clear()
                 self._replace(i)
@@ -199,9 +185,8 @@ class ProcessExecutor:
         self._slots, self._busy = [], {}
 
 
-def _serve(conn, env: dict, threads: int, runs: int = 1) -> None:
-    """A worker process: set its environment, import once, then run trials until told to stop (``runs`` at once,
-    each in a thread and on a CUDA stream of its own)."""
+def _serve(conn, env: dict, threads: int) -> None:
+    """A worker process: set its environment, import once, then run trials one at a time until told to stop."""
     os.environ.update(env)
     # Stopping is the driver's job: it re-queues the running trials, then ends the workers. A Ctrl-C, or a
     # SIGTERM sent to the whole process group (Slurm's time limit, `timeout`), reaches the workers too; a
@@ -212,42 +197,14 @@ def _serve(conn, env: dict, threads: int, runs: int = 1) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    send = threading.Lock()  # results of runs in threads go back one at a time
-
-    def handle(spec: TrialSpec) -> None:
-        result = run_trial(spec) if runs == 1 else run_on_own_stream(spec)
-        with send:
-            conn.send(result)
-
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(runs, thread_name_prefix="hlnas-run") if runs > 1 else None
-    try:
-        while True:
-            try:
-                spec = conn.recv()
-            except (EOFError, OSError):  # the driver is gone
-                return
-            if spec is None:
-                return  # a pool finishes what it holds (the driver sends None only to idle workers)
-            if pool is None:
-                handle(spec)
-            else:
-                pool.submit(handle, spec)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
-
-
-def run_on_own_stream(spec: TrialSpec) -> TrialResult:
-    """:func:`~hlnas.search.trial.run_trial` with this thread's CUDA work on a stream of its own (on a GPU), so trials
-    running in threads of one process overlap their kernels."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return run_trial(spec)
-    with torch.cuda.stream(torch.cuda.Stream()):
-        return run_trial(spec)
+    while True:
+        try:
+            spec = conn.recv()
+        except (EOFError, OSError):  # the driver is gone
+            return
+        if spec is None:  # the driver sends None only to idle workers
+            return
+        conn.send(run_trial(spec))
 
 
 def _die_with_parent() -> None:
@@ -369,14 +326,13 @@ def make_executor(kind: str, workers: int = 1, **kwargs) -> Executor:
             raise ConfigError(f"the inline executor runs one trial at a time; got workers={workers} (use --executor processes or ray)")
         return InlineExecutor()
     if kind == "processes":
-        return ProcessExecutor(workers, threads=int(kwargs.get("cpus_per_trial", 1.0)),
-                               runs_per_worker=int(kwargs.get("runs_per_worker", 1)))
+        return ProcessExecutor(workers, threads=int(kwargs.get("cpus_per_trial", 1.0)))
     if kind == "ray":
         return RayExecutor(workers, **kwargs)
     raise ConfigError(f"unknown executor '{kind}'; allowed: {', '.join(EXECUTORS)}")
 
 
-def executor_from_options(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial, runs_per_worker: int = 1):
+def executor_from_options(executor, workers: int, *, address, cpus_per_trial: float, gpus_per_trial):
     """The executor named by :func:`hlnas.search.study.run_search`'s options (an :class:`Executor` object is used as given)."""
     if not isinstance(executor, str):
         return executor
@@ -386,7 +342,7 @@ def executor_from_options(executor, workers: int, *, address, cpus_per_trial: fl
         gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if _cuda_available() else 0.0)
         kwargs = {"address": address, "cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus}
     elif executor == "processes":
-        kwargs = {"cpus_per_trial": cpus_per_trial, "runs_per_worker": runs_per_worker}
+        kwargs = {"cpus_per_trial": cpus_per_trial}
     return make_executor(executor, workers, **kwargs)
 
 

@@ -39,7 +39,6 @@ from hlnas.search.records import (COUNTABLE, MAX_REPEATS, REPEATS_BEFORE_FALLBAC
                                   repeat_failure, repeat_stopped, requeue, requeued_waiting, reuse, rung_result,
                                   rung_scheduler, settle_waiting, stop_record, recover, tell_paused, tell_result,
                                   trial_spec)
-from hlnas.search.trial import layout_metrics
 from hlnas.space import SearchSpace
 
 __all__ = ["search_loop"]
@@ -324,6 +323,8 @@ class _Search:
         """A trial asked: reused, repeated, waiting for its twin, infeasible, or submitted."""
         study, space, emit = self.study, self.space, self.emit
         spec = trial_spec(space, trial.number, trial.params, self.out_root)
+        from hlnas.model.cost import layout_metrics  # torch, when first needed: the driver starts without it
+
         cost = layout_metrics(spec.layout, spec.recipe.model, spec.kv_context, spec.placement)
         cons = constraint_values(space, cost)
         for k, v in cons.items():

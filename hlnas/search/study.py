@@ -30,7 +30,7 @@ from hlnas.overrides import is_int, is_number
 from hlnas.search.executors import Executor, InlineExecutor, executor_from_options
 from hlnas.search.lease import DriverLease
 from hlnas.search.adopt import check_results_from, result_origins, store_results_from
-from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_if_needed, check_replicas,
+from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_if_needed,
                                      needs_calibration)
 from hlnas.search.loop import search_loop
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
@@ -157,8 +157,6 @@ def run_search(
     skip_calibration: bool = False,
     calibrate: bool = False,
     calibrate_only: bool = False,
-    runs_per_worker: int = 1,
-    replicas: bool | str = False,
     drain: float = 0.0,
     calibrated_by: str | None = None,
     results_from: Sequence[str] = (),
@@ -184,21 +182,14 @@ def run_search(
     ``calibrate_only`` stops after the calibration (``hlnas calibrate``).
 
     ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
-    options size it; ``runs_per_worker`` trials at once in each worker process of ``processes``, each on a CUDA
-    stream of its own), or is an :class:`~hlnas.search.executors.Executor` object used as given (and shut down at the
-    end), e.g. :class:`hlnas.analysis.tabular.LookupExecutor` to look results up instead of training. ``replicas``: the
-    calibration trains each layout's seeds as replicas of one recall model in one run
-    (:func:`hlnas.search.calibration.run_calibration`), ``"family"`` each mixer's layouts and seeds as replicas of one
-    mixed model; an execution choice, not stored with the study."""
+    options size it), or is an :class:`~hlnas.search.executors.Executor` object used as given (and shut down at the
+    end), e.g. :class:`hlnas.analysis.tabular.LookupExecutor` to look results up instead of training."""
     options = _Options(**{k: v for k, v in locals().items() if k != "space"})  # every argument but the space
     validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
                      gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address, drain=drain)
-    _check_runs_per_worker(runs_per_worker, executor)
     _check_calibration_options(calibrate, skip_calibration, calibrated_by)
     if calibrate and space is not None:
         _check_calibrate(space)
-    if space is not None:
-        check_replicas(space, replicas)  # before the storage is opened: a bad option writes nothing
     store = open_or_create_storage(storage)
     if calibrated_by is not None and space is not None and needs_calibration(space):
         borrowable_calibration(store, space, calibrated_by)  # refused before a study is created for nothing
@@ -209,7 +200,6 @@ def run_search(
     store_results_from(study, check_results_from(store, space, results_from) if sources is None else sources)
     if calibrate:
         _check_calibrate(space)  # a resumed study's stored space
-    check_replicas(space, replicas)
     lease = DriverLease(study).acquire()  # StudyBusy while another live driver holds it
     try:
         return _drive(study, space, options, fresh=not existed)
@@ -218,46 +208,36 @@ def run_search(
 
 
 def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study_name: str, workers: int | None = None,
-                    executor: str = "auto", cpus_per_trial: float = 1.0, runs_per_worker: int = 1,
+                    executor: str = "auto", cpus_per_trial: float = 1.0,
                     on_event: Callable[[str, dict], None] | None = None,
-                    time_limit: float | None = None, replicas: bool | str = False,
-                    drain: float = 0.0) -> tuple[dict | None, str | None]:
+                    time_limit: float | None = None, drain: float = 0.0) -> tuple[dict | None, str | None]:
     """Run the calibration of ``space`` and nothing else (``hlnas calibrate``), in study ``study_name``: a new one,
     or an existing one continued with the runs it lacks. ``executor`` and ``workers`` are resolved by
     :func:`choose_executor`. Returns the stored verdict and, when the protocol failed its controls, the message
     of :class:`~hlnas.calibration.protocol.CalibrationFailed` (``None`` when valid). A search of the same space and study
     reuses the runs. After ``time_limit`` seconds no run starts and those in flight pause (see
     :func:`hlnas.search.calibration.run_calibration`; ``drain``: seconds more for those in flight to finish before
-    they pause); the verdict is then None and calling again continues.
-    ``replicas``: each layout's seeds trained as replicas of one recall model (see :func:`run_search`)."""
+    they pause); the verdict is then None and calling again continues."""
     if not needs_calibration(space):
         raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
-    executor, workers = choose_executor(executor, workers, runs_per_worker=runs_per_worker)
-    _check_runs_per_worker(runs_per_worker, executor)  # before the storage is opened: a bad option writes nothing
-    check_replicas(space, replicas)
+    executor, workers = choose_executor(executor, workers)
     exists = study_name in study_names(open_or_create_storage(storage))
     try:
         study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
                            resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True,
-                           calibrate_only=True, runs_per_worker=runs_per_worker, time_limit=time_limit,
-                           replicas=replicas, drain=drain)
+                           calibrate_only=True, time_limit=time_limit, drain=drain)
         message = None
     except calib.CalibrationFailed as e:
         study, message = load_hlnas_study(storage, study_name), str(e)
     return (study.user_attrs.get("hlnas_calibration") or {}).get("verdict"), message
 
 
-def choose_executor(executor: str, workers: int | None, address: str | None = None,
-                    runs_per_worker: int = 1) -> tuple[str, int]:
+def choose_executor(executor: str, workers: int | None, address: str | None = None) -> tuple[str, int]:
     """``(executor, workers)`` for a search: unset ``workers`` is both cores of a small CPU-only machine (worker
     processes, no Ray start-up: the default space's candidates use one core each), else one; ``auto`` is inline
-    for one worker, else Ray when installed (always with ``address``), else worker processes; with more than one
-    run per worker, always worker processes (the only executor that shares a process among runs)."""
+    for one worker, else Ray when installed (always with ``address``), else worker processes."""
     import importlib.util
     import os
-
-    if executor == "auto" and runs_per_worker > 1 and not address:
-        return "processes", workers or 1
 
     if workers is None:
         import torch
@@ -384,8 +364,6 @@ class _Options:
     skip_calibration: bool
     calibrate: bool
     calibrate_only: bool
-    runs_per_worker: int
-    replicas: bool | str
     drain: float
     calibrated_by: str | None
     results_from: Sequence[str]
@@ -405,7 +383,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
         emit("requeued", {"n": requeued})
     try:
         ex = executor_from_options(o.executor, o.workers, address=o.address, cpus_per_trial=o.cpus_per_trial,
-                       gpus_per_trial=o.gpus_per_trial, runs_per_worker=o.runs_per_worker)
+                       gpus_per_trial=o.gpus_per_trial)
     except BaseException:
         if fresh and not study.get_trials(deepcopy=False):  # created just now for nothing: leave no empty study
             optuna.delete_study(study_name=o.study_name, storage=optuna_adapter.storage_of(study))
@@ -414,7 +392,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
     try:
         verdict = calibrate_if_needed(study, space, ex, emit, storage=o.storage, study_name=o.study_name, fresh=fresh,
                                       calibrate=o.calibrate, skip_calibration=o.skip_calibration, inline=inline,
-                                      time_limit=o.time_limit, replicas=o.replicas, drain=o.drain,
+                                      time_limit=o.time_limit, drain=o.drain,
                                       calibrated_by=o.calibrated_by)
         if verdict is PAUSED:  # out of time before every control run finished: a resume continues it
             return study
@@ -446,14 +424,6 @@ def _check_calibrate(space: SearchSpace) -> None:
     if not needs_calibration(space):
         raise ConfigError(f"--calibrate: space '{space.name}' has no recall objective or has calibration.enabled: false; "
                           "nothing to calibrate")
-
-
-def _check_runs_per_worker(runs_per_worker, executor) -> None:
-    if not is_int(runs_per_worker) or runs_per_worker < 1:
-        raise ConfigError(f"--runs-per-worker must be an integer >= 1, got {runs_per_worker!r}")
-    if runs_per_worker > 1 and executor != "processes":
-        raise ConfigError(f"--runs-per-worker {runs_per_worker} needs --executor processes (trials sharing a worker "
-                          f"process, each on its own CUDA stream); got executor {executor!r}")
 
 
 def load_hlnas_study(storage: str, name: str) -> optuna.Study:

@@ -134,7 +134,8 @@ def trainable(config: dict) -> None:
 
     from hlnas.search.records import constraint_values, trial_spec
     from hlnas.search.rungs import checks
-    from hlnas.search.trial import layout_metrics, run_trial
+    from hlnas.model.cost import layout_metrics
+    from hlnas.search.trial import run_trial
 
     space = space_from_dict(config["hlnas_space"], where="tune config")
     params = {k: config[k] for k in space.params() if k in config}

@@ -43,8 +43,7 @@ def device_name(device) -> str:
 
 def peak_gib(device) -> float | None:
     """The most GPU memory this process has had allocated on ``device`` so far, in GiB (None off CUDA): what a recall
-    run or a unit of replicas needs, for sizing units (10 recall processes at the grid's shape took about 8 GiB each
-    on an H100, 2026-12-06). The process's peak, not one run's: runs sharing a process count together."""
+    run needs, for sizing how many share a GPU. The process's peak, not one run's."""
     dev = torch.device(device)
     return round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None
 

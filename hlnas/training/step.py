@@ -40,7 +40,7 @@ def _warn_once(reason: str) -> None:
 
 def weight_decays(p: Tensor) -> bool:
     """Whether AdamW decays parameter ``p``: weight matrices, unless a mixer marks one ``_no_weight_decay`` (norms,
-    biases and 1-d gates/decays never). The one rule of every hlnas optimizer, solo and replicated."""
+    biases and 1-d gates/decays never). The one rule of every hlnas optimizer."""
     return p.ndim >= 2 and not getattr(p, "_no_weight_decay", False)
 
 
@@ -194,10 +194,7 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
               autocast: torch.dtype | None = None, rewind_warmup: bool = False,
               model_kwargs: dict | None = None) -> tuple[Callable[[Tensor, Tensor], Tensor], str]:
     """``(step, mode)``: ``step(x, y)`` runs one optimizer step on batch ``x``/``y`` (shapes of ``example``)
-    and returns the loss tensor; ``mode`` is ``"graph"`` or ``"eager"``. A replicated model
-    (:mod:`hlnas.training.replicas`) with its :class:`~hlnas.training.replica_step.ReplicaAdamW` works as it is:
-    ``loss_fn`` returns one loss per replica (summed for backward, returned whole) and the optimizer clips each
-    replica's gradient itself.
+    and returns the loss tensor; ``mode`` is ``"graph"`` or ``"eager"``.
 
     Capture trains :data:`WARMUP_STEPS` eager steps and one captured step on ``example``. The recall proxy counts
     them as steps; with ``rewind_warmup`` they leave no trace (model and optimizer are put back, :func:`rewind`), so
@@ -205,7 +202,6 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
     every ``model(x, ...)`` call (``head=False`` where ``loss_fn`` applies the LM head itself)."""
     dev = example[0].device
     params = [p for p in model.parameters() if p.requires_grad]
-    own_clip = getattr(opt, "clip_grad_norm_", None)  # an optimizer that clips its own way (ReplicaAdamW)
     kw = model_kwargs or {}
 
     def ctx():
@@ -217,14 +213,10 @@ def make_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[T
     def one_step(x: Tensor, y: Tensor, captured: bool) -> Tensor:
         with ctx():
             loss = loss_fn(model(x, **kw), y)
-        # a loss vector (one per replica, hlnas.training.replica_step): each replica's gradient is its own loss's
-        (loss.sum() if loss.ndim else loss).backward()
-        if own_clip is not None:  # per replica (ReplicaAdamW): each replica's own norm
-            own_clip(clip)
-        else:
-            # under capture: the foreach norm (no host sync), and grads keep their storage (the graph reads and
-            # writes it in place)
-            torch.nn.utils.clip_grad_norm_(params, clip, foreach=True if captured else None)
+        loss.backward()
+        # under capture: the foreach norm (no host sync), and grads keep their storage (the graph reads and writes it
+        # in place)
+        torch.nn.utils.clip_grad_norm_(params, clip, foreach=True if captured else None)
         opt.step()
         opt.zero_grad(set_to_none=not captured)
         return loss.detach()

@@ -38,7 +38,7 @@ class Mixer(nn.Module):
     #: short registry name (hlnas.model.catalog)
     name: ClassVar[str]
     #: the nn.Parameters this mixer uses bare in its math (not inside a Linear, norm or convolution), each broadcast
-    #: against ``[B, T, *shape]`` activations: hlnas.training.replicas reads them as one row per sequence
+    #: against ``[B, T, *shape]`` activations
     bare_parameters: ClassVar[tuple[str, ...]] = ()
 
     @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -36,16 +36,13 @@ class _GroupedGatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:
-        if takes_lean_norm(self, y, _GroupedGatedRMSNorm):
+        if takes_lean_norm(y):
             return lean_gated_norm(y, z, self.weight, self.eps, "swish", gate_first=True, groups=self.groups)
         cdt = compute_dtype(y)
         h = y.to(cdt) * F.silu(z.to(cdt))
         h = h.unflatten(-1, (self.groups, -1))
         h = (h * torch.rsqrt(h.square().mean(-1, keepdim=True) + self.eps)).flatten(-2)
-        return self._scale(h, self.weight.to(cdt)).to(y.dtype)
-
-    def _scale(self, h: Tensor, w: Tensor) -> Tensor:  # as RMSNorm._scale: one weight per replica when replicated
-        return h * w
+        return (h * self.weight.to(cdt)).to(y.dtype)
 
 
 class Mamba2(Mixer):
@@ -168,7 +165,6 @@ class Mamba2(Mixer):
         y, ht = simple_gla(q, k, v, g, scale=1.0, initial_state=h0, output_final_state=cache is not None)
         if cache is not None:
             cache["state"] = ht.detach()
-        # D skip connection; [..., None] rather than [:, None]: the same for D [H], and right for the replicated
-        # model's per-row D [B, 1, H] (hlnas.training.replicas)
+        # D skip connection
         y = y.to(cdt) + xs * self.D.to(cdt)[..., None]
         return self.out_proj(self.norm(y.reshape(B, T, self.inner).to(x.dtype), z))
