@@ -69,6 +69,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
     objective's result for this recipe's layout and seed, already trained (a calibration's seeds trained as replicas,
     hlnas.recall.replicas.train_mqar_seeds), taken as it is instead of training it again. The tokenizer and
     the MQAR instances mixed into training are resolved once here, for training and scoring alike."""
+    from hlnas.data.token_corpus import data_record
     from hlnas.data.tokenizer import load_tokenizer
     from hlnas.lm.recall_mix import mqar_recall_config, recall_documents
     from hlnas.lm.trainer import device_name, train
@@ -90,6 +91,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
     metrics = {"final_loss": tr.final_loss, "tokens_per_s": tr.tokens_per_s, "steady_tokens_per_s": tr.steady_tokens_per_s,
                "train_wall_s": tr.wall_s, "train_tokens": tr.tokens, "device": tr.device, "device_name": device_name(tr.device),
                "train_step_mode": tr.step_mode}
+    metrics.update(data_record(recipe.data.source, tok))  # which tokenizer and corpus the LM half was measured on
     model = getattr(tr, "model", None)
     if tr.status != "ok" or not score:
         return RunResult(tr.status, metrics, {}, tr, model, tr.error_kind, tr.error)
