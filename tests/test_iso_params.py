@@ -15,7 +15,7 @@ from hlnas.model.layout import PAPER_RATIOS, build_layout
 
 LAYOUTS = [build_layout("transformer", None, 24)] + [build_layout(m, r, 24) for m in linear_mixer_names() for r in PAPER_RATIOS]
 SCALES = {
-    # the real-corpus grid's proxy: d=256, a BPE vocabulary of 8192 (search_spaces/paper_grid_lm_english.yaml)
+    # the real-text grid's proxy: d=256, a BPE vocabulary of 8192 (search_spaces/paper_grid_lm_english.yaml)
     "proxy-256": ModelConfig(d_model=256, vocab_size=8192, n_heads=4, target_params=24_000_000),
     # byte-level at the size, where RetNet ran 25-27M and the rest 21-22M before the solve held
     "bytes-256": ModelConfig(d_model=256, vocab_size=256, n_heads=4, target_params=21_000_000),
@@ -65,3 +65,15 @@ def test_a_trial_records_the_target_beside_the_params_it_got():
     plain = layout_metrics("RRRRRA" * 4, cfg.replace(target_params=None), 4096)
     assert plain["target_params"] is None and plain["mlp_hidden"] == cfg.mlp_width
 
+
+
+def test_every_lm_candidate_of_the_real_text_space_has_the_spaces_size():
+    from hlnas.space import load_space
+
+    space = load_space("paper_grid_lm_english")
+    target = space.model.target_params
+    assert target and len(space.candidates()) == 31
+    for lay in space.candidates():
+        got = layout_metrics(str(lay), space.model, space.kv_context)
+        assert got["target_params"] == target
+        assert abs(got["params"] - target) <= ISO_TOLERANCE * target, f"{lay}: {got['params']:,}"

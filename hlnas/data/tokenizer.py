@@ -50,33 +50,54 @@ class ByteTokenizer:
 class BPETokenizer:
     """A ``tokenizers`` BPE vocabulary from its ``tokenizer.json`` (``hlnas corpus build`` trains one). ``name`` is
     ``bpe<vocab>:<first 16 hex digits of the file's sha256>``: the same vocabulary has the same name on every machine,
-    wherever its file lies; ``sha256`` is the whole digest."""
+    wherever its file lies; ``sha256`` is the whole digest.
+
+    The size and the separator are read from the JSON itself, and the ``tokenizers`` library is imported only to
+    encode or decode: training on a built corpus reads ids that are already there, so a machine without the library
+    (a lent GPU) trains on it all the same."""
 
     def __init__(self, path: str | os.PathLike):
         import hashlib
-
-        from tokenizers import Tokenizer as _Tok
+        import json
 
         data = open(path, "rb").read()
-        self._tok = _Tok.from_str(data.decode("utf-8"))
+        try:
+            spec = json.loads(data)
+            ids = {**spec["model"]["vocab"], **{t["content"]: t["id"] for t in spec.get("added_tokens", [])}}
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"tokenizer '{path}' is not a tokenizers BPE file ({type(e).__name__}: {e}); build one "
+                              "with hlnas corpus build") from None
         self.path = os.fspath(path)
         self.sha256 = hashlib.sha256(data).hexdigest()
-        self.vocab_size = self._tok.get_vocab_size()
+        self.vocab_size = max(ids.values()) + 1
         self.name = f"bpe{self.vocab_size}:{self.sha256[:16]}"
-        eos = self._tok.token_to_id(EOS_TOKEN)
-        if eos is None:
+        if EOS_TOKEN not in ids:
             raise ConfigError(f"tokenizer '{path}' has no {EOS_TOKEN} token to separate documents; build it with "
                               "hlnas corpus build")
-        self.eos_id = int(eos)
+        self.eos_id = int(ids[EOS_TOKEN])
+        self._text = data.decode("utf-8")
+        self._tok = None
+
+    @property
+    def backend(self):
+        """The ``tokenizers`` object, loaded on first use."""
+        if self._tok is None:
+            try:
+                from tokenizers import Tokenizer as _Tok
+            except ImportError:
+                raise ConfigError(f"encoding text with '{self.path}' needs the 'tokenizers' package (pip install "
+                                  "tokenizers); training on its built corpus does not") from None
+            self._tok = _Tok.from_str(self._text)
+        return self._tok
 
     def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self.backend.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: list[int]) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=True)
 
 
 class HFTokenizer:

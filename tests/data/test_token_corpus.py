@@ -105,3 +105,17 @@ def test_a_space_with_too_small_a_vocabulary_fails_when_read(corpus, tmp_path):
     gone = str(tmp_path / "elsewhere")
     assert vocab_mismatch(gone, 256, strict=False) is None
     assert space_from_dict({**raw, "scale": {"data": {"source": gone, "tokenizer": gone}}}).data.source == gone
+
+
+def test_training_reads_the_vocabulary_without_the_tokenizers_library(corpus, monkeypatch):
+    """A lent GPU may lack ``tokenizers``: the size, separator and digest come from the JSON, and the batches too."""
+    import sys
+
+    real = load_tokenizer(corpus)
+    assert real.vocab_size == real.backend.get_vocab_size() and real.eos_id == real.backend.token_to_id("<|endoftext|>")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    tok = load_tokenizer(corpus)
+    assert (tok.name, tok.vocab_size, tok.eos_id) == (real.name, real.vocab_size, real.eos_id)
+    assert next(stream(corpus).train_batches(2)).shape == (2, 33)
+    with pytest.raises(ConfigError, match="needs the 'tokenizers' package"):
+        tok.encode("text")
