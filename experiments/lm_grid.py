@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="folder for runs.jsonl, cells.csv, lm_grid.md")
     ap.add_argument("--workers", type=int, default=1, help="runs at a time, as processes sharing the device (default 1)")
     ap.add_argument("--retry-failed", action="store_true", help="train failed runs again")
+    ap.add_argument("--deadline", type=float, help="seconds after which no run starts and unfinished ones stop (a device "
+                    "call's limit); the finished runs are kept and the rest resume in the next call")
     ap.add_argument("--analyse", action="store_true", help="only write the report from the runs already in --out")
     args = ap.parse_args(argv)
     try:
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = plan(space, cells_, [tokens], [int(s) for s in args.seeds.split(",") if s.strip()])
         runs_file = f"{args.out}/runs.jsonl"
         rows = read_rows(runs_file) if args.analyse else run_all(space, runs, runs_file, workers=args.workers,
-                                                                 retry_failed=args.retry_failed)
+                                                                 retry_failed=args.retry_failed, deadline_s=args.deadline)
     except HlnasError as e:
         print(f"lm_grid: error: {e}", file=sys.stderr)
         return 2

@@ -9,7 +9,6 @@ to a JSONL file as one row, so a call cut short resumes where it stopped; ``--wo
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import multiprocessing
@@ -135,9 +134,11 @@ def read_rows(path: str | Path) -> list[dict]:
     return list(rows.values())
 
 
-def run_all(space, runs: list[LMRun], out: str | Path, *, workers: int = 1, retry_failed: bool = False) -> list[dict]:
+def run_all(space, runs: list[LMRun], out: str | Path, *, workers: int = 1, retry_failed: bool = False,
+            deadline_s: float | None = None) -> list[dict]:
     """Every run of ``runs`` not in ``out`` yet (a failed one again with ``retry_failed``), appended as it finishes;
-    returns all rows of ``out``."""
+    returns all rows of ``out``. ``deadline_s``: after that many seconds no run starts and the unfinished ones are
+    stopped (their workers terminated), so a device call ends inside its limit with every finished run kept."""
     from tqdm.auto import tqdm
 
     out = Path(out)
@@ -145,6 +146,7 @@ def run_all(space, runs: list[LMRun], out: str | Path, *, workers: int = 1, retr
     done = {r["key"]: r for r in read_rows(out)}
     todo = [r for r in runs if r.key not in done or (retry_failed and done[r.key].get("status") != "ok")]
     space_dict = space.to_dict()
+    t_end = None if deadline_s is None else time.monotonic() + deadline_s
     with open(out, "a") as fh, tqdm(total=len(todo), desc="runs", unit="run", dynamic_ncols=True) as bar:
         def keep(row: dict) -> None:
             fh.write(json.dumps(row) + "\n")
@@ -153,11 +155,38 @@ def run_all(space, runs: list[LMRun], out: str | Path, *, workers: int = 1, retr
             bar.set_postfix(last=f"{row['mixer']} {row['ratio']} {row['tokens']:,} s{row['seed']}: {row.get('val_loss')}",
                             refresh=False)
 
-        if workers <= 1:
+        if workers <= 1 and t_end is None:
             for run in todo:
                 keep(run_one(space_dict, run))
-        else:
-            with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                for fut in concurrent.futures.as_completed([pool.submit(run_one, space_dict, r) for r in todo]):
-                    keep(fut.result())
+        elif todo:
+            _pooled(space_dict, todo, max(1, workers), t_end, keep)
     return read_rows(out)
+
+
+def _pooled(space_dict: dict, todo: list[LMRun], workers: int, t_end: float | None, keep) -> None:
+    """The runs in ``workers`` spawned processes (CUDA needs spawn), each result kept as it comes; at ``t_end`` the
+    pool is terminated and what had not finished is left for the next call."""
+    if t_end is not None and time.monotonic() >= t_end:
+        print("lm_runs: deadline reached before any run; they resume in the next call", flush=True)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    pool = ctx.Pool(workers)  # workers live across runs: each new process would pay its imports and CUDA start again
+    try:
+        results = pool.imap_unordered(_run_packed, [(space_dict, r) for r in todo])
+        for _ in todo:
+            left = None if t_end is None else t_end - time.monotonic()
+            if left is not None and left <= 0:
+                print(f"lm_runs: deadline reached; {len(todo)} runs planned, the rest resume in the next call", flush=True)
+                break
+            try:
+                keep(results.next(timeout=left))
+            except multiprocessing.TimeoutError:
+                print("lm_runs: deadline reached; unfinished runs stopped, they resume in the next call", flush=True)
+                break
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _run_packed(args: tuple) -> dict:
+    return run_one(*args)

@@ -134,3 +134,47 @@ def test_lm_grid_runs_every_cell_and_reports_the_findings_on_a_tiny_configuratio
                    "Training seconds per candidate run"):
         assert needle in text, needle
     assert (out / "cells.csv").read_text().count("\n") == 1 + 7
+
+
+@pytest.mark.slow  # a spawned worker imports torch and fla afresh: about 10 s on a busy 2-core machine
+def test_runs_in_a_worker_process_stop_at_the_deadline_and_resume(tiny):
+    root, space = tiny
+    out = root / "pooled"
+    argv = ["--space", str(space), "--cells", "transformer,gla:pure", "--budgets", "64", "--seeds", "0", "--out", str(out),
+            "--workers", "1"]
+    assert lm_budget.main([*argv, "--deadline", "0"]) == 0  # the call's time is up before any run: none kept, no error
+    assert not (out / "runs.jsonl").read_text().strip()
+    assert lm_budget.main([*argv, "--deadline", "300"]) == 0
+    rows = [json.loads(ln) for ln in (out / "runs.jsonl").read_text().splitlines()]
+    assert sorted(r["mixer"] for r in rows) == ["gla", "transformer"] and all(r["status"] == "ok" for r in rows)
+
+
+def test_the_device_script_resumes_the_carried_runs_and_refuses_a_missing_corpus(tiny, tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root, space = tiny
+    repo = Path(__file__).resolve().parents[1]
+    work = tmp_path / "repo"
+    shutil.copytree(repo / "experiments", work / "experiments")
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "HLNAS_SITE": str(tmp_path / "site"),
+           "PYTHONPATH": str(repo), "CORPUS": str(tmp_path / "none")}
+    sh = ["bash", "experiments/lm_gpu.sh"]
+    r = subprocess.run([*sh, "budget"], cwd=work, env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "no built corpus at" in r.stdout
+    r = subprocess.run([*sh, "tune"], cwd=work, env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown step 'tune'; allowed: budget, grid" in r.stdout
+    # the previous call's runs, carried: every planned run is there, so this call trains nothing and writes the table
+    done = root / "budget" / "runs.jsonl"
+    if not done.is_file():
+        pytest.skip("needs test_lm_budget_runs_resumes_and_tables_on_a_tiny_configuration's runs")
+    (work / ".gpu_state/lm/budget").mkdir(parents=True)
+    shutil.copy(done, work / ".gpu_state/lm/budget/runs.jsonl")
+    env["CORPUS"] = str(root / "english")
+    r = subprocess.run([*sh, "budget", "--space", str(space), "--cells", "transformer,gla:pure,hgrn:3:1", "--budgets",
+                        "64,256"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "12 runs already done" in r.stdout and "| 64 | 256 | 3 |" in (tmp_path / "out/lm/budget/budget.md").read_text()
