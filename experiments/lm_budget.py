@@ -100,15 +100,17 @@ def agreement(rows: list[dict], threshold: float = 0.9) -> dict:
 
 
 def cost(rows: list[dict]) -> dict[int, dict]:
-    """Per budget: training seconds per run (mean, max) and the cards they ran on."""
+    """Per budget: training seconds per run (mean, max), GPU-seconds estimated as wall / the runs sharing the device,
+    and the cards they ran on."""
     out: dict = {}
     for r in rows:
         if r.get("status") == "ok" and r.get("train_wall_s") is not None:
-            d = out.setdefault(r["tokens"], {"s": [], "cards": set()})
+            d = out.setdefault(r["tokens"], {"s": [], "gpu": [], "cards": set()})
             d["s"].append(r["train_wall_s"])
+            d["gpu"].append(r["train_wall_s"] / (r.get("concurrency") or 1))
             d["cards"].add(r.get("device_name") or "unrecorded")
-    return {b: {"mean": mean(d["s"]), "max": max(d["s"]), "n": len(d["s"]), "cards": sorted(d["cards"])}
-            for b, d in sorted(out.items())}
+    return {b: {"mean": mean(d["s"]), "max": max(d["s"]), "gpu_mean": mean(d["gpu"]), "n": len(d["s"]),
+                "cards": sorted(d["cards"])} for b, d in sorted(out.items())}
 
 
 def _g(x, spec="+.3f") -> str:
@@ -133,9 +135,11 @@ def report(rows: list[dict], threshold: float, what: str) -> str:
             pick += f" (the first pair to reach it, N = {ag['first']:,}, has a larger pair below it)"
     else:
         pick = f"none: no measured N agrees with 4N at rho >= {threshold} from there on; measure larger budgets"
-    lines += ["", f"Pick: {pick}.", "", "## Cost", "", "| budget | runs | training s per run (mean) | max | cards |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {b:,} | {d['n']} | {d['mean']:.1f} | {d['max']:.1f} | {', '.join(d['cards'])} |" for b, d in c.items()]
+    lines += ["", f"Pick: {pick}.", "", "## Cost", "",
+              "| budget | runs | training s per run (mean) | max | GPU-s per run (wall / runs sharing the device) | cards |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {b:,} | {d['n']} | {d['mean']:.1f} | {d['max']:.1f} | {d['gpu_mean']:.1f} | {', '.join(d['cards'])} |"
+              for b, d in c.items()]
     failed = [r for r in rows if r.get("status") != "ok"]
     if failed:
         lines += ["", f"Failed runs ({len(failed)}): " + "; ".join(f"{r['mixer']} {r['ratio']} {r['tokens']:,} s{r['seed']}: "

@@ -145,11 +145,14 @@ def report(rows: list[dict], what: str) -> str:
     t6 = lm_by_ratio()
     out += ["", "The paper (Table 6, a relative ranking only): LM range over ratios per mixer "
             + "; ".join(f"{m} {max(v.values()) - min(v.values()):.3f}" for m, v in t6.items() if m != "average") + "."]
-    walls = [r["train_wall_s"] for r in rows if r.get("status") == "ok" and r.get("train_wall_s") is not None]
-    cards = sorted({r.get("device_name") or "unrecorded" for r in rows if r.get("status") == "ok"})
+    timed = [r for r in rows if r.get("status") == "ok" and r.get("train_wall_s") is not None]
+    walls = [r["train_wall_s"] for r in timed]
+    gpu = [r["train_wall_s"] / (r.get("concurrency") or 1) for r in timed]
+    cards = sorted({r.get("device_name") or "unrecorded" for r in timed})
     out += ["", "## Cost", ""]
-    out.append(f"Training seconds per candidate run: mean {mean(walls):.1f}, max {max(walls):.1f} over {len(walls)} runs "
-               f"({', '.join(cards)})." if walls else "No run finished.")
+    out.append(f"Training seconds per candidate run: mean {mean(walls):.1f}, max {max(walls):.1f} over {len(walls)} runs; "
+               f"GPU-seconds per candidate (wall / the runs sharing the device, an estimate): mean {mean(gpu):.1f}, max "
+               f"{max(gpu):.1f} ({', '.join(cards)})." if walls else "No run finished.")
     failed = [r for r in rows if r.get("status") != "ok"]
     if failed:
         out += ["", f"Failed runs ({len(failed)}): " + "; ".join(f"{r['mixer']} {r['ratio']} s{r['seed']}: "

@@ -149,6 +149,7 @@ def run_all(space, runs: list[LMRun], out: str | Path, *, workers: int = 1, retr
     t_end = None if deadline_s is None else time.monotonic() + deadline_s
     with open(out, "a") as fh, tqdm(total=len(todo), desc="runs", unit="run", dynamic_ncols=True) as bar:
         def keep(row: dict) -> None:
+            row["concurrency"] = max(1, workers)  # runs sharing the device: wall seconds / this estimates GPU-seconds
             fh.write(json.dumps(row) + "\n")
             fh.flush()
             bar.update(1)
