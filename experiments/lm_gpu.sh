@@ -3,7 +3,8 @@
 #   STEP budget: experiments/lm_budget.py (the token budget at which the val-loss ranking holds)
 #   STEP grid:   experiments/lm_grid.py at TOKENS (lm_budget's pick; default 2M) (the paper's LM findings)
 # Carry: corpora/english (the built corpus: git-ignored, so named in carry), .whl/gpu (fla and its needs as wheels,
-# experiments/device/README.md), and from the second call on .gpu_state/lm (the runs the previous calls brought back).
+# experiments/device/README.md), and from the second call on .gpu_state/lm (the runs the previous calls brought back);
+# .triton_cache too where the 64 MiB allow it (about 38 MiB of repository, 7.3 of corpus, 7.4 of wheels).
 # Each call resumes the step's runs, stops starting runs at LIMIT seconds (default 520: inside a call's 600), and
 # leaves $OUT/lm/STEP/runs.jsonl (every finished run so far) and the step's report beside it: copy $OUT/lm to
 # .gpu_state/lm before the next call. Knobs: WORKERS (runs sharing the GPU as processes, default 4), CORPUS.
@@ -22,6 +23,12 @@ if [ ! -f "$CORPUS/manifest.json" ]; then
 fi
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.triton/cache} TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$HOME/.triton/inductor}
+for c in triton inductor; do  # a carried .triton_cache (h200.sh's archives), once per machine: kernels start compiled
+  dir=$TRITON_CACHE_DIR; [ $c = inductor ] && dir=$TORCHINDUCTOR_CACHE_DIR
+  if [ ! -d "$dir" ] && ls .triton_cache/${c}_cache.tgz.* >/dev/null 2>&1; then
+    mkdir -p "$HOME/.triton" && cat .triton_cache/${c}_cache.tgz.* | tar xzf - -C "$HOME/.triton"
+  fi
+done
 for d in .whl/*/; do  # carried wheels, once per machine (a warm machine keeps them)
   [ -d "$d" ] || continue
   w=$(basename "$d"); [ -f "$SITE/.hlnas_$w" ] && continue
