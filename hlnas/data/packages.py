@@ -26,7 +26,7 @@ from pathlib import Path
 from hlnas.errors import HlnasError, did_you_mean
 
 __all__ = ["PackagePart", "PARTS", "CORPORA", "PackageError", "ARCHIVE_SUFFIXES", "TEXT_MEMBERS", "fetch", "find_archive",
-           "iter_members", "is_archive", "part_for_archive", "archive_identity", "corpus_parts"]
+           "iter_members", "is_archive", "part_for_archive", "archive_identity", "corpus_parts", "matches", "part_documents"]
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip", ".whl", ".deb")
 #: what an archive of no known part gives as documents: its text files, licences and changelogs left out
@@ -249,5 +249,3 @@ def part_documents(path: Path, part: PackagePart | None) -> tuple[list[tuple[str
             docs.append((name, data))
     return docs, lic
 
-
-__all__ += ["matches", "part_documents"]
