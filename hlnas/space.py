@@ -408,6 +408,11 @@ class _Validator(SettingsChecker):
                 built[k] = build(sections[k])
             except (ConfigError, TypeError, ValueError) as e:
                 self.fail(f"scale.{k}: {e}")
+        from hlnas.data.tokenizer import vocab_mismatch
+
+        why = vocab_mismatch(built["data"].tokenizer, built["model"].vocab_size, strict=False)
+        if why:
+            self.fail(f"scale: {why}")
         mixed = built["train"].recall_every and built["train"].recall_format == "mqar"
         if "mqar_mixed" in built["score"].objectives and not mixed:
             self.fail("scale.score.objectives has mqar_mixed, which scores the MQAR instances mixed into training: "

@@ -10,6 +10,7 @@ import sys
 
 from hlnas.model.catalog import code_table, linear_mixer_names
 from hlnas.cli.bench import add_bench
+from hlnas.cli.corpus import add_corpus
 from hlnas.cli.validate import add_validate
 from hlnas.cli.warm import add_warm
 from hlnas.errors import HlnasError
@@ -465,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_layout, _add_train, _add_eval, _add_search, _add_calibrate, _add_status, _add_dashboard,
-                _add_report, add_validate, add_bench, add_warm):  # the order of `hlnas --help`
+                _add_report, add_validate, add_bench, add_warm, add_corpus):  # the order of `hlnas --help`
         add(sub)
     return parser
 

@@ -11,7 +11,9 @@ _EXPORTS = {
     "DataConfig": "sources", "DataSourceError": "sources", "iter_documents": "sources",
     "TokenStream": "packing", "tokens_per_batch": "packing",
     "synthetic_documents": "corpus", "synthetic_document": "corpus",
-    "Tokenizer": "tokenizer", "ByteTokenizer": "tokenizer", "load_tokenizer": "tokenizer",
+    "Tokenizer": "tokenizer", "ByteTokenizer": "tokenizer", "BPETokenizer": "tokenizer", "load_tokenizer": "tokenizer",
+    "TokenCorpus": "token_corpus", "is_token_corpus": "token_corpus", "CorpusSpec": "corpus_build",
+    "build_corpus": "corpus_build",
 }
 
 __all__ = sorted(_EXPORTS)

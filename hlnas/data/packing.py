@@ -5,7 +5,9 @@ token stream and cut into rows of ``seq_len + 1`` tokens: a row gives inputs ``r
 targets ``row[1:]``, both ``seq_len`` long. No padding; a document may span two rows.
 
 Split: the first ``cfg.val_docs`` documents of the source are validation, every later document is
-training, so the two never share a document. Finite sources are repeated (epochs) for training.
+training, so the two never share a document; a built corpus (:mod:`hlnas.data.token_corpus`) brings its own split,
+by document. Finite sources are repeated (epochs) for training; a built corpus's passes each take their own order,
+drawn from the data seed (``cfg.seed``).
 
 Order: training batch ``i`` is a pure function of ``(cfg, seq_len, batch_size, i)`` (and the extra
 documents, when mixed in), so ``train_batches(b, start_step=i)`` yields the same tensors as
@@ -25,6 +27,7 @@ from hlnas.errors import ConfigError
 
 from .corpus import synthetic_documents
 from .sources import DataConfig, DataSourceError, iter_documents
+from .token_corpus import TokenCorpus, is_token_corpus
 from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
 __all__ = ["TokenStream", "tokens_per_batch"]
@@ -64,7 +67,14 @@ class TokenStream:
         self.extra_every = extra_every
         self.extra_count = extra_count
         self._val_rows: list[list[int]] | None = None
-        if not cfg.source.startswith("hf:"):  # fail now on a bad path or column (a hub dataset loads lazily)
+        self.corpus: TokenCorpus | None = None
+        if cfg.source not in ("synthetic",) and not cfg.source.startswith("hf:") and is_token_corpus(cfg.source):
+            self.corpus = TokenCorpus(cfg.source)
+            if getattr(self.tokenizer, "sha256", None) != self.corpus.tokenizer_sha256:
+                raise DataSourceError(
+                    f"data source '{cfg.source}' holds the ids of its own tokenizer ({self.corpus.vocab_size} ids); "
+                    f"data.tokenizer={cfg.tokenizer!r} is another: set data.tokenizer to '{cfg.source}'")
+        elif not cfg.source.startswith("hf:"):  # fail now on a bad path or column (a hub dataset loads lazily)
             iter_documents(cfg)
 
     @property
@@ -79,8 +89,11 @@ class TokenStream:
         return tokens_per_batch(batch_size, self.seq_len)
 
     # ----- documents
-    def val_documents(self) -> list[str]:
-        """The held-out documents: the first ``cfg.val_docs`` of the source (fewer if it is shorter)."""
+    def val_documents(self) -> list[str | list[int]]:
+        """The held-out documents: the first ``cfg.val_docs`` of the source (fewer if it is shorter), or a built
+        corpus's validation split."""
+        if self.corpus is not None:
+            return self.corpus.documents("val")
         return list(itertools.islice(iter_documents(self.cfg), self.cfg.val_docs))
 
     def train_documents(self) -> Iterator[str]:
@@ -95,6 +108,9 @@ class TokenStream:
         cfg = self.cfg
         if cfg.source == "synthetic":  # random access: no need to generate the validation documents
             yield from synthetic_documents(cfg.seed, start=cfg.val_docs)
+            return
+        if self.corpus is not None:
+            yield from self.corpus.train_documents(cfg.seed)
             return
         for epoch in itertools.count():
             n = 0

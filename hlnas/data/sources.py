@@ -7,6 +7,9 @@ A source is named by one string, ``DataConfig.source``:
 * a local path: a ``.txt`` file (documents separated by blank lines), a ``.jsonl``/``.json`` file
   (one JSON object per line, text in ``text_key``), a ``.parquet`` file (column ``text_key``, read in
   row-group batches), or a directory holding such files (read in sorted path order);
+* a corpus folder built by ``hlnas corpus build`` (:mod:`hlnas.data.token_corpus`): documents already tokenized,
+  split by document when it was built (its validation split is the validation documents; ``val_docs`` does not
+  apply) and read with its own tokenizer (``DataConfig.tokenizer`` = the same folder);
 * ``"hf:NAME"`` or ``"hf:NAME:CONFIG"``: a Hugging Face dataset, streamed (the paper trained on
   ``hf:HuggingFaceFW/fineweb-edu:sample-10BT``). NAME may also be a local dataset folder, which
   works offline.
@@ -76,8 +79,9 @@ class DataConfig:
         return config_from_dict(cls, data, "data config")
 
 
-def iter_documents(cfg: DataConfig) -> Iterator[str]:
-    """The documents of ``cfg.source`` in a fixed order (infinite for ``synthetic``, else one pass).
+def iter_documents(cfg: DataConfig) -> Iterator[str | list[int]]:
+    """The documents of ``cfg.source`` in a fixed order (infinite for ``synthetic``, else one pass; token id lists for
+    a built corpus).
 
     Empty or missing (``None``) texts are skipped. Raises :class:`DataSourceError` on an unreadable
     source; for files, the check runs before the first document is yielded.
@@ -88,6 +92,11 @@ def iter_documents(cfg: DataConfig) -> Iterator[str]:
     if src.startswith("hf:"):
         return _iter_hf(src[3:], cfg)
     path = Path(src).expanduser()
+    from .token_corpus import TokenCorpus, is_token_corpus
+
+    if is_token_corpus(path):  # token id lists: the validation split, then the training split in the corpus's order
+        corpus = TokenCorpus(path)
+        return iter([*corpus.documents("val"), *corpus.documents("train")])
     if not path.exists():
         raise DataSourceError(
             f"data source '{src}' does not exist; give 'synthetic', an existing file ({', '.join(FILE_EXTENSIONS)}) "

@@ -267,6 +267,9 @@ def train(
     mix = ({"extra_docs": extra_docs, "extra_every": train_cfg.recall_every, "extra_count": train_cfg.recall_count}
            if extra_docs and train_cfg.recall_every else {})
     stream = TokenStream(data_cfg, train_cfg.seq_len, tokenizer=tokenizer, **mix)
+    if stream.vocab_size > model.cfg.vocab_size:  # ids past the embedding would fail inside the first step
+        raise ConfigError(f"model.vocab_size={model.cfg.vocab_size} is smaller than the data's tokenizer "
+                          f"({data_cfg.tokenizer!r}: {stream.vocab_size} ids); set model.vocab_size: {stream.vocab_size}")
     # what a checkpoint records of the run (load_checkpoint, resume): the configs as their to_dict writes them
     meta = {"layout": str(layout), **{k: config_to_dict(c) for k, c in (("model", model.cfg), ("train", train_cfg),
                                                                         ("data", data_cfg))}}

@@ -24,7 +24,7 @@ from hlnas.errors import ConfigError
 from hlnas.model.layout import Layout
 from hlnas.model.nn import SwiGLU
 
-__all__ = ["LayoutCost", "layout_cost", "layout_metrics", "resolve_config", "parse_dtype", "DTYPES"]
+__all__ = ["LayoutCost", "layout_cost", "layout_metrics", "resolve_config", "parse_dtype", "DTYPES", "ISO_TOLERANCE"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 
@@ -52,21 +52,43 @@ def _params(layout: Layout, cfg: ModelConfig, mlp_hidden: int) -> int:
     return embed + norms + _mixer_params(layout, cfg) + n * SwiGLU.param_count(d, mlp_hidden)
 
 
+#: how far from ``target_params`` a solved layout may land (the paper compared models of matched size)
+ISO_TOLERANCE = 0.02
+# MLP width multiples tried in turn, coarsest first: 128 keeps fla's tile-friendly widths where it lands close; a small
+# proxy's 24 layers x 3 x d params per width unit make 128 too coarse (up to 5% off at d=256)
+_WIDTH_MULTIPLES = (128, 64, 32, 16, 8, 1)
+
+
 def resolve_config(layout: Layout, cfg: ModelConfig, multiple_of: int = 128) -> ModelConfig:
-    """Fix the MLP width: ``cfg.mlp_hidden``, else solved from ``cfg.target_params``, else fla's rule."""
+    """Fix the MLP width: ``cfg.mlp_hidden``, else solved from ``cfg.target_params``, else fla's rule.
+
+    The solve takes the coarsest width multiple (``multiple_of``, then 64, 32, ... 1) whose nearest width puts the
+    whole model within a quarter of :data:`ISO_TOLERANCE` of the target; failing that, the closest width, which must
+    be within :data:`ISO_TOLERANCE`. So every layout of a space has the space's size, whatever its mixers."""
     # n_layers follows the layout: mixers that spread settings over depth (HGRN's forget-gate lower bound) read it.
     cfg = cfg.replace(n_layers=layout.n_layers)
     if cfg.mlp_hidden is not None or cfg.target_params is None:
         return cfg.replace(mlp_hidden=cfg.mlp_width)
+    target = cfg.target_params
     fixed = _params(layout, cfg, 0)
     per_unit = layout.n_layers * SwiGLU.param_count(cfg.d_model, 1)
-    units = round((cfg.target_params - fixed) / per_unit / multiple_of)
-    if units < 1:
+    if target - fixed < per_unit:
         raise ConfigError(
-            f"target_params={cfg.target_params:,} is below what layout {layout} needs without an MLP "
+            f"target_params={target:,} is below what layout {layout} needs without an MLP "
             f"({fixed:,}); raise target_params or set mlp_hidden"
         )
-    return cfg.replace(mlp_hidden=units * multiple_of)
+    best, best_off = 0, float("inf")
+    for m in (multiple_of, *(k for k in _WIDTH_MULTIPLES if k < multiple_of)):
+        width = max(1, round((target - fixed) / per_unit / m)) * m
+        off = abs(fixed + width * per_unit - target) / target
+        if off < best_off:
+            best, best_off = width, off
+        if off <= ISO_TOLERANCE / 4:
+            break
+    if best_off > ISO_TOLERANCE:
+        raise ConfigError(f"no MLP width puts layout {layout} within {ISO_TOLERANCE:.0%} of target_params={target:,} "
+                          f"(each width unit adds {per_unit:,} params); raise target_params or set mlp_hidden")
+    return cfg.replace(mlp_hidden=best)
 
 
 @dataclass(frozen=True)
@@ -139,6 +161,9 @@ def layout_metrics(layout_str: str, model: ModelConfig, kv_context: int, placeme
         "linear_mixers": list(layout.linear_mixers),
         "placement": placement,
         "params": cost.params,
+        # the iso-parameter solve's goal and the width it chose (None when the space sets no target)
+        "target_params": model.target_params,
+        "mlp_hidden": cost.mlp_hidden,
         "kv_cache_bytes": cost.kv_cache_bytes,
         "kv_context": kv_context,
         "state_bytes": cost.state_bytes,

@@ -144,6 +144,7 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
 
 def _stages(recipe, *, out_dir, progress: bool, score: bool, recall_only: bool, extra_docs, recall: dict | None,
             recall_pause: RecallPause | None) -> RunResult:
+    from hlnas.data.token_corpus import data_record
     from hlnas.recall.baselines import recall_metrics
 
     if recall is None and score and "mqar" in recipe.score.objectives:
@@ -156,6 +157,7 @@ def _stages(recipe, *, out_dir, progress: bool, score: bool, recall_only: bool, 
         return RunResult("ok", m, m)
     stage = lm_stage(recipe, out_dir=out_dir, progress=progress, extra_docs=extra_docs)
     tr, metrics = stage.train, stage.metrics()
+    metrics.update(data_record(recipe.data.source, stage.tokenizer))  # the tokenizer and corpus the LM half measured on
     model = getattr(tr, "model", None)
     if tr.status != "ok" or not score:
         return RunResult(tr.status, metrics, {}, tr, model, tr.error_kind, tr.error)
