@@ -269,10 +269,11 @@ def layout_record(layout, preset: str, cost) -> dict:
 
 def layout_card(layout, preset: str, cost) -> str:
     """``hlnas layout``: the layers drawn one character each, then the cost, one figure a line."""
-    picture = "".join("█" if m == "attention" else "·" for m in layout.mixers)
+    picture = "".join("█" if m == "attention" else "▒" if m.startswith("swa:") else "·" for m in layout.mixers)
+    key = "█ attention  ▒ sliding window  · linear" if "▒" in picture else "█ attention  · linear"
     return "\n".join([
         f"layout         {layout}   ({layout.describe()})",
-        f"layers         {picture}   █ attention  · linear",
+        f"layers         {picture}   {key}",
         f"preset         {preset} (MLP width {cost.mlp_hidden})",
         f"params         {cost.params:,}",
         f"KV cache       {format_bytes(cost.kv_cache_bytes)}  (context {cost.context}, batch {cost.batch}, {cost.dtype})",

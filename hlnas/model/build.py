@@ -11,8 +11,7 @@ import threading
 import torch
 from torch import Tensor, nn
 
-from hlnas.model.cost import resolve_config
-from hlnas.model.catalog import MIXERS
+from hlnas.model.cost import layer_mixer, resolve_config
 from hlnas.model.config import ModelConfig
 from hlnas.model.layout import Layout
 from hlnas.model.mixers.base import Mixer, cache_nbytes
@@ -62,8 +61,8 @@ class HybridLM(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         blocks = []
         for i, name in enumerate(layout.mixers):
-            cls: type[Mixer] = MIXERS.get(name)
-            blocks.append(Block(cls(cfg.d_model, cls.hparams(cfg), i), cfg.d_model, cfg.mlp_width, cfg.norm_eps))
+            cls, hp = layer_mixer(name, cfg)
+            blocks.append(Block(cls(cfg.d_model, hp, i), cfg.d_model, cfg.mlp_width, cfg.norm_eps))
         self.blocks = nn.ModuleList(blocks)
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
