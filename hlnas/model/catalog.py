@@ -43,6 +43,8 @@ _ENTRIES = [
     MixerEntry("deltanet", "D", "hlnas.model.mixers.deltanet:DeltaNet", False, "DeltaNet"),
     MixerEntry("gated_deltanet", "Z", "hlnas.model.mixers.gated_deltanet:GatedDeltaNet", False, "GatedDeltaNet"),
     MixerEntry("mamba2", "M", "hlnas.model.mixers.mamba2:Mamba2", False, "Mamba-2"),
+    MixerEntry("kda", "K", "hlnas.model.mixers.kda:KDA", False, "KDA"),
+    MixerEntry("rwkv7", "W", "hlnas.model.mixers.rwkv7:RWKV7", False, "RWKV-7"),
 ]
 
 #: The six linear mixers of the paper's grid (arXiv 2507.06457), in its order.
@@ -59,7 +61,8 @@ for _e in _ENTRIES:
 
 
 #: Short spellings people use; layouts always store the canonical name.
-ALIASES = {"gdn": "gated_deltanet", "gated_delta_net": "gated_deltanet", "delta_net": "deltanet", "hgrn-2": "hgrn2", "mamba-2": "mamba2"}
+ALIASES = {"gdn": "gated_deltanet", "gated_delta_net": "gated_deltanet", "delta_net": "deltanet", "hgrn-2": "hgrn2", "mamba-2": "mamba2",
+           "kimi_delta_attention": "kda", "rwkv-7": "rwkv7"}
 
 
 def canonical(name: str) -> str:

@@ -13,16 +13,17 @@ from tests.helpers import assert_close
 
 CFG = preset("proxy-tiny")
 #: every mixer with its defaults (a windowed kind as a layer of window 8, shorter than the tests' sequences), plus
-#: variants whose settings add modules or state: attention with its input conv
-CASES = [*(f"{n}:8" if mixer_entry(n).windowed else n for n in MIXERS.names()), "attention+input_conv"]
+#: variants whose settings add modules or state: attention with its input conv, RWKV-7 past layer 0 (its value
+#: residual's v_lora, lerping toward zeros alone: layer 0's v comes from the model, tests/test_rwkv7_model.py)
+CASES = [*(f"{n}:8" if mixer_entry(n).windowed else n for n in MIXERS.names()), "attention+input_conv", "rwkv7@1"]
 VARIANTS = {"attention+input_conv": {"input_conv": 4}}
 
 
-def make(name: str, dtype=torch.float64, layer_idx: int = 0):
-    layer = name.split("+")[0]
+def make(name: str, dtype=torch.float64):
+    layer, _, idx = name.split("+")[0].partition("@")
     cls, hp = layer_mixer(layer, CFG.replace(mixer_hparams={split_layer(layer)[0]: VARIANTS.get(name, {})}))
     torch.manual_seed(0)
-    m = cls(CFG.d_model, hp, layer_idx=layer_idx).to(dtype)
+    m = cls(CFG.d_model, hp, layer_idx=int(idx or 0)).to(dtype)
     # re-randomize every parameter so zero-initialized gates cannot hide bugs
     with torch.no_grad():
         for p in m.parameters():
@@ -33,7 +34,7 @@ def make(name: str, dtype=torch.float64, layer_idx: int = 0):
 @pytest.mark.parametrize("name", CASES)
 def test_param_count_matches_module(name):
     cls, hp, m = make(name)
-    assert cls.layer_param_count(CFG.d_model, hp, 0) == sum(p.numel() for p in m.parameters())
+    assert cls.layer_param_count(CFG.d_model, hp, m.layer_idx) == sum(p.numel() for p in m.parameters())
 
 
 @pytest.mark.parametrize("name", CASES)
