@@ -349,6 +349,7 @@ def plot_hypervolume(info: HypervolumeInfo):
 class LayoutInfo(NamedTuple):
     rows: tuple[tuple[str, str], ...]  # (row label, layout string), top row first
     codes: tuple[str, ...]  # colour order
+    study: str = ""  # the study's name, for the export command under the picture
 
 
 def layout_info(data: StudyData, candidates: Sequence[int] | None = None, max_rows: int = 40) -> LayoutInfo:
@@ -367,7 +368,7 @@ def layout_info(data: StudyData, candidates: Sequence[int] | None = None, max_ro
             recall = r.metric("recall")
             rows.append((f"#{r.number}" + (f" r={recall:.3f}" if recall is not None else ""), r.layout))
     codes = tuple(mixer_entry(name).code for name in MIXERS.names())
-    return LayoutInfo(tuple(rows[:max_rows]), codes)
+    return LayoutInfo(tuple(rows[:max_rows]), codes, data.name)
 
 
 def plot_layouts(info: LayoutInfo):
@@ -396,9 +397,14 @@ def plot_layouts(info: LayoutInfo):
                                xgap=1, ygap=1, showscale=False))
     legend = " ".join(f"<span style='color:{MIXER_COLORS.get(mixer_for_code(c).name)}'>■</span>{c}={mixer_for_code(c).name}"
                       for c in info.codes)  # fmt: skip
+    if info.study:  # where a row goes next: an fla config at scale (hlnas.analysis.export, docs/export.md)
+        fig.add_annotation(text=f"export a row as an fla model config: hlnas export --study {info.study} --trial # "
+                                "--scale paper-340m --out DIR (docs/export.md)",
+                           xref="paper", yref="paper", x=0, y=-0.08, xanchor="left", yanchor="top", showarrow=False,
+                           font=dict(size=11, color="#555555"))
     fig.update_layout(title=dict(text=f"{title}<br><sup>{legend}</sup>"), template="plotly_white",
                       xaxis=dict(title="layer", dtick=1 if depth <= 32 else None), yaxis=dict(autorange="reversed", type="category"),
-                      margin=dict(l=110, r=20, t=70, b=40))  # fmt: skip
+                      margin=dict(l=110, r=20, t=70, b=70 if info.study else 40))  # fmt: skip
     return fig
 
 

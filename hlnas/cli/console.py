@@ -239,6 +239,10 @@ def status_text(summary: dict) -> str:
     elif cal:
         lines.append(f"calibration: {cal.get('status')}")
     lines.append(front_table(summary["front"], summary["calibration"]))
+    if summary.get("export"):  # each front member as an fla config (hlnas.analysis.export.front_exports)
+        lines.append("\nexport a front member as an fla model config (paper-340m here; --scale paper-1.3b or --width "
+                     "--depth --heads --vocab for others; docs/export.md):")
+        lines += [f"  {e['number']:>4}  " + (e["command"] or f"cannot export: {e['refusal']}") for e in summary["export"]]
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import sys
 
 from hlnas.model.catalog import code_table, linear_mixer_names
 from hlnas.cli.bench import add_bench
+from hlnas.cli.export_cmd import add_export, front_export_hint
 from hlnas.cli.warm import add_warm
 from hlnas.errors import HlnasError
 from hlnas.outputs import output_dir as _out_dir, write_output as _write_text
@@ -419,7 +420,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     storage = args.storage or DEFAULT_STORAGE
     study = load_hlnas_study(storage, args.study or only_study_name(storage))
-    summary, as_if = study_summary(study), ""
+    summary, as_if = {**study_summary(study), "export": front_export_hint(study, args.storage)}, ""
     if args.as_if:  # the stored runs judged under other thresholds, printed after the stored verdict
         from hlnas.calibration.whatif import study_as_if
 
@@ -479,7 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_layout, _add_train, _add_eval, _add_search, _add_calibrate, _add_status, _add_dashboard,
-                _add_report, add_bench, add_warm):  # the order of `hlnas --help`
+                _add_report, add_export, add_bench, add_warm):  # the order of `hlnas --help`
         add(sub)
     return parser
 
