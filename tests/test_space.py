@@ -21,7 +21,7 @@ from hlnas.space import (
 from hlnas.lm.trainer import TrainConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHIPPED = ("tiny", "paper_grid", "placement", "hetero")
+SHIPPED = ("tiny", "paper_grid", "placement", "hetero", "frontier")
 # attention layers of the released m-a-p checkpoints (reference/paper_grid.md section 2), 0-based
 RELEASED = {"pure": (), "24:1": (23,), "12:1": (11, 23), "6:1": (5, 11, 17, 23), "3:1": (2, 5, 8, 11, 14, 17, 20, 23)}
 
