@@ -23,10 +23,9 @@ never the all-attention control.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from collections.abc import Sequence
-
-import re
 
 from hlnas.model.catalog import (ATTENTION, MIXERS, canonical, is_window_name, layer_token, linear_mixer_names, mixer_entry,
                                  mixer_for_code, split_layer)
@@ -129,9 +128,9 @@ def placement_of(layout: "Layout") -> str | None:
         for name in PLACEMENTS[:-1]:
             if attention_indices(layout.n_layers, ratio, name) == attn:
                 return name
-    n = layout.n_layers
-    if len(attn) > 1 and attn[-1] == n - 1 and len({b - a for a, b in zip(attn, attn[1:])}) == 1:
-        if attention_indices(n, attn[1] - attn[0] - 1 or None, "group") == attn:  # a gap of r+1 layers: group r:1
+    n, gaps = layout.n_layers, {b - a for a, b in zip(attn, attn[1:])}
+    if len(gaps) == 1 and min(gaps) >= 3 and attn[-1] == n - 1:  # every (r+1)-th layer back from the last: group r:1
+        if attention_indices(n, min(gaps) - 1, "group") == attn:
             return "group"
     return "explicit:" + ",".join(map(str, attn))
 
