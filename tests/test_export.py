@@ -121,6 +121,8 @@ def test_scale_and_depth_errors():
         at_depth(build_layout("gla", placement=[0, 3], n_layers=6), 12)
     refused = export(Candidate("c", build_layout("gla", placement=[0, 3], n_layers=6), None, "t"), PAPER)
     assert refused.config is None and "export it at its depth" in refused.refusal
+    refused = export(Candidate("c", build_layout("gla", "6:1", 6), None, "t"), EXPLICIT)  # 8 layers
+    assert refused.refusal.startswith("re-laying GGGGGA at 8 layers: ratio 6:1 does not divide 8 layers")
 
 
 @pytest.fixture

@@ -59,7 +59,10 @@ def export(candidate: Candidate, scale: Scale, *, context: int = 4096) -> Export
     """``candidate`` at ``scale``: its fla config and hlnas's cost there, or the one-line refusal."""
     try:
         model = scaled_model(scale, candidate.trained, candidate.layout.n_layers)
-        layout = at_depth(candidate.layout, model.n_layers)
+        try:
+            layout = at_depth(candidate.layout, model.n_layers)
+        except LayoutError as e:
+            raise ExportError(f"re-laying {candidate.layout} at {model.n_layers} layers: {e}") from None
         model = model.replace(n_layers=layout.n_layers)
         config = fla_config(layout, model, context=context)
         cost = layout_cost(layout, model, context=context, dtype="bf16")

@@ -111,10 +111,11 @@ def at_depth(layout: Layout, n_layers: int) -> Layout:
     for placement in PLACEMENTS:
         for r in range(2, layout.n_layers + 1):
             try:
-                if attention_indices(layout.n_layers, r, placement) == attn:
-                    return build_layout(mixers[0], r, n_layers, placement, attention=kinds.pop())
-            except HlnasError:
+                match = attention_indices(layout.n_layers, r, placement) == attn
+            except HlnasError:  # r does not divide the layout's depth
                 continue
+            if match:  # a ratio that does not divide the new depth says so (LayoutError)
+                return build_layout(mixers[0], r, n_layers, placement, attention=kinds.pop())
     raise ExportError(f"{where}: its attention layers {list(attn)} follow no placement "
                       f"({', '.join(PLACEMENTS)}); export it at its depth")
 
