@@ -11,7 +11,7 @@ import pytest
 
 from hlnas.cli.main import build_parser, main
 
-SUBCOMMANDS = ["layout", "train", "eval", "search", "calibrate", "status", "dashboard", "report", "bench-samplers"]
+SUBCOMMANDS = ["layout", "train", "eval", "search", "calibrate", "status", "dashboard", "report", "validate", "bench-samplers"]
 
 
 def test_every_subcommand_has_help(capsys):

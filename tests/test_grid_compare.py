@@ -33,10 +33,16 @@ def test_spearman_against_table7_over_the_cells_both_have_with_a_bootstrap_inter
     up, down = compare.table7_rho(cs, "recall"), compare.table7_rho(cs, "recall_auc")
     assert (up["n"], up["of"], up["rho"], up["lo"], up["hi"]) == (19, 20, pytest.approx(1.0), pytest.approx(1.0), pytest.approx(1.0))
     assert (down["rho"], down["lo"], down["hi"]) == (pytest.approx(-1.0), pytest.approx(-1.0), pytest.approx(-1.0))
-    assert up["p"] < 0.01
+    # beside every rho, the attention share's alone and the partial rho with the share held fixed
+    assert up["share"].rho == down["share"].rho < 0.9 and up["share"].n == 19
+    assert (up["partial"].rho, down["partial"].rho) == (pytest.approx(1.0), pytest.approx(-1.0))
     text = compare.compare(rows)
-    assert "| recall | 19 of 20 | +1.00 | [+1.00, +1.00] |" in text and "| recall_auc | 19 of 20 | -1.00 | [-1.00, -1.00] |" in text
+    share = compare.rho_text(up["share"])
+    assert f"| recall | 19 of 20 | +1.000 [+1.00, +1.00] | {share} | +1.000 [+1.00, +1.00] |" in text
+    assert f"| recall_auc | 19 of 20 | -1.000 [-1.00, -1.00] | {share} | -1.000 [-1.00, -1.00] |" in text
     assert "Table 7 cells not scored here: gla 3:1." in text
+    # hlnas validate's saturation and seed lines, per measure; the two seeds agree, so no cell is split
+    assert "\nrecall:\n- saturation: " in text and "- split cells (a seed with corrected recall >= 0.5, another below): 0" in text
     # a noisy order: the interval holds rho, is not a point, and the same inputs give the same interval
     noisy = [dict(r) for r in rows]
     for i, r in enumerate(noisy):

@@ -53,7 +53,7 @@ def test_the_grid_comparison_reads_a_collected_table_and_names_what_is_missing()
     rows.append({"mixer": "gated_deltanet", "ratio": "pure", "recall": "", "recall_raw": "", "recall_baseline": "",
                  "val_loss": "", "status": "failed"})
     text = compare.compare(rows)
-    assert "| recall | 15 of 20 | +1.00 |" in text
+    assert "| recall | 15 of 20 | +1.000 [+1.00, +1.00] |" in text
     assert "not scored here: gated_deltanet pure, gated_deltanet 24:1" in text
     # recall vs attention share: the study's rho equals the paper's on the same ratios
     assert "hgrn2 rho +0.90, hgrn2 pure" in text and "hgrn2 rho +0.90." in text

@@ -9,10 +9,12 @@ Writes markdown:
   corrected ``recall`` and the graded ``recall_auc`` (seed mean and spread, max - min), steps to target, val loss;
   a cell at or below its baseline in every seed is marked ``no recall`` (in some seeds: ``no recall in seed ...``);
   a cell where some seeds learned the task (corrected recall >= 0.5) and others did not is marked ``seeds split``;
-* **Spearman rho against the paper's Table 7** (``hlnas/resources/paper_grid.csv`` through :mod:`hlnas.analysis.paper`;
-  4 mixers x 5 ratios, the Transformer is not in Table 7) over every cell both have, for ``recall`` and
-  ``recall_auc`` (seed means), with n, a bootstrap 95% interval (cells resampled with replacement, 2000 times,
-  seed 0) and a permutation p;
+* **Spearman rho against the paper's Table 7** (4 mixers x 5 ratios, the Transformer is not in Table 7) over every
+  cell both have, for ``recall`` and ``recall_auc`` (seed means), computed by ``hlnas validate``
+  (:mod:`hlnas.analysis.validate`): n, rho with a bootstrap 95% interval (cells resampled with replacement, 2000
+  times, seed 0), beside it the same for the attention share alone (a predictor that trains nothing) and the partial
+  rho with the share held fixed, the mixer order within a ratio (Kendall tau), rho when each cell keeps one seed
+  drawn at random; then per measure the saturated cells, the seeds' agreement and the split cells;
 * **the paper's three findings** tested as a table, each with the numbers behind its verdict (``yes``, ``no`` or
   ``undecided``: a difference inside twice the seed spread is no evidence either way). The seed spread of a cell is
   max - min over its seeds, at least 0.01 (``hlnas calibrate``'s floor; 0.01 also for a cell with one seed):
@@ -38,12 +40,15 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import random
 import sys
 from collections import Counter
 from statistics import mean
 
-from hlnas.analysis.paper import PAPER, attention_share, lm_by_ratio, recall_by_ratio, spearman
+from hlnas.analysis.paper import PAPER, attention_share, lm_by_ratio, recall_by_ratio
+from hlnas.analysis.rankstats import spearman_rho
+from hlnas.analysis.validate import LEARNED, seeds_split, validate
+from hlnas.analysis.validation_data import Proxy, Run, ValidationError, mixer_name, paper_reference, ratio_name
+from hlnas.analysis.validation_report import rho_text, saturation_line, seed_draws_text, seed_lines, within_ratio_text
 
 RATIOS = ("pure", "24:1", "12:1", "6:1", "3:1")
 HYBRID = RATIOS[1:]
@@ -52,7 +57,6 @@ REQUIRED = ("mixer", "ratio", "status", "recall", "recall_raw", "recall_baseline
 SPREAD_FLOOR = 0.01  # hlnas.calibration.protocol's: two equal seeds are not "separated" by 0
 TARGET_GPU_S = 30.0  # issue #20 point 7: per candidate, on average
 BOOTSTRAP = 2000
-LEARNED = 0.5  # corrected recall at which a run counts as having learned the task: half way from its baseline to 1
 
 
 class TableError(ValueError):
@@ -89,12 +93,6 @@ def check_columns(rows: list[dict], where: str = "the table") -> None:
 
 
 # -- cells: a (mixer, ratio) over its seeds -------------------------------------------------------
-
-
-def seeds_split(recalls: list[float]) -> bool:
-    """Some seeds learned the task (corrected recall >= LEARNED), not all: the seeds' mean stands for none of them."""
-    learned = sum(r >= LEARNED for r in recalls)
-    return 0 < learned < len(recalls)
 
 
 def cells(rows: list[dict]) -> dict[tuple[str, str], dict]:
@@ -165,43 +163,57 @@ def _mark(c: dict) -> str:
     return "; ".join(marks)
 
 
-# -- Spearman with the paper ----------------------------------------------------------------------
+# -- Table 7, beside the attention share alone (hlnas validate's statistics) ----------------------------------
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    pos = q * (len(xs) - 1)
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def rho_with_interval(ours: list[float], theirs: list[float], resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
-    """Spearman rho, its permutation p, and a bootstrap 95% interval over the cells (resampled with replacement;
-    resamples whose ranks are all tied give no rho and are counted as ``degenerate``)."""
-    n = len(ours)
-    if n < 3:
-        return {"n": n, "rho": None, "p": None, "lo": None, "hi": None, "degenerate": 0}
-    rho, p = spearman(ours, theirs)
-    rng, boot, bad = random.Random(seed), [], 0
-    for _ in range(resamples):
-        idx = [rng.randrange(n) for _ in range(n)]
-        r, _ = spearman([ours[i] for i in idx], [theirs[i] for i in idx], permutations=0)
-        if math.isnan(r):
-            bad += 1
-        else:
-            boot.append(r)
-    lo, hi = (_quantile(boot, 0.025), _quantile(boot, 0.975)) if boot else (None, None)
-    return {"n": n, "rho": None if math.isnan(rho) else rho, "p": p, "lo": lo, "hi": hi, "degenerate": bad}
+def validation(cs: dict, measure: str, reference: str = "table7"):
+    """:func:`hlnas.analysis.validate.validate` of the cells' ``measure`` (each seed a run) against the shipped
+    ``reference``; None when fewer than 3 cells are in common (or none has the measure)."""
+    runs = []
+    for (m, q), c in cs.items():
+        try:
+            mixer = mixer_name(m, f"cell {m} {q}")
+            ratio = ratio_name(q, mixer, f"cell {m} {q}")
+        except ValidationError as e:
+            raise TableError(str(e)) from None
+        runs += [Run(mixer, ratio, str(v["seed"]), v[measure], recall=v["recall"], raw=v["recall_raw"],
+                     baseline=v["recall_baseline"]) for v in c["runs"] if v.get(measure) is not None]
+    try:
+        return validate(Proxy("the grid", measure, tuple(runs)), paper_reference(reference), learned=LEARNED,
+                        resamples=BOOTSTRAP)
+    except ValidationError:
+        return None
 
 
 def table7_rho(cs: dict, measure: str) -> dict:
-    t7 = recall_by_ratio()
-    both = [(m, q) for m in t7 if m != "average" for q in RATIOS if (m, q) in cs and cs[(m, q)].get(measure) is not None]
-    res = rho_with_interval([cs[c][measure] for c in both], [t7[m][q] for m, q in both])
-    res["cells"] = both
-    res["of"] = sum(1 for m in t7 if m != "average" for q in RATIOS)
-    return res
+    """rho with Table 7 and its interval (``n``, ``rho``, ``lo``, ``hi``), the attention share's alone (``share``) and
+    the partial rho with the share held fixed (``partial``), over ``cells``, of Table 7's ``of``."""
+    v = validation(cs, measure)
+    of = sum(1 for m, row in recall_by_ratio().items() if m != "average" for q in row)
+    if v is None:
+        return {"n": 0, "rho": None, "lo": None, "hi": None, "share": None, "partial": None, "cells": [], "of": of,
+                "validation": None}
+    r = v.proxy_rho
+    return {"n": r.n, "rho": r.rho, "lo": r.lo, "hi": r.hi, "share": v.share_rho, "partial": v.partial_rho,
+            "cells": [(c.mixer, c.ratio) for c in v.shared], "of": of, "validation": v}
+
+
+def table7_lines(cs: dict) -> list[str]:
+    """The Table 7 section: per measure rho, the attention share's rho, the partial rho, the mixer order within a
+    ratio and rho over seed choices; then each measure's saturation, seed consistency and split cells."""
+    out = ["| measure | n | rho [95%] | attention share alone [95%] | partial rho, share held fixed [95%] | "
+           "Kendall tau within a ratio | rho, one seed per cell at random | cells |", "|---|---|---|---|---|---|---|---|"]
+    details = []
+    for measure in MEASURES:
+        r = table7_rho(cs, measure)
+        v = r["validation"]
+        if v is None:
+            continue
+        out.append(f"| {measure} | {r['n']} of {r['of']} | {rho_text(v.proxy_rho)} | {rho_text(v.share_rho)} | "
+                   f"{rho_text(v.partial_rho)} | {within_ratio_text(v)} | {seed_draws_text(v)} | "
+                   f"{', '.join(f'{m} {q}' for m, q in r['cells'])} |")
+        details += ["", f"{measure}:", saturation_line(v), *seed_lines(v, draws=False)]  # the draws are in the table
+    return out + details
 
 
 # -- the paper's three findings ---------------------------------------------------------------------
@@ -240,7 +252,7 @@ def rises(cs: dict, measure: str) -> dict:
             continue
         share = [attention_share(q) for q in have]
         vals = [cs[(m, q)][measure] for q in have]
-        rho, _ = spearman(share, vals, permutations=0)
+        rho = spearman_rho(share, vals)
         first, last = cs[(m, have[0])], cs[(m, have[-1])]
         gap, sp = last[measure] - first[measure], max(spread(first, measure), spread(last, measure))
         per[m] = {"ratios": have, "rho": None if math.isnan(rho) else rho, "from": have[0], "to": have[-1], "gap": gap,
@@ -425,24 +437,20 @@ def compare(rows: list[dict]) -> str:
                    f"{_g(c['recall_spread'])} | {_g(c['recall_auc'])} | {_g(c['recall_auc_spread'])} | "
                    f"{_steps(c, measured)} | {_g(c['val_loss'])} | {_g(c['val_loss_spread'])} | {_mark(c)} |")
     t7 = recall_by_ratio()
-    out += ["", "## Spearman rank correlation with the paper's Table 7 (RULER average)", "",
+    out += ["", "## Spearman rank correlation with the paper's Table 7 (RULER average), beside the attention share", "",
             f"Every (mixer, ratio) cell both have (Table 7: {', '.join(m for m in t7 if m != 'average')} x 5 ratios), seed "
-            f"means; 95% interval: {BOOTSTRAP} bootstrap resamples of the cells (seed 0).", "",
-            "| measure | n | rho | 95% interval | permutation p | cells |", "|---|---|---|---|---|---|"]
-    for measure in MEASURES:
-        r = table7_rho(cs, measure)
-        if not r["n"]:
-            continue
-        ci = "-" if r["lo"] is None else f"[{r['lo']:+.2f}, {r['hi']:+.2f}]" + (f" ({r['degenerate']} tied resamples dropped)" if r["degenerate"] else "")
-        out.append(f"| {measure} | {r['n']} of {r['of']} | {_g(r['rho'], '+.2f')} | {ci} | {_g(r['p'])} | "
-                   f"{', '.join(f'{m} {q}' for m, q in r['cells'])} |")
+            f"means; 95% intervals: {BOOTSTRAP} bootstrap resamples of the cells (seed 0). The attention share alone is "
+            "a predictor that trains nothing (pure 0, r:1 1/r); the partial rho holds it fixed. Computed by "
+            "`hlnas validate` (hlnas.analysis.validate); split cells: a seed with corrected recall >= "
+            f"{LEARNED} and another below.", ""]
+    out += table7_lines(cs)
     missing = [f"{m} {q}" for m in t7 if m != "average" for q in RATIOS if (m, q) not in cs]
     out += ["", f"Table 7 cells not scored here: {', '.join(missing) if missing else 'none'}.", "",
             "## The paper's three findings at this scale", ""]
     lines, _ = findings_table(cs)
     out += lines
     lm6 = lm_by_ratio()
-    paper = [f"{m} rho {spearman([attention_share(q) for q in RATIOS], [t7[m][q] for q in RATIOS], permutations=0)[0]:+.2f}"
+    paper = [f"{m} rho {spearman_rho([attention_share(q) for q in RATIOS], [t7[m][q] for q in RATIOS]):+.2f}"
              for m in t7 if m != "average"]
     pp = {m: t7[m]["pure"] for m in t7 if m != "average"}
     p3 = {m: t7[m]["3:1"] for m in t7 if m != "average"}

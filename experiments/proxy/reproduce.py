@@ -28,6 +28,9 @@ def run(label: str, mixer: str, ratio: str, seed: int, budget_s: float, out: str
 
     sp = load_space(SPACE)
     cfg = dataclasses.replace(sp.score.mqar, budget_s=budget_s)
+    for key in ("graph", "compile"):  # REPRO_GRAPH=0, REPRO_COMPILE=0: the step without its CUDA graph or compile
+        if os.environ.get(f"REPRO_{key.upper()}") is not None:
+            cfg = dataclasses.replace(cfg, **{key: bool(int(os.environ[f"REPRO_{key.upper()}"]))})
     params = {"mixer": mixer} if mixer == "transformer" else {"mixer": mixer, "ratio": ratio, "placement": "paper"}
     layout = sp.layout(params)
     t0 = time.time()
@@ -39,7 +42,8 @@ def run(label: str, mixer: str, ratio: str, seed: int, budget_s: float, out: str
         "HLNAS_KERNEL_BACKEND", "auto"), "mixer": mixer, "ratio": ratio, "seed": seed, "layout": str(layout),
         "steps": r["mqar_steps_done"], "val_acc": curve[-1][1] if curve else None, "val_baseline": base,
         "took_off": took_off, "reached": r["mqar_steps_to_target"], "test_acc": r["mqar_acc"],
-        "test_baseline": r["mqar_baseline"], "mode": r["mqar"].get("mode"), "card": torch.cuda.get_device_name(),
+        "test_baseline": r["mqar_baseline"], "mode": r["mqar"].get("mode"), "graph": cfg.graph, "compile": cfg.compile,
+        "torch_ops": os.environ.get("HLNAS_TORCH_OPS", ""), "card": torch.cuda.get_device_name(),
         "fallbacks": r["mqar"].get("kernel_fallbacks"), "wall_s": round(time.time() - t0, 1), "curve": curve}
     with open(out, "a") as f:
         f.write(json.dumps(row) + "\n")

@@ -7,19 +7,10 @@ import argparse
 import json
 import os
 
+from hlnas.cli.args import positive_int as _positive
 from hlnas.errors import HlnasError
 
 __all__ = ["add_export", "front_export_hint"]
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be >= 1")
-    return n
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:

@@ -9,8 +9,10 @@ import shlex
 import sys
 
 from hlnas.model.catalog import code_table, linear_mixer_names
+from hlnas.cli.args import positive_int as _positive_int
 from hlnas.cli.bench import add_bench
 from hlnas.cli.export_cmd import add_export, front_export_hint
+from hlnas.cli.validate import add_validate
 from hlnas.cli.warm import add_warm
 from hlnas.errors import HlnasError
 from hlnas.outputs import output_dir as _out_dir, write_output as _write_text
@@ -26,16 +28,6 @@ def _port(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port number; allowed: 1-65535")
     return port
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be >= 1")
-    return n
 
 
 def _placement(text: str) -> str | list[int]:
@@ -480,7 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_layout, _add_train, _add_eval, _add_search, _add_calibrate, _add_status, _add_dashboard,
-                _add_report, add_export, add_bench, add_warm):  # the order of `hlnas --help`
+                _add_report, add_validate, add_export, add_bench, add_warm):  # the order of `hlnas --help`
         add(sub)
     return parser
 

@@ -48,8 +48,8 @@ def recall_metrics(scores: dict, sources=None) -> dict:
     """The study's recall from a trial's scores: the first of ``sources`` (raw accuracy keys; default the
     preference order of :data:`hlnas.metrics.RECALL_SOURCES`) present, its
     strongest no-recall baseline, and ``recall``, that accuracy corrected for the baseline (what searches
-    optimise: :func:`hlnas.recall.baselines.corrected`), and ``recall_auc``, the fresh-model MQAR's graded measure,
-    where it was scored (:func:`hlnas.recall.proxy.learning_auc`). Empty when no recall objective was scored."""
+    optimise: :func:`hlnas.recall.baselines.corrected`), and ``recall_auc`` and ``recall_beyond``, the fresh-model MQAR's graded
+    measures, where they were scored (:func:`hlnas.recall.proxy.learning_auc`, :mod:`hlnas.recall.beyond`). Empty when no recall objective was scored."""
     if sources is None:
         from hlnas.metrics import RECALL_SOURCES
 
@@ -59,7 +59,8 @@ def recall_metrics(scores: dict, sources=None) -> dict:
         return {}
     prefix = key.removesuffix("_acc").removesuffix("_avg")
     raw, base = float(scores[key]), float(scores.get(f"{prefix}_baseline", 0.0))
-    graded = {"recall_auc": scores["mqar_auc"]} if scores.get("mqar_auc") is not None else {}
+    graded = {name: scores[key] for name, key in (("recall_auc", "mqar_auc"), ("recall_beyond", "mqar_beyond"))
+              if scores.get(key) is not None}
     return {**graded, "recall_source": key, "recall_raw": raw, "recall_baseline": base,
             "recall_baseline_name": scores.get(f"{prefix}_baseline_name"),
             "recall_baselines": scores.get(f"{prefix}_baselines", {}), "recall": corrected(raw, base)}

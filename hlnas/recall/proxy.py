@@ -46,6 +46,7 @@ from hlnas.model.layout import Layout
 from hlnas.model.build import seeded_model
 from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of, typed_fields
 from hlnas.recall.baselines import corrected, mqar_baselines, strongest
+from hlnas.recall.beyond import check_beyond, kv_at, score_beyond
 from hlnas.recall.mqar import MqarTask, hits_accuracy, label_hits, make_mqar, mqar_accuracy, mqar_loss
 from hlnas.recall.vt import VtConfig, VtTask, accuracy_by_hop, make_vt, vt_baselines
 from hlnas.training.checkpoint import load_run_state, save_run_state
@@ -130,6 +131,12 @@ class MqarConfig:
     # unused). Settings stored before this existed read back as mqar.
     task: str = "mqar"
     vt: VtConfig = field(default_factory=VtConfig)
+    # MQAR only (hlnas.recall.beyond): settings [seq_len, kv_pairs] the trained model is also scored at, beyond its
+    # training setting (their mean corrected accuracy is mqar_beyond); and a key-count curriculum, the first batches
+    # holding curriculum_kv pairs, doubling to kv_pairs by curriculum_frac of the steps (None: kv_pairs throughout)
+    beyond: tuple[tuple[int, int], ...] = ()
+    curriculum_kv: int | None = None
+    curriculum_frac: float = 0.25
 
     def __post_init__(self) -> None:
         tuples_of(self, "lrs")
@@ -158,11 +165,25 @@ class MqarConfig:
             object.__setattr__(self, "vt", config_from_dict(VtConfig, self.vt, "score.mqar.vt"))
         if not isinstance(self.vt, VtConfig):
             raise ConfigError(f"score.mqar.vt must be a mapping of chains, hops, query; got {self.vt!r}")
+        if not is_number(self.curriculum_frac) or not 0 < self.curriculum_frac < 1:
+            raise ConfigError(f"score.mqar.curriculum_frac={self.curriculum_frac!r} is not allowed; allowed: a fraction "
+                              "in (0, 1) of the steps by which the curriculum reaches kv_pairs")
+        if self.beyond or self.curriculum_kv is not None:
+            self._check_mqar_extras()
         if self.task == "vt":  # refuse a task that does not fit its length or vocabulary now, not at training
             try:
                 recall_task(self)
             except ConfigError as e:
                 raise ConfigError(f"score.mqar (task vt, seq_len {self.seq_len}, vocab {self.vocab}): {e}") from None
+
+    def _check_mqar_extras(self) -> None:
+        if self.task != "mqar":
+            raise ConfigError(f"score.mqar.beyond and score.mqar.curriculum_kv are MQAR settings; task is {self.task!r}")
+        object.__setattr__(self, "beyond", check_beyond(self.beyond, self.vocab, self.seq_len))
+        k = self.curriculum_kv
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.kv_pairs):
+            raise ConfigError(f"score.mqar.curriculum_kv={k!r} is not allowed; allowed: null or an integer from 1 to "
+                              f"kv_pairs={self.kv_pairs} (the pairs of the first batches)")
 
     def to_dict(self) -> dict:
         return config_to_dict(self)
@@ -212,7 +233,14 @@ class RecallSetup:
 
     def train_batches(self, seed: int, start: int = 0, device=None):
         """A run's training batches from step ``start`` (:func:`mqar_train_batches`), with VT's curriculum if set."""
-        task_at = (lambda step: self.cfg.vt.train_task(self.task, step)) if isinstance(self.task, VtTask) else None
+        cfg = self.cfg
+        if isinstance(self.task, VtTask):
+            task_at = lambda step: cfg.vt.train_task(self.task, step)  # noqa: E731
+        elif cfg.curriculum_kv is not None:
+            task_at = lambda step: self.task.replace(num_kv_pairs=kv_at(  # noqa: E731
+                step, start=cfg.curriculum_kv, target=cfg.kv_pairs, steps=cfg.steps, frac=cfg.curriculum_frac))
+        else:
+            task_at = None
         return mqar_train_batches(self.task, self.cfg.batch, seed, start, device, task_at=task_at)
 
 
@@ -427,6 +455,12 @@ def sweep_result(setup: RecallSetup, runs: list[dict], val, *, device, t0: float
                  "peak_gib": peak_gib(device),  # the process's peak GPU memory so far (None off CUDA)
                  "runs": [{k: v for k, v in r.items() if k != "model"} for r in runs]},
     }
+    if cfg.beyond and best["error"] is None:  # the same trained model at settings it never trained on
+        out.update(score_beyond(best["model"], task, cfg.beyond, n=cfg.test, seed=cfg.test_seed, batch=cfg.batch,
+                                device=device))
+        out["mqar"]["beyond"] = [list(s) for s in cfg.beyond]
+    if cfg.curriculum_kv is not None:
+        out["mqar"]["curriculum"] = {"kv_start": cfg.curriculum_kv, "frac": cfg.curriculum_frac}
     if isinstance(task, VtTask) and hits is not None:  # whether a layout chains: accuracy per hop count of the query
         out["mqar_by_hop"] = accuracy_by_hop(hits, xt, yt, vocab)
     if best["error"] is not None:

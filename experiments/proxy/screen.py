@@ -1,0 +1,108 @@
+"""Screen recall protocols (experiments/proxy/protocols.yaml) on the paper grid's cells, several runs sharing one GPU.
+
+Each case is PROTOCOL/MIXER/RATIO/SEED (MIXER 'transformer' takes no ratio: PROTOCOL/transformer/-/SEED). A case
+trains the fresh recall model of the grid space's layout under the protocol's score.mqar overrides, through hlnas's own
+recall proxy, and writes one JSON line: the recall result with every score beside its no-recall baseline, the steps,
+the GPU-seconds and the card.
+
+    python experiments/proxy/screen.py run OUT.jsonl DEADLINE_S NPROC CASE...
+    python experiments/proxy/screen.py table RESULTS.jsonl...      # one row per case, then per protocol
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SPACE = os.environ.get("SCREEN_SPACE", str(HERE.parents[1] / "search_spaces" / "paper_grid_h200_lr.yaml"))
+
+
+def protocols() -> dict:
+    import yaml
+
+    return yaml.safe_load(Path(os.environ.get("SCREEN_PROTOCOLS", HERE / "protocols.yaml")).read_text())
+
+
+def one(case: str, out: str, deadline: float) -> None:
+    import torch
+
+    from hlnas.recall.baselines import recall_metrics
+    from hlnas.recall.proxy import MqarConfig, train_mqar
+    from hlnas.overrides import config_from_dict
+    from hlnas.space import load_space
+
+    name, mixer, ratio, seed = case.split("/")
+    proto = protocols()[name]
+    sp = load_space(SPACE)
+    raw = {**sp.score.mqar.to_dict(), **proto["overrides"]}
+    cfg = config_from_dict(MqarConfig, raw, "score.mqar")
+    cfg = dataclasses.replace(cfg, budget_s=max(20.0, deadline - time.time() - 30))
+    params = {"mixer": mixer} if mixer == "transformer" else {"mixer": mixer, "ratio": ratio, "placement": "paper"}
+    layout = sp.layout(params)
+    t0 = time.time()
+    r = train_mqar(layout, sp.model, cfg, seed=int(seed), device="cuda" if torch.cuda.is_available() else "cpu")
+    r.update(recall_metrics(r))
+    runs = r["mqar"]["runs"]
+    row = {"case": case, "protocol": name, "score_metric": proto["score"], "mixer": mixer, "ratio": ratio,
+           "seed": int(seed), "layout": str(layout), "card": r.get("mqar_device_name"), "wall_s": round(time.time() - t0, 1),
+           "steps": r["mqar_steps_done"], "reached": r["mqar_steps_to_target"], "out_of_time": runs[-1].get("error") is None
+           and r["mqar_steps_to_target"] is None and r["mqar_steps_done"] < cfg.steps,
+           "recall": r["recall"], "recall_raw": r["recall_raw"], "recall_baseline": r["recall_baseline"],
+           "recall_auc": r.get("recall_auc"), "recall_beyond": r.get("recall_beyond"),
+           "beyond": r.get("mqar_beyond_settings"), "error": r.get("mqar_error"),
+           "curve": runs[-1]["curve"], "fallbacks": r["mqar"].get("kernel_fallbacks")}
+    with open(out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(case, "steps", row["steps"], "reached", row["reached"], "recall", round(row["recall"], 3),
+          f"(raw {row['recall_raw']:.3f} [{row['recall_baseline']:.3f}])", "beyond", row["recall_beyond"], flush=True)
+
+
+def work(out: str, deadline: float, cases: list[str]) -> None:
+    for c in cases:
+        if time.time() > deadline - 60:
+            print("skipped (time)", c, flush=True)
+            continue
+        try:
+            one(c, out, deadline)
+        except Exception as e:  # a failed case is a row, the others go on
+            with open(out, "a") as f:
+                f.write(json.dumps({"case": c, "error": f"{type(e).__name__}: {e}"[:400]}) + "\n")
+            print("failed", c, type(e).__name__, e, flush=True)
+
+
+def drive(out: str, seconds: float, nproc: int, cases: list[str]) -> None:
+    deadline = time.time() + seconds
+    groups = [cases[i::nproc] for i in range(nproc)]
+    procs = [subprocess.Popen([sys.executable, __file__, "work", out, str(deadline), *g]) for g in groups if g]
+    for p in procs:
+        p.wait()
+
+
+def table(paths: list[str]) -> None:
+    rows = [json.loads(line) for p in paths for line in open(p) if line.strip()]
+    print(f"| case | card | steps | reached | recall [baseline] | learning AUC | beyond | GPU-s (shared) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "protocol" not in r:
+            print(f"| {r['case']} | failed: {r.get('error')} |")
+            continue
+        print(f"| {r['case']} | {r['card']} | {r['steps']} | {r['reached'] or ('no (time)' if r['out_of_time'] else 'no')} | "
+              f"{r['recall']:.3f} (raw {r['recall_raw']:.3f} [{r['recall_baseline']:.3f}]) | {r['recall_auc']} | "
+              f"{r['recall_beyond']} | {r['wall_s']} |")
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1] if len(sys.argv) > 1 else ""
+    if cmd == "run":
+        drive(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5:])
+    elif cmd == "work":
+        work(sys.argv[2], float(sys.argv[3]), sys.argv[4:])
+    elif cmd == "table":
+        table(sys.argv[2:])
+    else:
+        sys.exit(__doc__)
