@@ -3,7 +3,8 @@
 Keys (examples in ``search_spaces/``): ``name``; ``mixers`` (linear mixers, or 'transformer');
 ``ratios`` ('pure', 'r:1': one attention layer every r-th layer); ``placements`` (paper, front, back,
 middle, spread); ``attention_sets`` (explicit 0-based indices, placement "explicit:0,12");
-``transformer`` (add the all-attention baseline once); ``layers`` (default: the preset's depth);
+``transformer`` (add the all-attention baseline once); ``attention`` (the kinds the attention layers may take:
+``full``, ``swa:W`` sliding windows; two or more make a dimension); ``layers`` (default: the preset's depth);
 ``hetero: {ratio: "6:1"}`` (instead of ratios/placements: each block of r layers picks its own mixer);
 ``scale: {preset, model, train, data, score, kv_context}``; ``objectives: [{name, metric, direction}]``;
 ``constraints: {max_params, max_kv_bytes, max_state_bytes}``; ``sampler`` (nsga2, tpe, gp, random, grid).
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlnas.model.catalog import PAPER_MIXERS, canonical, linear_mixer_names
+from hlnas.model.catalog import PAPER_MIXERS, canonical, is_window_name, linear_mixer_names
 from hlnas.model.config import PRESETS, ModelConfig
 from hlnas.errors import ConfigError, LayoutError, did_you_mean
 from hlnas.overrides import is_int
@@ -45,8 +46,9 @@ if TYPE_CHECKING:  # the config modules pull in torch; the validator imports the
 __all__ = ["SearchSpace", "Objective", "SpaceError", "SAMPLERS", "OBJECTIVE_DIRECTIONS", "CONSTRAINTS", "load_space",
            "space_from_dict", "builtin_spaces", "RAW_RECALL_METRICS", "RECALL_SOURCES"]
 
-TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "layers", "hetero", "scale",
-            "objectives", "constraints", "sampler", "calibration", "rungs")
+TOP_KEYS = ("name", "mixers", "ratios", "placements", "attention_sets", "transformer", "attention", "layers", "hetero",
+            "scale", "objectives", "constraints", "sampler", "calibration", "rungs")
+FULL = "full"  # the attention kind of full softmax attention (a space's ``attention`` list; layouts write it "attention")
 SCALE_KEYS = ("preset", "model", "train", "data", "score", "kv_context")
 GRID_LIMIT = 100_000  # combinations grid() will enumerate; beyond this use a sampler
 EXPLICIT = "explicit"
@@ -65,6 +67,7 @@ class SearchSpace:
     placements: tuple[str, ...] = ("paper",)
     attention_sets: tuple[tuple[int, ...], ...] = ()
     include_transformer: bool = False
+    attention_kinds: tuple[str, ...] = (FULL,)  # what the attention layers may be: full, swa:W (two or more: a dimension)
     n_layers: int = 24
     hetero_ratio: str | None = None
     preset: str = "proxy-tiny"
@@ -88,14 +91,15 @@ class SearchSpace:
 
     def params(self) -> dict[str, list]:
         """Categorical dimensions: ``mixer``/``ratio``/``placement``, or ``block_0``.. for hetero spaces."""
+        kinds = {"attention": list(self.attention_kinds)} if len(self.attention_kinds) > 1 else {}
         if self.hetero_ratio:
-            return {f"block_{b}": list(self.mixers) for b in range(self.n_blocks)}
+            return {**{f"block_{b}": list(self.mixers) for b in range(self.n_blocks)}, **kinds}
         if not self.mixers:
             return {"mixer": [TRANSFORMER]}
         placements = [p for p in self.placements if p != EXPLICIT]
         placements += [f"{EXPLICIT}:" + ",".join(map(str, s)) for s in self.attention_sets]
         return {"mixer": [*self.mixers, *([TRANSFORMER] if self.include_transformer else [])],
-                "ratio": list(self.ratios), "placement": placements}
+                "ratio": list(self.ratios), "placement": placements, **kinds}
 
     def layout(self, params: dict) -> Layout:
         """The layout of one point; parameters that do not matter for it are ignored."""
@@ -109,20 +113,24 @@ class SearchSpace:
                                  f"allowed: {', '.join(map(str, choices[key]))}")
             return params[key]
 
+        kind = pick("attention") if "attention" in choices else self.attention_kinds[0]
         if self.hetero_ratio:
             r = parse_ratio(self.hetero_ratio)
             per_layer = [pick(f"block_{b}") for b in range(self.n_blocks) for _ in range(r)]
-            return build_layout(per_layer, self.hetero_ratio, placement="paper")
+            return build_layout(per_layer, self.hetero_ratio, placement="paper", attention=kind)
         mixer = pick("mixer")
         if mixer == TRANSFORMER:
             return build_layout(TRANSFORMER, None, self.n_layers)
+        if is_window_name(mixer):  # beside windowed layers the attention layers are full attention: the kind is moot
+            kind = FULL
         ratio = pick("ratio")
         if ratio == "pure":
             return build_layout(mixer, "pure", self.n_layers)
         placement = pick("placement")
         if placement.startswith(EXPLICIT + ":"):
-            return build_layout(mixer, None, self.n_layers, [int(i) for i in placement.split(":", 1)[1].split(",")])
-        return build_layout(mixer, ratio, self.n_layers, placement)
+            idx = [int(i) for i in placement.split(":", 1)[1].split(",")]
+            return build_layout(mixer, None, self.n_layers, idx, attention=kind)
+        return build_layout(mixer, ratio, self.n_layers, placement, attention=kind)
 
     def size(self) -> int:
         """Parameter combinations before deduplication (cheap; grid() refuses more than GRID_LIMIT)."""
@@ -174,6 +182,8 @@ class SearchSpace:
         from hlnas.pipeline.recipe import model_overrides
 
         d: dict = {"name": self.name, "mixers": list(self.mixers)}
+        if self.attention_kinds != (FULL,):  # only when set: the fingerprints of full-attention spaces stay as they were
+            d["attention"] = list(self.attention_kinds)
         if self.hetero_ratio:
             d["hetero"] = {"ratio": self.hetero_ratio}
         else:
@@ -266,7 +276,8 @@ class SearchSpace:
         return dataclasses.replace(out, source=changes.get("source", self.source))
 
 
-_RAW_KEYS = {"transformer": "include_transformer", "layers": "n_layers"}  # YAML key -> field, where they differ
+_RAW_KEYS = {"transformer": "include_transformer", "layers": "n_layers",
+             "attention": "attention_kinds"}  # YAML key -> field, where they differ
 _UNSET = object()
 
 
@@ -357,9 +368,10 @@ def space_from_dict(raw: dict, where: str = "<dict>") -> SearchSpace:
     name = raw.get("name") or (Path(where).stem if where != "<dict>" else "space")
     if not isinstance(name, str):
         v.fail(f"name={name!r} must be a string")
+    kinds = v.attention_kinds(raw.get("attention"))
     space = SearchSpace(
         name=name, source=None, mixers=mixers, ratios=ratios, placements=placements, attention_sets=sets,
-        include_transformer=transformer, n_layers=n_layers, hetero_ratio=hetero_ratio,
+        include_transformer=transformer, attention_kinds=kinds, n_layers=n_layers, hetero_ratio=hetero_ratio,
         preset=scale.get("preset", "proxy-tiny"), model=configs["model"].replace(n_layers=n_layers), train=configs["train"],
         data=configs["data"], score=configs["score"], objectives=v.objectives(raw.get("objectives"), configs["score"].objectives),
         kv_context=kv_context, constraints=v.constraints(raw.get("constraints") or {}),
@@ -431,11 +443,12 @@ class _Validator(SettingsChecker):
     def mixers(self, value, hetero: bool) -> tuple[tuple[str, ...], bool]:
         allowed = [*linear_mixer_names(), *([] if hetero else [TRANSFORMER])]
         if value is None:
-            self.fail(f"'mixers' is required; allowed: {', '.join(allowed)}")
+            self.fail(f"'mixers' is required; allowed: {', '.join(allowed)}, swa:<window>")
         names = [canonical(m) if isinstance(m, str) else m for m in self.items("mixers", value)]
         for i, m in enumerate(names):
-            if m not in allowed:
-                self.bad(f"mixers[{i}]", value[i], ", ".join(allowed), allowed)
+            # a sliding-window layer may be the bounded side too: alone an all-SWA model (pure), or beside full attention
+            if m not in allowed and not is_window_name(m):
+                self.bad(f"mixers[{i}]", value[i], ", ".join(allowed) + ", swa:<window> (e.g. swa:1024)", allowed)
         if hetero and not names:
             self.fail(f"'mixers' must list the linear mixers each block may pick; allowed: {', '.join(allowed)}")
         # 'transformer' among the mixers is the same as transformer: true
@@ -450,6 +463,14 @@ class _Validator(SettingsChecker):
             allowed = _ratio_allowed(n_layers)
             self.bad(key, value, allowed if pure else allowed.replace("pure, ", ""))
         return format_ratio(r)
+
+    def attention_kinds(self, value) -> tuple[str, ...]:
+        allowed = "full, swa:<window> with an integer window >= 1 (e.g. swa:1024)"
+        kinds = [FULL if k in (FULL, "attention") else k for k in self.items("attention", [FULL] if value is None else value)]
+        for i, kind in enumerate(kinds):
+            if kind != FULL and not is_window_name(kind):
+                self.bad(f"attention[{i}]", value[i], allowed)
+        return self.unique("attention", kinds) if kinds else self.fail(f"attention is empty; allowed: {allowed}")
 
     def placements(self, value, has_sets: bool) -> tuple[str, ...]:
         if value is None:

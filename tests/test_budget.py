@@ -7,16 +7,21 @@ import pytest
 import torch
 
 from hlnas.model.cost import layout_cost, resolve_config
-from hlnas.model.catalog import MIXERS, PAPER_MIXERS, linear_mixer_names
+from hlnas.model.catalog import MIXERS, PAPER_MIXERS, linear_mixer_names, mixer_entry
 from hlnas.model.config import ModelConfig, preset
 from hlnas.errors import ConfigError
-from hlnas.model.layout import build_layout
+from hlnas.model.layout import Layout, build_layout
 from hlnas.model.build import build_model
 
 TINY = preset("proxy-tiny")
 LAYOUTS = [build_layout(m, "3:1", 6) for m in linear_mixer_names()] + [
     build_layout("transformer", None, 6),
     build_layout(["gla", "deltanet", "hgrn2", "mamba2", "retnet", "gated_deltanet"], placement=[2, 5]),
+    # sliding-window layers (window 16, shorter than the 40 decoded tokens) as a hybrid's attention, beside full
+    # attention, and alone
+    build_layout("gated_deltanet", "3:1", 6, attention="swa:16"),
+    Layout.parse("ZS16ZAS16A"),
+    build_layout("swa:16", "pure", 3),
 ]
 
 
@@ -39,7 +44,7 @@ def test_cache_bytes_after_decoding_match_prediction(layout, dtype):
         for t in range(30, L):
             model(ids[:, t : t + 1], cache)
     cost = layout_cost(layout, TINY, context=L, batch=B, dtype=dtype)
-    attn = sum(n for n, m in zip(cache.layer_nbytes(), layout.mixers) if m == "attention")
+    attn = sum(n for n, m in zip(cache.layer_nbytes(), layout.mixers) if mixer_entry(m).holds_kv)
     assert attn == cost.kv_cache_bytes
     assert cache.nbytes() - attn == cost.state_bytes
     assert cost.inference_bytes == cost.params * dt.itemsize + cost.kv_cache_bytes + cost.state_bytes
@@ -69,6 +74,18 @@ def test_kv_formula_and_linear_state_is_constant_in_context():
     # the KV cache of r:1 hybrids is 1/r of the Transformer's
     for r in (3, 6, 12, 24):
         assert layout_cost(build_layout("gla", f"{r}:1"), cfg).kv_cache_bytes * r == layout_cost(t, cfg).kv_cache_bytes
+
+
+def test_window_layers_bound_their_kv():
+    """A swa:W layer holds min(L, W) tokens' keys and values at any context; full attention beside it grows."""
+    cfg = preset("paper-340m")
+    per_token = 2 * 16 * 64 * 2  # K and V x 16 kv heads x 64 head_dim x bf16
+    swa = build_layout("gated_deltanet", "6:1", attention="swa:1024")
+    for L in (512, 4096, 32768):
+        assert layout_cost(swa, cfg, context=L).kv_cache_bytes == 4 * min(L, 1024) * per_token
+    mixed = Layout.parse("ZZZZZS1024ZZZZZAZZZZZS1024ZZZZZA")
+    assert layout_cost(mixed, cfg, context=4096).kv_cache_bytes == (2 * 1024 + 2 * 4096) * per_token
+    assert layout_cost(build_layout("swa:1024", "pure"), cfg, context=4096).kv_cache_bytes == 24 * 1024 * per_token
 
 
 def test_gqa_shrinks_kv():

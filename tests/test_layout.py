@@ -5,7 +5,7 @@ import pytest
 
 from hlnas.model.catalog import PAPER_MIXERS, linear_mixer_names
 from hlnas.errors import LayoutError
-from hlnas.model.layout import PAPER_RATIOS, PLACEMENTS, Layout, attention_indices, build_layout, parse_ratio
+from hlnas.model.layout import PAPER_RATIOS, PLACEMENTS, Layout, attention_indices, build_layout, parse_ratio, placement_of
 
 PAPER_INDICES = {
     "24:1": [23],
@@ -31,7 +31,8 @@ def test_placements_at_6_to_1():
 
 @pytest.mark.parametrize("n_layers", [4, 6, 12, 24, 48])
 def test_every_layout_has_the_ratio_and_round_trips(n_layers):
-    for mixer, placement in itertools.product(linear_mixer_names(), PLACEMENTS):
+    # group counts r+1 layers a group and needs no divisibility: test_group_placement_is_r_linear_layers_then_attention
+    for mixer, placement in itertools.product(linear_mixer_names(), [p for p in PLACEMENTS if p != "group"]):
         for r in range(2, n_layers + 1):
             if n_layers % r:
                 with pytest.raises(LayoutError, match="does not divide"):
@@ -100,6 +101,56 @@ def test_bad_input_names_value_and_allowed(call, message):
 def test_parse_ratio_forms():
     assert parse_ratio("pure") is None and parse_ratio(None) is None
     assert parse_ratio("6:1") == parse_ratio("6") == parse_ratio(6) == 6
+
+
+def test_group_placement_is_r_linear_layers_then_attention():
+    """Qwen3-Next's 3:1: three linear layers, then attention; counted back from the last layer, so 24 layers at 6:1
+    start with a short group (two linear layers) and every ratio of the paper fits."""
+    assert attention_indices(24, "3:1", "group") == (3, 7, 11, 15, 19, 23)
+    assert attention_indices(24, "6:1", "group") == (2, 9, 16, 23)
+    assert attention_indices(24, "12:1", "group") == (10, 23)
+    assert attention_indices(24, "24:1", "group") == (23,) == attention_indices(24, "24:1", "paper")
+    assert attention_indices(8, "3:1", "group") == (3, 7)
+    l = build_layout("gla", "3:1", 8, "group")
+    assert str(l) == "GGGAGGGA" and l.ratio == "4:1"  # the layout's own ratio: one attention layer in 4
+    assert placement_of(build_layout("gla", "6:1", 24, "group")) == "group"
+
+
+def test_sliding_window_layers_in_the_string_form():
+    l = build_layout("gated_deltanet", "3:1", 6, attention="swa:1024")
+    assert str(l) == "ZZS1024ZZS1024" and Layout.parse(str(l)) == l
+    assert l.mixers[2] == "swa:1024" and l.attention_layers == l.window_layers == (2, 5) and l.ratio == "3:1"
+    assert l.linear_mixers == ("gated_deltanet",) and "(swa:1024)" in l.describe()
+    mixed = Layout.parse("ZS64ZA")  # windowed and full attention in one layout: both are its attention layers
+    assert mixed.attention_layers == (1, 3) and mixed.window_layers == (1,) and mixed.ratio == "2:1"
+    assert build_layout("gated_deltanet", "3:1", 6, attention="full") == build_layout("gated_deltanet", "3:1", 6)
+
+
+def test_an_all_window_model_is_pure_not_the_transformer():
+    """SWA-only layouts hold a bounded cache: pure, with the window as their mixer; beside full attention they are the
+    bounded side of the hybrid."""
+    swa = build_layout("swa:512", "pure", 4)
+    assert str(swa) == "S512" * 4 and swa.ratio == "pure" and swa.attention_layers == ()
+    assert swa.linear_mixers == ("swa:512",) and swa.window_layers == (0, 1, 2, 3)
+    h = build_layout("swa:512", "2:1", 4)
+    assert str(h) == "S512AS512A" and h.ratio == "2:1" and h.attention_layers == (1, 3)
+    assert h.linear_mixers == ("swa:512",)
+    assert build_layout("transformer", None, 4).ratio == "transformer"
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: Layout.parse("ZZS"), "swa is written S<window>, e.g. S1024"),
+    (lambda: Layout.parse("ZA12"), "attention is written A"),
+    (lambda: Layout.parse("Z-Z"), "character '-' at 1 is not a layer code"),
+    (lambda: Layout(("gla", "swa")), "swa needs a window in tokens, written swa:W"),
+    (lambda: Layout(("gla", "swa:0")), "swa needs a window"),
+    (lambda: build_layout("gla:4", "pure", 4), "only windowed kinds \\(swa\\) take ':W'"),
+    (lambda: build_layout("gla", "2:1", 4, attention="swa"), "attention kind 'swa' is not allowed; allowed: full"),
+    (lambda: build_layout("swa:8", "2:1", 4, attention="swa:4"), "with no recurrent mixer"),
+])
+def test_window_input_errors(call, message):
+    with pytest.raises(LayoutError, match=message):
+        call()
 
 
 def test_paper_mixers_are_registered():

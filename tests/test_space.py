@@ -21,7 +21,7 @@ from hlnas.space import (
 from hlnas.lm.trainer import TrainConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHIPPED = ("tiny", "paper_grid", "placement", "hetero")
+SHIPPED = ("tiny", "paper_grid", "placement", "hetero", "frontier")
 # attention layers of the released m-a-p checkpoints (reference/paper_grid.md section 2), 0-based
 RELEASED = {"pure": (), "24:1": (23,), "12:1": (11, 23), "6:1": (5, 11, 17, 23), "3:1": (2, 5, 8, 11, 14, 17, 20, 23)}
 
@@ -309,7 +309,7 @@ ERRORS = [
     ("ratios: [pure]\n", "{p}: 'mixers' is required; allowed: hgrn, hgrn2"),
     ("mixers: [gla]\n", "{p}: 'ratios' is required, e.g. ratios: [pure, '6:1']; allowed: pure, 24:1"),
     ("mixers: [gla]\nratios: ['6:1']\nplacements: [paper, top]\n",
-     "{p}: placements[1]='top' is not allowed; allowed: paper, front, back, middle, spread ('explicit' needs attention_sets)"),
+     "{p}: placements[1]='top' is not allowed; allowed: paper, front, back, middle, spread, group ('explicit' needs attention_sets)"),
     ("mixers: [gla]\nratios: ['6:1']\nplacements: [explicit]\n", "{p}: placements[0]='explicit' is not allowed"),
     ("mixers: [gla]\nratios: ['6:1']\nattention_sets: [[0, 30]]\n",
      "{p}: attention_sets[0][1]=30 is not allowed; allowed: a layer index in [0, 24) (layers=24)"),

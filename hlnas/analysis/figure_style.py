@@ -11,7 +11,8 @@ __all__ = ["MIXER_COLORS", "mixer_rank", "metric_titles", "format_metric", "hove
 
 MIXER_COLORS = {
     "attention": "#d62728", "transformer": "#444444", "hgrn": "#1f77b4", "hgrn2": "#17becf", "retnet": "#9467bd",
-    "gla": "#2ca02c", "deltanet": "#ff7f0e", "gated_deltanet": "#8c564b", "mamba2": "#e377c2", "average": "#7f7f7f",
+    "gla": "#2ca02c", "deltanet": "#ff7f0e", "gated_deltanet": "#8c564b", "mamba2": "#e377c2", "kda": "#bcbd22",
+    "rwkv7": "#393b79", "swa": "#f7b6d2", "average": "#7f7f7f",
 }  # fmt: skip
 
 

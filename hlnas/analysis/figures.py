@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import hlnas.metrics as metric_table
 from hlnas.analysis import paper
-from hlnas.model.catalog import mixer_for_code
-from hlnas.model.layout import PAPER_RATIOS
+from hlnas.model.catalog import MIXERS, mixer_entry, mixer_for_code
+from hlnas.model.layout import PAPER_RATIOS, layer_tokens
 from hlnas.analysis.pareto import (
     ParetoInfo, StudyData, front, hypervolume_history, pareto_info,
 )  # fmt: skip
@@ -349,6 +349,7 @@ def plot_hypervolume(info: HypervolumeInfo):
 class LayoutInfo(NamedTuple):
     rows: tuple[tuple[str, str], ...]  # (row label, layout string), top row first
     codes: tuple[str, ...]  # colour order
+    study: str = ""  # the study's name, for the export command under the picture
 
 
 def layout_info(data: StudyData, candidates: Sequence[int] | None = None, max_rows: int = 40) -> LayoutInfo:
@@ -366,8 +367,8 @@ def layout_info(data: StudyData, candidates: Sequence[int] | None = None, max_ro
             seen.add(r.layout)
             recall = r.metric("recall")
             rows.append((f"#{r.number}" + (f" r={recall:.3f}" if recall is not None else ""), r.layout))
-    codes = ("A", "H", "N", "R", "G", "D", "Z", "M")
-    return LayoutInfo(tuple(rows[:max_rows]), codes)
+    codes = tuple(mixer_entry(name).code for name in MIXERS.names())
+    return LayoutInfo(tuple(rows[:max_rows]), codes, data.name)
 
 
 def plot_layouts(info: LayoutInfo):
@@ -376,13 +377,16 @@ def plot_layouts(info: LayoutInfo):
     title = "Layouts of the front (rows) by layer"
     if not info.rows:
         return empty(title, "no candidate layouts yet")
-    depth = max(len(s) for _, s in info.rows)
+    rows = [(label, layer_tokens(s)) for label, s in info.rows]  # one token a layer: "Z", or a window's "S1024"
+    depth = max(len(toks) for _, toks in rows)
     index = {c: i for i, c in enumerate(info.codes)}
     z, text, hover = [], [], []
-    for label, s in info.rows:
-        z.append([index.get(c) for c in s] + [None] * (depth - len(s)))
-        text.append(list(s) + [""] * (depth - len(s)))
-        hover.append([f"{label} layer {i}: {mixer_for_code(c).name}" for i, c in enumerate(s)] + [""] * (depth - len(s)))
+    for label, toks in rows:
+        pad = [None] * (depth - len(toks))
+        z.append([index.get(t[0]) for t in toks] + pad)
+        text.append(toks + [""] * len(pad))
+        hover.append([f"{label} layer {i}: {mixer_for_code(t[0]).name}{(' ' + t[1:]) if t[1:] else ''}"
+                      for i, t in enumerate(toks)] + [""] * len(pad))
     n = len(info.codes)
     scale = []
     for i, c in enumerate(info.codes):  # piecewise-constant colours: one band per mixer code
@@ -393,9 +397,14 @@ def plot_layouts(info: LayoutInfo):
                                xgap=1, ygap=1, showscale=False))
     legend = " ".join(f"<span style='color:{MIXER_COLORS.get(mixer_for_code(c).name)}'>■</span>{c}={mixer_for_code(c).name}"
                       for c in info.codes)  # fmt: skip
+    if info.study:  # where a row goes next: an fla config at scale (hlnas.analysis.export, docs/export.md)
+        fig.add_annotation(text=f"export a row as an fla model config: hlnas export --study {info.study} --trial # "
+                                "--scale paper-340m --out DIR (docs/export.md)",
+                           xref="paper", yref="paper", x=0, y=-0.08, xanchor="left", yanchor="top", showarrow=False,
+                           font=dict(size=11, color="#555555"))
     fig.update_layout(title=dict(text=f"{title}<br><sup>{legend}</sup>"), template="plotly_white",
                       xaxis=dict(title="layer", dtick=1 if depth <= 32 else None), yaxis=dict(autorange="reversed", type="category"),
-                      margin=dict(l=110, r=20, t=70, b=40))  # fmt: skip
+                      margin=dict(l=110, r=20, t=70, b=70 if info.study else 40))  # fmt: skip
     return fig
 
 

@@ -26,8 +26,9 @@ import math
 import re
 from importlib import resources
 
-from hlnas.model.catalog import mixer_entry, mixer_for_code
-from hlnas.errors import UnknownMixerError
+from hlnas.model.catalog import mixer_entry
+from hlnas.model.layout import Layout
+from hlnas.errors import LayoutError, UnknownMixerError
 
 __all__ = [
     "PAPER",
@@ -122,8 +123,8 @@ def _layout_mixers(rec) -> list[str]:
     if rec.attrs.get("mixers"):
         return list(rec.attrs["mixers"])
     try:
-        return [mixer_for_code(c).name for c in rec.layout]
-    except UnknownMixerError:
+        return list(Layout.parse(rec.layout).mixers)
+    except (LayoutError, UnknownMixerError):
         return []
 
 
@@ -141,9 +142,14 @@ def mixer_and_ratio(rec) -> tuple[str | None, str | None]:
     loop writes are used, else the layout string is decoded.
     """
     mixers = _layout_mixers(rec)
-    n_attn = sum(map(_is_attention, mixers))
-    linear = rec.attrs.get("linear_mixers") or list(dict.fromkeys(m for m in mixers if not _is_attention(m)))
-    ratio = rec.attrs.get("ratio")
+    n_attn = sum(map(_is_attention, mixers))  # full attention: an all-window model is pure, never the Transformer
+    try:
+        layout = Layout(tuple(mixers)) if mixers else None
+    except (LayoutError, UnknownMixerError):  # a mixer newer than this catalog: count it as linear
+        layout = None
+    linear = (rec.attrs.get("linear_mixers") or (list(layout.linear_mixers) if layout else None)
+              or list(dict.fromkeys(m for m in mixers if not _is_attention(m))))
+    ratio = rec.attrs.get("ratio") or (layout.ratio if layout else None)
     if ratio is None and mixers:
         n = len(mixers)
         ratio = ("pure" if n_attn == 0 else "transformer" if n_attn == n

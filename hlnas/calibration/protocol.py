@@ -74,6 +74,10 @@ def _point(space, layout: str, mixer: str, ratio: str | None) -> dict | None:
     elif ratio in dims["ratio"]:
         for placement in dims["placement"]:
             guesses.append({"mixer": mixer, "ratio": ratio, "placement": placement})
+    if "attention" in dims:  # the calibration's hybrids hold full attention (the control's kind)
+        if "full" not in dims["attention"]:
+            return None
+        guesses = [{**g, "attention": "full"} for g in guesses]
     for params in guesses:
         try:
             if str(space.layout(params)) == layout:

@@ -239,6 +239,10 @@ def status_text(summary: dict) -> str:
     elif cal:
         lines.append(f"calibration: {cal.get('status')}")
     lines.append(front_table(summary["front"], summary["calibration"]))
+    if summary.get("export"):  # each front member as an fla config (hlnas.analysis.export.front_exports)
+        lines.append("\nexport a front member as an fla model config (paper-340m here; --scale paper-1.3b or --width "
+                     "--depth --heads --vocab for others; docs/export.md):")
+        lines += [f"  {e['number']:>4}  " + (e["command"] or f"cannot export: {e['refusal']}") for e in summary["export"]]
     return "\n".join(lines)
 
 
@@ -269,10 +273,11 @@ def layout_record(layout, preset: str, cost) -> dict:
 
 def layout_card(layout, preset: str, cost) -> str:
     """``hlnas layout``: the layers drawn one character each, then the cost, one figure a line."""
-    picture = "".join("█" if m == "attention" else "·" for m in layout.mixers)
+    picture = "".join("█" if m == "attention" else "▒" if m.startswith("swa:") else "·" for m in layout.mixers)
+    key = "█ attention  ▒ sliding window  · linear" if "▒" in picture else "█ attention  · linear"
     return "\n".join([
         f"layout         {layout}   ({layout.describe()})",
-        f"layers         {picture}   █ attention  · linear",
+        f"layers         {picture}   {key}",
         f"preset         {preset} (MLP width {cost.mlp_hidden})",
         f"params         {cost.params:,}",
         f"KV cache       {format_bytes(cost.kv_cache_bytes)}  (context {cost.context}, batch {cost.batch}, {cost.dtype})",

@@ -9,8 +9,10 @@ import shlex
 import sys
 
 from hlnas.model.catalog import code_table, linear_mixer_names
+from hlnas.cli.args import positive_int as _positive_int
 from hlnas.cli.bench import add_bench
 from hlnas.cli.corpus import add_corpus
+from hlnas.cli.export_cmd import add_export, front_export_hint
 from hlnas.cli.validate import add_validate
 from hlnas.cli.warm import add_warm
 from hlnas.errors import HlnasError
@@ -27,16 +29,6 @@ def _port(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port number; allowed: 1-65535")
     return port
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be >= 1")
-    return n
 
 
 def _placement(text: str) -> str | list[int]:
@@ -406,7 +398,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     storage = args.storage or DEFAULT_STORAGE
     study = load_hlnas_study(storage, args.study or only_study_name(storage))
-    summary, as_if = study_summary(study), ""
+    summary, as_if = {**study_summary(study), "export": front_export_hint(study, args.storage)}, ""
     if args.as_if:  # the stored runs judged under other thresholds, printed after the stored verdict
         from hlnas.calibration.whatif import study_as_if
 
@@ -466,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_layout, _add_train, _add_eval, _add_search, _add_calibrate, _add_status, _add_dashboard,
-                _add_report, add_validate, add_bench, add_warm, add_corpus):  # the order of `hlnas --help`
+                _add_report, add_validate, add_export, add_bench, add_warm, add_corpus):  # the order of `hlnas --help`
         add(sub)
     return parser
 

@@ -11,8 +11,7 @@ import threading
 import torch
 from torch import Tensor, nn
 
-from hlnas.model.cost import resolve_config
-from hlnas.model.catalog import MIXERS
+from hlnas.model.cost import layer_mixer, resolve_config
 from hlnas.model.config import ModelConfig
 from hlnas.model.layout import Layout
 from hlnas.model.mixers.base import Mixer, cache_nbytes
@@ -62,9 +61,14 @@ class HybridLM(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         blocks = []
         for i, name in enumerate(layout.mixers):
-            cls: type[Mixer] = MIXERS.get(name)
-            blocks.append(Block(cls(cfg.d_model, cls.hparams(cfg), i), cfg.d_model, cfg.mlp_width, cfg.norm_eps))
+            cls, hp = layer_mixer(name, cfg)
+            blocks.append(Block(cls(cfg.d_model, hp, i), cfg.d_model, cfg.mlp_width, cfg.norm_eps))
         self.blocks = nn.ModuleList(blocks)
+        # values one layer hands to later ones within a forward (RWKV-7's value residual: layer 0's v), emptied after it
+        self._shared: dict = {}
+        for block in self.blocks:
+            if hasattr(block.mixer, "shared"):
+                block.mixer.shared = self._shared
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -107,8 +111,11 @@ class HybridLM(nn.Module):
         ``head=False``: the final hidden states ``[B, T, d_model]`` instead, for a loss that applies :attr:`lm_head`
         itself (:mod:`hlnas.training.head_loss`)."""
         x = self.embed(input_ids)
-        for i, block in enumerate(self.blocks if blocks is None else blocks):
-            x = block(x, None if cache is None else cache.layers[i])
+        try:
+            for i, block in enumerate(self.blocks if blocks is None else blocks):
+                x = block(x, None if cache is None else cache.layers[i])
+        finally:
+            self._shared.clear()
         if cache is not None:
             cache.seen_tokens += input_ids.shape[1]
         x = self.norm(x)

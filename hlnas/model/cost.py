@@ -1,7 +1,8 @@
 """Exact cost of a layout, from the mixers' formulas alone (no weights are built).
 
 * ``params``: every parameter of the model (embedding, blocks, norms, head).
-* ``kv_cache_bytes``: attention layers, 2 x kv_heads x head_dim x L x B x itemsize (sliding windows capped).
+* ``kv_cache_bytes``: attention layers, 2 x kv_heads x head_dim x L x B x itemsize (sliding windows capped: a
+  ``swa:W`` layer, or every attention layer under ``ModelConfig.window``, holds min(L, W) tokens).
 * ``state_bytes``: everything the linear layers hold while decoding (recurrent state, short-conv
   windows); constant in L.
 * ``inference_bytes``: weights + KV cache + state at the given dtype.
@@ -18,13 +19,14 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from hlnas.model.catalog import MIXERS, mixer_entry
+from hlnas.model.catalog import MIXERS, mixer_entry, split_layer
 from hlnas.model.config import ModelConfig
 from hlnas.errors import ConfigError
 from hlnas.model.layout import Layout
 from hlnas.model.nn import SwiGLU
 
-__all__ = ["LayoutCost", "layout_cost", "layout_metrics", "resolve_config", "parse_dtype", "DTYPES", "ISO_TOLERANCE"]
+__all__ = ["LayoutCost", "layout_cost", "layout_metrics", "resolve_config", "parse_dtype", "DTYPES", "ISO_TOLERANCE",
+           "layer_mixer"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 
@@ -37,11 +39,18 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def layer_mixer(name: str, cfg: ModelConfig):
+    """(mixer class, hyper-parameters) of a layer named ``name`` under ``cfg`` (``"swa:1024"``: the window from the name)."""
+    base, window = split_layer(name)
+    cls = MIXERS.get(base)
+    return cls, cls.layer_hparams(cfg, window)
+
+
 def _mixer_params(layout: Layout, cfg: ModelConfig) -> int:
     total = 0
-    for name in layout.mixers:
-        cls = MIXERS.get(name)
-        total += cls.param_count(cfg.d_model, cls.hparams(cfg))
+    for i, name in enumerate(layout.mixers):
+        cls, hp = layer_mixer(name, cfg)
+        total += cls.layer_param_count(cfg.d_model, hp, i)
     return total
 
 
@@ -122,10 +131,9 @@ def layout_cost(
     flops = 0
     d = cfg.d_model
     for name in layout.mixers:
-        cls = MIXERS.get(name)
-        hp = cls.hparams(cfg)
+        cls, hp = layer_mixer(name, cfg)
         held = cls.state_bytes(d, hp, batch=batch, seq_len=context, dtype=dt)
-        if mixer_entry(name).is_attention:
+        if mixer_entry(name).holds_kv:  # full attention, or a window's KV (capped at its window)
             kv += held
         else:
             state += held

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["DELTA_SHAPES", "delta_shape_id", "delta_case", "make_inputs", *[f"{op}_inputs" for op in ("attention", "delta_rule", "gated_delta_rule", "gla", "hgrn", "simple_gla", "causal_conv1d",
-                                                          "l2norm")]]
+                                                          "l2norm", "kda", "rwkv7")]]
 
 
 def attention_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
@@ -41,6 +41,29 @@ def gated_delta_rule_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=tor
         "g": F.logsigmoid(2.0 + rnd(B, T, H)),
         "beta": torch.sigmoid(rnd(B, T, H)),
     }
+    return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}
+
+
+def kda_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0,
+               strong: bool = False) -> dict:
+    """Random q, k (l2-normalized), v, per-channel log-decays g ``[B,T,H,K]`` (about [-2.5, -0.005] as the gated delta
+    rule's; ``strong``: down to -20 a step, KDA's gate at A = 16) and beta in (0, 1)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    g = F.logsigmoid(2.0 + rnd(B, T, H, K))
+    out = {"q": rnd(B, T, H, K), "k": F.normalize(rnd(B, T, H, K), p=2, dim=-1), "v": rnd(B, T, H, V),
+           "g": g * 12 if strong else g, "beta": torch.sigmoid(rnd(B, T, H))}
+    return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}
+
+
+def rwkv7_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
+    """r, k, v ~ N(0, 1), log-decays w in [-exp(-0.5), 0] (the mixer's range), and the removal term as the mixer forms
+    it: a = -kappa, b = kappa * alpha, kappa an l2-normalized key, alpha in (0, 1)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    kappa, alpha = F.normalize(rnd(B, T, H, K), p=2, dim=-1), torch.sigmoid(rnd(B, T, H, K))
+    out = {"r": rnd(B, T, H, K), "w": -0.6065306597126334 * torch.sigmoid(rnd(B, T, H, K)), "k": rnd(B, T, H, K) / K**0.5,
+           "v": rnd(B, T, H, V), "a": -kappa, "b": kappa * alpha}
     return {n: t.to(device=device, dtype=dtype) for n, t in out.items()}
 
 
@@ -103,7 +126,7 @@ def l2norm_inputs(B: int, T: int, H: int, K: int, V: int, *, dtype=torch.float32
 
 
 _BY_OP = {"causal_conv1d": causal_conv1d_inputs, "l2norm": l2norm_inputs, "attention": attention_inputs, "delta_rule": delta_rule_inputs, "gated_delta_rule": gated_delta_rule_inputs,
-          "gla": gla_inputs, "hgrn": hgrn_inputs, "simple_gla": simple_gla_inputs}
+          "gla": gla_inputs, "hgrn": hgrn_inputs, "simple_gla": simple_gla_inputs, "kda": kda_inputs, "rwkv7": rwkv7_inputs}
 
 
 def make_inputs(op: str, *args, **kwargs) -> dict:

@@ -26,6 +26,8 @@ OPS = {  # op -> (function, the make_inputs keys it takes positionally)
     "gla": ("chunk_gla_torch", ("q", "k", "v", "g")),
     "delta_rule": ("chunk_delta_rule_torch", ("q", "k", "v", "beta")),
     "gated_delta_rule": ("chunk_gated_delta_rule_torch", ("q", "k", "v", "g", "beta")),
+    "kda": ("chunk_kda_torch", ("q", "k", "v", "g", "beta")),
+    "rwkv7": ("chunk_rwkv7_torch", ("r", "w", "k", "v", "a", "b")),
 }
 
 
@@ -48,7 +50,7 @@ def test_torch_paths_keep_float32_under_a_bf16_autocast(op, path):
     assert max(errs) < 1e-5, errs
 
 
-@pytest.mark.parametrize("mixer", ["retnet", "deltanet", "gated_deltanet", "mamba2", "hgrn2", "hgrn", "gla"])
+@pytest.mark.parametrize("mixer", ["retnet", "deltanet", "gated_deltanet", "mamba2", "hgrn2", "hgrn", "gla", "kda", "rwkv7"])
 def test_a_model_trains_on_the_torch_paths_under_bf16_autocast(mixer):
     torch.manual_seed(0)
     model = build_model(Layout.parse(str(build_layout(mixer, "pure", 1)) + "A"),

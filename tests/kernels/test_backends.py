@@ -26,7 +26,7 @@ from tests.kernels.inputs import make_inputs
 CUDA_X = SimpleNamespace(is_cuda=True, device=torch.device("cuda", 0))  # what resolve_backend reads of a tensor
 #: op -> fla's kernels its fla_<op> may call, the chunked one first
 FLA_KERNELS = {op: (f"fla.ops.{op}", (f"chunk_{op}", f"fused_recurrent_{op}"))
-               for op in ("hgrn", "gla", "simple_gla", "delta_rule", "gated_delta_rule")}
+               for op in ("hgrn", "gla", "simple_gla", "delta_rule", "gated_delta_rule", "kda", "rwkv7")}
 
 
 @pytest.fixture
@@ -373,6 +373,25 @@ def test_fla_gated_delta_rule(spies, T, grad, no_grad, kernel):
     assert args["initial_state"].dtype == torch.float32 and o.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("T, grad, no_grad, kernel", [
+    (64, False, True, "fused_recurrent_kda"), (65, False, True, "chunk_kda"), (16, True, False, "chunk_kda")])
+def test_fla_kda(spies, T, grad, no_grad, kernel):
+    name, args, inp, (o, _) = _call(backends.fla_kda, "kda", spies, T, grad=grad, no_grad=no_grad, h0=True)
+    assert name == kernel and args["g"].dtype == torch.float32 and args["beta"].dtype == torch.bfloat16
+    assert args["initial_state"].dtype == torch.float32 and o.dtype == torch.bfloat16
+    # the mixer computed the gate, the key norm and beta's sigmoid: fla must not apply them again
+    for flag in ("use_gate_in_kernel", "use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel"):
+        assert not args.get(flag, False)
+
+
+@pytest.mark.parametrize("T, grad, no_grad, kernel", [
+    (64, False, True, "fused_recurrent_rwkv7"), (65, False, True, "chunk_rwkv7"), (16, True, False, "chunk_rwkv7")])
+def test_fla_rwkv7(spies, T, grad, no_grad, kernel):
+    name, args, inp, (o, _) = _call(backends.fla_rwkv7, "rwkv7", spies, T, grad=grad, no_grad=no_grad, h0=True)
+    assert name == kernel and all(args[n].dtype == torch.bfloat16 for n in ("r", "w", "k", "v", "a", "b"))
+    assert args["scale"] == 1.0 and args["initial_state"].dtype == torch.float32
+
+
 # -- GPU: every fla kernel each fla_<op> can take, against the PyTorch path ----------------------------------
 GATED = "#640"  # the route is this kernel where fla's gated backward works here, else the PyTorch path
 GPU_ROUTES = [  # (op, T, dtype, inputs without a gradient, output_final_state, make_inputs options, kernel)
@@ -393,6 +412,13 @@ GPU_ROUTES = [  # (op, T, dtype, inputs without a gradient, output_final_state, 
     ("gated_delta_rule", 40, torch.bfloat16, "all", True, {}, "fused_recurrent_gated_delta_rule"),
     ("gated_delta_rule", 500, torch.bfloat16, "all", True, {}, "chunk_gated_delta_rule"),
     ("gated_delta_rule", 500, torch.bfloat16, (), True, {}, ("chunk_gated_delta_rule", GATED)),
+    ("kda", 40, torch.bfloat16, "all", True, {}, "fused_recurrent_kda"),
+    ("kda", 500, torch.bfloat16, "all", True, {}, "chunk_kda"),
+    ("kda", 500, torch.bfloat16, (), True, {}, "chunk_kda"),
+    ("kda", 300, torch.bfloat16, (), False, {"strong": True}, "chunk_kda"),
+    ("rwkv7", 40, torch.bfloat16, "all", True, {}, "fused_recurrent_rwkv7"),
+    ("rwkv7", 500, torch.bfloat16, "all", True, {}, "chunk_rwkv7"),
+    ("rwkv7", 500, torch.bfloat16, (), True, {}, "chunk_rwkv7"),
 ]
 
 

@@ -6,22 +6,24 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hlnas.model.catalog import MIXERS
+from hlnas.model.catalog import MIXERS, mixer_entry, split_layer
 from hlnas.model.config import preset
+from hlnas.model.cost import layer_mixer
 from tests.helpers import assert_close
 
 CFG = preset("proxy-tiny")
-#: every mixer with its defaults, plus variants whose settings add modules or state: attention with its input conv
-CASES = [*MIXERS.names(), "attention+input_conv"]
+#: every mixer with its defaults (a windowed kind as a layer of window 8, shorter than the tests' sequences), plus
+#: variants whose settings add modules or state: attention with its input conv, RWKV-7 past layer 0 (its value
+#: residual's v_lora, lerping toward zeros alone: layer 0's v comes from the model, tests/test_rwkv7_model.py)
+CASES = [*(f"{n}:8" if mixer_entry(n).windowed else n for n in MIXERS.names()), "attention+input_conv", "rwkv7@1"]
 VARIANTS = {"attention+input_conv": {"input_conv": 4}}
 
 
 def make(name: str, dtype=torch.float64):
-    base = name.split("+")[0]
-    cls = MIXERS.get(base)
-    hp = cls.hparams(CFG.replace(mixer_hparams={base: VARIANTS.get(name, {})}))
+    layer, _, idx = name.split("+")[0].partition("@")
+    cls, hp = layer_mixer(layer, CFG.replace(mixer_hparams={split_layer(layer)[0]: VARIANTS.get(name, {})}))
     torch.manual_seed(0)
-    m = cls(CFG.d_model, hp, layer_idx=0).to(dtype)
+    m = cls(CFG.d_model, hp, layer_idx=int(idx or 0)).to(dtype)
     # re-randomize every parameter so zero-initialized gates cannot hide bugs
     with torch.no_grad():
         for p in m.parameters():
@@ -32,7 +34,7 @@ def make(name: str, dtype=torch.float64):
 @pytest.mark.parametrize("name", CASES)
 def test_param_count_matches_module(name):
     cls, hp, m = make(name)
-    assert cls.param_count(CFG.d_model, hp) == sum(p.numel() for p in m.parameters())
+    assert cls.layer_param_count(CFG.d_model, hp, m.layer_idx) == sum(p.numel() for p in m.parameters())
 
 
 @pytest.mark.parametrize("name", CASES)

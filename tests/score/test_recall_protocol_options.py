@@ -18,13 +18,13 @@ from hlnas.recall.proxy import learning_auc, recall_model_config, steps_to_targe
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models
 
-#: one layer of every registered mixer (the letters of hlnas.model.layout)
-EVERY_MIXER = "AHNRGDZM"
+#: one layer of every registered mixer (the letters of hlnas.model.layout; a window as S and its width)
+EVERY_MIXER = "AHNRGDZMKWS8"
 
 
 def test_every_mixer_has_a_residual_output_projection():
     layout = Layout.parse(EVERY_MIXER)
-    assert set(layout.mixers) == set(MIXERS.names())
+    assert {m.partition(":")[0] for m in layout.mixers} == set(MIXERS.names())
     model = build_model(layout, preset("proxy-tiny"))
     for block in model.blocks:
         assert isinstance(block.mixer.residual_out(), torch.nn.Linear)

@@ -26,7 +26,7 @@ from hlnas.model.kernels.backends import BACKENDS, fla_status, kernel_fallbacks,
 __all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "kernel_fallbacks", "use_backend", "quick_autotune", "warn_once", "without_autocast"]
 
 #: Every sequence op, one module each under hlnas/model/kernels/, with ``<op>`` and ``naive_<op>`` (inputs for checks: tests/kernels/inputs.py).
-OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule", "causal_conv1d", "l2norm")
+OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule", "kda", "rwkv7", "causal_conv1d", "l2norm")
 
 
 def without_autocast(fn):

@@ -41,6 +41,7 @@ __all__ = [
     "FLA_MIN_HEAD_DIM", "FLA_RECURRENT_MAX_T", "gated_backward_verdict", "fla_gated_backward_ok", "simple_gla_gated_backward_ok",
     "tilelang_usable", "probe_process", "kernel_fallbacks",
     "fla_hgrn", "fla_gla", "fla_simple_gla", "fla_delta_rule", "fla_gated_delta_rule", "fla_causal_conv1d", "fla_l2norm",
+    "fla_kda", "fla_rwkv7",
     "quick_autotune",
 ]
 
@@ -222,6 +223,8 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "simple_gla": (Rule(_simple_gla_head_dim), Rule(_simple_gla_gated_backward, _BOTH)),
     "delta_rule": (Rule(_not_float64, None),),
     "gated_delta_rule": (Rule(_not_float64, None), Rule(_gated_delta_rule_backward, _BOTH)),
+    "kda": (Rule(_not_float64, None),),
+    "rwkv7": (Rule(_not_float64, None),),
 }
 
 
@@ -422,6 +425,33 @@ def fla_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tenso
     else:
         o, s = chunk_gated_delta_rule(q, k.to(dtype), v.to(dtype), **kw)
     return o.to(dtype), s
+
+
+@_contiguous_inputs
+def fla_kda(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, scale: float | None = None,
+            initial_state: Tensor | None = None, output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
+    """fla's KDA on the mixer's decays and beta (no gate, l2norm or sigmoid in the kernel), float32 states; fused
+    recurrent for grad-free calls of T <= 64 (as fla's layer decodes), else chunked."""
+    from fla.ops.kda import chunk_kda, fused_recurrent_kda
+
+    h0 = None if initial_state is None else initial_state.float()
+    short = not needs_grad(q, k, v, g, beta, initial_state) and q.shape[1] <= FLA_RECURRENT_MAX_T
+    o, s = (fused_recurrent_kda if short else chunk_kda)(q, k.to(q.dtype), v.to(q.dtype), g=g.float(), beta=beta.to(q.dtype),
+                                                         scale=scale, initial_state=h0, output_final_state=output_final_state)
+    return o.to(q.dtype), s
+
+
+@_contiguous_inputs
+def fla_rwkv7(r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, *, scale: float = 1.0,
+              initial_state: Tensor | None = None, output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
+    """fla's RWKV-7 (DPLR kernels), as :func:`fla_kda` picks; inputs in r's dtype (fla warns on float32), state float32."""
+    from fla.ops.rwkv7 import chunk_rwkv7, fused_recurrent_rwkv7
+
+    h0 = None if initial_state is None else initial_state.float()
+    short = not needs_grad(r, w, k, v, a, b, initial_state) and r.shape[1] <= FLA_RECURRENT_MAX_T
+    o, s = (fused_recurrent_rwkv7 if short else chunk_rwkv7)(r, *(t.to(r.dtype) for t in (w, k, v, a, b)), scale=scale,
+                                                             initial_state=h0, output_final_state=output_final_state)
+    return o.to(r.dtype), s
 
 
 def fla_l2norm(x: Tensor, eps: float) -> Tensor:

@@ -147,3 +147,18 @@ class Attention(Mixer):
             cache["pos"] = pos + T
         o = attention(q, k, v, window=hp.window)
         return self.o_proj(o.reshape(B, T, -1))
+
+
+class SlidingWindowAttention(Attention):
+    """Attention over each token's last W tokens, itself included: a layer kind (``"swa:W"``) a layout places beside
+    full attention, where :attr:`ModelConfig.window` windows every attention layer of a model alike. Its KV cache keeps
+    the last W tokens (Mistral's and Gemma's local layers; fla's ``attn`` spec ``window_size``). Every other setting is
+    the attention layers' own (``mixer_hparams['attention']``)."""
+
+    name = "swa"
+
+    @classmethod
+    def layer_hparams(cls, cfg, window: int | None = None) -> Attention.Hparams:
+        if window is None or window < 1:
+            raise ConfigError(f"swa: a sliding-window layer needs a window >= 1 (its layer name swa:W), got {window!r}")
+        return dataclasses.replace(Attention.hparams(cfg), window=window)

@@ -67,6 +67,19 @@ class Mixer(nn.Module):
         return hp
 
     @classmethod
+    def layer_hparams(cls, cfg: "ModelConfig", window: int | None = None) -> "Mixer.Hparams":
+        """The hyper-parameters of one layer of this kind: :meth:`hparams`, and for a windowed kind (a layer named
+        ``"swa:1024"``) its window. Kinds without a window take none."""
+        if window is not None:
+            raise ConfigError(f"{cls.name}: layers of this mixer take no window (got {window})")
+        return cls.hparams(cfg)
+
+    @classmethod
+    def layer_param_count(cls, d_model: int, hp: "Mixer.Hparams", layer_idx: int) -> int:
+        """Parameters of the layer at ``layer_idx``: :meth:`param_count` unless the kind's layers differ by depth."""
+        return cls.param_count(d_model, hp)
+
+    @classmethod
     def validate(cls, d_model: int, hp: "Mixer.Hparams") -> None:
         """Raise ConfigError naming the bad value; called before weights are built."""
 
