@@ -41,7 +41,7 @@ import torch
 
 from hlnas.model.config import ModelConfig
 from hlnas.errors import ConfigError, did_you_mean
-from hlnas.model.kernels import kernel_fallbacks
+from hlnas.model.kernels import kernel_fallbacks, kernel_paths, use_backend
 from hlnas.model.layout import Layout
 from hlnas.model.build import seeded_model
 from hlnas.overrides import at_least_one, config_to_dict, is_number, tuples_of, typed_fields
@@ -131,6 +131,11 @@ class MqarConfig:
     beyond: tuple[tuple[int, int], ...] = ()
     curriculum_kv: int | None = None
     curriculum_frac: float = 0.25
+    # the sequence kernels the recall model trains on: "auto" (fla's where they run, hlnas.model.kernels) or "torch"
+    # (hlnas's PyTorch kernels everywhere). Part of the protocol: fla's and the PyTorch kernels round differently, and
+    # whether a deep recall model takes off can turn on that (a grid calibrated on one path need not reproduce on the
+    # other)
+    kernels: str = "auto"
 
     def __post_init__(self) -> None:
         tuples_of(self, "lrs")
@@ -162,6 +167,9 @@ class MqarConfig:
         if not is_number(self.curriculum_frac) or not 0 < self.curriculum_frac < 1:
             raise ConfigError(f"score.mqar.curriculum_frac={self.curriculum_frac!r} is not allowed; allowed: a fraction "
                               "in (0, 1) of the steps by which the curriculum reaches kv_pairs")
+        if self.kernels not in ("auto", "torch"):
+            raise ConfigError(f"score.mqar.kernels={self.kernels!r} is not allowed; allowed: auto (fla's kernels where "
+                              "they run), torch (hlnas's PyTorch kernels everywhere)")
         if self.beyond or self.curriculum_kv is not None:
             self._check_mqar_extras()
         if self.task == "vt":  # refuse a task that does not fit its length or vocabulary now, not at training
@@ -388,6 +396,12 @@ def train_mqar(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, *, seed:
     Returns ``mqar_acc`` (test accuracy of the best rate), ``mqar_baselines`` (no-recall strategies on the
     same test instances), ``mqar_baseline`` (the strongest), and ``mqar`` (settings, per-rate curves)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    # the protocol's kernel path, for every op of every rate and the scoring after
+    with use_backend("torch") if cfg.kernels == "torch" else contextlib.nullcontext():
+        return _train_rates(layout, model_cfg, cfg, seed, device)
+
+
+def _train_rates(layout: Layout, model_cfg: ModelConfig, cfg: MqarConfig, seed: int, device) -> dict:
     setup = recall_setup(layout, model_cfg, cfg)
     val = validation_instances(setup, seed)
     t0 = time.perf_counter()
@@ -442,6 +456,8 @@ def sweep_result(setup: RecallSetup, runs: list[dict], val, *, device, t0: float
                  "params": best["model"].num_params(), "mode": best["mode"],
                  # the ops this process ran on the PyTorch kernels where fla was asked for, and why (empty off CUDA)
                  "kernel_fallbacks": kernel_fallbacks(),
+                 "kernels": cfg.kernels,
+                 "kernel_paths": kernel_paths(),  # the path each op of this process took: what the numbers ran on
                  "peak_gib": peak_gib(device),  # the process's peak GPU memory so far (None off CUDA)
                  "runs": [{k: v for k, v in r.items() if k != "model"} for r in runs]},
     }

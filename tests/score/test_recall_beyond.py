@@ -92,3 +92,12 @@ def test_a_trained_recall_model_reports_recall_beyond_beside_its_baselines(one_t
     assert 0 <= r["mqar_beyond"] == s["corrected"] <= 1 and s["baseline"] == pytest.approx(0.25, abs=0.05)
     assert r["mqar"]["beyond"] == [[64, 4]] and r["mqar"]["curriculum"] == {"kv_start": 2, "frac": 0.25}
     assert check_beyond([[64, 4]], 64, 32) == ((64, 4),)
+
+
+def test_the_kernel_path_is_a_protocol_setting_and_each_result_says_what_its_ops_ran_on(one_thread):
+    with pytest.raises(ConfigError, match="score.mqar.kernels='triton' is not allowed; allowed: auto"):
+        MqarConfig(kernels="triton")
+    cfg = MqarConfig(seq_len=32, kv_pairs=4, vocab=64, batch=8, steps=4, eval_every=2, test=8, val=8, kernels="torch")
+    r = train_mqar(build_layout("hgrn2", "3:1", 3), ModelConfig(d_model=16, n_heads=2, vocab_size=64), cfg, seed=0,
+                   device="cpu")
+    assert r["mqar"]["kernels"] == "torch" and r["mqar"]["kernel_paths"]["gla"] == "torch"  # HGRN-2 runs on the GLA op

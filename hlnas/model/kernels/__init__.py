@@ -21,9 +21,10 @@ import functools
 
 import torch
 
-from hlnas.model.kernels.backends import BACKENDS, fla_status, kernel_fallbacks, quick_autotune, resolve_backend, use_backend, warn_once
+from hlnas.model.kernels.backends import (BACKENDS, fla_status, kernel_fallbacks, kernel_paths, quick_autotune,
+                                          resolve_backend, use_backend, warn_once)
 
-__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "kernel_fallbacks", "use_backend", "quick_autotune", "warn_once", "without_autocast"]
+__all__ = ["BACKENDS", "OPS", "resolve_backend", "fla_status", "kernel_fallbacks", "kernel_paths", "use_backend", "quick_autotune", "warn_once", "without_autocast"]
 
 #: Every sequence op, one module each under hlnas/model/kernels/, with ``<op>`` and ``naive_<op>`` (inputs for checks: tests/kernels/inputs.py).
 OPS = ("attention", "hgrn", "simple_gla", "gla", "delta_rule", "gated_delta_rule", "kda", "rwkv7", "causal_conv1d", "l2norm")

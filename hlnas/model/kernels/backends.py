@@ -39,7 +39,7 @@ from hlnas.errors import KernelUnavailable
 __all__ = [
     "BACKENDS", "RULES", "Rule", "route", "resolve_backend", "fla_status", "use_backend", "warn_once", "needs_grad",
     "FLA_MIN_HEAD_DIM", "FLA_RECURRENT_MAX_T", "gated_backward_verdict", "fla_gated_backward_ok", "simple_gla_gated_backward_ok",
-    "tilelang_usable", "probe_process", "kernel_fallbacks",
+    "tilelang_usable", "probe_process", "kernel_paths", "kernel_fallbacks",
     "fla_hgrn", "fla_gla", "fla_simple_gla", "fla_delta_rule", "fla_gated_delta_rule", "fla_causal_conv1d", "fla_l2norm",
     "fla_kda", "fla_rwkv7",
     "quick_autotune",
@@ -50,6 +50,7 @@ log = logging.getLogger("hlnas.model.kernels")
 BACKENDS = ("auto", "fla", "torch")
 _override: str | None = None
 _logged: set[str] = set()
+_taken: set[tuple[str, str]] = set()  # (op, path) of every routed call in this process: kernel_paths()
 
 
 # -- the backend asked for, and whether fla can run at all -------------------------------------------
@@ -234,6 +235,13 @@ def route(op: str, backend: str | None = None, /, **inputs: Tensor | None) -> st
     ``inputs``: the call's tensors by the op's argument names, its leading one first (q, or hgrn's x:
     the tensor whose device decides).
     """
+    path = _route(op, backend, inputs)
+    if (op, path) not in _taken:
+        _taken.add((op, path))
+    return path
+
+
+def _route(op: str, backend: str | None, inputs: dict) -> str:
     if resolve_backend(op, next(iter(inputs.values())), backend) == "torch":
         return "torch"
     for rule in RULES.get(op, ()):
@@ -243,6 +251,16 @@ def route(op: str, backend: str | None = None, /, **inputs: Tensor | None) -> st
                 warn_once(f"{op}: {rule.says}: {reason}")
             return "torch"
     return "fla"
+
+
+def kernel_paths() -> dict[str, str]:
+    """``{op: path}`` of every op this process has routed ("fla", "torch", or "fla+torch" where calls went both
+    ways): what a result ran on. A recall protocol's results depend on it (fla's and the PyTorch kernels round
+    differently, and a deep recall model's take-off can turn on that), so results record it beside their numbers."""
+    paths: dict[str, set[str]] = {}
+    for op, path in _taken:
+        paths.setdefault(op, set()).add(path)
+    return {op: "+".join(sorted(p)) for op, p in sorted(paths.items())}
 
 
 # -- can fla's gated backward run here? (fla issue #640) ------------------------------------------------
