@@ -88,7 +88,7 @@ def empty(title: str, message: str):
 
 
 # kaleido >= 1 loads its plotting script into a fresh Chromium tab per export; now and then the export runs before the
-# script is in, and fails with "ReferenceError: kaleido_scopes is not defined" (seen 2026-12-05 in analyse.sh: the same
+# script is in, and fails with "ReferenceError: kaleido_scopes is not defined" (seen in an analyse.sh run: the same
 # figure wrote on the next try). That is the one failure worth retrying; any other error is the figure's or the
 # browser's and is raised at once.
 _PAGE_NOT_READY = "kaleido_scopes is not defined"

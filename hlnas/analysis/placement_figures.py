@@ -3,8 +3,8 @@ two placements or more, split into an info (tested) and a plotly figure, like :m
 
 At a fixed mixer and ratio every placement holds the same KV cache, so the recall-vs-KV figure stacks them in one
 column and the ratio figure pools them; this one sets them side by side. Placements are ordered by the depth of their
-first attention layer, the axis along which the H100 placement run split (HGRN-2 6:1 learned MQAR with its first
-attention layer at 0, 2 or 5 of 24, never at 10 or 20; ``experiments/results/placement_h200_lr_2026-12-05b/``). Recall
+first attention layer, the axis along which a GPU placement run split (HGRN-2 6:1 learned MQAR with its first
+attention layer at 0, 2 or 5 of 24, never at 10 or 20). Recall
 is drawn raw beside the study's no-recall band wherever the trials carry it, as every hlnas recall figure.
 """
 

@@ -122,7 +122,7 @@ def advice(space, result: dict) -> str:
 def _chaining_tip(space, result: dict) -> str | None:
     """For a VT protocol whose control learned its 0-hop queries and failed a longer chain: the attention-input conv's
     split2 start, unless the space has it. Why: with shift2 the 24-layer control learned every 0-hop query and no 1-hop
-    one on the H200, and split2 let 4 attention layers learn 2-hop queries on the CPU (hlnas.model.mixers.attention)."""
+    one on a GPU, and split2 let 4 attention layers learn 2-hop queries on the CPU (hlnas.model.mixers.attention)."""
     mq = space.score.mqar
     control = next((r for r in result.get("rows", []) if r["role"] == "control"), None)
     hops = (control or {}).get("by_hop") or {}

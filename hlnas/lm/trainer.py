@@ -71,8 +71,8 @@ class TrainConfig:
     autocast: str = "auto"  # auto (bf16 on CUDA, off on CPU) | bf16 | off
     compile: bool = False
     # on CUDA, the whole step (forward, backward, clipping, AdamW) as one captured CUDA graph (hlnas.training.step), as the
-    # recall proxy does, around the compiled model when compile is on (the recall step measured 1.6-2.0x that way on the
-    # H200, experiments/bench/recall_step_h200_2026-12-03.md); eager on CPU or when capture fails (its reason logged once)
+    # recall proxy does, around the compiled model when compile is on (the recall step measured 1.6-2.0x that way on a
+    # GPU); eager on CPU or when capture fails (its reason logged once)
     graph: bool = True
     log_every: int = 10
     checkpoint_every: int = 0  # steps; 0 = only at the end and on interrupt

@@ -41,7 +41,7 @@ class ModelConfig:
     norm_eps: float = 1e-6
     init_std: float = 0.02
     # how the residual branches' output projections (each mixer's output projection, each MLP's down_proj)
-    # start: "fla" (normal, init_std, as every other weight: fla's and today's default) or "zero" (each block
+    # start: "fla" (normal, init_std, as every other weight: fla's, and hlnas's default) or "zero" (each block
     # starts as the identity, SkipInit/ReZero). A 24-layer all-attention recall model learned MQAR only under
     # "zero" (reference/deep-recall-control.md, section 1)
     residual_init: str = "fla"
@@ -100,7 +100,7 @@ PRESETS: dict[str, ModelConfig] = {
     # Proxies: 24 layers so every paper ratio exists, byte-level vocabulary.
     "proxy-tiny": ModelConfig(d_model=64, vocab_size=256, n_heads=4, mlp_hidden=128),  # CPU tests, seconds
     "proxy-small": ModelConfig(d_model=128, vocab_size=256, n_heads=4, mlp_hidden=256),  # CPU searches, minutes
-    "proxy-gpu": ModelConfig(d_model=512, vocab_size=256, n_heads=8),  # quick H200 runs
+    "proxy-gpu": ModelConfig(d_model=512, vocab_size=256, n_heads=8),  # quick GPU runs
 }
 
 

@@ -27,9 +27,9 @@ def compute_dtype(x: Tensor) -> torch.dtype:
 
 
 #: The fused forms of the LM's norms and projections (F.rms_norm in :class:`RMSNorm`, :func:`fused_linear`) run on CUDA
-#: only. Why: on the CPU default's recall models they measured 0.98-0.99x the composed forms' step
-#: (experiments/bench/cpu_recall_step_cpu_2026-12-05.md: the stacked weights' copy costs more than the one GEMM saves
-#: at d=64), and the CPU path stays bit for bit what the CPU results so far were measured with. Tests set it.
+#: only. Why: on the CPU default's recall models they measured 0.98-0.99x the composed forms' step (the stacked
+#: weights' copy costs more than the one GEMM saves at d=64), and the CPU path stays bit for bit what the CPU results
+#: so far were measured with. Tests set it.
 FUSED_ON_CPU = False
 
 
@@ -54,7 +54,7 @@ class RMSNorm(nn.Module):
             # torch's fused kernel, the same float32 math: on CUDA one kernel forward and one backward saving x and
             # its rstd, where the composed form below ran about seven fp32 elementwise kernels each way and saved
             # their [B, T, C] outputs (paper-340m Transformer 0.78x a plain-PyTorch one with nn.RMSNorm, at 1.16x
-            # its memory: experiments/bench/paper_scale_h100_2026-12-05.md)
+            # its memory)
             cdt = compute_dtype(x)
             return F.rms_norm(x.to(cdt), (x.shape[-1],), self.weight.to(cdt), self.eps).to(x.dtype)
         # float32, float64 for float64 inputs (the reference tests: it once rounded them to float32)
@@ -64,8 +64,8 @@ class RMSNorm(nn.Module):
 
 
 #: The gated norms take :func:`lean_gated_norm` wherever the fused forms run (:func:`fused_forms`); off, they take the
-#: composed form there too (experiments/bench/saved_memory.py compares the two). HLNAS_LEAN_GATED_NORM=0 turns it off, a
-#: switch for device diagnoses (on 2026-12-06 it cleared the lean norm of a misaligned address: experiments/device/).
+#: composed form there too (the saved-memory benchmark compares the two). HLNAS_LEAN_GATED_NORM=0 turns it off, a
+#: switch for device diagnoses (it once cleared the lean norm of a misaligned-address fault).
 LEAN_GATED_NORM = os.environ.get("HLNAS_LEAN_GATED_NORM", "1") != "0"
 
 
@@ -109,7 +109,7 @@ class _LeanGatedNorm(torch.autograd.Function):
 
     Why: composed, autograd saved four or five float32 copies of the [B, T, C] activations a layer (the casts, the
     normalised value, the activated gate); Mamba-2 at paper-340m (C = 2048, B=8, T=4096) kept 1.25 GiB a layer, about
-    30 GiB of its 24 layers, and ran out of the H100's memory (experiments/bench/paper_scale_h100_2026-12-05.md)."""
+    30 GiB of its 24 layers, and ran out of an 80 GB GPU's memory."""
 
     @staticmethod
     def forward(ctx, x, gate, weight, eps, act, gate_first, groups):
@@ -170,7 +170,7 @@ def fused_linear(x: Tensor, *projs: nn.Module) -> tuple[Tensor, ...]:
     """``tuple(p(x) for p in projs)`` as one matmul over the stacked weights where every ``p`` is a bias-free
     ``nn.Linear``: the backward then takes x's gradient in one GEMM, where separate projections ran one each and
     added them in float32 (the paper-340m profile: a Transformer's fp32 adds 47 ms a step against a plain-PyTorch
-    one's 19 with fused QKV and gate-up, experiments/bench/paper_scale_profile_h100_2026-12-05.md). The parameters
+    one's 19 with fused QKV and gate-up). The parameters
     stay separate (names, init and state dicts are unchanged); the values are the same up to float rounding. On CUDA only (:data:`FUSED_ON_CPU`)."""
     if not fused_forms(x) or len(projs) < 2 or any(type(p) is not nn.Linear or p.bias is not None for p in projs):
         return tuple(p(x) for p in projs)
@@ -181,10 +181,9 @@ def fused_linear(x: Tensor, *projs: nn.Module) -> tuple[Tensor, ...]:
 #: rotary() and rotary_qk() read cos/sin from a table made once per device (rope_table) instead of computing them in
 #: their graph.
 #: Why: inductor inlined the cos/sin of the angle table into the kernels that rotate q and k (and their backward),
-#: recomputing pow, cos and sin for every element: on the H200 two such kernels took 6.8 of a 27.4 ms compiled
-#: all-attention recall step (experiments/bench/recall_step_profile_h200_2026-12-03.md). With the table the compiled
-#: graph-replayed recall step ran 1.27x (all-attention), 1.05x (GLA 3:1), 1.09x (RetNet pure) and 1.04x (HGRN 3:1) its
-#: own row without (experiments/bench/recall_step_h200_2026-12-04.md, ..._04b.md), bit for bit the same rotation
+#: recomputing pow, cos and sin for every element: on a GPU two such kernels took 6.8 of a 27.4 ms compiled
+#: all-attention recall step. With the table the compiled graph-replayed recall step ran 1.27x (all-attention), 1.05x
+#: (GLA 3:1), 1.09x (RetNet pure) and 1.04x (HGRN 3:1) its own row without, bit for bit the same rotation
 #: (tests/test_rope_table.py), so it is on; HLNAS_ROPE_TABLE=0 computes cos/sin in place again.
 ROPE_TABLE = os.environ.get("HLNAS_ROPE_TABLE", "1") != "0"
 _TABLES: dict[tuple, tuple[Tensor, Tensor]] = {}
@@ -223,7 +222,7 @@ def rope_table(device: torch.device, length: int, half: int, theta: float) -> tu
 
 def grow_rope_tables(length: int) -> None:
     """Grow every table made so far to cover positions ``0..length-1``: a decode to ``length`` then allocates no
-    table of its own (experiments/bench/decode_memory.py: what the cache holds, measured apart from this)."""
+    table of its own (the decode-memory benchmark measures what the cache holds, apart from this)."""
     with _TABLES_LOCK:
         keys = list(_TABLES)
     for device, half, theta in keys:

@@ -1,10 +1,10 @@
 """No-recall baselines: what a model that has learned no key-to-value association scores on the exact
 test instances of a recall objective, and recall corrected for it.
 
-A recall number means nothing without these beside it (``../shared/reference/recall-and-speed-2026-12-01.md``,
-section 1: the first H200 grid's best candidate scored 0.306 where eliminating revealed values, with no
-association at all, scores 0.340). Every recall objective reports its baselines; the study optimises
-:func:`corrected`, ``max(0, (acc - b) / (1 - b))`` with ``b`` the strongest baseline.
+A recall number means nothing without these beside it (an early proxy grid's best candidate scored 0.306 where
+eliminating revealed values, with no association at all, scores 0.340). Every recall objective reports its
+baselines; the study optimises :func:`corrected`, ``max(0, (acc - b) / (1 - b))`` with ``b`` the strongest
+baseline.
 
 MQAR strategies, each scored like Zoology's accuracy (per instance the mean over its queries, then the
 mean over instances):

@@ -1,8 +1,9 @@
 """The fresh-model MQAR recall proxy: a copy of the candidate's layer pattern trained on Zoology-form MQAR.
 
 What it measures is how much associative recall the *architecture* can hold, so the protocol follows
-Zoology (arXiv 2312.04927) rather than a fixed short budget (reference/recall-and-speed-2026-12-01.md,
-section 2, for what a fixed budget measured instead):
+Zoology (arXiv 2312.04927) rather than a fixed short budget (given about a minute each, the mixers with a short
+convolution learned MQAR and the rest, deep models included, learned nothing: a fixed budget measures how soon recall
+appears, not how much the architecture can hold):
 
 * the recall model is the candidate's layout at its own width (``score.mqar.model`` overrides any
   ModelConfig field, e.g. a narrower ``d_model``), its vocabulary the MQAR symbols, and never the
@@ -115,8 +116,8 @@ class MqarConfig:
     weight_decay: float = 0.1  # AdamW's, on weight matrices only (hlnas.training.step.make_optimizer)
     warmup_frac: float = 0.1
     graph: bool = True  # on CUDA: one captured CUDA graph per step (hlnas.training.step)
-    # torch.compile the recall model's training forward (issue #21 point 2: fusing the elementwise work of a d=128
-    # model): false, true (inductor) or a torch.compile backend's name; on CUDA the compiled step is then captured.
+    # torch.compile the recall model's training forward (to fuse the elementwise work of a d=128 model): false, true
+    # (inductor) or a torch.compile backend's name; on CUDA the compiled step is then captured.
     # Validation runs the model uncompiled (other batch shapes would recompile).
     compile: bool | str = False
     # seconds after which a rate stops (for sweeps on a lease; a protocol should stop by steps or target)

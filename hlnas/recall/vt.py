@@ -1,8 +1,8 @@
 """Multi-hop variable tracking (VT), a recall task one attention layer cannot carry, for the fresh-model proxy.
 
 Why: on MQAR one attention layer, once it has learned the lookup, holds any number of pairs, so the attention
-share of a hybrid grades only how soon it learns, not whether (issue #20: HGRN 6:1 took 700 steps to the target
-and 3:1 2600). VT asks for a chain of lookups: resolving a variable ``h`` hops from its value takes ``h + 1``
+share of a hybrid grades only how soon it learns, not whether (HGRN 6:1 took 700 steps to the target and 3:1
+2600). VT asks for a chain of lookups: resolving a variable ``h`` hops from its value takes ``h + 1``
 lookups one after the other (the query's variable, its source, ..., the value), and a layer does one lookup
 per position, so a layout needs as many lookup-capable layers as lookups, in order. Attention does an exact
 lookup; a linear mixer's is approximate and its state is shared by every chain.

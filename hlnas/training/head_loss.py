@@ -1,10 +1,9 @@
-"""The LM head and its cross-entropy in one, a chunk of tokens at a time, never holding the whole logits (issue #22
-points 1 and 3).
+"""The LM head and its cross-entropy in one, a chunk of tokens at a time, never holding the whole logits.
 
 At paper-340m (B=8, T=4096, vocabulary 32000) the composed ``cross_entropy(lm_head(h).float())`` holds float32 logits
 (3.9 GiB), their log-softmax for backward (3.9 GiB) and, in backward, the float32 and bf16 gradients of the logits:
-about 10 GiB at the moment every layer's activations are still held, the step's peak. On the H100 three paper-scale
-rows ran out of memory, one while allocating exactly those 3.91 GiB (experiments/bench/paper_scale_h100_2026-12-05.md).
+about 10 GiB at the moment every layer's activations are still held, the step's peak. On an 80 GB GPU three paper-scale
+rows ran out of memory, one while allocating exactly those 3.91 GiB.
 
 Here the forward computes, per chunk of about :data:`CHUNK_LOGIT_BYTES` of float32 logits, the chunk's loss terms and
 at once their gradients with respect to the hidden states and the head's weight (softmax minus the one-hot target,
@@ -23,14 +22,13 @@ from torch import Tensor, nn
 __all__ = ["CHUNK_LOGIT_BYTES", "CHUNKED_HEAD_LOSS", "linear_cross_entropy", "head_loss", "lm_step_loss"]
 
 #: float32 logits one chunk computes at a time (1 GiB: 8,388 tokens at a 32,000 vocabulary). Why 1 GiB: at paper-340m
-#: on an H100 the Transformer's step ran 1.016x with 1 GiB chunks against 256 MiB (2026-12-06c) and 1.015x with 2 or
-#: 4 GiB (2026-12-06d): larger chunks buy nothing more, and peak memory grows about 3x what the chunk grows (1 GiB
-#: chunks: 2.3 GiB above 256 MiB ones, still 0.83x the plain Transformer's peak; experiments/bench/paper_scale_h100_2026-12-06c.md,
-#: ..._06d.md, ..._06f.md)
+#: the Transformer's step ran 1.016x with 1 GiB chunks against 256 MiB and 1.015x with 2 or 4 GiB: larger chunks buy
+#: nothing more, and peak memory grows about 3x what the chunk grows (1 GiB chunks: 2.3 GiB above 256 MiB ones, still
+#: 0.83x the plain Transformer's peak)
 CHUNK_LOGIT_BYTES = 2**30
 IGNORE_INDEX = -100
 #: the LM step takes :func:`lm_step_loss`'s chunked loss where the fused forms run (CUDA, or hlnas.model.nn.FUSED_ON_CPU);
-#: off, the composed one there too (experiments/bench/paper_scale.py's ``@logits`` rows)
+#: off, the composed one there too (the paper-scale benchmark's ``@logits`` rows measure the difference)
 CHUNKED_HEAD_LOSS = True
 
 

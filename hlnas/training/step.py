@@ -1,8 +1,8 @@
 """A whole training step (forward, backward, clipping, AdamW) captured once as a CUDA graph and replayed.
 
 Small proxy models are launch-bound on a GPU: a 24-layer d=256 step issues thousands of tiny kernels.
-Capturing the step with ``torch.cuda.graph`` and replaying it ran 2.3-2.8x faster than eager on the
-H200, fla's Triton kernels inside (``../shared/reference/recall-and-speed-2026-12-01.md`` section 3).
+Capturing the step with ``torch.cuda.graph`` and replaying it ran 2.3-2.8x faster than eager on a GPU,
+fla's Triton kernels inside (24-layer d=256 proxies at B=16).
 
 :func:`make_step` returns ``step(inputs, targets) -> loss`` (a 0-d tensor; reading it synchronises, so
 callers read it only at log points). On CPU, or when capture fails, the same function runs eagerly and
@@ -58,7 +58,7 @@ def make_optimizer(model: nn.Module, lr: float, *, betas=(0.9, 0.98), weight_dec
         return torch.optim.AdamW(groups, lr=torch.tensor(lr, device=dev), betas=betas, fused=True, capturable=True)
     # fused on CPU too (torch picks foreach, and only for CUDA tensors): one kernel per parameter. On CPU torch's foreach
     # ops are a C++ loop of the per-tensor ops (~10 a parameter); a small recall model's CPU step spent ~3 ms of ~45 in
-    # that loop and ~0.5 ms fused (experiments/bench/cpu_recall_step.py). The same AdamW within float rounding.
+    # that loop and ~0.5 ms fused (the CPU recall-step benchmark). The same AdamW within float rounding.
     fused = cuda or dev.type == "cpu"
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused, foreach=None if fused else True)
 
@@ -69,7 +69,7 @@ def _inductor_options() -> dict:
 
     # Inductor types a Python float handed to a user-defined Triton kernel as fp64 (to keep its precision), where
     # Triton's own launcher types it fp32. fla's kernels multiply by such floats (`scale`) inside loops, and Triton
-    # refuses a loop-carried value that turns fp64: on the H200 (2026-12-03) a compiled GLA layer at T <= 64 failed
+    # refuses a loop-carried value that turns fp64: on a GPU a compiled GLA layer at T <= 64 failed
     # in fused_recurrent_bwd_kernel ("b_dh has initial type fp32 but is re-assigned to fp64"). fp32, as in eager.
     flag = "_use_fp64_for_unbacked_floats"
     return {flag: False} if hasattr(inductor_config, flag) else {}
@@ -111,7 +111,7 @@ class RegionalCompiled(nn.Module):
     """``model`` with each of its repeated blocks (``model.compile_regions``) under torch.compile and the rest (the
     embedding, final norm and head) eager. The blocks share one compiled graph per mixer, where compiling the model
     whole traced and compiled all 24 of them: on the CPU the 24-layer recall model's first step took 6 s instead of
-    49 s, at the same step time after (experiments/bench/compile_regions.py measures both on the GPU). The model's own
+    49 s, at the same step time after (the compile-regions benchmark measures both on a GPU). The model's own
     ``__call__`` stays eager, so evaluation outside the step compiles nothing."""
 
     def __init__(self, model: nn.Module, backend: str):
@@ -168,7 +168,7 @@ def _capture(body: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor] 
     or None (the reason logged once) where capture fails."""
     try:
         # one capture at a time in a process: torch.cuda.graph syncs the device and empties the allocator's cache on
-        # entry, which must not happen inside another run's capture (on the H200, 12 runs capturing at once in one
+        # entry, which must not happen inside another run's capture (on a GPU, 12 runs capturing at once in one
         # worker failed with "operation not permitted when stream is capturing"); the other runs go on replaying
         with _CAPTURE_LOCK:
             side = torch.cuda.Stream()

@@ -12,7 +12,7 @@ __all__ = ["not_a_target", "split_targets"]
 def not_a_target(token_id):
     """How a token-id document marks a token the model reads but is not trained to predict: ``-id - 1``
     (an int or a tensor of ids; applied to a mark it gives the id back). MQAR's random keys and values
-    carry no signal and their loss drowns the answers' (experiments/results/mqar_pilot_cpu.md). Rows
+    carry no signal and their loss drowns the answers' (seen in a CPU MQAR pilot). Rows
     keep the marks; :func:`split_targets` removes them."""
     return -token_id - 1
 

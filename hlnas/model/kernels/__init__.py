@@ -34,7 +34,7 @@ def without_autocast(fn):
     """Run a PyTorch path in the precision it chose (float32, or float64 in tests), not an enclosing autocast's.
 
     The trainer runs models under bf16 autocast on CUDA; there, autocast would recast these paths' matmuls
-    to bf16 and ``triangular_solve`` has no bf16 kernel at all (both found on the H200, where the PyTorch
+    to bf16 and ``triangular_solve`` has no bf16 kernel at all (both met on Hopper GPUs, where the PyTorch
     path is the fallback for several fla kernels). Outputs still leave in the input's dtype.
     """
 

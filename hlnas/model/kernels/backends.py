@@ -8,14 +8,14 @@ the op modules keep their PyTorch paths and ask :func:`route` which one a call t
    takes the PyTorch path;
 2. tensors off CUDA, or fla not importable (probed once per process): PyTorch, or
    :class:`~hlnas.errors.KernelUnavailable` where ``fla`` was asked for explicitly;
-3. the op's :data:`RULES`, in order: faults of fla's kernels found on the H200. The first that refuses
+3. the op's :data:`RULES`, in order: faults of fla's kernels found on Hopper (sm90). The first that refuses
    sends the call to PyTorch (an explicit ``fla`` too) and its reason is logged once per process.
 
 ``fla_<op>`` then calls fla's kernel with the arguments adapted (float32 states, the fused recurrent
 kernel for short or grad-free calls, dtype casts). Fallback warnings go to the ``hlnas.model.kernels`` logger.
 
 Compile time: fla autotunes every Triton kernel over dozens of configs, and a cold compile of one mixer
-took up to 6 minutes on the H200 (reference/device-notes.md). ``HLNAS_TRITON_AUTOTUNE=quick`` keeps one
+took up to 6 minutes on a Hopper GPU. ``HLNAS_TRITON_AUTOTUNE=quick`` keeps one
 config per kernel (num_warps nearest 4, num_stages nearest 2) so kernels compile in seconds, at some
 cost in kernel speed; for short GPU leases where compiling would eat the budget.
 """
@@ -60,7 +60,7 @@ def _process_fact(fn: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool
 
     Not ``functools.cache``: dynamo ignores a cache wrapper and traces the function inside, so every compiled recall
     model probed again while being traced, and importing fla inside the trace failed (fla's version check). Every op
-    then went to the PyTorch kernels (2026-12-06, H100: each compiled run of the K=128 probe, and a compiled 10-run
+    then went to the PyTorch kernels (on a GPU: each compiled run of a K=128 recall probe, and a compiled 10-run
     mixed model, which ran out of memory on them). Met first inside a trace, the probe still runs eagerly (one graph
     break, once); :func:`probe_process` runs every probe before anything compiles."""
     facts: dict[str, tuple[bool, str]] = {}
@@ -78,7 +78,7 @@ def _process_fact(fn: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool
 
 @_process_fact
 def fla_status() -> tuple[bool, str]:
-    """(importable, reason). Importing fla takes seconds (17 s on the H200), so only once."""
+    """(importable, reason). Importing fla takes seconds (17 s measured on a GPU host), so only once."""
     if not torch.cuda.is_available():
         return False, "no CUDA device"
     try:
@@ -125,8 +125,8 @@ def warn_once(message: str) -> None:
 
 def kernel_fallbacks() -> list[str]:
     """Every kernel-path warning this process has given (an op sent from fla to the PyTorch kernels on CUDA, and why),
-    sorted. Results record it beside their numbers: a bug had sent every op of the compiled recall-only probe runs
-    (the delta probes, sessions 31-35, 2026-12-06) to the PyTorch kernels, told only in a log line."""
+    sorted. Results record it beside their numbers: a bug had sent every op of a series of compiled recall-only probe
+    runs (the delta-rule probes) to the PyTorch kernels, told only in a log line."""
     return sorted(_logged)
 
 
@@ -155,7 +155,7 @@ def needs_grad(*tensors: Tensor | None) -> bool:
 
 
 FLA_CONV_MAX_WIDTH = 4  # fla's causal_conv1d: its layers' short convs are width 4 (its CUDA backend takes 2-4)
-FLA_MIN_HEAD_DIM = 64  # smallest key head dim whose fla kernels passed on the H200 (experiments/results)
+FLA_MIN_HEAD_DIM = 64  # smallest key head dim whose fla kernels passed on Hopper (sm90; _simple_gla_head_dim)
 
 
 @dataclass(frozen=True)
@@ -179,9 +179,9 @@ def _not_float64(**inputs: Tensor | None) -> tuple[bool, str]:
 
 def _simple_gla_head_dim(q: Tensor, **_) -> tuple[bool, str]:
     if q.shape[-1] < FLA_MIN_HEAD_DIM:
-        # on the H200 (triton 3.6, fla 0.6.0) fla's chunk_simple_gla backward hit an illegal memory access
+        # on Hopper (sm90; triton 3.6, fla 0.6.0) fla's chunk_simple_gla backward hit an illegal memory access
         # with RetNet's key heads of 16 and 32 (a 128- and a 256-wide model); only K >= 64 passed the check
-        return False, f"key head dim {q.shape[-1]} < {FLA_MIN_HEAD_DIM} faulted in fla's kernel on the H200"
+        return False, f"key head dim {q.shape[-1]} < {FLA_MIN_HEAD_DIM} faulted in fla's kernel on Hopper"
     return True, f"key head dim {q.shape[-1]} >= {FLA_MIN_HEAD_DIM}"
 
 
@@ -268,7 +268,7 @@ def gated_backward_verdict(capability: tuple[int, int] | None, triton_version: s
                            tilelang: tuple[bool, str],
                            remedy: str = "`pip install tilelang` (needs nvcc), or triton >= 3.7.1") -> tuple[bool, str]:
     """(ok, reason) from the facts alone: fla 0.6 refuses the gated chunk_bwd_dqkwg on Hopper (sm 9.x)
-    with 3.4.0 <= triton < 3.7.1 (fla/ops/common/chunk_o.py, issue #640) unless TileLang takes it over."""
+    with 3.4.0 <= triton < 3.7.1 (fla/ops/common/chunk_o.py, fla issue #640) unless TileLang takes it over."""
     if capability is None or capability[0] != 9:
         return True, f"not a Hopper GPU (capability {capability})"
     tv = _version_tuple(triton_version)
@@ -292,8 +292,8 @@ def fla_gated_backward_ok() -> tuple[bool, str]:
 def simple_gla_gated_backward_ok(dtype: torch.dtype) -> tuple[bool, str]:
     """:func:`fla_gated_backward_ok` for simple_gla's gated backward on inputs of ``dtype``. fla's TileLang backend
     takes it only in float32: its verifier wants the states in q's dtype, and simple_gla's backward keeps them in
-    float32 (fla/ops/common/backends/tilelang/__init__.py). On the H200 with tilelang 0.1.15 installed, bf16 calls
-    went to the Triton kernel, which raised #640 (experiments/results/gpu_check_h200_2026-12-01_tilelang.md)."""
+    float32 (fla/ops/common/backends/tilelang/__init__.py). On Hopper with tilelang 0.1.15 installed, bf16 calls
+    went to the Triton kernel, which raised fla #640."""
     if dtype == torch.float32:
         return fla_gated_backward_ok()
     tilelang = (False, f"fla's TileLang backend takes simple_gla's gated backward only for float32 inputs "
@@ -361,8 +361,8 @@ def fla_hgrn(x: Tensor, g: Tensor, *, initial_state: Tensor | None = None,
     h0 = None if initial_state is None else initial_state.float()
     short = x.shape[1] <= FLA_RECURRENT_MAX_T and not torch.is_grad_enabled()
     # fla's chunk_hgrn backward gives no gradient for initial_state and ignores the final state's
-    # gradient dht (fla/ops/hgrn/chunk.py: backward(ctx, do, dht) never reads dht; found on the H200,
-    # dx off by 5e-2): whenever either can carry a gradient, take the fused recurrent kernel, which has both
+    # gradient dht (fla/ops/hgrn/chunk.py: backward(ctx, do, dht) never reads dht; dx came out
+    # off by 5e-2): whenever either can carry a gradient, take the fused recurrent kernel, which has both
     state_grad = output_final_state and torch.is_grad_enabled() and (x.requires_grad or g.requires_grad)
     if short or state_grad or (h0 is not None and h0.requires_grad):
         # fused_recurrent keeps its state in x's dtype: run it in float32 so a decode state stays float32.

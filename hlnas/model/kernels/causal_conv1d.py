@@ -12,13 +12,11 @@ Paths: :func:`naive_causal_conv1d` (a loop over time, the reference); :func:`cau
 ``conv1d``; on a CPU in float32/64 the same sum as shifted multiply-adds in one autograd node); fla's Triton kernel
 for CUDA calls with no state in or out, outside ``torch.compile``. The PyTorch path on CUDA pays for a ``torch.cat``
 of the zero past, two transposes and a non-contiguous output that every elementwise op after it reads strided: in
-the paper-340m GatedDeltaNet 3:1 step the convolutions and their cat took 54 ms of 552
-(``experiments/bench/paper_scale_profile_h100_2026-12-06b.md``); fla's kernel made that step 1.26x faster
-(``..._2026-12-06c.md``). Under ``torch.compile`` fla's kernel would break the graph, and inductor does not fuse a
-convolution (it calls aten's depthwise kernels: 2.5 ms of a 17 ms compiled HGRN 3:1 recall step on the H200,
-``experiments/bench/recall_step_profile_h200_2026-12-04b.md``), so compiled calls write the conv as the K shifted
-multiply-adds (:data:`SHIFTED_SUM_UNDER_COMPILE`), plain pointwise ops that inductor fuses with the zero past, the bias
-and the activation.
+the paper-340m GatedDeltaNet 3:1 step the convolutions and their cat took 54 ms of 552 (profiled on a GPU); fla's
+kernel made that step 1.26x faster. Under ``torch.compile`` fla's kernel would break the graph, and inductor does not
+fuse a convolution (it calls aten's depthwise kernels: 2.5 ms of a 17 ms compiled HGRN 3:1 recall step on a GPU), so
+compiled calls write the conv as the K shifted multiply-adds (:data:`SHIFTED_SUM_UNDER_COMPILE`), plain pointwise ops
+that inductor fuses with the zero past, the bias and the activation.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ __all__ = ["causal_conv1d", "naive_causal_conv1d", "causal_conv1d_torch", "shift
 
 ACTIVATIONS = (None, "silu")
 #: under torch.compile the conv as K shifted multiply-adds (fused by inductor) rather than aten's conv1d (an extern
-#: kernel); off: conv1d there too (experiments/bench/paper_scale.py's ``@atenconv`` rows measure the difference)
+#: kernel); off: conv1d there too (the paper-scale benchmark's ``@atenconv`` rows measure the difference)
 SHIFTED_SUM_UNDER_COMPILE = True
 
 
@@ -141,7 +139,7 @@ def causal_conv1d_torch(x: Tensor, weight: Tensor, bias: Tensor | None = None, *
         # the same sum as shifted multiply-adds (equal to conv1d within float rounding; tests/test_nn.py): oneDNN's
         # depthwise conv1d backward took ~0.8 ms a call on a 2-core CPU for the default space's [16, 32, 64]
         # tensors, about a tenth of an HGRN recall-model step; one autograd node with its own backward, since the
-        # same sum left to autograd was ~30 small ops a call (experiments/bench/cpu_recall_step.py)
+        # same sum left to autograd was ~30 small ops a call (the CPU recall-step benchmark measures both)
         y = _ShiftedConv.apply(xx, w)
         if b is not None:
             y = y + b

@@ -3,8 +3,8 @@ backward instead of keeping their temporaries: one rule for all of them.
 
 Each keeps, per layer, chunk-start states ``[B, H, T/64, K, V]`` float32 and temporaries several times their size for
 backward. Mamba-2 at paper-340m (B=8, T=4096, 32 heads, K=128, V=64) holds 0.5 GiB of states a layer, about 3.5 GiB
-of saved temporaries, and ran out of the H200's memory over 24 layers; GatedDeltaNet on its PyTorch backward (fla
-#640, no TileLang) ran out of the H100's at the same shape (experiments/bench/paper_scale_h100_2026-12-05.md). Above
+of saved temporaries, and ran out of a 141 GB GPU's memory over 24 layers; GatedDeltaNet on its PyTorch backward (fla
+#640, no TileLang) ran out of an 80 GB GPU's at the same shape. Above
 :data:`RECOMPUTE_ABOVE_BYTES` a call keeps only its inputs and runs its forward again in backward, one layer at a
 time; a 24-layer recall model at d=128 holds 4 MiB and keeps its temporaries (no recompute, no slowdown)."""
 

@@ -10,15 +10,14 @@ outputs) a 24-layer all-attention recall model learned MQAR at K=64 (reference/d
 ``shift`` (the previous token's tap at 1, the others at 0: the layer sees ``h_t + h_{t-1}`` from step 0) or
 ``shift2`` (the two previous tokens' taps at 1: ``h_t + h_{t-1} + h_{t-2}``). Why: at
 normal init the previous token reaches attention at about 2 % of its weight, and the 24-layer control's take-off
-from the copy-any plateau at MQAR K=64 came anywhere from step 1600 to beyond 4300 over 8 seeds
-(experiments/results/control_take_off_h200_2026-12-03/); shift hands attention the key next to each value from
-the start. ``shift2`` is the same start for tasks whose value sits two tokens after its key: variable tracking's
-``x = v`` (hlnas.recall.vt), where the previous-token shift hands the value's position the ``=``. ``split2`` splits
-the channels in three contiguous groups that see ``h_t``, ``h_{t-1}`` and ``h_{t-2}`` alone (taps -1 at t and +1 at
-the earlier token, added to the residual): where shift2's sum mixes the three tokens in every channel, so a value read
-at ``x``'s position in ``y = x`` carries ``y`` and ``=`` as well, split2 keeps them apart in separate channels and a
-projection can key on one and read another. Why: with shift2 a 24-layer all-attention control learned VT's 0-hop
-queries and never its 1-hop ones (h200, experiments/results/vt_shift_probe_h200_2026-12-03/)."""
+from the copy-any plateau at MQAR K=64 came anywhere from step 1600 to beyond 4300 over 8 seeds; shift hands
+attention the key next to each value from the start. ``shift2`` is the same start for tasks whose value sits two
+tokens after its key: variable tracking's ``x = v`` (hlnas.recall.vt), where the previous-token shift hands the
+value's position the ``=``. ``split2`` splits the channels in three contiguous groups that see ``h_t``, ``h_{t-1}``
+and ``h_{t-2}`` alone (taps -1 at t and +1 at the earlier token, added to the residual): where shift2's sum mixes the
+three tokens in every channel, so a value read at ``x``'s position in ``y = x`` carries ``y`` and ``=`` as well,
+split2 keeps them apart in separate channels and a projection can key on one and read another. Why: with shift2 a
+24-layer all-attention control learned VT's 0-hop queries and never its 1-hop ones."""
 
 from __future__ import annotations
 

@@ -159,7 +159,7 @@ class Mamba2(Mixer):
         k = Bm.view(B, T, G, N).repeat_interleave(H // G, dim=2)
         q = Cm.view(B, T, G, N).repeat_interleave(H // G, dim=2)
         xs = xs.to(cdt)  # once: each of the two products below saved its own float32 copy for backward (6 GiB of
-        # Mamba-2's 24 layers at paper-340m, B=8, T=4096; experiments/bench/saved_memory.py)
+        # Mamba-2's 24 layers at paper-340m, B=8, T=4096)
         v = xs * dt[..., None]
         h0 = None if cache is None else cache.get("state")
         y, ht = simple_gla(q, k, v, g, scale=1.0, initial_state=h0, output_final_state=cache is not None)
