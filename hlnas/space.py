@@ -28,17 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hlnas.errors import ConfigError, LayoutError, did_you_mean
 from hlnas.model.catalog import PAPER_MIXERS, canonical, is_window_name, linear_mixer_names
 from hlnas.model.config import PRESETS, ModelConfig
-from hlnas.errors import ConfigError, LayoutError, did_you_mean
-from hlnas.overrides import is_int
 from hlnas.model.layout import PLACEMENTS, PAPER_LAYERS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
+from hlnas.overrides import is_int
 from hlnas.settings import (SAMPLERS, CONSTRAINTS, DEFAULT_OBJECTIVES, OBJECTIVE_DIRECTIONS, RAW_RECALL_METRICS, RECALL_SOURCES,
-                            Objective, SettingsChecker, SpaceError)
+                            CalibrationConfig, Objective, RungConfig, SettingsChecker, SpaceError)
 
 if TYPE_CHECKING:  # the config modules pull in torch; the validator imports them when it first runs
-    from hlnas.settings import CalibrationConfig
-    from hlnas.settings import RungConfig
     from hlnas.data.sources import DataConfig
     from hlnas.score.objectives import ScoreConfig
     from hlnas.lm.trainer import TrainConfig

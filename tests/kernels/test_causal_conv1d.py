@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import hlnas.model.kernels.backends as backends
+import hlnas.model.kernels.fla_calls as fla_calls
 from hlnas.model.kernels.causal_conv1d import causal_conv1d, causal_conv1d_torch, naive_causal_conv1d
 from hlnas.model.mixers.short_conv import ShortConvolution
 from tests.kernels.inputs import make_inputs
@@ -95,7 +96,7 @@ def fla_spy(monkeypatch):
         calls.append((tuple(weight.shape), weight.dtype, None if bias is None else bias.dtype, activation))
         return causal_conv1d_torch(x, weight, bias, activation=activation)[0]
 
-    monkeypatch.setattr(backends, "fla_causal_conv1d", fake)
+    monkeypatch.setattr(fla_calls, "fla_causal_conv1d", fake)
     return calls
 
 

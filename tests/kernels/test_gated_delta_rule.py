@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import hlnas.model.kernels.backends as backends
+import hlnas.model.kernels.fla_calls as fla_calls
 from hlnas.model.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_torch,
     gated_delta_rule,
@@ -89,7 +90,7 @@ def test_guard_falls_back_to_torch_with_one_warning(monkeypatch, caplog):
     monkeypatch.setattr(backends, "fla_gated_backward_ok", lambda: (False, "test reason: pip install tilelang"))
     monkeypatch.setattr(backends, "_logged", set())
     called = []
-    monkeypatch.setattr(backends, "fla_gated_delta_rule", lambda *a, **kw: called.append(a))
+    monkeypatch.setattr(fla_calls, "fla_gated_delta_rule", lambda *a, **kw: called.append(a))
     inp = {n: t.requires_grad_(True) for n, t in make_inputs(1, 20, 2, 8, 8).items()}
     with caplog.at_level(logging.WARNING, logger="hlnas.model.kernels"):
         o1, _ = gated_delta_rule(**inp, backend="fla")

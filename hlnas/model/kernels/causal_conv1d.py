@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hlnas.model.kernels import backends
+from hlnas.model.kernels import backends, fla_calls
 
 __all__ = ["causal_conv1d", "naive_causal_conv1d", "causal_conv1d_torch", "shifted_sum", "ACTIVATIONS",
            "SHIFTED_SUM_UNDER_COMPILE"]
@@ -156,7 +156,7 @@ def causal_conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, acti
     _check(x, weight, bias, activation, initial_state)
     if backends.route("causal_conv1d", backend, x=x, weight=weight, initial_state=initial_state,
                       output_final_state=output_final_state) == "fla":
-        return backends.fla_causal_conv1d(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype),
+        return fla_calls.fla_causal_conv1d(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype),
                                           activation), None
     return causal_conv1d_torch(x, weight, bias, activation=activation, initial_state=initial_state,
                                output_final_state=output_final_state)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hlnas.model.nn import compute_dtype
-from hlnas.model.kernels import backends, without_autocast
+from hlnas.model.kernels import backends, fla_calls, without_autocast
 from hlnas.model.kernels.recompute import maybe_recompute
 
 __all__ = ["delta_rule", "naive_delta_rule", "chunk_delta_rule_torch",
@@ -163,7 +163,7 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, scale: float | 
     check_delta_inputs("delta_rule", q, k, v, beta, None, initial_state)
     # float64 (tests) always runs the PyTorch path: backends.RULES["delta_rule"]
     if backends.route("delta_rule", backend, q=q, k=k, v=v, beta=beta, initial_state=initial_state) == "fla":
-        return backends.fla_delta_rule(q, k, v, beta, scale=scale, initial_state=initial_state,
+        return fla_calls.fla_delta_rule(q, k, v, beta, scale=scale, initial_state=initial_state,
                                        output_final_state=output_final_state)
     # large inputs keep only themselves for backward and recompute the rest there (hlnas.model.kernels.recompute)
     C = torch_chunk_size(q)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from hlnas.model.kernels import backends
+from hlnas.model.kernels import backends, fla_calls
 from hlnas.model.kernels.recompute import maybe_recompute
 from hlnas.model.kernels.delta_rule import check_delta_inputs, chunked_delta_recurrence, naive_delta_recurrence, torch_chunk_size
 
@@ -59,7 +59,7 @@ def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *
     check_delta_inputs("gated_delta_rule", q, k, v, beta, g, initial_state)
     # float64 (tests), or a gradient where fla's gated backward fails (#640): the PyTorch path
     if backends.route("gated_delta_rule", backend, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state) == "fla":
-        return backends.fla_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+        return fla_calls.fla_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                              output_final_state=output_final_state)
     # large inputs keep only themselves for backward and recompute the rest there (hlnas.model.kernels.recompute)
     C = torch_chunk_size(q)

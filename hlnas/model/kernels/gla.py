@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hlnas.model.nn import compute_dtype
-from hlnas.model.kernels import backends, without_autocast
+from hlnas.model.kernels import backends, fla_calls, without_autocast
 
 __all__ = ["gla", "naive_gla", "chunk_gla_torch"]
 
@@ -182,9 +182,9 @@ def gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float | None = Non
         backend: str | None = None) -> tuple[Tensor, Tensor | None]:
     """GLA -> (o ``[B,T,H,V]``, final state ``[B,H,K,V]`` float32 or None). See the module docstring.
 
-    fla path: :func:`hlnas.model.kernels.backends.fla_gla`.
+    fla path: :func:`hlnas.model.kernels.fla_calls.fla_gla`.
     """
     _check(q, k, v, g, initial_state)
     if backends.route("gla", backend, q=q, k=k, v=v, g=g, initial_state=initial_state) == "fla":
-        return backends.fla_gla(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=output_final_state)
+        return fla_calls.fla_gla(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=output_final_state)
     return chunk_gla_torch(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=output_final_state)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hlnas.model.nn import compute_dtype
-from hlnas.model.kernels import backends, without_autocast
+from hlnas.model.kernels import backends, fla_calls, without_autocast
 
 __all__ = ["hgrn", "naive_hgrn", "chunk_hgrn_torch"]
 
@@ -190,5 +190,5 @@ def hgrn(
     """
     _check(x, g, initial_state)
     if backends.route("hgrn", backend, x=x, g=g, initial_state=initial_state) == "fla":
-        return backends.fla_hgrn(x, g, initial_state=initial_state, output_final_state=output_final_state)
+        return fla_calls.fla_hgrn(x, g, initial_state=initial_state, output_final_state=output_final_state)
     return chunk_hgrn_torch(x, g, initial_state=initial_state, output_final_state=output_final_state)

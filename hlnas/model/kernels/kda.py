@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hlnas.model.kernels import backends, without_autocast
+from hlnas.model.kernels import backends, fla_calls, without_autocast
 from hlnas.model.kernels.dplr import DPLR_CHUNK, check_dplr_inputs, chunked_dplr_recurrence
 from hlnas.model.nn import compute_dtype
 
@@ -79,7 +79,7 @@ def kda(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, scale: floa
     """
     _check(q, k, v, g, beta, initial_state)
     if backends.route("kda", backend, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state) == "fla":
-        return backends.fla_kda(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+        return fla_calls.fla_kda(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                 output_final_state=output_final_state)
     return chunk_kda_torch(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                            output_final_state=output_final_state)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hlnas.model.kernels import backends
+from hlnas.model.kernels import backends, fla_calls
 from hlnas.model.nn import compute_dtype
 
 __all__ = ["l2norm", "naive_l2norm", "l2norm_torch", "EPS"]
@@ -43,5 +43,5 @@ def l2norm(x: Tensor, eps: float = EPS, *, backend: str | None = None) -> Tensor
     if x.ndim < 1 or x.shape[-1] < 1:
         raise ValueError(f"l2norm expects x [..., D] with D >= 1; got shape {tuple(x.shape)}")
     if backends.route("l2norm", backend, x=x) == "fla":
-        return backends.fla_l2norm(x, eps)
+        return fla_calls.fla_l2norm(x, eps)
     return l2norm_torch(x, eps)

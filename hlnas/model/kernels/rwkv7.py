@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from hlnas.model.kernels import backends
+from hlnas.model.kernels import backends, fla_calls
 from hlnas.model.kernels.dplr import DPLR_CHUNK, check_dplr_inputs, chunked_dplr_recurrence, naive_dplr_recurrence
 
 __all__ = ["rwkv7", "naive_rwkv7", "chunk_rwkv7_torch"]
@@ -51,7 +51,7 @@ def rwkv7(r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, *, s
     """
     _check(r, w, k, v, a, b, initial_state)
     if backends.route("rwkv7", backend, r=r, w=w, k=k, v=v, a=a, b=b, initial_state=initial_state) == "fla":
-        return backends.fla_rwkv7(r, w, k, v, a, b, scale=scale, initial_state=initial_state,
+        return fla_calls.fla_rwkv7(r, w, k, v, a, b, scale=scale, initial_state=initial_state,
                                   output_final_state=output_final_state)
     return chunk_rwkv7_torch(r, w, k, v, a, b, scale=scale, initial_state=initial_state,
                              output_final_state=output_final_state)

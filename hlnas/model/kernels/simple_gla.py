@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hlnas.model.nn import compute_dtype
-from hlnas.model.kernels import backends, without_autocast
+from hlnas.model.kernels import backends, fla_calls, without_autocast
 from hlnas.model.kernels.recompute import maybe_recompute
 
 __all__ = ["simple_gla", "naive_simple_gla", "chunk_simple_gla_torch"]
@@ -171,7 +171,7 @@ def simple_gla(
     _check(q, k, v, g, g_gamma, initial_state)
     inputs = dict(q=q, k=k, v=v, g=g, g_gamma=g_gamma, initial_state=initial_state)
     if backends.route("simple_gla", backend, **inputs) == "fla":  # its rules: backends.RULES["simple_gla"]
-        return backends.fla_simple_gla(**inputs, scale=scale, output_final_state=output_final_state)
+        return fla_calls.fla_simple_gla(**inputs, scale=scale, output_final_state=output_final_state)
     # large inputs keep only themselves for backward and recompute the rest there (hlnas.model.kernels.recompute)
     return maybe_recompute(chunk_simple_gla_torch, **inputs, qv=(q, v), scale=scale,
                            output_final_state=output_final_state)
