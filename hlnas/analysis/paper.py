@@ -160,9 +160,10 @@ def mixer_and_ratio(rec) -> tuple[str | None, str | None]:
 
 
 def attention_share(ratio: str) -> float:
-    """Fraction of attention layers a ratio string means: pure 0, 'r:1' 1/r, 'a/n' a/n; unknown strings sort last."""
+    """Fraction of attention layers a ratio string means: pure 0, 'r:1' 1/r, 'a/n' a/n, the Transformer's (or 'full') 1;
+    unknown strings sort last."""
     try:
-        if ratio in ("pure", "transformer"):
+        if ratio in ("pure", "transformer", "full"):
             return 0.0 if ratio == "pure" else 1.0
         if ":" in ratio:
             return 1.0 / float(ratio.split(":")[0])

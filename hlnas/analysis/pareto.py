@@ -311,7 +311,7 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
                 hv += (ref[0] - x) * (best_y - y)
                 best_y = y
         return hv
-    from hlnas.search.optuna_adapter import hypervolume as wfg  # exact WFG
+    from hlnas.search.optuna_adapter import wfg_hypervolume as wfg  # exact WFG
 
     return wfg(pts, ref)
 

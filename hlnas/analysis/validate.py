@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from hlnas.model.layout import Layout, placement_of
+from hlnas.analysis.paper import attention_share
 from hlnas.analysis.rankstats import bootstrap_interval, kendall_tau, partial_spearman, spearman_rho
-from hlnas.analysis.validation_data import (COST_COLUMNS, TRANSFORMER, Proxy, Reference, Run, ValidationError,
-                                            attention_share)
+from hlnas.analysis.validation_data import COST_COLUMNS, TRANSFORMER, Proxy, Reference, Run, ValidationError
 from hlnas.model.catalog import linear_mixer_names
 
 __all__ = ["Cell", "Correlation", "Validation", "validate", "proxy_cells", "match_cells", "seeds_split", "TOLERANCE", "LEARNED",

@@ -29,7 +29,7 @@ from hlnas.model.catalog import canonical, linear_mixer_names
 from hlnas.model.layout import Layout, format_ratio, parse_ratio
 
 __all__ = ["ValidationError", "Run", "Proxy", "Reference", "REFERENCES", "TRANSFORMER", "FULL", "COST_COLUMNS", "STUDY_COST",
-           "mixer_name", "ratio_name", "attention_share", "layout_cell", "read_proxy_csv", "read_proxy_studies",
+           "mixer_name", "ratio_name", "layout_cell", "read_proxy_csv", "read_proxy_studies",
            "read_reference_csv", "paper_reference", "load_reference"]
 
 TRANSFORMER, FULL = "transformer", "full"
@@ -127,17 +127,6 @@ def ratio_name(text: str, mixer: str, where: str) -> str:
             pass
     raise ValidationError(f"{where}: ratio {text!r} is not allowed; write pure, r:1 with an integer r >= 2 (24:1, 6:1, "
                           f"...) or a/n attention layers of n")
-
-
-def attention_share(ratio: str) -> float:
-    """The share of attention layers a ratio means: pure 0, r:1 1/r, a/n a/n, full 1."""
-    if ratio == FULL:
-        return 1.0
-    if "/" in ratio:
-        a, _, n = ratio.partition("/")
-        return int(a) / int(n)
-    r = parse_ratio(ratio)
-    return 0.0 if r is None else 1.0 / r
 
 
 def layout_cell(text: str, where: str) -> tuple[str, str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["storage_of", "frozen_of", "trial_of", "claim_waiting", "fail_stored", "hypervolume"]
+__all__ = ["storage_of", "frozen_of", "trial_of", "claim_waiting", "fail_stored", "wfg_hypervolume"]
 
 
 def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
@@ -48,7 +48,7 @@ def fail_stored(study: optuna.Study, frozen: FrozenTrial, user_attrs: dict) -> N
     storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
 
 
-def hypervolume(points, reference) -> float:
+def wfg_hypervolume(points, reference) -> float:
     """The exact hypervolume (Optuna's WFG) that ``points`` (minimized, each dominating ``reference``) enclose."""
     import numpy as np
     from optuna._hypervolume import compute_hypervolume
