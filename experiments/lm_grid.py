@@ -28,8 +28,9 @@ import sys
 from statistics import mean
 
 from experiments.lm_runs import cells_of, load_scale, parse_tokens, plan, read_rows, run_all
-from experiments.paper_grid.compare import RATIOS, best_pure_vs_hybrid, lm_flat, rho_with_interval
+from experiments.paper_grid.compare import RATIOS, best_pure_vs_hybrid, lm_flat
 from hlnas.analysis.paper import PAPER, attention_share, lm_by_ratio, spearman
+from hlnas.analysis.rankstats import bootstrap_interval, spearman_rho
 from hlnas.errors import HlnasError
 
 HYBRID = RATIOS[1:]
@@ -60,6 +61,17 @@ def with_best_hybrid(cs: dict) -> dict:
             q = min(hyb, key=lambda q: cs[(m, q)]["val_loss"])
             out[(m, "best")] = {**cs[(m, q)], "ratio_of_best": q}
     return out
+
+
+def rho_with_interval(ours: list[float], theirs: list[float]) -> dict:
+    """Spearman rho, its permutation p, and a 95% percentile bootstrap interval over the cells, as hlnas validate
+    computes the interval (compare.py's own helper went when compare.py took hlnas validate's numbers)."""
+    n = len(ours)
+    if n < 3:
+        return {"n": n, "rho": None, "p": None, "lo": None, "hi": None}
+    rho, p = spearman(ours, theirs)
+    lo, hi, _ = bootstrap_interval(lambda idx: spearman_rho([ours[i] for i in idx], [theirs[i] for i in idx]), n)
+    return {"n": n, "rho": None if math.isnan(rho) else rho, "p": p, "lo": lo, "hi": hi}
 
 
 def paper_rho(cs: dict) -> dict:
