@@ -2,7 +2,7 @@
 trained and scored; tokens/s per mixer, same run, with the Transformer as the baseline ratio.
 
     python experiments/gpu_train_all.py --preset proxy-gpu --ratio 6:1 --tokens 20000000 --out results.md
-    python experiments/gpu_train_all.py --space experiments/paper_grid/grid_h200.yaml --tokens 2000000 --out results.md
+    python experiments/gpu_train_all.py --space search_spaces/paper_grid_h200_lr.yaml --tokens 2000000 --out results.md
 
 With ``--space``, the model, training, data and scoring settings are the space's scale (a search's exact
 shapes, so this also warms the Triton cache for it); ``--tokens`` still overrides the budget.

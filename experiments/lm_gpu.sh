@@ -3,8 +3,8 @@
 #   STEP budget: experiments/lm_budget.py (the token budget at which the val-loss ranking holds)
 #   STEP grid:   experiments/lm_grid.py at TOKENS (lm_budget's pick; default 2M) (the paper's LM findings)
 # Carry: corpora/english (the built corpus: git-ignored, so named in carry), .whl/gpu (fla and its needs as wheels,
-# experiments/device/README.md), and from the second call on .gpu_state/lm (the runs the previous calls brought back);
-# .triton_cache too where the 64 MiB allow it (about 38 MiB of repository, 7.3 of corpus, 7.4 of wheels).
+# docs/gpu.md), and from the second call on .gpu_state/lm (the runs the previous calls brought back);
+# .triton_cache too (the 64 MiB hold under 8 MB of repository, 7.3 MiB of corpus, 7.4 MB of wheels and the cache).
 # Each call resumes the step's runs, stops starting runs at LIMIT seconds (default 520: inside a call's 600), and
 # leaves $OUT/lm/STEP/runs.jsonl (every finished run so far) and the step's report beside it: copy $OUT/lm to
 # .gpu_state/lm before the next call. Knobs: WORKERS (runs sharing the GPU as processes, default 4), CORPUS.

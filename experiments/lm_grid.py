@@ -29,8 +29,8 @@ from statistics import mean
 
 from experiments.lm_runs import cells_of, load_scale, parse_tokens, plan, read_rows, run_all
 from experiments.paper_grid.compare import RATIOS, best_pure_vs_hybrid, lm_flat
-from hlnas.analysis.paper import PAPER, attention_share, lm_by_ratio
-from hlnas.analysis.rankstats import bootstrap_interval, partial_spearman, spearman_rho
+from hlnas.analysis.paper import PAPER, attention_share, lm_by_ratio, spearman
+from hlnas.analysis.rankstats import bootstrap_interval, spearman_rho
 from hlnas.errors import HlnasError
 
 HYBRID = RATIOS[1:]
@@ -64,13 +64,14 @@ def with_best_hybrid(cs: dict) -> dict:
 
 
 def rho_with_interval(ours: list[float], theirs: list[float]) -> dict:
-    """Spearman rho over the cells and its bootstrap 95% interval (hlnas.analysis.rankstats)."""
+    """Spearman rho, its permutation p, and a 95% percentile bootstrap interval over the cells, as hlnas validate
+    computes the interval (compare.py's own helper went when compare.py took hlnas validate's numbers)."""
     n = len(ours)
     if n < 3:
-        return {"n": n, "rho": None, "lo": None, "hi": None}
-    rho = spearman_rho(ours, theirs)
+        return {"n": n, "rho": None, "p": None, "lo": None, "hi": None}
+    rho, p = spearman(ours, theirs)
     lo, hi, _ = bootstrap_interval(lambda idx: spearman_rho([ours[i] for i in idx], [theirs[i] for i in idx]), n)
-    return {"n": n, "rho": None if math.isnan(rho) else rho, "lo": lo, "hi": hi}
+    return {"n": n, "rho": None if math.isnan(rho) else rho, "p": p, "lo": lo, "hi": hi}
 
 
 def paper_rho(cs: dict) -> dict:
@@ -84,8 +85,9 @@ def paper_rho(cs: dict) -> dict:
     res = {"cells": both, "of": sum(len(v) for m, v in t6.items() if m != "average"),
            "grid": rho_with_interval(ours, theirs), "share": rho_with_interval(share, theirs), "partial": None}
     if len(both) >= 4:
-        p = partial_spearman(ours, theirs, share)
-        res["partial"] = None if math.isnan(p) else p
+        r_xy, r_xz, r_yz = (spearman(a, b, permutations=0)[0] for a, b in ((ours, theirs), (ours, share), (theirs, share)))
+        den = math.sqrt(max(0.0, (1 - r_xz**2) * (1 - r_yz**2)))
+        res["partial"] = (r_xy - r_xz * r_yz) / den if den > 0 and not math.isnan(r_xy) else None
     return res
 
 
@@ -147,10 +149,10 @@ def report(rows: list[dict], what: str) -> str:
     out += ["", f"## Spearman rank correlation with the paper's LM-by-ratio table ({PAPER}, Table 6)", "",
             f"Cells both have: {len(pr['cells'])} of Table 6's {pr['of']}; the grid's value is -val loss (higher is "
             "better, as the paper's accuracy); 95% interval: 2000 bootstrap resamples of the cells.", "",
-            "| predictor | n | rho | 95% interval |", "|---|---|---|---|"]
+            "| predictor | n | rho | 95% interval | permutation p |", "|---|---|---|---|---|"]
     for name, key in (("this grid (val loss)", "grid"), ("attention share alone (trains nothing)", "share")):
         r = pr[key]
-        out.append(f"| {name} | {r['n']} | {_g(r['rho'], '+.2f')} | {_ci(r)} |")
+        out.append(f"| {name} | {r['n']} | {_g(r['rho'], '+.2f')} | {_ci(r)} | {_g(r['p'])} |")
     out += ["", f"Partial rho of the grid against Table 6 with the attention share held fixed: {_g(pr['partial'], '+.2f')}."]
     t6 = lm_by_ratio()
     out += ["", "The paper (Table 6, a relative ranking only): LM range over ratios per mixer "

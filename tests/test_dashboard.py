@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import shutil
 import socket
 import threading
@@ -355,14 +354,10 @@ def test_served_dashboard_renders_hlnas_figures_and_follows_the_study(tmp_path):
     assert after["hlnas_recall_vs_kv"][0] > before["hlnas_recall_vs_kv"][0]
     assert result["problems"] == [], result["problems"]
     assert shot.stat().st_size > 50_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # every run keeps its screenshot as an artifact (git-ignored); HLNAS_KEEP_SCREENSHOT=1 refreshes the committed one
+    # every run keeps its screenshot as an artifact (git-ignored)
     artifacts = REPO / "tests" / "artifacts"
     artifacts.mkdir(exist_ok=True)
     shutil.copyfile(shot, artifacts / "dashboard_screenshot.png")
-    if os.environ.get("HLNAS_KEEP_SCREENSHOT") == "1":
-        keep = REPO / "experiments" / "results" / "dashboard_screenshot.png"
-        keep.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, keep)
 
 
 def test_the_papers_recall_has_its_own_axis_beside_a_graded_recall_objective():

@@ -1,5 +1,5 @@
-"""GPU-seconds per run from sampled utilisation (experiments/paper_grid/gpu_share.py) and the calibration table built
-on it (calibration_table.py): how the busy time is split, where the runs' intervals come from, and the table's rows."""
+"""GPU-seconds per run from sampled utilisation (experiments/paper_grid/gpu_share.py, which collect.py's gpu_s_util
+column reads): how the busy time is split and where the runs' intervals come from."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import datetime as dt
 import optuna
 import pytest
 
-from experiments.paper_grid import calibration_table
 from experiments.paper_grid.gpu_share import attribute, read_util, recall_interval, sample_period
 
 T0 = dt.datetime(2026, 12, 4, 19, 43, 0, tzinfo=dt.timezone.utc).timestamp()
@@ -75,23 +74,18 @@ def _study_with_runs(tmp_path):
     return study
 
 
-def test_the_calibration_table_orders_its_runs_and_charges_each_its_share(tmp_path):
+def test_calibration_runs_are_charged_their_share_of_the_busy_time(tmp_path):
+    """collect.py's gpu_s_util for a calibration run: its interval from its stored recall record, then the busy samples
+    split among the runs active at each."""
+    from experiments.paper_grid.gpu_share import calibration_spans
+
     util = _util_file(tmp_path / "u.csv", [100] * 11)  # t = 0..20, fully busy
-    data, totals = calibration_table.rows(_study_with_runs(tmp_path), [util])
-    assert [r["key"] for r in data] == ["control:transformer:s0", "pure:gla:s0", "hybrid:gla:s0"]
-    got = {r["key"]: r["gpu_s"] for r in data}
+    spans = calibration_spans(_study_with_runs(tmp_path))
+    assert spans["control:transformer:s0"] == (T0, T0 + 10)
+    share, totals = attribute(spans, read_util([util]), period=2.0)
     # control alone over [0, 10) (5 samples, 10 s); the two gla runs share [10, 20) (5 samples); t=20 is nobody's
-    assert got == {"control:transformer:s0": 10.0, "pure:gla:s0": 5.0, "hybrid:gla:s0": 5.0}
+    assert share == {"control:transformer:s0": 10.0, "pure:gla:s0": 5.0, "hybrid:gla:s0": 5.0}
     assert totals["unattributed"] == 2.0
-    assert data[0]["started_utc"] == "2026-12-04 19:43:00"
-    assert "| pure:gla:s0 | - | 0.500 [0.016] | 0.490 |" in calibration_table.markdown(data, totals)
-
-
-def test_a_study_without_calibration_is_one_line_and_exit_2(tmp_path, capsys):
-    optuna.create_study(study_name="bare", storage=f"sqlite:///{tmp_path / 'db.sqlite'}")
-    rc = calibration_table.main(["--storage", f"sqlite:///{tmp_path / 'db.sqlite'}", "--study", "bare"])
-    err = capsys.readouterr().err.strip()
-    assert rc == 2 and err.count("\n") == 0 and "has no stored calibration runs" in err
 
 
 def test_busy_seconds_sum_every_call_at_its_own_period_and_print_per_candidate(tmp_path, capsys):

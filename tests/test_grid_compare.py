@@ -1,6 +1,5 @@
 """experiments/paper_grid's compare.py (a collected grid CSV against the paper: Spearman with Table 7, the paper's three
-findings, the cells, cost) and grid_figure.py (the same CSV drawn per mixer, a marker per seed), on synthetic tables
-whose answers are known."""
+findings, the cells, cost), on synthetic tables whose answers are known."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from hlnas.analysis.paper import recall_by_ratio
 from tests.helpers import paper_grid_script, write_csv
 
 compare = paper_grid_script("compare")
-grid_figure = paper_grid_script("grid_figure")
 
 # -- compare.py: Spearman with Table 7 ------------------------------------------------------------
 
@@ -228,36 +226,3 @@ def test_compare_names_missing_columns_and_files_in_one_line(tmp_path, capsys):
     assert "lacks column(s) recall_baseline (collect.py writes them)" in err and "\n" not in err
     assert compare.main(["--table", str(tmp_path / "none.csv")]) == 2
     assert "none.csv: no such file" in capsys.readouterr().err
-
-
-# -- grid_figure.py: the grid per mixer, a marker per seed ----------------------------------------------------------
-
-def test_grid_figure_draws_every_seed_breaks_the_line_at_an_untrained_ratio_and_rings_split_cells():
-    rows = [_row("gated_deltanet", q, s, rec, auc=rec / 2)
-            for q, recs in (("pure", (0.98, 0.98)), ("24:1", (0.017, 0.95)), ("6:1", (0.99, 0.99)), ("3:1", (1.0, 1.0)))
-            for s, rec in enumerate(recs)]
-    rows += [_row("transformer", "full", s, 1.0, auc=0.8) for s in (0, 1)]
-    rows.append({**_row("gated_deltanet", "12:1", 0, 0.9), "status": "failed"})  # not scored: left out
-    data = grid_figure.series(rows)
-    assert list(data["gated_deltanet"]) == ["pure", "24:1", "6:1", "3:1"] and set(data["gated_deltanet"]["24:1"]) == {"0", "1"}
-    assert grid_figure.split(data["gated_deltanet"]["24:1"]) and not grid_figure.split(data["gated_deltanet"]["pure"])
-    fig = grid_figure.figure(rows)
-    lines = [t for t in fig.data if t.mode == "lines"]
-    gdn = next(t for t in lines if len(t.x) == 5)  # the mixer's line spans every ratio, None where none was scored
-    assert list(gdn.x) == list(compare.RATIOS) and gdn.y[2] is None and gdn.y[1] is not None
-    # the raw recall's seed markers: both seeds of the split cell are drawn, not only their mean
-    raw_24 = sorted(y for t in fig.data if t.mode == "markers" and t.name.startswith("seed ") and t.xaxis == "x"
-                    for x, y in zip(t.x, t.y) if x == "24:1")
-    assert len(raw_24) == 2 and raw_24[0] < 0.4 < 0.9 < raw_24[1]
-    assert sum(1 for t in fig.data if t.name == "seeds split" and list(t.x) == ["24:1"]) == 2  # ringed in both rows
-    with pytest.raises(grid_figure.TableError, match="nothing to draw"):
-        grid_figure.figure([{**r, "status": "failed"} for r in rows])
-
-
-def test_grid_figure_command_writes_the_interactive_figure_and_names_a_bad_table_in_one_line(tmp_path, capsys):
-    path = write_csv(tmp_path / "grid.csv", findings_rows())
-    assert grid_figure.main(["--table", str(path), "--out", str(tmp_path / "fig" / "grid.html")]) == 0
-    assert "plotly" in (tmp_path / "fig" / "grid.html").read_text()
-    assert grid_figure.main(["--table", str(tmp_path / "none.csv"), "--out", str(tmp_path / "x.html")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("grid_figure.py: ") and "none.csv" in err and len(err.splitlines()) == 1

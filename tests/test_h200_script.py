@@ -82,52 +82,6 @@ def _run_steps(tmp_path: Path, steps: list[str], home: Path | None = None, **env
     return r
 
 
-@pytest.mark.parametrize("keep", ["1", "0"])
-def test_sweep_by_with_sweep_state_keeps_the_cases_on_the_machine_and_pauses_them_before_the_call_ends(tmp_path, keep):
-    """SWEEP_STATE=1: the probe's cases keep their state under the machine's state folder, named by the case file, and
-    pause 90 s before CALL_LIMIT (a warm machine's next call continues them); without it, neither option is passed."""
-    args = tmp_path / "sweep_args"
-    _, state, _ = _machine(tmp_path,  # optuna "installed", one GPU; the sweep's arguments recorded
-                           f'case "$1" in experiments/recall_sweep.py) echo "$@" >{args};; esac\n'
-                           'case "$*" in *device_count*) echo 1;; esac\nexit 0\n')
-    _run_steps(tmp_path, ["sweep_by:60"], SWEEP_CASES="experiments/paper_grid/some_probe.json", SWEEP_STATE=keep)
-    got = args.read_text().split()
-    if keep == "1":
-        assert got[got.index("--state") + 1] == f"{state}/sweep/some_probe"
-        assert 495 <= int(got[got.index("--pause-by") + 1]) <= 500  # CALL_LIMIT - 90 less the seconds gone
-    else:
-        assert "--state" not in got and "--pause-by" not in got
-    assert got[got.index("--cases") + 1] == "experiments/paper_grid/some_probe.json"
-
-
-def test_sweep_by_carries_finished_rows_to_a_fresh_machine_and_brings_them_back(tmp_path):
-    """SWEEP_STATE=1 on a fresh machine: the finished rows carried in .gpu_state/sweep_done/NAME.jsonl land in the
-    sweep's done.jsonl before it starts (so those cases are read back, not trained again), the machine's own rows after
-    them; every finished row comes back once as $OUT/sweep_done/NAME.jsonl, the new ones included."""
-    seen = tmp_path / "done_at_start"
-    # the fake sweep records the done.jsonl it starts with, then finishes one more case
-    repo, state, out = _machine(tmp_path,
-                                'case "$1" in experiments/recall_sweep.py)\n'
-                                f'  while [ "$1" != --state ]; do shift; done; cp "$2/done.jsonl" {seen}\n'
-                                '  echo \'{"state_key": "new"}\' >>"$2/done.jsonl";;\nesac\n'
-                                'case "$*" in *device_count*) echo 1;; esac\nexit 0\n')
-    carried = repo / ".gpu_state" / "sweep_done"
-    carried.mkdir(parents=True)
-    (carried / "some_probe.jsonl").write_text('{"state_key": "a"}\n{"state_key": "b"}\n')
-    (state / "sweep" / "some_probe").mkdir(parents=True)  # this machine finished "b" too, and "c"
-    (state / "sweep" / "some_probe" / "done.jsonl").write_text('{"state_key": "b"}\n{"state_key": "c"}\n')
-    r = _run_steps(tmp_path, ["sweep_by:60"], SWEEP_CASES="experiments/paper_grid/some_probe.json", SWEEP_STATE="1")
-    assert "2 finished rows carried" in r.stdout
-    keys = lambda text: [line.split('"')[3] for line in text.splitlines()]  # noqa: E731
-    assert keys(seen.read_text()) == ["a", "b", "b", "c"]  # carried first: of two rows of a key the last is read
-    assert keys((out / "sweep_done" / "some_probe.jsonl").read_text()) == ["a", "b", "c", "new"]
-    import tarfile
-
-    with tarfile.open(out / "logs.tgz") as tar:  # the same rows inside logs.tgz, should the return leave the file out
-        inside = tar.extractfile("logs/sweep_done_some_probe.jsonl").read().decode()
-    assert keys(inside) == ["a", "b", "c", "new"]
-
-
 def test_inductor_cache_is_restored_on_a_fresh_machine_and_comes_back_beside_tritons(tmp_path):
     """A fresh machine unpacks the carried inductor cache (.triton_cache/inductor_cache.tgz.*) where TORCHINDUCTOR_CACHE_DIR
     points, and CACHE_BACK=1 brings it back in one part beside Triton's, so compiled recall blocks need not be compiled
@@ -142,42 +96,13 @@ def test_inductor_cache_is_restored_on_a_fresh_machine_and_comes_back_beside_tri
     (repo / ".triton_cache").mkdir()
     with tarfile.open(repo / ".triton_cache" / "inductor_cache.tgz.aa", "w:gz") as t:
         t.add(tmp_path / "src" / "inductor", arcname="inductor")
-    r = _run_steps(tmp_path, ["sweep_by:60"], home=home, SWEEP_CASES="experiments/paper_grid/p.json", CACHE_BACK="1")
+    r = _run_steps(tmp_path, ["calibrate_by:0"], home=home, CACHE_BACK="1")
     assert "restored inductor cache" in r.stdout
     assert (home / ".triton" / "inductor" / "fxgraph" / "entry").read_text() == "compiled"
     (part,) = out.glob("inductor_cache.tgz.*")
     with tarfile.open(part, "r:gz") as t:
         assert "inductor/fxgraph/entry" in t.getnames()
     assert list(out.glob("triton_cache.tgz.*"))
-
-
-@pytest.mark.parametrize("ratios, started", [
-    ({"mps": "1.5"}, True),
-    ({"mps": "1.1", "compiled": "1.4", "mps_compiled": "1.9"}, True),    # 1.9 / 1.4 = 1.36 over the compiled workers
-    ({"mps": "1.1", "compiled": "1.45", "mps_compiled": "1.6"}, False),  # compile's own gain is not MPS's (1.10)
-    ({"mps": "1.1"}, False), ({}, False)])
-def test_mps_auto_starts_the_daemon_only_where_this_calls_bench_measured_it_faster(tmp_path, ratios, started):
-    """mps:auto reads the bench_proxy CSV of the same call: MPS at least 1.3x the same workers without it (mps against
-    processes, mps_compiled against compiled) at the largest N on every layout starts the daemon for the later steps;
-    otherwise the workers time-slice, and it says so."""
-    import sys
-
-    called = tmp_path / "mps_called"
-    _, _, out = _machine(tmp_path,  # optuna "installed", one GPU; the rest (experiments.bench.choose) is real Python
-                         'case "$*" in *"import optuna"*) exit 0;; *device_count*) echo 1; exit 0;; esac\n'
-                         f'PYTHONPATH={SCRIPT.parents[2]} exec {sys.executable} "$@"\n',
-                         **{"nvidia-cuda-mps-control": f'echo "$@" >>{called}\n'})
-    (out / "logs").mkdir()
-    lines = ["layout,n_runs,mode,steps_per_s,tokens_per_s,mfu,ratio,wall_s",
-             "GGA,1,processes,30,0,0,,1", "GGA,8,processes,40,0,0,,1"]
-    lines += [f"GGA,8,{mode},{40 * float(r)},0,0,{r},1" for mode, r in ratios.items()]
-    lines += ["GGA,1,mps,90,0,0,3.0,1"]  # a smaller N does not decide
-    (out / "logs" / "proxy_throughput_h200_2026-12-04.csv").write_text("\n".join(lines) + "\n")
-    r = _run_steps(tmp_path, ["mps:auto"])
-    assert ("MPS daemon started" in r.stdout) == started, r.stdout
-    assert (called.exists() and "-d" in called.read_text()) == started
-    if not started:
-        assert "workers time-slice" in r.stdout
 
 
 def test_calibrate_by_a_time_already_passed_says_so_and_runs_the_next_step(tmp_path):
@@ -191,7 +116,7 @@ def test_calibrate_by_a_time_already_passed_says_so_and_runs_the_next_step(tmp_p
     assert "calibrate" not in calls.read_text()
 
 
-@pytest.mark.parametrize("step, study", [("grid_by:200", "paper_grid_h200"), ("placement_by:200", "placement_h200_mqar")])
+@pytest.mark.parametrize("step, study", [("grid_by:200", "paper_grid_h200_lr"), ("placement_by:200", "placement_h200_lr")])
 def test_a_grid_or_placement_step_that_ran_its_search_does_not_say_there_was_no_time(tmp_path, step, study):
     """search() ends with a grep for failures that finds none (rc 1); chained as `&& search || say`, every grid call
     of 2026-12-05 that trained trials went on to print "no time left for the grid"."""
@@ -206,7 +131,7 @@ def test_steps_joined_by_plus_run_side_by_side_each_at_its_own_worker_count(tmp_
     """grid_by:T/1+grid_s1_by:T/2: seed 0's last trial and seed 1's search at once (one process alone leaves the GPU
     idle while it compiles), each search at the workers after its slash; a step after them waits for both."""
     calls = tmp_path / "calls"
-    _machine(tmp_path, 'case "$*" in *device_count*) echo 1; exit 0;; "- paper_grid_h200 "*) echo valid; exit 0;; esac\n'
+    _machine(tmp_path, 'case "$*" in *device_count*) echo 1; exit 0;; "- paper_grid_h200_lr "*) echo valid; exit 0;; esac\n'
                        f'case "$*" in *"hlnas search"*) echo "start $(date +%s.%N) $*" >>{calls}; sleep 1;'
                        f' echo "end $(date +%s.%N)" >>{calls};; esac\nexit 0\n')
     r = _run_steps(tmp_path, ["grid_by:200/1+grid_s1_by:200/2", "placement_by:200"])
@@ -214,11 +139,11 @@ def test_steps_joined_by_plus_run_side_by_side_each_at_its_own_worker_count(tmp_
     starts = [ln for ln in lines if ln[0] == "start"]
     assert len(starts) == 3, r.stdout
     workers = {ln[2].split("--study ")[1].split()[0]: ln[2].split("--workers ")[1].split()[0] for ln in starts}
-    assert workers == {"paper_grid_h200": "1", "paper_grid_h200_s1": "2", "placement_h200_mqar": str(1 * 4)}
+    assert workers == {"paper_grid_h200_lr": "1", "paper_grid_h200_lr_s1": "2", "placement_h200_lr": str(1 * 4)}
     first_end = min(float(ln[1]) for ln in lines if ln[0] == "end")
     t = {ln[2].split("--study ")[1].split()[0]: float(ln[1]) for ln in starts}
-    assert max(t["paper_grid_h200"], t["paper_grid_h200_s1"]) < first_end  # both started before either ended
-    assert t["placement_h200_mqar"] >= first_end  # the next step waited
+    assert max(t["paper_grid_h200_lr"], t["paper_grid_h200_lr_s1"]) < first_end  # both started before either ended
+    assert t["placement_h200_lr"] >= first_end  # the next step waited
 
 
 def test_placement_s1_by_trains_the_placements_second_seed_in_its_own_study_beside_seed_0(tmp_path):
@@ -310,22 +235,9 @@ def test_warm_runs_hlnas_warm_per_mixer_of_the_space_and_the_control(tmp_path):
     warms = [line.split() for line in calls.read_text().splitlines() if line.startswith("-m hlnas warm")]
     assert sorted(w[-1] for w in warms) == sorted(
         ["transformer", "hgrn", "retnet", "gla", "hgrn2", "deltanet", "gated_deltanet"])
-    assert all(w[w.index("--space") + 1] == "search_spaces/paper_grid_h200.yaml" for w in warms)
+    assert all(w[w.index("--space") + 1] == "search_spaces/paper_grid_h200_lr.yaml" for w in warms)
     from hlnas.space import load_space  # every mixer warmed is one the space trains
-    assert {w[-1] for w in warms} == {*load_space(str(SCRIPT.parents[2] / "search_spaces" / "paper_grid_h200.yaml")).mixers, "transformer"}
-
-
-@pytest.mark.parametrize("cal_replicas, flag", [("0", None), ("1", "--replicas"), ("family", "--mixed-replicas")])
-def test_calibrate_by_passes_the_replicas_choice_to_hlnas_calibrate(tmp_path, cal_replicas, flag):
-    """CAL_REPLICAS=1: each layout's seeds as replicas (--replicas); family: each mixer's layouts and seeds as one
-    mixed model (--mixed-replicas); 0: neither."""
-    calls = tmp_path / "calls"
-    _machine(tmp_path, f'case "$*" in *device_count*) echo 1; exit 0;; *"hlnas calibrate"*) echo "$*" >>{calls};; esac\n'
-                       'exit 0\n')
-    _run_steps(tmp_path, ["calibrate_by:200"], CAL_REPLICAS=cal_replicas)
-    (line,) = calls.read_text().splitlines()
-    got = [f for f in ("--replicas", "--mixed-replicas") if f in line.split()]
-    assert got == ([] if flag is None else [flag]), line
+    assert {w[-1] for w in warms} == {*load_space(str(SCRIPT.parents[2] / "search_spaces" / "paper_grid_h200_lr.yaml")).mixers, "transformer"}
 
 
 def test_gpu_tests_cut_by_their_time_limit_still_say_which_test_failed(tmp_path):
@@ -342,17 +254,17 @@ def test_gpu_tests_cut_by_their_time_limit_still_say_which_test_failed(tmp_path)
 
 
 def test_gpu_tests_take_a_k_expression_with_spaces_as_one_argument(tmp_path):
-    """GPU_TESTS is word-split (paths and node ids); GPU_TESTS_K reaches pytest whole as ``-k EXPR`` (session 36 had
-    to spell three parametrized node ids out because "where or compiled" split into three words)."""
+    """GPU_TESTS is word-split (paths and node ids); GPU_TESTS_K reaches pytest whole as ``-k EXPR`` (a session once had
+    to spell three parametrized node ids out because its expression split into three words)."""
     calls = tmp_path / "calls"
     _machine(tmp_path, 'case "$*" in *device_count*) echo 1; exit 0;; *pytest*)\n'
                        f'  for a in "$@"; do echo "[$a]"; done >{calls}; echo "1 passed"; exit 0;;\nesac\nexit 0\n')
-    _run_steps(tmp_path, ["gpu_tests:30"], GPU_TESTS="tests/test_mixed_replicas.py tests/test_replicas.py",
-               GPU_TESTS_K="where or compiled")
+    _run_steps(tmp_path, ["gpu_tests:30"], GPU_TESTS="tests/test_head_loss.py tests/test_train_gpu.py",
+               GPU_TESTS_K="captured or compiled")
     args = calls.read_text().splitlines()
-    assert "[tests/test_mixed_replicas.py]" in args and "[tests/test_replicas.py]" in args
-    assert args[args.index("[-k]") + 1] == "[where or compiled]"
-    _run_steps(tmp_path, ["gpu_tests:30"], GPU_TESTS="tests/test_replicas.py")
+    assert "[tests/test_head_loss.py]" in args and "[tests/test_train_gpu.py]" in args
+    assert args[args.index("[-k]") + 1] == "[captured or compiled]"
+    _run_steps(tmp_path, ["gpu_tests:30"], GPU_TESTS="tests/test_head_loss.py")
     assert "[-k]" not in calls.read_text().splitlines()  # unset: no -k at all
 
 
@@ -372,3 +284,20 @@ def test_bench_autotune_at_the_recall_models_shape_when_asked(tmp_path, recall):
         assert args[args.index("[--mode]") + 1] == "[graph]"
     else:
         assert "[--recall-space]" not in args and "[--mode]" not in args
+
+
+def test_every_hlnas_command_a_call_runs_parses_with_hlnas_own_options(tmp_path):
+    """The steps' hlnas search, calibrate and warm commands are parsed by hlnas's own parser: an option the CLI lost
+    (--runs-per-worker, --replicas went with their features) must fail here, not on the lent machine."""
+    from hlnas.cli.main import build_parser
+
+    calls = tmp_path / "calls"
+    _machine(tmp_path, 'case "$*" in *device_count*) echo 1; exit 0;; *"- paper_grid_h200_lr "*) echo valid; exit 0;; esac\n'
+                       f'case "$1 $2" in "-m hlnas") printf "%s\\n" "$*" >>{calls};; esac\nexit 0\n')
+    _run_steps(tmp_path, ["warm:5", "calibrate_by:200", "grid_by:200", "grid_s1_by:200", "placement_by:200",
+                          "placement_s1_by:200"], DRAIN="30", RETRY_FAILED="1")
+    commands = [ln.split()[2:] for ln in calls.read_text().splitlines()]
+    assert {c[0] for c in commands} >= {"warm", "calibrate", "search", "status"}
+    parser = build_parser()
+    for argv in commands:
+        parser.parse_args(argv)  # exits 2, naming the option, on one it does not know

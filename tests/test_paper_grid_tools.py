@@ -1,12 +1,10 @@
-"""experiments/paper_grid's collect.py (a study -> one CSV row per candidate and seed; its CSV read back by compare.py),
-tabular_bench.py on such a CSV, the H200 protocols' recall models and ladder_figure.py, on synthetic studies and
-tables whose answers are known. No training: trials are written with optuna's create_trial. compare.py's own tests:
-test_grid_compare.py."""
+"""experiments/paper_grid's collect.py (a study -> one CSV row per candidate and seed; its CSV read back by compare.py)
+and the grid protocol's recall models, on synthetic studies whose answers are known. No training: trials are written
+with optuna's create_trial. compare.py's own tests: test_grid_compare.py."""
 
 from __future__ import annotations
 
 import csv
-import json
 import pathlib
 
 import optuna
@@ -19,7 +17,7 @@ from hlnas.space import load_space
 from tests.helpers import paper_grid_script
 
 ROOT = pathlib.Path(__file__).parents[1]
-SPACE = str(ROOT / "search_spaces" / "paper_grid_h200.yaml")
+SPACE = str(ROOT / "search_spaces" / "paper_grid_h200_lr.yaml")
 
 
 collect = paper_grid_script("collect")
@@ -198,28 +196,15 @@ def test_collect_command_falls_back_to_the_calibration_when_the_seed_study_was_n
     assert by[("1", T)]["status"] == "not run"
 
 
-# -- tabular_bench.py: one seed of a collect.py table ---------------------------------------------
+# -- the grid's recall protocol ----------------------------------------------------------------------
 
-def test_tabular_bench_takes_one_seed_of_a_two_seed_table(grid, tmp_path):
-    bench = paper_grid_script("tabular_bench")
-    out = tmp_path / "grid.csv"
-    assert collect.main(["--storage", grid[0], "--study", "grid", "--seed-study", "grid_s1", "--out", str(out)]) == 0
-    with pytest.raises(SystemExit, match="holds seeds 0, 1; pick one with --seed"):
-        bench.seed_rows(str(out), None)
-    rows = bench.seed_rows(str(out), "1")
-    assert len(rows) == 31 and {r["seed"] for r in rows} == {"1"}
-    with pytest.raises(SystemExit, match=r"has no rows of seed 2 \(seeds: 0, 1\)"):
-        bench.seed_rows(str(out), "2")
-
-
-@pytest.mark.parametrize("path", sorted((ROOT / "search_spaces").glob("paper_grid_h200*.yaml")), ids=lambda p: p.stem)
-def test_every_h200_protocol_builds_its_recall_models_and_task(path):
-    """A GPU session calibrates these as they are: each loads, every candidate's recall setup builds, the task's
+def test_the_grid_protocol_builds_its_recall_models_and_task():
+    """A GPU session calibrates the grid's space as it is: it loads, every candidate's recall setup builds, the task's
     instances fit its length, and the first hybrid's recall model builds (its attention-input conv start valid)."""
     from hlnas.model.build import seeded_model
     from hlnas.recall.proxy import make_task, recall_setup
 
-    space = load_space(str(path))
+    space = load_space(SPACE)
     setups = [recall_setup(layout, space.model, space.score.mqar) for layout in space.candidates()]
     assert len(setups) == 31 and all(s.task.seq_len == space.score.mqar.seq_len for s in setups)
     x, y = make_task(setups[0].task, 4, 0, split="train")
@@ -227,106 +212,6 @@ def test_every_h200_protocol_builds_its_recall_models_and_task(path):
     hybrid = next(s for s in setups if "A" in str(s.layout) and len(set(str(s.layout))) > 1)
     model = seeded_model(hybrid.layout, hybrid.model, 0)
     assert model(x).shape[:2] == x.shape
-
-
-# -- ladder_figure.py: steps to target against attention layers, from a calibration and sweeps ----------------------
-def test_ladder_figure_refuses_sweep_rows_of_another_protocol_than_the_calibrations(tmp_path):
-    """Beside a calibration (--study) a sweep row must share its stored space's recall protocol, mixer_hparams per mixer
-    its layout has: session 19's 8-head HGRN-2 rows join the lr-5e-4 calibration's figure, its 1-head rows do not."""
-    fig_mod = paper_grid_script("ladder_figure")
-    storage = f"sqlite:///{tmp_path / 'cal.db'}"
-    study = optuna.create_study(study_name="cal", storage=storage)
-    study.set_user_attr("hlnas_space", load_space(str(ROOT / "search_spaces" / "paper_grid_h200_lr.yaml")).to_dict())
-    rows = [json.loads(ln) for ln in (ROOT / "experiments" / "results" / "mqar_lr_next_h200_2026-12-04" / "call3"
-                                      / "recall_sweep.jsonl").read_text().splitlines()]
-    eight = [r for r in rows if (r["mixer_hparams"].get("hgrn2") or {}).get("expand_ratio") == 16]
-    one = [r for r in rows if "N" in r["layout"] and "expand_ratio" not in (r["mixer_hparams"].get("hgrn2") or {})]
-    assert eight and one
-    protocol = fig_mod.calibration_protocol(storage, "cal")
-    (tmp_path / "eight.jsonl").write_text("\n".join(json.dumps(r) for r in eight) + "\n")
-    (tmp_path / "one.jsonl").write_text(json.dumps(one[0]) + "\n")
-    assert fig_mod.sweep_points([tmp_path / "eight.jsonl"], 4000, seen=protocol)
-    with pytest.raises(SystemExit, match=r"ran another protocol than calibration cal \(mixer_hparams.hgrn2"):
-        fig_mod.sweep_points([tmp_path / "one.jsonl"], 4000, seen=protocol)
-    assert fig_mod.sweep_points([tmp_path / "one.jsonl"], 4000)  # alone, it is a figure of its own
-    bare = optuna.create_study(study_name="bare", storage=storage)  # no stored space: nothing to check against
-    assert bare.user_attrs == {} and fig_mod.calibration_protocol(storage, "bare") == {}
-
-
-def test_ladder_figure_joins_a_calibration_and_sweeps_and_marks_each_outcome(tmp_path):
-    """A calibration's stored runs (control left out) and sweep rows become one point per (layout, seed, lr): reached
-    at its steps to target, never at the budget, paused/cut as undecided at its steps. Of two rows of one key the
-    one that says more counts: a decided over an undecided one (either order), the further of two undecided ones,
-    else the later file's; another rate is another point, drawn in its own row of panels."""
-    fig_mod = paper_grid_script("ladder_figure")
-    storage = f"sqlite:///{tmp_path / 'cal.db'}"
-    study = optuna.create_study(study_name="cal", storage=storage)
-    run = {"status": "ok", "mqar_steps_done": 4000, "mqar_steps_to_target": None, "mqar_lr": 1e-3}
-    study.set_user_attr("hlnas_calibration", {"status": "done", "runs": {
-        "control:transformer:s0": {**run, "layout": "AAAA", "seed": 0, "mqar_steps_to_target": 900},
-        "pure:gla:s0": {**run, "layout": "GGGG", "seed": 0},
-        "hybrid:gla:s0": {**run, "layout": "GAGA", "seed": 0, "mqar_steps_to_target": 1500},
-        "hybrid:gla:s1": {**run, "layout": "GAGA", "seed": 1, "status": "failed"}}})
-    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    row = {"status": "ok", "lr": 1e-3, "steps_to_target": None}
-    first.write_text("\n".join(json.dumps(r) for r in [
-        {**row, "layout": "GGGA", "seed": 0, "status": "paused", "steps": 2300},
-        {**row, "layout": "GAGA", "seed": 2, "steps": 600, "steps_to_target": 600},
-        {**row, "layout": "GGGA", "seed": 1, "steps": 700, "steps_to_target": 700},
-        {**row, "layout": "GGGA", "seed": 2, "status": "paused", "steps": 2800},
-        {**row, "layout": "GAGA", "seed": 0, "lr": 5e-4, "steps": 500, "steps_to_target": 500}]) + "\n")
-    second.write_text("\n".join(json.dumps(r) for r in [
-        {**row, "layout": "GGGA", "seed": 0, "steps": 4000},
-        {**row, "layout": "GGGA", "seed": 1, "status": "paused", "steps": 300},  # started again, got less far
-        {**row, "layout": "GGGA", "seed": 2, "status": "paused", "steps": 1800}]) + "\n")
-    pts = {**fig_mod.calibration_points(storage, "cal", 4000), **fig_mod.sweep_points([first, second], 4000)}
-    got = {k: (p.mixer, p.attention_layers, p.steps, p.outcome) for k, p in pts.items()}
-    assert got == {("GGGG", 0, 1e-3): ("gla", 0, 4000, "never"), ("GAGA", 0, 1e-3): ("gla", 2, 1500, "reached"),
-                   ("GAGA", 2, 1e-3): ("gla", 2, 600, "reached"), ("GGGA", 0, 1e-3): ("gla", 1, 4000, "never"),
-                   ("GGGA", 1, 1e-3): ("gla", 1, 700, "reached"), ("GGGA", 2, 1e-3): ("gla", 1, 2800, "undecided"),
-                   ("GAGA", 0, 5e-4): ("gla", 2, 500, "reached")}
-    assert fig_mod.sweep_points([first], 4000)[("GGGA", 0, 1e-3)].outcome == "undecided"
-    assert fig_mod.sweep_points([second, first], 4000)[("GGGA", 0, 1e-3)].outcome == "never"  # decided wins, either order
-    out = tmp_path / "ladder.html"
-    assert fig_mod.main(["--storage", storage, "--study", "cal", "--sweep", str(first), "--sweep", str(second),
-                         "--budget", "4000", "--mixers", "gla", "--out", str(out)]) == 0
-    html = out.read_text()
-    assert "never (whole budget)" in html and "reached 0.98" in html and "gla, lr 0.001" in html and "gla, lr 0.0005" in html
-    assert fig_mod.main(["--sweep", str(first), "--budget", "4000", "--mixers", "gla", "--lrs", "0.0005",
-                         "--out", str(out)]) == 0
-    one = out.read_text()  # one rate: it is named once, in the title, and the panel is the mixer's
-    assert "per seed (lr 0.0005)" in one and "lr 0.001" not in one and "gla, lr" not in one
-    with pytest.raises(SystemExit):
-        fig_mod.main(["--sweep", str(first), "--budget", "4000", "--mixers", "gla", "--lrs", "0.002", "--out", str(out)])
-    second.write_text(json.dumps({**row, "layout": "GGGA", "seed": 0, "steps": 8000, "schedule": 8000}) + "\n")
-    with pytest.raises(SystemExit, match="8000-step schedule, not --budget 4000"):
-        fig_mod.sweep_points([second], 4000)
-    variant = {**row, "layout": "GGGA", "seed": 3, "steps": 500, "steps_to_target": 500,
-               "mixer_hparams": {"gla": {"num_heads": 8}}, "tag": "8 heads"}
-    second.write_text(json.dumps(variant) + "\n")
-    with pytest.raises(SystemExit, match=r"8 heads ran another protocol .*mixer_hparams.gla: None vs \{'num_heads'"):
-        fig_mod.sweep_points([first, second], 4000)
-    # another mixer's settings are not this layout's protocol: an HGRN-2 setting beside GLA rows is one figure
-    other = {**variant, "layout": "NNNA", "mixer_hparams": {"hgrn2": {"expand_ratio": 16}}, "tag": "hgrn2 8 heads"}
-    second.write_text(json.dumps(other) + "\n")
-    assert ("NNNA", 3, 1e-3) in fig_mod.sweep_points([first, second], 4000)
-    # one variant's rows by their tag; the control's rows are on no mixer's ladder and never a point
-    control = {**row, "layout": "AAAA", "seed": 0, "steps": 900, "steps_to_target": 900, "tag": "control"}
-    second.write_text("\n".join(json.dumps(r) for r in (variant, control)) + "\n")
-    assert list(fig_mod.sweep_points([first, second], 4000, tags=["8 heads"])) == [("GGGA", 3, 1e-3)]
-    assert fig_mod.sweep_points([second], 4000) == {("GGGA", 3, 1e-3): fig_mod.Point("gla", 1, 3, 500, "reached", 1e-3)}
-
-
-def test_tabular_bench_table_prints_val_loss_to_three_decimals_and_blanks_a_row_without_one(grid, tmp_path):
-    bench = paper_grid_script("tabular_bench")
-    out = tmp_path / "grid.csv"
-    assert collect.main(["--storage", grid[0], "--study", "grid", "--out", str(out)]) == 0
-    tb = bench.TabularBenchmark.from_rows(bench.seed_rows(str(out), "0"), space=SPACE, missing="infeasible",
-                                          objectives=("recall_auc", "kv_cache_bytes"))
-    md = bench.table_md(tb)
-    line = next(x for x in md.splitlines() if f"`{GLA_31}`" in x)
-    assert "| 1.610 |" in line and "1.6100000" not in line  # GLA 3:1's stored val loss, 1.61
-    assert f"| {layout_metrics(GLA_31, load_space(SPACE).model, 4096)['params']:,} |" in line
 
 
 def test_collect_shares_a_replica_runs_recall_time_among_the_runs_trained_with_it():
@@ -338,3 +223,31 @@ def test_collect_shares_a_replica_runs_recall_time_among_the_runs_trained_with_i
     assert gpu_seconds({"mqar_s": 100.0, "train_wall_s": 10.0}, 2) == {
         "mqar_s": 100.0, "train_wall_s": 10.0, "gpu_s": 110.0, "concurrency": 2, "gpu_s_est": 55.0}
     assert gpu_seconds({"mqar_s": 40.0, "mqar_replicas": 4}, None)["gpu_s"] == 10.0  # a recall-only run
+
+
+# -- the committed grid: its database and CSV -------------------------------------------------------
+
+def test_the_committed_grid_database_reads_back_and_gives_the_committed_csv(tmp_path):
+    """docs/results.md reports the grid from experiments/paper_grid/results: every study its database holds reads back
+    (the probe spaces' files are gone, their studies keep them), and collect.py on the grid's two studies gives the
+    committed CSV's recall and val loss, row for row."""
+    import shutil
+
+    from hlnas.space import space_from_dict
+
+    results = ROOT / "experiments" / "paper_grid" / "results"
+    db = tmp_path / "h200.db"
+    shutil.copy(results / "h200_2026-12-05f.db", db)  # loading may write; the committed one stays as it is
+    url = f"sqlite:///{db}"
+    names = [s.study_name for s in optuna.get_all_study_summaries(url)]
+    assert {"paper_grid_h200_lr", "paper_grid_h200_lr_s1", "placement_h200_lr", "placement_h200_lr_s1"} <= set(names)
+    for name in names:
+        space_from_dict(optuna.load_study(study_name=name, storage=url).user_attrs["hlnas_space"], where=name)
+    s0, s1 = (optuna.load_study(study_name=n, storage=url) for n in ("paper_grid_h200_lr", "paper_grid_h200_lr_s1"))
+    got = {(str(r["seed"]), r["layout"]): r for r in collect.rows(s0, s1)}
+    with open(results / "grid_h200_lr_2026-12-05.csv", newline="") as f:
+        want = {(r["seed"], r["layout"]): r for r in csv.DictReader(f)}
+    assert len(want) == 62 and set(got) == set(want)
+    for key, row in want.items():
+        assert got[key]["recall_raw"] == pytest.approx(float(row["recall_raw"])), key
+        assert got[key]["val_loss"] == pytest.approx(float(row["val_loss"])), key

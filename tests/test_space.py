@@ -408,21 +408,3 @@ def test_the_alternative_scales_in_paper_grid_comments_validate():
         t = s.with_overrides(**scale)
         assert t.preset in ("proxy-gpu", "paper-340m") and len(t.candidates()) == 31
         assert t.recall_source() == "ruler_avg"  # RULER is scored at these scales
-
-
-@pytest.mark.parametrize("name", ["grid_h200", "grid_h200_mqar", "placement_h200", "placement_h200_mqar", "recall_h200"])
-def test_the_gpu_experiment_spaces_load(name):
-    """experiments/paper_grid's spaces run only on a GPU lease: a typo there must show up here first."""
-    s = load_space(str(pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / f"{name}.yaml"))
-    if name.startswith("grid"):
-        assert len(s.candidates()) == 31 and s.n_layers == 24
-    if name.startswith("placement"):
-        assert len(s.candidates()) == 28 and s.n_layers == 24
-    if name == "placement_h200_mqar":  # the paper placement's rows come from the grid's study: same scale, same protocol
-        grid = load_space(str(pathlib.Path(__file__).parents[1] / "experiments" / "paper_grid" / "grid_h200_mqar.yaml"))
-        assert (s.model, s.train, s.score) == (grid.model, grid.train, grid.score)
-    if name.endswith("_mqar"):
-        assert s.recall_source() == "mqar_mixed_acc"
-        t = s.train
-        assert (t.recall_format, t.recall_length, t.recall_kv_pairs, t.recall_count) == ("mqar", 64, 8, 120)
-        assert s.score.mqar_mixed.scales == (1, 2, 4)

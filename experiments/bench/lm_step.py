@@ -4,7 +4,7 @@ model under torch.compile (issue #22 point 1), same model, data and seed, measur
     python -m experiments.bench.lm_step                         # H200: Transformer, GLA 3:1, GatedDeltaNet 3:1
     python -m experiments.bench.lm_step --layouts transformer --steps 12 --d-model 64 --seq-len 128 --batch 2 --device-name cpu
 
-Each case trains ``hlnas.lm.trainer.train`` for ``--steps`` steps at the proxy shape of search_spaces/paper_grid_h200.yaml
+Each case trains ``hlnas.lm.trainer.train`` for ``--steps`` steps at the proxy shape of search_spaces/paper_grid_h200_lr.yaml
 (24 layers, d=256, 4 heads, byte vocabulary, B=16, T=1024, bf16 autocast) with ``train.graph`` off, then on, and
 reports the trainer's own steady tokens/s (after its first STEADY_AFTER steps), the ratio to eager of ``graph`` and
 ``compile`` (``train.compile`` with the graph: the compiled model captured in the step; ``--modes`` picks), and MFU: 3 x

@@ -4,7 +4,7 @@ Transformer of the same size, one run.
     python -m experiments.bench.paper_scale                                  # H200: every row below, B=8, T=4096
     python -m experiments.bench.paper_scale --only plain,transformer --profile
     python -m experiments.bench.paper_scale --only gla:3:1 --autotune-compare  # quick vs full Triton autotune
-    python -m experiments.bench.paper_scale --recall-space search_spaces/paper_grid_h200_b256.yaml --mode graph \
+    python -m experiments.bench.paper_scale --recall-space search_spaces/paper_grid_h200_lr.yaml --mode graph \
         --profile --only matmul,plain,transformer,gla:3:1,hgrn:pure   # a recall-proxy step at the space's batch, length
     python -m experiments.bench.paper_scale --preset proxy-tiny --layers 6 --batch 2 --seq-len 32 --steps 2 \\
         --warmup 1 --only matmul,plain,transformer,gla:3:1 --profile --device-name cpu --out /tmp/b   # CPU smoke

@@ -1,7 +1,7 @@
 """Per-trial overhead (issue #22 point 4): seconds from a trial's start to its first training step, in a warm worker
 and in a cold process on the Triton cache on disk.
 
-    python -m experiments.bench.trial_overhead                             # H200: paper_grid_h200's shapes
+    python -m experiments.bench.trial_overhead                             # the calibrated grid's shapes
     python -m experiments.bench.trial_overhead --modes warm,cold,cold_empty_cache --layouts gla:3:1
     python -m experiments.bench.trial_overhead --space tiny --layouts transformer,hgrn:3:1 --device-name cpu --out /tmp/o
 
@@ -181,7 +181,7 @@ def cold(args, layout: str, kind: str, empty_cache: bool) -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--space", default="search_spaces/paper_grid_h200.yaml")
+    p.add_argument("--space", default="search_spaces/paper_grid_h200_lr.yaml")
     p.add_argument("--set", action="append", default=[], help="SECTION.KEY=VALUE over the space's scale (hlnas --set)")
     p.add_argument("--layouts", default="transformer,gla:3:1,gated_deltanet:3:1")
     p.add_argument("--kinds", default="lm,recall")

@@ -1,7 +1,7 @@
 """A stored grid study -> one CSV row per candidate and seed (the columns issue #20 point 4 asks for).
 
-    python -m experiments.paper_grid.collect --storage sqlite:///.gpu_state/h200.db --study paper_grid_h200 \
-        --seed-study paper_grid_h200_s1 --concurrency 6 --out experiments/paper_grid/results/grid_h200_<date>.csv
+    python -m experiments.paper_grid.collect --storage sqlite:///.gpu_state/h200.db --study paper_grid_h200_lr \
+        --seed-study paper_grid_h200_lr_s1 --concurrency 6 --out experiments/paper_grid/results/grid_h200_<date>.csv
 
 Every layout of the study's space gets a row per seed, trained or not (``status`` says which: ok, failed with
 its error kind, or not run), so a partial grid is visible as such. ``ratio`` and ``placement`` are the layout's own

@@ -1,36 +1,25 @@
 #!/usr/bin/env bash
-# The GPU side of experiments/paper_grid (README there). Runs on the lent H200 machine, in the repo root:
+# The GPU side of the paper grid (docs/gpu.md): one device call, in the repo root of the lent machine:
 #   bash experiments/paper_grid/h200.sh STEP...
-# steps: warm[:T] (hlnas warm of $SPACE per mixer, in parallel, and check every op at once), check[:T], train_all[:T],
-#   grid:SECONDS / grid_by:T, placement:SECONDS / placement_by:T (T: seconds from the script's start),
-#   calibrate_by:T (hlnas calibrate of $CAL_SPACE into the study database; resumes its stored runs),
-#   grid_s1_by:T (the grid's second seed: the same space with --set train.seed=1 in study ${GRID_STUDY}_s1,
-#   --calibrated-by $GRID_STUDY; refused unless $GRID_STUDY's calibration is valid),
-#   placement_s1_by:T (the placement's second seed: $PLACE_SPACE with --set train.seed=1 in study ${PLACE_STUDY}_s1),
-#   bench_proxy[:T] (experiments/bench/proxy_throughput.py: processes vs streams vs MPS vs replicas, 1/4/12 recall runs),
-#   mps / mps:auto (NVIDIA's MPS daemon for the steps after it; auto: only where this call's bench_proxy measured it
-#   at least 1.3x the same workers without it),
-#   gpu_tests[:T] (the GPU-marked tests of $GPU_TESTS, those matching $GPU_TESTS_K if set: a pytest -k expression), sweep_by:T (experiments/recall_sweep.py on $SWEEP_CASES),
-#   bench_compile[:T] (experiments/bench/compile_regions.py: the recall model compiled whole vs block by block; COMPILE_ARGS),
-#   bench_lm[:T] (experiments/bench/lm_step.py: the LM step eager vs CUDA graph vs the compiled model in the graph), bench_recall[:T] (the recall model's
-#   step at $SPACE's score.mqar shape vs plain PyTorch, with the per-op profile; RECALL_BATCH, BENCH_ONLY),
-#   bench_paper[:T] (experiments/bench/paper_scale.py: paper-340m vs plain PyTorch, every 3:1 hybrid, Mamba-2, with
-#   the per-op profile; BENCH_ONLY=rows, BENCH_MODE=graph), bench_autotune[:T] (the same rows, default gla:3:1, under
-#   quick and full autotune on empty Triton caches; AUTOTUNE_RECALL=1: at the recall model's shape instead), bench_decode[:T] (experiments/bench/decode_memory.py: decode
-#   bytes vs the cost model; DECODE_MIXERS), bench_overhead[:T] (experiments/bench/trial_overhead.py: trial start to
-#   first step, cold process then warm worker; OVERHEAD_MODES=cold,cold_empty_cache,warm). Each bench step's T is
-#   capped to leave the closing archive 30 s of CALL_LIMIT.
+# steps:
+#   warm[:T]        hlnas warm of $SPACE per mixer, in parallel, and check at once
+#   check[:T]       every op's fla path against the PyTorch reference (each op its own process), and the GPU tests
+#   train_all[:T]   one proxy candidate per mixer trained and scored (experiments/gpu_train_all.py)
+#   precision       bf16 vs float32 gradients per mixer (experiments/gpu_model_precision.py)
+#   calibrate_by:T  hlnas calibrate of $CAL_SPACE (default $SPACE) into the study database; resumes its stored runs
+#   grid_by:T, grid_s1_by:T            the grid's search ($SPACE, study $GRID_STUDY) and its second seed (the same space
+#                                      with --set train.seed=1 in study ${GRID_STUDY}_s1, --calibrated-by $GRID_STUDY;
+#                                      refused unless $GRID_STUDY's calibration is valid)
+#   placement_by:T, placement_s1_by:T  the placement extension ($PLACE_SPACE, study $PLACE_STUDY) and its second seed
+#   gpu_tests[:T]   the GPU-marked tests of $GPU_TESTS (those matching $GPU_TESTS_K if set: a pytest -k expression)
+#   bench_lm[:T], bench_paper[:T], bench_recall[:T], bench_autotune[:T], bench_decode[:T], bench_overhead[:T]
+#                   the benchmarks of experiments/bench (docs/results.md), each capped to leave the closing archive
+#                   30 s of CALL_LIMIT
+# T in STEP_by:T is seconds from the script's start after which no new trial or run starts.
 # STEP/N: that step at N workers; A+B: steps A and B side by side (e.g. grid_by:120/1+grid_s1_by:120/2)
-# RUNS_PER_WORKER=N runs N trials in each worker process on their own CUDA streams (hlnas search --runs-per-worker);
-# auto: chosen by a bench_proxy step earlier in the call (BENCH_PROXY_ARGS: its options, e.g. fewer runs and steps)
 # DRAIN=S (the session's last call): runs in flight when a calibrate_by/grid_by/placement_by step's T passes go on up to S
 # seconds more before pausing, so those that finish are stored (a machine that goes back takes paused runs with it):
-# S must cover a whole run at this call's WORKERS (processes time-slice the GPU: 4 workers run each about 4x slower;
-# on 2026-12-03 8000-step runs at 4 workers needed about 800 s and were lost; at 2 workers about 440 s)
-# CAL_REPLICAS=1 (or auto: see pick_replicas): calibrate_by trains each layout's seeds as replicas of one recall model
-# in one run (hlnas calibrate --replicas; issue #21). 2 replicas ran 1.03x 2 processes on the H200: off unless set. Paused solo runs are not
-# continued as replicas (their recall starts again, with the same result). CAL_REPLICAS=family: each mixer's layouts and
-# seeds as replicas of one mixed model (hlnas calibrate --mixed-replicas; bench_proxy's replicas_mixed modes measure it)
+# S must cover a whole run at this call's WORKERS (processes time-slice the GPU: 4 workers run each about 4x slower)
 # Carried from the CPU machine: .whl/gpu (fla, optuna and its needs as wheels), .triton_cache (the Triton
 # and inductor caches archived by the previous call), .gpu_state (the study database h200.db and its generation h200.gen, both
 # brought back by the previous call: copy both after every call).
@@ -48,9 +37,10 @@ export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
 # one Triton config per kernel: a full fla autotune compile of the grid's kernels took > 5 minutes of a lease
 export HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick}
 DB=sqlite:///$STATE/h200.db
-# another space: a new study name
-SPACE=${SPACE:-search_spaces/paper_grid_h200.yaml} GRID_STUDY=${GRID_STUDY:-paper_grid_h200}
-PLACE_SPACE=${PLACE_SPACE:-experiments/paper_grid/placement_h200_mqar.yaml} PLACE_STUDY=${PLACE_STUDY:-placement_h200_mqar}
+# the calibrated grid and its placement extension (the studies of results/h200_2026-12-05f.db); another space: a new
+# study name
+SPACE=${SPACE:-search_spaces/paper_grid_h200_lr.yaml} GRID_STUDY=${GRID_STUDY:-paper_grid_h200_lr}
+PLACE_SPACE=${PLACE_SPACE:-experiments/paper_grid/placement_h200_lr.yaml} PLACE_STUDY=${PLACE_STUDY:-placement_h200_lr}
 t0=$(date +%s); say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
 if [ ! -d "$TRITON_CACHE_DIR" ] && ls .triton_cache/triton_cache.tgz.* >/dev/null 2>&1; then
@@ -108,7 +98,7 @@ elif [ -f $STATE/h200.db ] && [ "$carried" -lt "$mine" ]; then
 fi
 export PYTHONPATH=$SITE:$PWD
 # a fresh machine (the last one went back after 30 s idle) has nothing installed: say so at once
-python3 -c "import optuna" 2>/dev/null || { say "optuna (and fla) not installed on this machine: carry .whl/gpu in this call (experiments/device/README.md)"; exit 2; }
+python3 -c "import optuna" 2>/dev/null || { say "optuna (and fla) not installed on this machine: carry .whl/gpu in this call (docs/gpu.md)"; exit 2; }
 [ -f $STATE/torch_ops ] && export HLNAS_TORCH_OPS=$(cat $STATE/torch_ops)
 NG=$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')
 say "$(nvidia-smi -L | head -4 | tr '\n' ' ') ($NG GPUs)"
@@ -132,7 +122,7 @@ check_ops() {  # every op in its own process (a CUDA fault in one must not poiso
     CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m experiments.gpu_check --ops $op \
       --out "$OUT/logs/check_${op/@/_}.md" >"$OUT/logs/check_${op/@/_}.log" 2>&1 & PIDS+=($!); i=$((i + 1))
   done
-  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -rP -m gpu tests/kernels tests/test_model_gpu.py tests/test_executors_concurrent.py tests/score/test_recall_proxy.py tests/test_replicas.py tests/test_train_gpu.py tests/test_bench_gpu_scripts.py \
+  CUDA_VISIBLE_DEVICES=$((i % NG)) timeout "$1" python3 -m pytest -q -rP -m gpu tests/kernels tests/test_model_gpu.py tests/score/test_recall_proxy.py tests/test_train_gpu.py tests/test_bench_gpu_scripts.py \
     -p no:cacheprovider >"$OUT/logs/pytest_gpu.log" 2>&1 & PIDS+=($!)
 }
 check_done() {
@@ -158,49 +148,17 @@ train_all() {
 }
 search() {  # $1 space, $2 study, $3 seconds before no new trial starts, $4 hard stop (SIGTERM: running trials re-queued),
             # then extra hlnas search arguments (the same on every call of a study: a resume checks its space)
-  pick_workers
   local resume=() workers=${WORKERS:-$((NG * 4))}  # trials sharing the GPUs (one process each)
   python3 -c "import optuna,sys; optuna.load_study(study_name='$2', storage='$DB')" 2>/dev/null && resume=(--resume)
   [ -n "${RETRY_FAILED:-}" ] && [ ${#resume[@]} -gt 0 ] && resume+=(--retry-failed)  # after fixing what failed
   timeout -s TERM "$4" python3 -m hlnas search --space "$1" --storage $DB --study "$2" "${resume[@]}" \
-    --executor processes --workers $workers --runs-per-worker ${RUNS_PER_WORKER:-1} --timeout "$3" --drain ${DRAIN:-0} --no-progress \
+    --executor processes --workers $workers --timeout "$3" --drain ${DRAIN:-0} --no-progress \
     "${@:5}" >>"$OUT/logs/search_$2.log" 2>&1
   say "search $2 rc=$? ($workers workers): $(grep -c " done " "$OUT/logs/search_$2.log") trials done in this call's log"
   grep -E "failed|infeasible" "$OUT/logs/search_$2.log" | cut -c1-200 | tail -5
   # where the study stands now ("N complete, M waiting (target T trials)"): the session sees its progress in the tail
   python3 -m hlnas status --storage $DB --study "$2" 2>/dev/null | head -1
 }
-
-# RUNS_PER_WORKER=auto: after a bench_proxy step in the same call, N runs on N streams of one worker when the
-# bench's largest N measured streams at least 1.3x as many steps/s as N processes, else one run per process
-pick_workers() {
-  [ "${RUNS_PER_WORKER:-1}" = auto ] || return 0
-  read -r W R M < <(python3 -m experiments.bench.choose workers "$OUT/logs")  # the rule: experiments/bench/choose.py
-  WORKERS=${W:-3} RUNS_PER_WORKER=${R:-1}; [ "${M:-0}" = 1 ] && start_mps
-  say "bench_proxy says: $WORKERS workers x $RUNS_PER_WORKER runs each${MPS_ON:+, under MPS}"
-}
-# CAL_REPLICAS=auto: replicas (hlnas calibrate --replicas) only where this machine showed them right and faster: a
-# gpu_tests step passed (the replicas' GPU tests among them) and a bench_proxy step (this call or an earlier one on
-# the same warm machine: its table is kept in $STATE) measured 2 runs as replicas at least 1.2x as many steps/s as
-# 2 processes on every layout; else solo runs. Decided once per machine (kept in
-# $STATE), so back-to-back calls do not switch a study's paused runs between the two.
-pick_replicas() {
-  [ "${CAL_REPLICAS:-0}" = auto ] || return 0
-  if [ -f $STATE/cal_replicas ]; then CAL_REPLICAS=$(cat $STATE/cal_replicas); say "replicas: $CAL_REPLICAS (decided earlier)"; return 0; fi
-  local ok=0
-  grep -q "^gpu_tests rc=0" $STATE/gpu_tests_rc 2>/dev/null && ok=$(python3 -m experiments.bench.choose replicas "$STATE")
-  CAL_REPLICAS=${ok:-0}; echo $CAL_REPLICAS >$STATE/cal_replicas
-  say "replicas: $CAL_REPLICAS (gpu_tests: $(cat $STATE/gpu_tests_rc 2>/dev/null || echo 'not run'); bench: 2 replicas vs 2 processes)"
-}
-# MPS=1 (or a bench_proxy that measured it best): NVIDIA's Multi-Process Service, so worker processes' kernels run
-# at the same time instead of time-slicing the GPU; stopped at the end of the call
-start_mps() {
-  [ -n "${MPS_ON:-}" ] && return 0
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/hlnas-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/hlnas-mps/log
-  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-  nvidia-cuda-mps-control -d && MPS_ON=1 && say "MPS daemon started" || say "MPS daemon did not start: workers time-slice"
-}
-[ "${MPS:-}" = 1 ] && start_mps
 
 # A search's hard stop: 60 s after its last start, but never past CALL_LIMIT (the device call's limit) less the
 # time the closing archive needs. A call killed by its limit brings back no database and no logs archive.
@@ -221,7 +179,6 @@ run_step() {
     train_all*) train_all "${step#train_all:}" ;;
     precision) timeout 120 python3 -m experiments.gpu_model_precision --out "$OUT/logs/gpu_model_precision.md" >"$OUT/logs/precision.log" 2>&1
                say "precision rc=$?"; grep "^| " "$OUT/logs/gpu_model_precision.md" ;;
-    grid:*) search $SPACE $GRID_STUDY "${step#grid:}" $(( ${step#grid:} + 150 )) ;;
     grid_by:*)  # no new trial after T seconds from the start of this script, whatever ran before
       left=$(( ${step#grid_by:} - ($(date +%s) - t0) ))
       # if/else, not `&& search || say`: search ends with a grep that finds no failure (rc 1), and every grid call of
@@ -250,7 +207,6 @@ PY
       if [ $left -gt 30 ]; then search $PLACE_SPACE $study $left $(hard_stop $left) ${set:+--set $set} \
         ${PLACE_CALIBRATED_BY:+--calibrated-by $PLACE_CALIBRATED_BY} ${from:+--results-from $from}
       else say "no time left for placement ($study)"; fi ;;
-    placement:*) search $PLACE_SPACE $PLACE_STUDY "${step#placement:}" $(( ${step#placement:} + 150 )) ;;
     calibrate_by:*)  # the recall protocol's controls: no run starts after T, and those in flight pause at their next
                      # check (kept on this machine: a back-to-back call continues them); the hard stop 60 s later
                      # loses only a run that had not reached a check by then
@@ -258,34 +214,16 @@ PY
       # T already passed (the machine's start took it, or a step before): say so and go on, as grid_by does; hlnas
       # calibrate would refuse --timeout 0 and the call would bring back nothing new
       if [ $left -lt 1 ]; then say "no time left for the calibration: T=${step#calibrate_by:} s passed at $(( $(date +%s) - t0 )) s"; return 0; fi
-      pick_workers
       export HLNAS_RECALL_PROGRESS=1  # a line per validation check: a run killed by the hard stop still tells
       # CAL_SPACE defaults to the grid's space and study, so the grid reuses the calibration's seed-0 runs
-      pick_replicas
       timeout -s TERM $(hard_stop $left) python3 -m hlnas calibrate ${CAL_SPACE:-$SPACE} --study ${CAL_STUDY:-$GRID_STUDY} \
-        --storage $DB --executor processes --workers ${WORKERS:-5} --runs-per-worker ${RUNS_PER_WORKER:-1} --no-progress \
-        --timeout $left --drain ${DRAIN:-0} $([ "${CAL_REPLICAS:-0}" = 1 ] && echo --replicas) \
-        $([ "${CAL_REPLICAS:-0}" = family ] && echo --mixed-replicas) \
-        >>"$OUT/logs/calibrate.log" 2>&1
+        --storage $DB --executor processes --workers ${WORKERS:-5} --no-progress \
+        --timeout $left --drain ${DRAIN:-0} >>"$OUT/logs/calibrate.log" 2>&1
       say "calibrate rc=$?"; grep -A60 "^role" "$OUT/logs/calibrate.log" | tail -60 ;;
-    mps|mps:auto)  # MPS for the steps after it: "mps" at once; "mps:auto" only where a bench_proxy step earlier in
-                   # this call measured MPS at least 1.3x the same workers without it at its largest N, on every layout:
-                   # mps against processes, mps_compiled against compiled, steady rates where measured (choose.py)
-      if [ "$step" = mps ] || python3 -m experiments.bench.choose mps "$OUT/logs"
-      then start_mps; else say "mps:auto: no bench_proxy row of this call shows MPS 1.3x the processes: workers time-slice"; fi ;;
-    bench_proxy*)  # issue #21: N recall runs as N processes vs N streams of one process (experiments/bench)
-      [[ $step == bench_proxy:* ]] && t=${step#bench_proxy:} || t=420
-      timeout $(cap $t) python3 -m experiments.bench.proxy_throughput --out "$OUT/logs" ${BENCH_PROXY_ARGS:-} >"$OUT/logs/bench_proxy.log" 2>&1
-      rc=$?; cp "$OUT"/logs/proxy_throughput_*.csv $STATE/ 2>/dev/null  # for CAL_REPLICAS=auto in a later call
-      say "bench_proxy rc=$rc"; cat "$OUT"/logs/proxy_throughput_*.md 2>/dev/null ;;
     bench_lm*)  # issue #22 point 1: the LM half's eager vs CUDA-graph vs compiled-in-graph step at the proxy shape
       [[ $step == bench_lm:* ]] && t=${step#bench_lm:} || t=300
       timeout $(cap $t) python3 -m experiments.bench.lm_step --out "$OUT/logs" >"$OUT/logs/bench_lm.log" 2>&1
       say "bench_lm rc=$?"; cat "$OUT"/logs/lm_step_*.md 2>/dev/null ;;
-    bench_compile*)  # issue #21: the recall model compiled whole vs block by block, cold caches (COMPILE_ARGS: its options)
-      [[ $step == bench_compile:* ]] && t=${step#bench_compile:} || t=240
-      timeout $(cap $t) python3 -m experiments.bench.compile_regions --out "$OUT/logs" ${COMPILE_ARGS:-} >"$OUT/logs/bench_compile.log" 2>&1
-      say "bench_compile rc=$?"; cat "$OUT"/logs/compile_regions_*.md 2>/dev/null ;;
     bench_paper*)  # issue #22 points 2-3: paper-340m training speed against plain PyTorch, with the per-op profile
       [[ $step == bench_paper:* ]] && t=${step#bench_paper:} || t=540
       timeout $(cap $t) python3 -m experiments.bench.paper_scale --out "$OUT/logs" --profile ${BENCH_ONLY:+--only $BENCH_ONLY} \
@@ -318,10 +256,9 @@ PY
       timeout $(cap $t) python3 -m experiments.bench.trial_overhead --out "$OUT/logs" --space $SPACE --child-timeout 120 \
         ${OVERHEAD_MODES:+--modes $OVERHEAD_MODES} >"$OUT/logs/bench_overhead.log" 2>&1
       say "bench_overhead rc=$?"; cat "$OUT"/logs/trial_overhead_*.md 2>/dev/null ;;
-    gpu_tests*)  # the GPU-marked tests of $GPU_TESTS only (default: what changed and never ran on a GPU: fla's l2norm
-                 # and the compiled conv's shifted multiply-adds, the models (test_model_gpu's bf16 check), the head loss,
-                 # the captured and compiled LM steps with them inside; the mixed replicas' test runs with their bench,
-                 # paper_grid README block 6)
+    gpu_tests*)  # the GPU-marked tests of $GPU_TESTS only (default: fla's l2norm and the compiled conv's shifted
+                 # multiply-adds, the models (test_model_gpu's bf16 check), the head loss, the captured and compiled LM
+                 # steps with them inside)
       [[ $step == gpu_tests:* ]] && t=${step#gpu_tests:} || t=150
       # SIGINT, not TERM: pytest stops at the test in progress and still prints the failures so far (on 2026-12-06 a
       # timed-out run printed only its progress dots, and which test failed, and why, was lost); KILL 15 s later
@@ -329,41 +266,13 @@ PY
       local limit k=(); limit=$(cap $t); [ -n "${GPU_TESTS_K:-}" ] && k=(-k "$GPU_TESTS_K")
       timeout -s INT -k 15 $(( limit > 16 ? limit - 15 : 1 )) python3 -m pytest -q -rfEP -m gpu ${GPU_TESTS:-tests/kernels/test_l2norm.py tests/kernels/test_causal_conv1d.py tests/test_model_gpu.py tests/test_head_loss.py tests/test_train_gpu.py} \
         "${k[@]}" -p no:cacheprovider >"$OUT/logs/gpu_tests.log" 2>&1
-      rc=$?; say "gpu_tests rc=$rc"; echo "gpu_tests rc=$rc" >$STATE/gpu_tests_rc; grep -E "^(FAILED|ERROR) " "$OUT/logs/gpu_tests.log" | cut -c1-300; tail -n 2 "$OUT/logs/gpu_tests.log" ;;
-    sweep_by:*)  # experiments/recall_sweep.py on $SWEEP_CASES (a protocol probe): no case starts after T seconds from
-                 # the script's start, running ones are cut 30 s before CALL_LIMIT; SWEEP_ARGS: its other options.
-                 # SWEEP_STATE=1: cases longer than a call pause 90 s before CALL_LIMIT, their state kept on this
-                 # machine, and the next call's same sweep_by continues them on a warm machine (a fresh one starts them
-                 # again: their state, ~80 MB a case, cannot come back). The finished cases' rows (done.jsonl) come
-                 # back as sweep_done/NAME.jsonl: carried in .gpu_state/sweep_done/, a fresh machine reads them back
-                 # instead of training those cases again (on 2026-12-04 three calls 1-2 minutes apart each got a
-                 # fresh machine)
-      left=$(( ${step#sweep_by:} - ($(date +%s) - t0) )); grace=$(( CALL_LIMIT - 30 - ($(date +%s) - t0) - left ))
-      name=$(basename "${SWEEP_CASES%.json}") keep=()
-      if [ "${SWEEP_STATE:-0}" = 1 ]; then
-        keep=(--state "$STATE/sweep/$name" --pause-by $(( CALL_LIMIT - 90 - ($(date +%s) - t0) )))
-        mkdir -p "$STATE/sweep/$name"
-        # the carried rows first, the machine's after them: of two rows of one case the last is read
-        [ -f ".gpu_state/sweep_done/$name.jsonl" ] && { cat ".gpu_state/sweep_done/$name.jsonl" \
-          "$STATE/sweep/$name/done.jsonl" 2>/dev/null >"$STATE/sweep/$name/done.merged"
-          mv "$STATE/sweep/$name/done.merged" "$STATE/sweep/$name/done.jsonl"
-          say "sweep: $(wc -l <".gpu_state/sweep_done/$name.jsonl") finished rows carried"; }
-      fi
-      python3 experiments/recall_sweep.py --cases "${SWEEP_CASES:?SWEEP_CASES: a case file}" --jobs ${WORKERS:-4} \
-        --deadline $left --grace $(( grace > 0 ? grace : 0 )) "${keep[@]}" --out "$OUT/logs/sweep" ${SWEEP_ARGS:-} \
-        >"$OUT/logs/sweep.log" 2>&1
-      say "sweep rc=$?"; cat "$OUT/logs/sweep/recall_sweep.md" 2>/dev/null
-      # and a copy inside logs.tgz: a call's return takes 8 files, and on 2026-12-06 extra logs beside the sweep
-      # pushed sweep_done/ out (the rows of that call survived only in the sweep's own jsonl)
-      [ -f "$STATE/sweep/$name/done.jsonl" ] && mkdir -p "$OUT/sweep_done" \
-        && awk '!seen[$0]++' "$STATE/sweep/$name/done.jsonl" >"$OUT/sweep_done/$name.jsonl" \
-        && cp "$OUT/sweep_done/$name.jsonl" "$OUT/logs/sweep_done_$name.jsonl" ;;
+      rc=$?; say "gpu_tests rc=$rc"; grep -E "^(FAILED|ERROR) " "$OUT/logs/gpu_tests.log" | cut -c1-300; tail -n 2 "$OUT/logs/gpu_tests.log" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 }
 # "A+B": steps A and B at once (two studies' searches side by side: on 2026-12-05 seed 0's last trial ran alone
 # before seed 1's, and a process alone leaves its compile seconds idle on the GPU); the next step waits for both.
-# Each runs in a subshell: what a step sets up for later ones (mps, check's ops kept on PyTorch) goes in a step of its own
+# Each runs in a subshell: what a step sets up for later ones (check's ops kept on PyTorch) goes in a step of its own
 for step in "$@"; do
   if [[ $step == *+* ]]; then
     IFS=+ read -ra together <<<"$step"; pids=()
@@ -375,7 +284,6 @@ for step in "$@"; do
 done
 
 kill $UTIL_PID 2>/dev/null
-[ -n "${MPS_ON:-}" ] && echo quit | nvidia-cuda-mps-control
 # bring back: the study database and logs (one archive), and the Triton cache in 15 MB parts (the return
 # channel takes 8 files of 16 MB)
 if [ -f $STATE/h200.db ]; then

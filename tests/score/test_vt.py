@@ -254,15 +254,34 @@ def test_a_fresh_model_learns_variable_tracking_above_its_baseline():
     assert rm["recall_source"] == "mqar_acc" and rm["recall_auc"] == out["mqar_auc"] and rm["recall"] > 0
 
 
-def test_the_h200_vt_space_leaves_its_whole_hop_range_most_of_the_step_budget():
-    """search_spaces/paper_grid_h200_vt.yaml: VT with a staged curriculum whose stages end by half the step budget (the
-    whole range, which validation and test score, gets the rest), and whose calibration ladder holds pure, 6:1, 3:1."""
+def _stored_space(db, study_name: str):
+    """The space a study of the committed GPU database was run with, as it stored it (the probe spaces' files are gone;
+    their studies keep them)."""
+    import optuna
+
+    from hlnas.space import space_from_dict
+
+    study = optuna.load_study(study_name=study_name, storage=f"sqlite:///{db}")
+    return study, space_from_dict(study.user_attrs["hlnas_space"], where=f"study {study_name!r}")
+
+
+def _grid_db(tmp_path):
+    """A copy of the committed GPU database (loading may write; the committed one stays as it is)."""
     import pathlib
+    import shutil
 
+    db = tmp_path / "h200.db"
+    shutil.copy(pathlib.Path(__file__).parents[2] / "experiments" / "paper_grid" / "results" / "h200_2026-12-05f.db", db)
+    return db
+
+
+def test_the_stored_vt_space_leaves_its_whole_hop_range_most_of_the_step_budget(tmp_path):
+    """The GPU study paper_grid_h200_vt's space: VT with a staged curriculum whose stages end by half the step budget
+    (the whole range, which validation and test score, gets the rest), and whose calibration ladder holds pure, 6:1,
+    3:1."""
     import hlnas.calibration.protocol as calib
-    from hlnas.space import load_space
 
-    space = load_space(str(pathlib.Path(__file__).parents[2] / "search_spaces" / "paper_grid_h200_vt.yaml"))
+    _, space = _stored_space(_grid_db(tmp_path), "paper_grid_h200_vt")
     mq = space.score.mqar
     assert space.name == "paper_grid_h200_vt" and mq.task == "vt" and mq.vt.curriculum == "staged"
     task = recall_task(mq)
@@ -342,30 +361,21 @@ def test_a_recall_run_on_the_gpu_scores_its_checks_and_test_set(task):
 
 
 def test_a_vt_control_that_does_one_lookup_and_never_chains_is_told_to_try_split2(tmp_path):
-    """The H200 calibration of paper_grid_h200_vt_shift.yaml (committed study database): its control learned every
-    0-hop query and no 1-hop one. The advice names that and the split2 start; a space that already has split2, or
-    a control that did not learn its 0-hop queries, gets no such line."""
-    import pathlib
-    import shutil
-
-    import optuna
-
+    """The GPU calibration of paper_grid_h200_vt_shift (committed study database): its control learned every 0-hop
+    query and no 1-hop one. The advice names that and the split2 start; a space that already has split2, or a control
+    that did not learn its 0-hop queries, gets no such line."""
     import hlnas.calibration.protocol as calib
-    from hlnas.space import load_space
 
-    root = pathlib.Path(__file__).parents[2]
-    db = tmp_path / "h200.db"
-    shutil.copy(root / "experiments" / "paper_grid" / "results" / "h200_2026-12-03.db", db)
-    study = optuna.load_study(study_name="paper_grid_h200_vt_shift", storage=f"sqlite:///{db}")
+    db = _grid_db(tmp_path)
+    study, shift2 = _stored_space(db, "paper_grid_h200_vt_shift")
     runs = study.user_attrs["hlnas_calibration"]["runs"]
-    shift2 = load_space(str(root / "search_spaces" / "paper_grid_h200_vt_shift.yaml"))
     result = calib.verdict(shift2, runs)
     assert not result["valid"] and "control" in result["kinds"]
     tip = calib.advice(shift2, result)
     assert re.search(r"the control learned the 0-hop queries \(1\.000\) and not the 1-hop ones \(0\.0\d\d \[0\.062\]\)",
                      tip), tip
     assert "input_conv_init: split2}, now {'input_conv': 4, 'input_conv_init': 'shift2'}" in tip
-    split2 = load_space(str(root / "search_spaces" / "paper_grid_h200_vt_split.yaml"))
+    _, split2 = _stored_space(db, "paper_grid_h200_vt_split")
     assert "0-hop" not in calib.advice(split2, calib.verdict(split2, runs))  # it has the start already
     unlearned = {k: {**r, "mqar_by_hop": {h: {**v, "acc": 0.06} for h, v in r["mqar_by_hop"].items()}}
                  for k, r in runs.items() if r.get("mqar_by_hop")}
