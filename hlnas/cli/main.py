@@ -8,8 +8,8 @@ import json
 import shlex
 import sys
 
-from hlnas.model.catalog import code_table, linear_mixer_names
 from hlnas.cli.bench import add_bench
+from hlnas.cli.layout import add_layout, placement_arg
 from hlnas.cli.warm import add_warm
 from hlnas.errors import HlnasError
 from hlnas.outputs import output_dir as _out_dir, write_output as _write_text
@@ -27,70 +27,6 @@ def _port(text: str) -> int:
     return port
 
 
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be >= 1")
-    return n
-
-
-def _placement(text: str) -> str | list[int]:
-    """A strategy name, or comma-separated 0-based attention indices ("5,11,17,23")."""
-    if text and (text[0].isdigit() or "," in text):
-        try:
-            return [int(t) for t in text.split(",") if t.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"bad attention indices {text!r}; write e.g. 5,11,17,23") from None
-    return text
-
-
-def _add_layout(sub: argparse._SubParsersAction) -> None:
-    from hlnas.model.layout import PAPER_RATIOS, PLACEMENTS
-
-    p = sub.add_parser(
-        "layout",
-        help="build a hybrid layout and print its exact cost",
-        description=(
-            "Build the per-layer mixer layout of a hybrid model and print its parameters, KV-cache bytes, "
-            "recurrent-state bytes and forward FLOPs per token. Layout codes: " + code_table() + "."
-        ),
-    )
-    p.add_argument("mixer", nargs="?", help=f"linear mixer ({', '.join(linear_mixer_names())}) or 'transformer'")
-    p.add_argument("--ratio", default="pure", help=f"linear:full ratio r:1, one attention layer every r-th layer ({', '.join(PAPER_RATIOS)}, ...)")
-    p.add_argument("--layers", type=_positive_int, default=None, help="number of layers (default: the preset's, 24)")
-    p.add_argument("--placement", type=_placement, default="paper", help=f"{', '.join(PLACEMENTS)}, or explicit indices like 5,11,17,23")
-    p.add_argument("--string", help="describe an existing layout string instead (e.g. ZZZZZAZZZZZA...)")
-    p.add_argument("--preset", default="paper-340m", help="model preset for the widths (default: paper-340m)")
-    p.add_argument("--context", type=int, default=4096, help="context length L for KV-cache bytes and FLOPs (default 4096)")
-    p.add_argument("--batch", type=int, default=1, help="batch size for cache bytes (default 1)")
-    p.add_argument("--dtype", default="bf16", help="activation dtype: bf16, fp16, fp32 (default bf16)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_layout)
-
-
-def cmd_layout(args: argparse.Namespace) -> int:
-    from hlnas.model.cost import layout_cost
-    from hlnas.model.config import preset
-    from hlnas.cli.console import layout_card, layout_record
-    from hlnas.model.layout import Layout, build_layout
-
-    cfg = preset(args.preset)
-    if args.string:
-        layout = Layout.parse(args.string)
-    elif args.mixer:
-        layout = build_layout(args.mixer, None if args.mixer == "transformer" else args.ratio,
-                              args.layers if args.layers is not None else cfg.n_layers,
-                              "paper" if args.mixer == "transformer" else args.placement)
-    else:
-        raise HlnasError("give a mixer (e.g. 'hlnas layout gla --ratio 6:1') or --string LAYOUT")
-    cost = layout_cost(layout, cfg, context=args.context, batch=args.batch, dtype=args.dtype)
-    print(json.dumps(layout_record(layout, args.preset, cost), indent=2) if args.json else layout_card(layout, args.preset, cost))
-    return 0
-
-
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
@@ -101,7 +37,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("mixer", nargs="?", help="linear mixer or 'transformer' (overrides the recipe's layout)")
     p.add_argument("--ratio", help="linear:full ratio, e.g. 6:1 or pure")
-    p.add_argument("--placement", type=_placement, help="paper, front, back, middle, spread or indices 5,11")
+    p.add_argument("--placement", type=placement_arg, help="paper, front, back, middle, spread or indices 5,11")
     p.add_argument("--layout", help="a compact layout string instead of mixer/ratio")
     p.add_argument("--config", help="YAML recipe with sections model, layout, train, data, score")
     p.add_argument("--preset", help="model preset (default proxy-tiny)")
@@ -478,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for add in (_add_layout, _add_train, _add_eval, _add_search, _add_calibrate, _add_status, _add_dashboard,
+    for add in (add_layout, _add_train, _add_eval, _add_search, _add_calibrate, _add_status, _add_dashboard,
                 _add_report, add_bench, add_warm):  # the order of `hlnas --help`
         add(sub)
     return parser
