@@ -426,9 +426,20 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given, for outputs that name it
     try:
         return int(args.func(args) or 0)
-    except HlnasError as e:
-        print(f"hlnas {args.command}: error: {e}", file=sys.stderr)
+    except Exception as e:  # a storage failing once open (read-only, full, damaged, locked) is one line as well
+        error = e if isinstance(e, HlnasError) else _storage_failure(e, args)
+        if error is None:
+            raise
+        print(f"hlnas {args.command}: error: {str(error).strip()}", file=sys.stderr)
         return 2
+
+
+def _storage_failure(e: Exception, args: argparse.Namespace) -> HlnasError | None:
+    if not hasattr(args, "storage"):  # a command without a storage
+        return None
+    from hlnas.search.storage import DEFAULT_STORAGE, storage_failure
+
+    return storage_failure(e, args.storage or DEFAULT_STORAGE)
 
 
 if __name__ == "__main__":

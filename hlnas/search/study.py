@@ -36,7 +36,7 @@ from hlnas.search.loop import search_loop
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
 from hlnas.search.samplers import make_sampler
 from hlnas.search import optuna_adapter
-from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, open_storage, study_names
+from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, open_storage, resumable, study_names
 from hlnas.space import SearchSpace, space_from_dict
 import hlnas.calibration.protocol as calib
 
@@ -277,22 +277,6 @@ def default_trials(space: SearchSpace | None) -> int:
     """Trials a search runs when not told: the whole space when it has at most 40 layouts, else 12."""
     n = len(space.grid()) if space is not None else None  # grid() enumerates the space: once
     return n if n is not None and n <= 40 else 12
-
-
-def resumable(storage: str, name: str) -> bool | None:
-    """Whether ``hlnas search --resume --storage STORAGE --study NAME`` would find the study: it is stored with its
-    space (a study interrupted before that is replaced by the next new search). False when the storage or the study
-    does not exist, None when the storage cannot be read (unknown)."""
-    try:
-        store = open_storage(storage)
-    except StorageError:
-        if storage.split("://", 1)[0].split("+", 1)[0].lower() in ("sqlite", "journal"):
-            return False  # no such file: nothing was written
-        return None
-    try:
-        return name in study_names(store) and "hlnas_space" in optuna.load_study(study_name=name, storage=store).user_attrs
-    except Exception:
-        return None
 
 
 def trial_target(space: SearchSpace | None, storage: str, name: str, resume: bool) -> int:
