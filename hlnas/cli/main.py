@@ -170,10 +170,10 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from hlnas.cli.console import SearchProgress, front_table
+    from hlnas.cli.console import SearchProgress, front_table, interrupted_text, stored_text
     from hlnas.space import load_space
-    from hlnas.search.storage import check_storage_url
-    from hlnas.search.study import DEFAULT_STORAGE, choose_executor, front_rows, resumable, run_search, trial_target
+    from hlnas.search.storage import check_storage_url, check_study_name, resumable
+    from hlnas.search.study import DEFAULT_STORAGE, choose_executor, front_rows, run_search, trial_target
 
     storage = args.storage or DEFAULT_STORAGE
     check_storage_url(storage, create=not args.resume)  # before the banner: a bad URL is the one line printed
@@ -190,7 +190,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         space = load_space(args.space or "tiny")
     if space is not None and args.set:
         space = space.with_sets(args.set)
-    name = args.study or space.name
+    name = check_study_name(args.study if args.study is not None else space.name)
     trials = args.trials if args.trials is not None else trial_target(space, storage, name, args.resume)
     executor, args.workers = choose_executor(args.executor, args.workers, args.address, args.runs_per_worker)
     ui = SearchProgress(trials, progress=not args.no_progress)
@@ -208,22 +208,11 @@ def cmd_search(args: argparse.Namespace) -> int:
                            calibrated_by=args.calibrated_by, results_from=args.results_from)
     except KeyboardInterrupt:
         ui.close()
-        stored = resumable(storage, name)  # a stop before the study was whole leaves nothing to resume
-        if stored:
-            print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} "
-                  f"--study {name}", file=sys.stderr)
-        elif stored is None:
-            print(f"\ninterrupted; {storage} could not be read to check what was stored. If study '{name}' is there, "
-                  f"resume with:\n  hlnas search --resume --storage {storage} --study {name}\nelse run the same command "
-                  "again", file=sys.stderr)
-        else:
-            print(f"\ninterrupted before study '{name}' was stored in {storage}: nothing was kept. The same command "
-                  "starts it afresh", file=sys.stderr)
+        print(interrupted_text(resumable(storage, name), storage, name), file=sys.stderr)  # stored, unknown or not
         return 130
     ui.close()
     print(front_table(front_rows(study), study.user_attrs.get("hlnas_calibration")))
-    print(f"\nstudy '{name}' stored in {storage}\n  hlnas status --storage {storage} --study {name}\n"
-          f"  hlnas dashboard --storage {storage}")
+    print(stored_text(storage, name))
     return 0
 
 
@@ -290,15 +279,16 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from hlnas.cli.console import SearchProgress
+    from hlnas.cli.console import SearchProgress, command
     from hlnas.space import load_space
+    from hlnas.search.storage import check_study_name
     from hlnas.search.study import DEFAULT_STORAGE, calibrate_study
 
     space = load_space(args.space)
     if args.set:
         space = space.with_sets(args.set)
     storage = args.storage or DEFAULT_STORAGE
-    name = args.study or space.name
+    name = check_study_name(args.study if args.study is not None else space.name)
     if args.close is not None:
         return _close_calibration(storage, name, args.close)
     ui = SearchProgress(0, progress=False) if not args.json else None
@@ -322,7 +312,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if message:
             print(f"\n{message}", file=sys.stderr)
         else:
-            print(f"\nthe protocol is valid; search it with:\n  hlnas search --space {args.space} --storage {storage} --study {name}")
+            print(f"\nthe protocol is valid; search it with:\n  {command('search', '--space', args.space, '--storage', storage, '--study', name)}")
     return 1 if message is not None else 3 if verdict is None else 0
 
 
@@ -350,11 +340,11 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from hlnas.cli.console import status_text
-    from hlnas.search.storage import only_study_name
+    from hlnas.search.storage import check_study_name, only_study_name
     from hlnas.search.study import DEFAULT_STORAGE, load_hlnas_study, study_summary
 
     storage = args.storage or DEFAULT_STORAGE
-    study = load_hlnas_study(storage, args.study or only_study_name(storage))
+    study = load_hlnas_study(storage, only_study_name(storage) if args.study is None else check_study_name(args.study))
     summary, as_if = study_summary(study), ""
     if args.as_if:  # the stored runs judged under other thresholds, printed after the stored verdict
         from hlnas.calibration.whatif import study_as_if
@@ -379,7 +369,11 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from hlnas.analysis.dashboard import serve
+    from hlnas.search.storage import check_study_name
     from hlnas.search.study import DEFAULT_STORAGE
+
+    if args.study is not None:  # an empty name is not "every study"
+        check_study_name(args.study)
 
     serve(args.storage or DEFAULT_STORAGE, host=args.host, port=args.port, refresh_s=args.refresh, study_name=args.study)
     return 0
@@ -398,10 +392,11 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from hlnas.analysis.report import write_report
-    from hlnas.search.storage import DEFAULT_STORAGE, only_study_name
+    from hlnas.search.storage import DEFAULT_STORAGE, check_study_name, only_study_name
 
     storage = args.storage or DEFAULT_STORAGE
-    paths = write_report(storage, args.study or only_study_name(storage), args.out, png=not args.no_png)
+    name = only_study_name(storage) if args.study is None else check_study_name(args.study)
+    paths = write_report(storage, name, args.out, png=not args.no_png)
     for p in paths:
         print(p)
     return 0

@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 from hlnas.model.layout import Layout
 from hlnas.search.rungs import RUNG_ATTR, RungScheduler
 from hlnas.search import optuna_adapter
+from hlnas.search.storage import study_slug
 from hlnas.search.trial import TrialResult, TrialSpec
 from hlnas.space import CONSTRAINTS, SearchSpace
 
@@ -262,13 +263,15 @@ def paused_root(study: optuna.Study, *, out_root: str | None = None, given: str 
                 create: bool = True) -> str | None:
     """The study's folder of paused recall models (rung trials, calibration runs paused by a time limit): chosen
     once per study and stored (``hlnas_rung_root``), so a resume finds them and a new study never continues
-    another's. Default ``OUT_ROOT/rungs`` or ``hlnas-rungs/``. None when not stored yet and not ``create``."""
+    another's. Default ``OUT_ROOT/rungs`` or ``hlnas-rungs/``, in a folder named by the study's slug and id
+    (:func:`~hlnas.search.storage.study_slug`; a name is never a path). None when not stored yet and not ``create``."""
     import uuid
 
     root = study.user_attrs.get("hlnas_rung_root")
     if root is None and create:
         base = given or (os.path.join(out_root, "rungs") if out_root else "hlnas-rungs")
-        root = os.path.abspath(os.path.join(base, f"{study.study_name}-{uuid.uuid4().hex[:8]}"))
+        folder = f"{study_slug(study.study_name, optuna_adapter.study_id(study))}-{uuid.uuid4().hex[:8]}"
+        root = os.path.abspath(os.path.join(base, folder))
         study.set_user_attr("hlnas_rung_root", root)
     return root
 

@@ -8,7 +8,8 @@ file it could not write. A storage in memory is refused: nothing in it would out
 
 Once open, a storage can still fail (read-only, full, damaged, locked): :func:`storage_failure` turns what SQLite,
 SQLAlchemy or the journal raised into one :class:`StorageError` line naming the storage, the cause in plain words and
-the remedy.
+the remedy. Study names are checked where they are first read (:func:`check_study_name`) and never used as a path
+as they are (:func:`study_slug`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 import errno
 import os
 import re
+import unicodedata
 
 import optuna
 
 from hlnas.errors import HlnasError, did_you_mean
 
 __all__ = ["StorageError", "UnknownStudyError", "ALLOWED_SCHEMES", "DEFAULT_STORAGE", "open_storage", "load_study", "study_names",
-           "only_study_name", "check_storage_url", "storage_failure", "resumable"]
+           "only_study_name", "check_storage_url", "storage_failure", "check_study_name", "study_slug", "resumable"]
 
 DEFAULT_STORAGE = "sqlite:///hlnas.db"
 SQLITE_BUSY_TIMEOUT_S = 120.0  # how long a SQLite write waits for another connection's lock
@@ -36,7 +38,7 @@ class StorageError(HlnasError, ValueError):
 
 
 class UnknownStudyError(HlnasError, ValueError):
-    """No study of that name in the storage."""
+    """No study of that name in the storage, or a name no storage should hold (empty, control characters)."""
 
 
 def _file_path(url: str) -> str:
@@ -250,6 +252,33 @@ def _room(path: str) -> str:
         return f"{shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free:,} bytes free on its disk"
     except OSError:
         return "its disk's free space unknown"
+
+
+#: what an optuna storage keeps of a study name (its RDB column; longer names failed as "exceeding max length")
+MAX_NAME = 512
+
+
+def check_study_name(name, flag: str = "--study") -> str:
+    """``name`` when a storage can hold it and a terminal can show it: a non-empty string of at most :data:`MAX_NAME`
+    characters, none of them a control character; else :class:`UnknownStudyError` saying which rule it broke."""
+    if not isinstance(name, str) or not name.strip():
+        raise UnknownStudyError(f"{flag} {name!r}: a study name must be a non-empty string (letters, digits, spaces, "
+                                "punctuation)")
+    bad = next(((i, c) for i, c in enumerate(name) if unicodedata.category(c) in ("Cc", "Cf", "Cs")), None)
+    if bad is not None:
+        raise UnknownStudyError(f"{flag} {name!r}: a study name may not hold control characters (found {bad[1]!r} at "
+                                f"position {bad[0]}); use letters, digits, spaces and punctuation")
+    if len(name) > MAX_NAME:
+        raise UnknownStudyError(f"{flag}: a study name of {len(name)} characters is longer than the {MAX_NAME} a "
+                                "storage keeps")
+    return name
+
+
+def study_slug(name: str, study_id: int) -> str:
+    """A folder name for study ``name`` (id ``study_id`` in its storage): the name's letters, digits, ``.``, ``_`` and
+    ``-`` (others become ``-``; at most 40), then the id. Never a path: no separator, never ``.`` or ``..``."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:40].strip(".-")
+    return f"{slug or 'study'}-{study_id}"
 
 
 def resumable(storage: str, name: str) -> bool | None:

@@ -15,6 +15,7 @@ user attrs hold the layout's cost and its scores (:func:`hlnas.model.cost.layout
 
 from __future__ import annotations
 
+import shlex
 import signal
 import threading
 import time
@@ -36,7 +37,8 @@ from hlnas.search.loop import search_loop
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
 from hlnas.search.samplers import make_sampler
 from hlnas.search import optuna_adapter
-from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, open_storage, resumable, study_names
+from hlnas.search.storage import (DEFAULT_STORAGE, StorageError, check_study_name, load_study, open_storage, resumable,
+                                  study_names)
 from hlnas.space import SearchSpace, space_from_dict
 import hlnas.calibration.protocol as calib
 
@@ -80,7 +82,8 @@ def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool,
         if _husk(study):
             if space is None:
                 raise HlnasError(f"study '{name}' was left half-created by an interrupted start (no settings, no trials); "
-                                 f"start it again without --resume (hlnas search --study {name} --space ...), which replaces it")
+                                 f"start it again without --resume (hlnas search --study {shlex.quote(name)} --space ...), "
+                                 "which replaces it")
             optuna.delete_study(study_name=name, storage=storage)  # nothing in it to lose
             exists = False
         elif "hlnas_space" not in study.user_attrs:
@@ -232,6 +235,7 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
     ``replicas``: each layout's seeds trained as replicas of one recall model (see :func:`run_search`)."""
     if not needs_calibration(space):
         raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
+    check_study_name(study_name)
     executor, workers = choose_executor(executor, workers, runs_per_worker=runs_per_worker)
     _check_runs_per_worker(runs_per_worker, executor)  # before the storage is opened: a bad option writes nothing
     check_replicas(space, replicas)
@@ -373,6 +377,9 @@ class _Options:
     drain: float
     calibrated_by: str | None
     results_from: Sequence[str]
+
+    def __post_init__(self) -> None:
+        check_study_name(self.study_name)  # where a search first reads it: before anything is opened or written
 
 
 def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool) -> optuna.Study:
