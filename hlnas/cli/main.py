@@ -165,13 +165,16 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results-from", action="append", default=[], metavar="STUDY",
                    help="adopt STUDY's results (same storage; repeatable; stored) for layouts it trained with the same "
                         "depth, scale and seed, instead of training them (a placement extension's paper cells)")
+    p.add_argument("--keep-going", action="store_true", help="train on when the first trials all fail the same way (by "
+                   "default the search stops there, naming the cause, and re-queues them for --resume)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_search)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from hlnas.cli.console import SearchProgress, front_table, interrupted_text, stored_text
+    from hlnas.cli.console import SearchProgress, command, front_table, interrupted_text, stored_text
     from hlnas.space import load_space
+    from hlnas.search.shared import SharedFailure
     from hlnas.search.storage import check_storage_url, check_study_name, resumable
     from hlnas.search.study import DEFAULT_STORAGE, choose_executor, front_rows, run_search, trial_target
 
@@ -205,11 +208,17 @@ def cmd_search(args: argparse.Namespace) -> int:
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, drain=args.drain,
                            retry_failed=args.retry_failed,
                            skip_calibration=args.skip_calibration, calibrate=args.calibrate,
-                           calibrated_by=args.calibrated_by, results_from=args.results_from)
+                           calibrated_by=args.calibrated_by, results_from=args.results_from,
+                           fail_fast=not args.keep_going)
     except KeyboardInterrupt:
         ui.close()
         print(interrupted_text(resumable(storage, name), storage, name), file=sys.stderr)  # stored, unknown or not
         return 130
+    except SharedFailure as e:  # the command that resumes, with the --out it used
+        ui.close()
+        e.resume = command("search", "--resume", "--storage", storage, "--study", name,
+                           *(("--out", args.out) if args.out else ()))
+        raise
     ui.close()
     print(front_table(front_rows(study), study.user_attrs.get("hlnas_calibration")))
     print(stored_text(storage, name))

@@ -24,7 +24,7 @@ from hlnas.space import CONSTRAINTS, SearchSpace
 
 __all__ = ["layout_spec", "trial_spec", "objective_values", "constraint_values", "tell_result", "stop_record",
            "requeue", "requeued_waiting", "tell_paused", "rung_kept", "recover", "front_rows", "paused_root", "REPEATS_BEFORE_FALLBACK",
-           "MAX_REPEATS", "MAX_REQUEUES", "COUNTABLE", "RETRY_KINDS", "ask_trial", "failed_by_layout", "completed_by_layout",
+           "MAX_REPEATS", "MAX_REQUEUES", "COUNTABLE", "RETRY_KINDS", "SHARED_ATTR", "ask_trial", "failed_by_layout", "completed_by_layout",
            "reuse", "repeat_failure", "repeat_stopped", "settle_waiting", "rung_scheduler", "rung_result"]  # fmt: skip
 
 #: repeat proposals in a row (known layouts) after which an untried candidate is enqueued
@@ -40,6 +40,8 @@ COUNTABLE = 512
 _REQUEUED_KINDS = ("interrupted", "worker_died")
 # failures worth another attempt: the process stopped under the trial, or a concurrent duplicate failed
 RETRY_KINDS = ("interrupted", "worker_died", "duplicate_failed", "paused", None)
+#: study attr: the trials that failed for a cause every trial shared (hlnas.search.shared); not failures of their layouts
+SHARED_ATTR = "hlnas_shared_failure"
 
 
 def layout_spec(space: SearchSpace, number: int, layout: str, *, placement: str | None = None, seed: int | None = None,
@@ -195,11 +197,13 @@ def front_rows(study: optuna.Study) -> list[dict]:
 
 
 def failed_by_layout(study: optuna.Study) -> dict:
-    """layout -> its FAIL trial, for failures not worth retrying (the layout itself failed or is infeasible)."""
+    """layout -> its FAIL trial, for failures not worth retrying (the layout itself failed or is infeasible; a
+    failure every trial shared, :data:`SHARED_ATTR`, is not the layout's)."""
     out = {}
+    shared = set((study.user_attrs.get(SHARED_ATTR) or {}).get("trials", ()))
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         a = t.user_attrs
-        if "layout" in a and "reused_from" not in a and a.get("error_kind") not in RETRY_KINDS:
+        if "layout" in a and "reused_from" not in a and a.get("error_kind") not in RETRY_KINDS and t.number not in shared:
             out.setdefault(a["layout"], t)
     return out
 

@@ -35,6 +35,7 @@ from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_
                                      needs_calibration)
 from hlnas.search.loop import search_loop
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
+from hlnas.search.shared import only_shared_failures
 from hlnas.search.samplers import make_sampler
 from hlnas.search import optuna_adapter
 from hlnas.search.storage import (DEFAULT_STORAGE, StorageError, check_study_name, load_study, open_storage, resumable,
@@ -85,6 +86,9 @@ def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool,
                                  f"start it again without --resume (hlnas search --study {shlex.quote(name)} --space ...), "
                                  "which replaces it")
             optuna.delete_study(study_name=name, storage=storage)  # nothing in it to lose
+            exists = False
+        elif not resume and space is not None and only_shared_failures(study):  # a setting failed all: nothing to lose
+            optuna.delete_study(study_name=name, storage=storage)
             exists = False
         elif "hlnas_space" not in study.user_attrs:
             raise HlnasError(f"study '{name}' was not created by hlnas (it has trials but no hlnas_space attribute); "
@@ -165,6 +169,7 @@ def run_search(
     drain: float = 0.0,
     calibrated_by: str | None = None,
     results_from: Sequence[str] = (),
+    fail_fast: bool = True,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
@@ -173,7 +178,7 @@ def run_search(
     later ``resume`` continues them (a run split over several machine leases). ``drain``: those in flight go on for up
     to this many seconds more before pausing (the last lease: a machine that goes back takes paused runs with it). Layouts that failed
     (NaN, a crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is
-    queued once more (infeasible ones, which broke a constraint, stay out).
+    queued once more (infeasible ones, which broke a constraint, stay out). ``fail_fast``: :mod:`hlnas.search.shared`.
 
     Before any search trial, a space with a recall objective is calibrated (:mod:`hlnas.calibration.protocol`): its
     controls run through the same executor, the verdict is stored with the study (and reused on resume),
@@ -377,6 +382,7 @@ class _Options:
     drain: float
     calibrated_by: str | None
     results_from: Sequence[str]
+    fail_fast: bool
 
     def __post_init__(self) -> None:
         check_study_name(self.study_name)  # where a search first reads it: before anything is opened or written
@@ -418,7 +424,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
                     time_limit=o.time_limit, drain=o.drain, clock_start=t_start, retry_failed=o.retry_failed,
                     enqueue_grid=sampler_name == "grid", interruptible=inline,
                     # several trials at once: the order decides when the workers finish (one worker: the sampler's)
-                    longest_first=getattr(ex, "capacity", 1) > 1)
+                    longest_first=getattr(ex, "capacity", 1) > 1, fail_fast=o.fail_fast)
     finally:
         ex.shutdown()
     return study
