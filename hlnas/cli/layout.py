@@ -63,6 +63,8 @@ def cmd_layout(args: argparse.Namespace) -> int:
     from hlnas.model.layout import Layout, build_layout
 
     cfg = preset(args.preset)
+    if args.string and (args.mixer or args.layers is not None):  # --string is the whole layout: the rest would be ignored
+        raise HlnasError("--string describes the whole layout; drop the mixer and --layers, or drop --string")
     if args.string:
         layout = Layout.parse(args.string)
     elif args.mixer:

@@ -180,6 +180,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     storage = args.storage or DEFAULT_STORAGE
     check_storage_url(storage, create=not args.resume)  # before the banner: a bad URL is the one line printed
+    if not args.resume and (args.retry_failed or args.calibrate):  # meaningful only for a stored study
+        raise HlnasError(f"{'--retry-failed' if args.retry_failed else '--calibrate'} acts on a stored study; it needs "
+                         "--resume (a new study trains every layout, and calibrates unless --skip-calibration)")
     space = None
     if args.resume:
         if not args.study:

@@ -320,6 +320,8 @@ def validate_options(*, n_trials: int, workers: int, executor: str | Executor, c
         raise ConfigError(f"--cpus-per-trial must be > 0 (CPUs reserved and torch threads per trial), got {cpus_per_trial}")
     if gpus_per_trial is not None and not gpus_per_trial >= 0:
         raise ConfigError(f"--gpus-per-trial must be >= 0, got {gpus_per_trial}")
+    if gpus_per_trial is not None and executor != "ray":  # the other executors would ignore it without a word
+        raise ConfigError(f"--gpus-per-trial sets what Ray reserves per trial; it needs --executor ray (got {executor!r})")
     if time_limit is not None and not time_limit > 0:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {time_limit}")
     if not is_number(drain) or not drain >= 0:
