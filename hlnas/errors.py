@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 from collections.abc import Iterable, Mapping
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "LayoutError",
     "UnknownMixerError",
     "KernelUnavailable",
+    "DiskFull",
+    "no_room",
     "did_you_mean",
     "check_fields",
 ]
@@ -43,6 +46,42 @@ class KernelUnavailable(HlnasError, RuntimeError):
     def __init__(self, op: str, backend: str, reason: str):
         self.op, self.backend, self.reason = op, backend, reason
         super().__init__(f"kernel '{op}' cannot use backend '{backend}': {reason}")
+
+
+#: what a write that found no room fails with: the disk full, the user's quota spent, a file-size limit reached
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def no_room(e: BaseException) -> OSError | None:
+    """The OSError in ``e``'s chain (``e``, its causes and contexts) that says a write found no room, or None.
+    torch.save reports a full disk as ``RuntimeError: [enforce fail at inline_container.cc] unexpected pos``; the
+    OSError that caused it is only in the chain."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in NO_ROOM:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+class DiskFull(HlnasError):
+    """A file could not be written for lack of room; the message names the file, the free space and what to do."""
+
+    _WHY = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is spent",
+            errno.EFBIG: "the file-size limit (ulimit -f) is reached"}
+
+    def __init__(self, path, cause: OSError | None = None):
+        import os
+        import shutil
+
+        self.path = str(path)
+        try:
+            free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(self.path))).free:,} bytes free there"
+        except OSError:
+            free = "free space unknown"
+        why = self._WHY.get(getattr(cause, "errno", None), "the disk is full")
+        super().__init__(f"{why}: cannot write {self.path} ({free}); free space on that disk or write elsewhere")
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

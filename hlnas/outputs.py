@@ -1,5 +1,6 @@
-"""Output folders and files named by a command-line option: created or written, or refused in one line that
-names the option and why (read-only, under a file, no permission) instead of an OSError traceback."""
+"""Files and folders named by a command-line option: output folders created and files written, input text files
+read, or refused in one line that names the option and why (read-only, under a file, no permission, a directory
+given as a file, a binary file) instead of an OSError or UnicodeDecodeError traceback."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from hlnas.errors import HlnasError
 
-__all__ = ["output_dir", "write_output"]
+__all__ = ["output_dir", "write_output", "read_input"]
 
 
 def output_dir(path: str, flag: str = "--out") -> Path:
@@ -22,7 +23,24 @@ def output_dir(path: str, flag: str = "--out") -> Path:
 
 def write_output(path: Path, text: str, flag: str = "--out") -> None:
     """Write ``text`` to ``path``, or say in one line why it cannot be."""
+    if path.is_dir():
+        raise HlnasError(f"{flag} {path} is a directory; give a file path (e.g. {path / 'out.json'})")
     try:
         path.write_text(text)
     except OSError as e:
         raise HlnasError(f"{flag} {path}: cannot write the file ({e.strerror or type(e).__name__}); give a writable path") from None
+
+
+def read_input(path: str | Path, what: str, error: type[HlnasError] = HlnasError) -> str:
+    """The text of input file ``path`` (``what`` names it in messages: "search space", "recipe file"), or ``error``
+    in one line when it is a directory, missing, unreadable or not UTF-8 text."""
+    p = Path(path)
+    if p.is_dir():
+        raise error(f"{what} '{path}' is a directory; give a file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{what} '{path}' is not a text file (byte {e.object[e.start]:#04x} at offset {e.start} is not "
+                    "UTF-8)") from None
+    except OSError as e:
+        raise error(f"{what} '{path}': cannot read it ({e.strerror or type(e).__name__})") from None

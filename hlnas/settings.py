@@ -108,6 +108,9 @@ class SettingsChecker(Checker):
                           "corrected for its strongest no-recall baseline")
             metric = self.choice(f"{key}.metric", metric, tuple(m for m in OBJECTIVE_DIRECTIONS if m not in RAW_RECALL_METRICS))
             direction = self.choice(f"{key}.direction", o.get("direction", OBJECTIVE_DIRECTIONS[metric]), DIRECTIONS)
+            if metric in metric_table.RECALL_OBJECTIVES and direction != "maximize":  # the search would seek layouts that cannot recall
+                self.fail(f"{key}: metric {metric!r} with direction {direction!r}: recall is maximized (1 is perfect, 0 "
+                          "no better than its no-recall baseline); drop the direction or write maximize")
             name = o.get("name", metric)
             if not isinstance(name, str) or not name:
                 self.bad(f"{key}.name", name, "a non-empty string")

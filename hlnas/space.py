@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from hlnas.errors import ConfigError, LayoutError, did_you_mean
 from hlnas.model.catalog import PAPER_MIXERS, canonical, is_window_name, linear_mixer_names
 from hlnas.model.config import PRESETS, ModelConfig
+from hlnas.outputs import read_input
 from hlnas.model.layout import PLACEMENTS, PAPER_LAYERS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
 from hlnas.overrides import is_int
 from hlnas.settings import (SAMPLERS, CONSTRAINTS, DEFAULT_OBJECTIVES, OBJECTIVE_DIRECTIONS, RAW_RECALL_METRICS, RECALL_SOURCES,
@@ -312,6 +313,8 @@ def load_space(path: str | os.PathLike) -> SearchSpace:
         stem = p.stem if p.suffix in (".yaml", ".yml") else p.name
         if len(p.parts) == 1 and stem in builtin:
             p = builtin[stem]
+        elif p.is_dir():
+            raise SpaceError(f"search space '{path}' is a directory; give a YAML file in it, or a built-in name")
         else:
             raise SpaceError(f"search space '{path}' not found: no such file and no built-in space of that name."
                              f"{did_you_mean(stem, builtin)} Built-in: {', '.join(builtin)} (or give a path to a YAML file)")
@@ -322,7 +325,7 @@ def load_space(path: str | os.PathLike) -> SearchSpace:
     from hlnas.pipeline.recipe import yaml_load  # keeps 6:1 a string (YAML 1.1 would read base-60 361)
 
     try:
-        raw = yaml_load(p.read_text())
+        raw = yaml_load(read_input(path if Path(path).is_file() else p, "search space", SpaceError))  # named as given
     except yaml.YAMLError as e:
         raise SpaceError(f"{where}: not valid YAML: {e}") from None
     if raw is None:

@@ -1,6 +1,10 @@
 """Every bad input a user can give a subcommand, in one table: one row per input and the fragment its one-line error
 must contain (naming the value and what is allowed). Each row exits with code 2, prints no traceback, and
-writes nothing it was not asked to (``hlnas eval`` never scores a checkpoint it was not given)."""
+writes nothing it was not asked to (``hlnas eval`` never scores a checkpoint it was not given): a row that searches
+names the one storage file it may write.
+
+The faults that need another process or a held lock (a read-only file, a storage or an --out disk filling up, a lock
+held past the wait) are in tests/test_storage_faults.py and tests/test_shared_failure.py."""
 
 from __future__ import annotations
 
@@ -34,6 +38,22 @@ def ws(tmp_path_factory):
     raw = tiny_raw()
     raw["scale"]["train"]["lr"] = 1e-3
     (ws / "changed.yaml").write_text(yaml.safe_dump(raw))
+    for name, model in (("nheads7", {"n_heads": 7}), ("dmodel-8", {"d_model": -8})):  # no layout can build its recall model
+        raw = tiny_raw()
+        raw["scale"]["score"]["mqar"]["model"] = model
+        (ws / f"{name}.yaml").write_text(yaml.safe_dump(raw))
+    (ws / "recall_min.yaml").write_text(yaml.safe_dump(tiny_raw(objectives=[{"metric": "recall", "direction": "minimize"}])))
+    (ws / "binary.yaml").write_bytes(bytes(range(256)) * 4)
+    (ws / "neg.csv").write_text("mixer,ratio,recall,kv_cache_bytes\ngla,pure,0.5,-10\n")
+    (ws / "recall75.csv").write_text("mixer,ratio,recall,kv_cache_bytes\ngla,pure,7.5,0\n")
+    (ws / "corrupt.db").write_bytes((ws / "s.db").read_bytes())
+    with open(ws / "corrupt.db", "r+b") as f:  # a page of the stored study overwritten
+        f.seek(4096)
+        f.write(b"\xa5" * 4096)
+    run_search(tiny_space(), storage=f"journal:///{ws}/bad.log", study_name="j", n_trials=1)
+    with open(ws / "bad.log", "r+b") as f:
+        f.seek(200)
+        f.write(b"\xa5" * 64)
     return ws
 
 
@@ -82,13 +102,71 @@ ROWS = [
     (["bench-samplers", "--table", "{ws}/none.csv"], "results table '{ws}/none.csv' not found"),
 ]
 
+# issue 63: (argv, fragment, the one file in the workspace the row may write: a search's own storage, or None)
+SEARCH = ["search", "--workers", "1", "--no-progress"]
+DAMAGED = "the file is damaged (database disk image is malformed); restore it from a copy"
+ROWS_63 = [
+    # a failure every trial shares stops the search, in one line naming the cause (a full --out disk:
+    # tests/test_shared_failure.py)
+    ([*SEARCH, "--space", "{ws}/nheads7.yaml", "--storage", "sqlite:///{ws}/nh.db", "--trials", "4"],
+     "the first 3 trials all failed the same way, so no more were started (config): score.mqar.model: d_model=32 must be "
+     "divisible by n_heads=7; change that setting", "nh.db"),
+    ([*SEARCH, "--space", "{ws}/dmodel-8.yaml", "--storage", "sqlite:///{ws}/dm.db", "--trials", "4"],
+     "(config): score.mqar.model: ModelConfig.d_model must be >= 1, got -8", "dm.db"),
+    # a storage that fails once open (read-only, full, locked: tests/test_storage_faults.py)
+    (["status", "--storage", "sqlite:///{ws}/corrupt.db"], DAMAGED, None),
+    (["search", "--resume", "--storage", "sqlite:///{ws}/corrupt.db", "--study", "st", "--no-progress"], DAMAGED, None),
+    (["report", "--storage", "sqlite:///{ws}/corrupt.db", "--out", "{ws}/rep", "--no-png"], DAMAGED, None),
+    (["status", "--storage", "journal:///{ws}/bad.log"], "the journal file is damaged (a line is not a whole JSON record)",
+     None),
+    (["bench-samplers", "--table", "{ws}/binary.yaml"], "results table '{ws}/binary.yaml' is not a CSV text file", None),
+    # study names: never empty, never control characters (and never a path: tests/test_study_names.py)
+    ([*SEARCH, "--study", "", "--storage", "sqlite:///{ws}/e.db"], "--study '': a study name must be a non-empty string",
+     None),
+    ([*SEARCH, "--study", "a\nb", "--storage", "sqlite:///{ws}/e.db"],
+     "--study 'a\\nb': a study name may not hold control characters (found '\\n' at position 1)", None),
+    (["calibrate", "--study", "", "--storage", "sqlite:///{ws}/e.db"], "--study '': a study name must be a non-empty", None),
+    (["status", "--storage", "sqlite:///{ws}/s.db", "--study", ""], "--study '': a study name must be a non-empty", None),
+    (["report", "--storage", "sqlite:///{ws}/s.db", "--study", "", "--out", "{ws}/rep"], "a study name must be", None),
+    (["dashboard", "--storage", "sqlite:///{ws}/s.db", "--study", ""], "a study name must be a non-empty", None),
+    (["bench-samplers", "--storage", "sqlite:///{ws}/s.db", "--study", "", "--out", "{ws}/b"], "a study name must be", None),
+    # what cannot be meant
+    ([*SEARCH, "--storage", "sqlite:///:memory:"], "storage 'sqlite:///:memory:' is in memory: nothing stored in it "
+     "outlives the command", None),
+    ([*SEARCH, "--storage", "sqlite://"], "storage 'sqlite://' is in memory", None),
+    (["status", "--storage", "sqlite:///:memory:"], "is in memory", None),
+    ([*SEARCH, "--space", "{ws}/recall_min.yaml"], "objectives[0]: metric 'recall' with direction 'minimize': recall is "
+     "maximized", None),
+    (["bench-samplers", "--table", "{ws}/neg.csv"], "column 'kv_cache_bytes': -10.0 cannot be; it must be a byte count >= 0",
+     None),
+    (["bench-samplers", "--table", "{ws}/recall75.csv"], "column 'recall': 7.5 cannot be; it must be a fraction in [0, 1]",
+     None),
+    ([*SEARCH, "--retry-failed"], "--retry-failed acts on a stored study; it needs --resume", None),
+    ([*SEARCH, "--calibrate"], "--calibrate acts on a stored study; it needs --resume", None),
+    (["search", "--executor", "processes", "--workers", "2", "--gpus-per-trial", "1", "--storage", "sqlite:///{ws}/e.db"],
+     "--gpus-per-trial sets what Ray reserves per trial; it needs --executor ray (got 'processes')", None),
+    (["layout", "gla", "--string", "GGGA"], "--string describes the whole layout; drop the mixer and --layers", None),
+    # a directory given as a file
+    ([*SEARCH, "--space", "{ws}/empty"], "search space '{ws}/empty' is a directory", None),
+    (["calibrate", "{ws}/empty"], "search space '{ws}/empty' is a directory", None),
+    (["train", "--config", "{ws}/empty"], "recipe file '{ws}/empty' is a directory", None),
+    (["bench-samplers", "--table", "{ws}/empty"], "results table '{ws}/empty' is a directory", None),
+    ([*SEARCH, "--storage", "sqlite:///{ws}/empty"], "storage 'sqlite:///{ws}/empty': '{ws}/empty' is a directory", None),
+    (["status", "--storage", "journal:///{ws}/empty"], "'{ws}/empty' is a directory", None),
+    (["eval", "{ws}/run", "--objectives", "val_loss", "--out", "{ws}/empty"], "--out {ws}/empty is a directory", None),
+    ([*SEARCH, "--space", "{ws}/binary.yaml"], "search space '{ws}/binary.yaml' is not a text file (byte 0x80", None),
+]
 
-@pytest.mark.parametrize(("argv", "message"), ROWS, ids=[" ".join(a)[:60] for a, _ in ROWS])
-def test_a_bad_input_is_one_clear_line_and_exit_2(ws, monkeypatch, capsys, argv, message):
+
+ALL_ROWS = [(a, m, None) for a, m in ROWS] + ROWS_63
+
+
+@pytest.mark.parametrize(("argv", "message", "writes"), ALL_ROWS, ids=[" ".join(a)[:60] for a, _, _ in ALL_ROWS])
+def test_a_bad_input_is_one_clear_line_and_exit_2(ws, monkeypatch, capsys, argv, message, writes):
     monkeypatch.chdir(ws)  # rows without a path write nothing here, or fail before they could
     argv = [a.format(ws=ws) for a in argv]
     message = message.format(ws=ws)
-    before = {p: p.stat().st_mtime_ns for p in ws.rglob("*")}
+    before = {p: p.stat().st_mtime_ns for p in ws.rglob("*") if p.name != writes}
     if message.startswith("argument "):
         with pytest.raises(SystemExit) as e:
             main(argv)
@@ -99,7 +177,7 @@ def test_a_bad_input_is_one_clear_line_and_exit_2(ws, monkeypatch, capsys, argv,
     errors = [line for line in err.splitlines() if line.startswith(f"hlnas {argv[0]}: error: ")]
     assert len(errors) == 1 and "Traceback" not in err  # the error's own line, after any progress or usage lines
     assert message in err[err.index(errors[0]):]
-    assert {p: p.stat().st_mtime_ns for p in ws.rglob("*")} == before  # nothing written, nothing scored
+    assert {p: p.stat().st_mtime_ns for p in ws.rglob("*") if p.name != writes} == before  # nothing written, nothing scored
 
 
 @pytest.mark.parametrize("url", ["postgres://x", "sqlite:////nonexistent/dir/s.db", "hlnas.db"])

@@ -26,6 +26,12 @@ def test_storage_of_is_the_study_storage_delete_study_takes(study):
     assert optuna.get_all_study_summaries(store) == []
 
 
+def test_study_id_is_the_storage_id_of_the_study_and_differs_between_studies(study):
+    store = oa.storage_of(study)
+    other = optuna.create_study(study_name="t", storage=store)
+    assert oa.study_id(study) == store.get_study_id_from_name("s") != oa.study_id(other)
+
+
 def test_claim_waiting_runs_that_trial_and_a_second_claim_gets_none(study):
     study.enqueue_trial({"x": "b"}, user_attrs={"requeued_from": 7})
     study.enqueue_trial({"x": "a"})

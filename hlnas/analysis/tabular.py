@@ -142,6 +142,9 @@ class TabularBenchmark:
                 v = row[col]
                 if v is not None and (not is_number(v)):
                     raise ConfigError(f"benchmark '{self.name}': row {lay}, column '{col}': {v!r} is not a number")
+                must = None if v is None else table_rows.impossible(col, v)
+                if must:
+                    raise ConfigError(f"benchmark '{self.name}': row {lay}, column '{col}': {v!r} cannot be; it must be {must}")
         object.__setattr__(self, "_params", params)
         object.__setattr__(self, "_violating", table_rows.violating(self.space, self.table, params))
         # the scale, the front and the maximum hypervolume are those of the rows a search can reach: a row that breaks
@@ -228,10 +231,15 @@ class TabularBenchmark:
         attention set) and the Transformer if a row is one.
         """
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"results table '{path}' is a directory; give a CSV file")
         if not p.is_file():
             raise ConfigError(f"results table '{path}' not found")
-        with p.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
+        try:
+            with p.open(newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise ConfigError(f"results table '{path}' is not a CSV text file ({e}); give a CSV with one row per candidate") from None
         return cls.from_rows(rows, space=space, objectives=objectives, missing=missing,
                              name=name or p.stem, source=str(path))
 

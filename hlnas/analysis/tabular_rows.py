@@ -9,12 +9,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from hlnas import metrics as metric_table
 from hlnas.model.catalog import canonical
 from hlnas.errors import ConfigError, HlnasError
 from hlnas.model.layout import PLACEMENTS, TRANSFORMER, Layout, build_layout
 from hlnas.space import EXPLICIT, SearchSpace, space_from_dict
 
-__all__ = ["marked", "violating", "describe", "number", "indices", "row_layout", "infer_space"]
+__all__ = ["marked", "violating", "describe", "number", "impossible", "indices", "row_layout", "infer_space"]
 
 
 def marked(row: Mapping[str, Any]) -> str | None:
@@ -52,6 +53,19 @@ def number(v) -> float | None:
         raise ValueError(v)
     x = float(v)
     return x if math.isfinite(x) else None
+
+
+def impossible(column: str, value: float) -> str | None:
+    """What a value of ``column`` must be when ``value`` cannot be one (a fraction outside [0, 1], a negative count of
+    bytes or parameters), by the unit of the metric of that name (:mod:`hlnas.metrics`; ``kv_cache_bytes_*`` counts
+    bytes); None when it can be, or the column is no known metric."""
+    unit = metric_table.METRICS[column].unit if column in metric_table.METRICS else (
+        "bytes" if column.startswith("kv_cache_bytes") else "")
+    if unit == "fraction" and not 0 <= value <= 1:
+        return "a fraction in [0, 1]"
+    if unit in ("bytes", "count") and value < 0:
+        return "a byte count >= 0" if unit == "bytes" else "a count >= 0"
+    return None
 
 
 def indices(v) -> list[int] | None:

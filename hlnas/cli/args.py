@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int"]
+__all__ = ["positive_int", "placement_arg"]
 
 
 def positive_int(text: str) -> int:
@@ -15,3 +15,13 @@ def positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"{n} must be >= 1")
     return n
+
+
+def placement_arg(text: str) -> str | list[int]:
+    """A strategy name, or comma-separated 0-based attention indices ("5,11,17,23")."""
+    if text and (text[0].isdigit() or "," in text):
+        try:
+            return [int(t) for t in text.split(",") if t.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad attention indices {text!r}; write e.g. 5,11,17,23") from None
+    return text

@@ -70,7 +70,7 @@ def cmd_bench_samplers(args: argparse.Namespace) -> int:
     from hlnas.search.samplers import SAMPLERS
     from hlnas.analysis.tabular import TabularBenchmark
 
-    if args.study:
+    if args.study is not None:  # an empty name is refused there, not taken for no --study
         return _bench_replay(args)
     replay_only = [f for f, v in (("--storage", args.storage), ("--min-steps", args.min_steps), ("--eta", args.eta))
                    if v is not None] + (["--workers"] if args.workers != 4 else [])
@@ -115,6 +115,7 @@ def _bench_replay(args: argparse.Namespace) -> int:
     from hlnas.errors import did_you_mean
     from hlnas.analysis.mftabular import CurveBenchmark, compare_mf, default_rungs, write_mf_outputs
     from hlnas.search.samplers import SAMPLERS
+    from hlnas.search.storage import check_study_name
     from hlnas.search.study import DEFAULT_STORAGE, load_hlnas_study
 
     if args.table or args.space or args.objectives != "recall,kv_cache_bytes" or args.png:
@@ -131,7 +132,7 @@ def _bench_replay(args: argparse.Namespace) -> int:
             raise HlnasError(f"--samplers: '{name}' is not a built-in sampler; a --study replay takes {', '.join(SAMPLERS)}"
                              f".{did_you_mean(name, list(SAMPLERS))}")
     storage = args.storage or DEFAULT_STORAGE
-    bench = CurveBenchmark.from_study(load_hlnas_study(storage, args.study), missing=args.missing)
+    bench = CurveBenchmark.from_study(load_hlnas_study(storage, check_study_name(args.study)), missing=args.missing)
     rungs = default_rungs(bench.space, args.eta or 3)
     if args.eta is not None:
         rungs["eta"] = args.eta

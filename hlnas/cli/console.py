@@ -7,12 +7,36 @@ writes, to stderr, as events arrive. Nothing here imports torch.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 from hlnas.metrics import bytes_text
 
-__all__ = ["SearchProgress", "train_summary", "format_bytes", "format_value", "recall_text", "front_table", "status_text",
+__all__ = ["SearchProgress", "command", "interrupted_text", "stored_text", "train_summary", "format_bytes", "format_value", "recall_text", "front_table", "status_text",
            "layout_card", "layout_record", "bench_run_line", "bench_summary"]
+
+
+def command(*argv) -> str:
+    """An ``hlnas`` command line to print, each argument quoted for a POSIX shell (a study name with a space or a
+    quote is pasted back as one argument)."""
+    return shlex.join(["hlnas", *map(str, argv)])
+
+
+def interrupted_text(stored: bool | None, storage: str, name: str) -> str:
+    """What ``hlnas search`` prints when stopped (Ctrl-C, SIGTERM); ``stored``: :func:`hlnas.search.storage.resumable`."""
+    resume = command("search", "--resume", "--storage", storage, "--study", name)
+    if stored:
+        return f"\ninterrupted; completed trials are stored. Resume with:\n  {resume}"
+    if stored is None:
+        return (f"\ninterrupted; {storage} could not be read to check what was stored. If study {name!r} is there, "
+                f"resume with:\n  {resume}\nelse run the same command again")
+    return f"\ninterrupted before study {name!r} was stored in {storage}: nothing was kept. The same command starts it afresh"
+
+
+def stored_text(storage: str, name: str) -> str:
+    """What ``hlnas search`` prints last: where the study is, and the commands that read it."""
+    return (f"\nstudy {name!r} stored in {storage}\n  {command('status', '--storage', storage, '--study', name)}\n"
+            f"  {command('dashboard', '--storage', storage)}")
 
 
 def format_bytes(n: int) -> str:
@@ -119,9 +143,9 @@ class SearchProgress:
                    else f"running the {data['requeued']} re-queued layout(s)")
             self.write(f"  {why}: the trial target rises from {data['from']} to {data['to']}")
         elif kind == "calibration_kept":
-            self.write(f"calibration: skipped, as when study '{data['study']}' was started (--skip-calibration); its recall "
-                       f"stays unvalidated. To calibrate it: hlnas search --resume --storage {data['storage']} "
-                       f"--study {data['study']} --calibrate")
+            self.write(f"calibration: skipped, as when study {data['study']!r} was started (--skip-calibration); its recall "
+                       "stays unvalidated. To calibrate it: "
+                       + command("search", "--resume", "--storage", data["storage"], "--study", data["study"], "--calibrate"))
         elif kind == "calibration_started":
             self.write(f"calibration: {data['n']} control runs (all-attention, each mixer pure and hybrid, per seed)"
                        + (f"; {data['reused']} stored runs reused" if data["reused"] else ""))

@@ -8,11 +8,11 @@ import json
 import shlex
 import sys
 
-from hlnas.model.catalog import code_table, linear_mixer_names
-from hlnas.cli.args import positive_int as _positive_int
+from hlnas.cli.args import placement_arg
 from hlnas.cli.bench import add_bench
 from hlnas.cli.corpus import add_corpus
 from hlnas.cli.export_cmd import add_export, front_export_hint
+from hlnas.cli.layout import add_layout
 from hlnas.cli.validate import add_validate
 from hlnas.cli.warm import add_warm
 from hlnas.errors import HlnasError
@@ -31,60 +31,6 @@ def _port(text: str) -> int:
     return port
 
 
-def _placement(text: str) -> str | list[int]:
-    """A strategy name, or comma-separated 0-based attention indices ("5,11,17,23")."""
-    if text and (text[0].isdigit() or "," in text):
-        try:
-            return [int(t) for t in text.split(",") if t.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"bad attention indices {text!r}; write e.g. 5,11,17,23") from None
-    return text
-
-
-def _add_layout(sub: argparse._SubParsersAction) -> None:
-    from hlnas.model.layout import PAPER_RATIOS, PLACEMENTS
-
-    p = sub.add_parser(
-        "layout",
-        help="build a hybrid layout and print its exact cost",
-        description=(
-            "Build the per-layer mixer layout of a hybrid model and print its parameters, KV-cache bytes, "
-            "recurrent-state bytes and forward FLOPs per token. Layout codes: " + code_table() + "."
-        ),
-    )
-    p.add_argument("mixer", nargs="?", help=f"linear mixer ({', '.join(linear_mixer_names())}) or 'transformer'")
-    p.add_argument("--ratio", default="pure", help=f"linear:full ratio r:1, one attention layer every r-th layer ({', '.join(PAPER_RATIOS)}, ...)")
-    p.add_argument("--layers", type=_positive_int, default=None, help="number of layers (default: the preset's, 24)")
-    p.add_argument("--placement", type=_placement, default="paper", help=f"{', '.join(PLACEMENTS)}, or explicit indices like 5,11,17,23")
-    p.add_argument("--string", help="describe an existing layout string instead (e.g. ZZZZZAZZZZZA...)")
-    p.add_argument("--preset", default="paper-340m", help="model preset for the widths (default: paper-340m)")
-    p.add_argument("--context", type=int, default=4096, help="context length L for KV-cache bytes and FLOPs (default 4096)")
-    p.add_argument("--batch", type=int, default=1, help="batch size for cache bytes (default 1)")
-    p.add_argument("--dtype", default="bf16", help="activation dtype: bf16, fp16, fp32 (default bf16)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_layout)
-
-
-def cmd_layout(args: argparse.Namespace) -> int:
-    from hlnas.model.cost import layout_cost
-    from hlnas.model.config import preset
-    from hlnas.cli.console import layout_card, layout_record
-    from hlnas.model.layout import Layout, build_layout
-
-    cfg = preset(args.preset)
-    if args.string:
-        layout = Layout.parse(args.string)
-    elif args.mixer:
-        layout = build_layout(args.mixer, None if args.mixer == "transformer" else args.ratio,
-                              args.layers if args.layers is not None else cfg.n_layers,
-                              "paper" if args.mixer == "transformer" else args.placement)
-    else:
-        raise HlnasError("give a mixer (e.g. 'hlnas layout gla --ratio 6:1') or --string LAYOUT")
-    cost = layout_cost(layout, cfg, context=args.context, batch=args.batch, dtype=args.dtype)
-    print(json.dumps(layout_record(layout, args.preset, cost), indent=2) if args.json else layout_card(layout, args.preset, cost))
-    return 0
-
-
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
@@ -95,7 +41,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("mixer", nargs="?", help="linear mixer or 'transformer' (overrides the recipe's layout)")
     p.add_argument("--ratio", help="linear:full ratio, e.g. 6:1 or pure")
-    p.add_argument("--placement", type=_placement, help="paper, front, back, middle, spread or indices 5,11")
+    p.add_argument("--placement", type=placement_arg, help="paper, front, back, middle, spread or indices 5,11")
     p.add_argument("--layout", help="a compact layout string instead of mixer/ratio")
     p.add_argument("--config", help="YAML recipe with sections model, layout, train, data, score")
     p.add_argument("--preset", help="model preset (default proxy-tiny)")
@@ -223,18 +169,24 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results-from", action="append", default=[], metavar="STUDY",
                    help="adopt STUDY's results (same storage; repeatable; stored) for layouts it trained with the same "
                         "depth, scale and seed, instead of training them (a placement extension's paper cells)")
+    p.add_argument("--keep-going", action="store_true", help="train on when the first trials all fail the same way (by "
+                   "default the search stops there, naming the cause, and re-queues them for --resume)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_search)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from hlnas.cli.console import SearchProgress, front_table
+    from hlnas.cli.console import SearchProgress, command, front_table, interrupted_text, stored_text
     from hlnas.space import load_space
-    from hlnas.search.storage import check_storage_url
-    from hlnas.search.study import DEFAULT_STORAGE, choose_executor, front_rows, resumable, run_search, trial_target
+    from hlnas.search.shared import SharedFailure
+    from hlnas.search.storage import check_storage_url, check_study_name, resumable
+    from hlnas.search.study import DEFAULT_STORAGE, choose_executor, front_rows, run_search, trial_target
 
     storage = args.storage or DEFAULT_STORAGE
     check_storage_url(storage, create=not args.resume)  # before the banner: a bad URL is the one line printed
+    if not args.resume and (args.retry_failed or args.calibrate):  # meaningful only for a stored study
+        raise HlnasError(f"{'--retry-failed' if args.retry_failed else '--calibrate'} acts on a stored study; it needs "
+                         "--resume (a new study trains every layout, and calibrates unless --skip-calibration)")
     space = None
     if args.resume:
         if not args.study:
@@ -248,7 +200,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         space = load_space(args.space or "tiny")
     if space is not None and args.set:
         space = space.with_sets(args.set)
-    name = args.study or space.name
+    name = check_study_name(args.study if args.study is not None else space.name)
     trials = args.trials if args.trials is not None else trial_target(space, storage, name, args.resume)
     executor, args.workers = choose_executor(args.executor, args.workers, args.address)
     ui = SearchProgress(trials, progress=not args.no_progress)
@@ -262,25 +214,20 @@ def cmd_search(args: argparse.Namespace) -> int:
                            out_root=args.out, on_event=ui.event, time_limit=args.timeout, drain=args.drain,
                            retry_failed=args.retry_failed,
                            skip_calibration=args.skip_calibration, calibrate=args.calibrate,
-                           calibrated_by=args.calibrated_by, results_from=args.results_from)
+                           calibrated_by=args.calibrated_by, results_from=args.results_from,
+                           fail_fast=not args.keep_going)
     except KeyboardInterrupt:
         ui.close()
-        stored = resumable(storage, name)  # a stop before the study was whole leaves nothing to resume
-        if stored:
-            print(f"\ninterrupted; completed trials are stored. Resume with:\n  hlnas search --resume --storage {storage} "
-                  f"--study {name}", file=sys.stderr)
-        elif stored is None:
-            print(f"\ninterrupted; {storage} could not be read to check what was stored. If study '{name}' is there, "
-                  f"resume with:\n  hlnas search --resume --storage {storage} --study {name}\nelse run the same command "
-                  "again", file=sys.stderr)
-        else:
-            print(f"\ninterrupted before study '{name}' was stored in {storage}: nothing was kept. The same command "
-                  "starts it afresh", file=sys.stderr)
+        print(interrupted_text(resumable(storage, name), storage, name), file=sys.stderr)  # stored, unknown or not
         return 130
+    except SharedFailure as e:  # the command that resumes, with the --out it used
+        ui.close()
+        e.resume = command("search", "--resume", "--storage", storage, "--study", name,
+                           *(("--out", args.out) if args.out else ()))
+        raise
     ui.close()
     print(front_table(front_rows(study), study.user_attrs.get("hlnas_calibration")))
-    print(f"\nstudy '{name}' stored in {storage}\n  hlnas status --storage {storage} --study {name}\n"
-          f"  hlnas dashboard --storage {storage}")
+    print(stored_text(storage, name))
     return 0
 
 
@@ -334,15 +281,16 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from hlnas.cli.console import SearchProgress
+    from hlnas.cli.console import SearchProgress, command
     from hlnas.space import load_space
+    from hlnas.search.storage import check_study_name
     from hlnas.search.study import DEFAULT_STORAGE, calibrate_study
 
     space = load_space(args.space)
     if args.set:
         space = space.with_sets(args.set)
     storage = args.storage or DEFAULT_STORAGE
-    name = args.study or space.name
+    name = check_study_name(args.study if args.study is not None else space.name)
     if args.close is not None:
         return _close_calibration(storage, name, args.close)
     ui = SearchProgress(0, progress=False) if not args.json else None
@@ -365,7 +313,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if message:
             print(f"\n{message}", file=sys.stderr)
         else:
-            print(f"\nthe protocol is valid; search it with:\n  hlnas search --space {args.space} --storage {storage} --study {name}")
+            print(f"\nthe protocol is valid; search it with:\n  {command('search', '--space', args.space, '--storage', storage, '--study', name)}")
     return 1 if message is not None else 3 if verdict is None else 0
 
 
@@ -393,11 +341,11 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from hlnas.cli.console import status_text
-    from hlnas.search.storage import only_study_name
+    from hlnas.search.storage import check_study_name, only_study_name
     from hlnas.search.study import DEFAULT_STORAGE, load_hlnas_study, study_summary
 
     storage = args.storage or DEFAULT_STORAGE
-    study = load_hlnas_study(storage, args.study or only_study_name(storage))
+    study = load_hlnas_study(storage, only_study_name(storage) if args.study is None else check_study_name(args.study))
     summary, as_if = {**study_summary(study), "export": front_export_hint(study, args.storage)}, ""
     if args.as_if:  # the stored runs judged under other thresholds, printed after the stored verdict
         from hlnas.calibration.whatif import study_as_if
@@ -422,7 +370,11 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from hlnas.analysis.dashboard import serve
+    from hlnas.search.storage import check_study_name
     from hlnas.search.study import DEFAULT_STORAGE
+
+    if args.study is not None:  # an empty name is not "every study"
+        check_study_name(args.study)
 
     serve(args.storage or DEFAULT_STORAGE, host=args.host, port=args.port, refresh_s=args.refresh, study_name=args.study)
     return 0
@@ -441,10 +393,11 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from hlnas.analysis.report import write_report
-    from hlnas.search.storage import DEFAULT_STORAGE, only_study_name
+    from hlnas.search.storage import DEFAULT_STORAGE, check_study_name, only_study_name
 
     storage = args.storage or DEFAULT_STORAGE
-    paths = write_report(storage, args.study or only_study_name(storage), args.out, png=not args.no_png)
+    name = only_study_name(storage) if args.study is None else check_study_name(args.study)
+    paths = write_report(storage, name, args.out, png=not args.no_png)
     for p in paths:
         print(p)
     return 0
@@ -457,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for add in (_add_layout, _add_train, _add_eval, _add_search, _add_calibrate, _add_status, _add_dashboard,
+    for add in (add_layout, _add_train, _add_eval, _add_search, _add_calibrate, _add_status, _add_dashboard,
                 _add_report, add_validate, add_export, add_bench, add_warm, add_corpus):  # the order of `hlnas --help`
         add(sub)
     return parser
@@ -469,9 +422,20 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given, for outputs that name it
     try:
         return int(args.func(args) or 0)
-    except HlnasError as e:
-        print(f"hlnas {args.command}: error: {e}", file=sys.stderr)
+    except Exception as e:  # a storage failing once open (read-only, full, damaged, locked) is one line as well
+        error = e if isinstance(e, HlnasError) else _storage_failure(e, args)
+        if error is None:
+            raise
+        print(f"hlnas {args.command}: error: {str(error).strip()}", file=sys.stderr)
         return 2
+
+
+def _storage_failure(e: Exception, args: argparse.Namespace) -> HlnasError | None:
+    if not hasattr(args, "storage"):  # a command without a storage
+        return None
+    from hlnas.search.storage import DEFAULT_STORAGE, storage_failure
+
+    return storage_failure(e, args.storage or DEFAULT_STORAGE)
 
 
 if __name__ == "__main__":

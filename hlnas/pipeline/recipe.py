@@ -22,6 +22,7 @@ from hlnas.model.config import ModelConfig, preset
 from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.model.layout import Layout, build_layout
+from hlnas.outputs import read_input
 from hlnas.overrides import field_types, parse_sets, yaml_load
 from hlnas.score.objectives import ScoreConfig
 from hlnas.lm.trainer import TrainConfig
@@ -134,7 +135,7 @@ def load_recipe(path: str | Path | None, sets: list[str] | None = None, base: di
         if not p.exists():
             raise ConfigError(f"recipe file '{path}' does not exist")
         try:
-            loaded = yaml_load(p.read_text()) or {}
+            loaded = yaml_load(read_input(p, "recipe file", ConfigError)) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(loaded, dict):

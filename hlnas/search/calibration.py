@@ -58,13 +58,15 @@ def borrowable_calibration(storage, space: SearchSpace, source: str) -> dict:
     valid, the same recall protocol (:func:`protocol_differences`), ``space``'s mixers among those it calibrated. Else
     a one-line :class:`~hlnas.errors.HlnasError` saying what stands in the way."""
     from hlnas.search.storage import load_study
+    import shlex
+
     from hlnas.space import space_from_dict
 
     src = load_study(storage, source)  # UnknownStudyError lists the studies there
     cal = src.user_attrs.get("hlnas_calibration") or {}
     if cal.get("status") != "valid":
         raise HlnasError(f"--calibrated-by {source}: that study's calibration is {cal.get('status') or 'absent'}, not "
-                         f"valid; calibrate it first (hlnas calibrate SPACE --study {source})")
+                         f"valid; calibrate it first (hlnas calibrate SPACE --study {shlex.quote(source)})")
     other = space_from_dict(src.user_attrs["hlnas_space"], where=f"study '{source}'")
     diffs = protocol_differences(other, space)
     if diffs:

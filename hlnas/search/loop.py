@@ -12,8 +12,10 @@ search's own rules.
 After :data:`REPEATS_BEFORE_FALLBACK` repeats in a row an untried candidate, picked at random, is enqueued (GP and
 TPE on small categorical spaces keep proposing known layouts); after :data:`MAX_REPEATS` in a row the loop gives
 up. It ends when the target number of layouts is trained, the space is exhausted, the time limit passed, or an
-extra ``stop`` condition holds. Ctrl-C/SIGTERM stop it between storage writes, leaving nothing RUNNING: the
-trials under way are failed and re-queued (within :data:`MAX_REQUEUES`), so a resume trains them again.
+extra ``stop`` condition holds; when the first trials all fail the same way it starts no more and raises
+:class:`~hlnas.search.shared.SharedFailure` (:mod:`hlnas.search.shared`). Ctrl-C/SIGTERM stop it between storage
+writes, leaving nothing RUNNING: the trials under way are failed and re-queued (within :data:`MAX_REQUEUES`), so a
+resume trains them again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from hlnas.search.adopt import adopt, adoptable_results
 from hlnas.search.calibration import calibrated_recall
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.order import longest_first
+from hlnas.search.shared import SharedCause
 from hlnas.search.records import (COUNTABLE, MAX_REPEATS, REPEATS_BEFORE_FALLBACK, RETRY_KINDS, ask_trial,
                                   completed_by_layout, constraint_values, failed_by_layout, front_rows, paused_root,
                                   repeat_failure, repeat_stopped, requeue, requeued_waiting, reuse, rung_result,
@@ -51,7 +54,8 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
                 on_event: Callable[[str, dict], None] | None = None, time_limit: float | None = None,
                 retry_failed: bool = False, enqueue_grid: bool = False, interruptible: bool = False,
                 unique=_COUNT, stop: Callable[[], bool] | None = None, rung_root: str | None = None,
-                clock_start: float | None = None, drain: float = 0.0, longest_first: bool = False) -> None:
+                clock_start: float | None = None, drain: float = 0.0, longest_first: bool = False,
+                fail_fast: bool = True) -> None:
     """Ask, dedupe, submit and tell on ``study`` (its sampler already set) until ``n_trials`` distinct layouts of
     ``space`` are trained and COMPLETE; see the module docstring for the rules. Does not shut ``executor`` down.
 
@@ -86,13 +90,17 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     layouts trained and their results are the same; only the order differs. A grid sampler's enqueued candidates take
     that order too, those whose recall a calibration run measured (LM half only) last. ``hlnas search`` turns it on
     where trials run several at once (with one at a time the order changes no wall time); the sampler benchmark leaves
-    it off, its measure being the order a sampler finds good layouts in."""
+    it off, its measure being the order a sampler finds good layouts in.
+
+    ``fail_fast``: when the first trials all fail the same way (:mod:`hlnas.search.shared`), start no more, store
+    them as failures of that cause (re-queued) and raise :class:`~hlnas.search.shared.SharedFailure` once those in
+    flight are told; False trains on, each failure the layout's own."""
     search = _Search(study, space, executor, n_trials=n_trials, seed=seed, out_root=out_root, time_limit=time_limit,
                      metrics_names=list(objectives) if objectives is not None else [o.metric for o in space.objectives],
                      emit=on_event or (lambda kind, data: None),
                      unique=space.countable(COUNTABLE) if unique is _COUNT else unique,
                      stop=stop or (lambda: False), rung_root=rung_root, interruptible=interruptible,
-                     longest_first=longest_first)
+                     longest_first=longest_first, fail_fast=fail_fast)
     search.prepare(retry_failed=retry_failed, enqueue_grid=enqueue_grid, clock_start=clock_start, drain=drain)
     search.run()
 
@@ -102,7 +110,8 @@ class _Search:
     trial between them."""
 
     def __init__(self, study: optuna.Study, space: SearchSpace, executor, *, n_trials: int, seed: int, out_root, time_limit,
-                 metrics_names: list, emit, unique, stop, rung_root, interruptible: bool, longest_first: bool = False):
+                 metrics_names: list, emit, unique, stop, rung_root, interruptible: bool, longest_first: bool = False,
+                 fail_fast: bool = True):
         self.study, self.space, self.ex, self.n_trials, self.out_root = study, space, executor, n_trials, out_root
         self.time_limit, self.metrics_names, self.emit, self.unique, self.stop = time_limit, metrics_names, emit, unique, stop
         self.rung_root = rung_root
@@ -116,6 +125,7 @@ class _Search:
         self.dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()}
         self.longest_first = longest_first and unique is not None
         self.covering = False  # the target covers every untried candidate: they start longest expected first
+        self.shared = SharedCause() if fail_fast else None  # watches for a failure every trial shares
 
     def _raise_target(self, to: int, **why) -> None:
         self.emit("target_raised", {"from": self.n_trials, "to": to, **why})
@@ -237,6 +247,8 @@ class _Search:
         try:
             while self._round():
                 pass
+            if self.stopped_by_shared_cause():
+                raise self.shared.record(self.study)
         except KeyboardInterrupt:
             self._interrupted()
             raise
@@ -246,10 +258,16 @@ class _Search:
     def _settle(self) -> None:
         self.waiting = settle_waiting(self.study, self.waiting, self.done_by_layout, self.emit)
 
+    def stopped_by_shared_cause(self) -> bool:
+        return self.shared is not None and self.shared.tripped
+
     def _round(self) -> bool:
         """Check the end, start what the free workers can take, tell what finished; False once the search is over."""
         self.stops.check()
         trained = self.decided()
+        if self.stopped_by_shared_cause() and not self.pending:  # those in flight were told: stop here
+            self._settle()
+            return False
         if self.out_of_time() and not self.pending:  # paused rung trials stay paused: a resume continues them
             self.emit("time_limit", {"seconds": self.time_limit, "trained": trained})
             self._settle()
@@ -272,7 +290,7 @@ class _Search:
     def _continue_rungs(self) -> None:
         """Rung scheduler: runs to resume, then promotions, before any new trial (asynchronous successive halving)."""
         sched = self.sched
-        while sched is not None and self.dispatch.free() and not self.out_of_time():
+        while sched is not None and self.dispatch.free() and not self.out_of_time() and not self.stopped_by_shared_cause():
             self.stops.check()
             number = next((n for n in sched.running() if n not in self.pending and n in self.open_trials), None)
             if number is None:
@@ -293,7 +311,7 @@ class _Search:
     def _fill(self, trained: int) -> None:
         """Fill free workers with new trials."""
         while (self.dispatch.free() and self.dup_streak < MAX_REPEATS and not self.out_of_time()
-               and self._may_start(trained)):
+               and not self.stopped_by_shared_cause() and self._may_start(trained)):
             self.stops.check()
             if self.dup_streak and self.dup_streak % REPEATS_BEFORE_FALLBACK == 0 and self.unique is not None:
                 # the sampler keeps proposing layouts already seen (GP/TPE on small categorical spaces do):
@@ -389,6 +407,8 @@ class _Search:
                                              metrics={**result.metrics, "error_kind": kind, "error": error})
             tell_result(study, self.metrics_names, trial, result)
             frozen = optuna_adapter.frozen_of(study, trial)
+            if self.shared is not None:
+                self.shared.told(frozen, layout)
             if self.paused_dir is not None:  # told: a state it paused with earlier is of no more use
                 shutil.rmtree(self.paused_dir(layout), ignore_errors=True)
             if frozen.state == TrialState.COMPLETE:

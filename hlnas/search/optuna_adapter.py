@@ -10,12 +10,17 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["storage_of", "frozen_of", "trial_of", "claim_waiting", "fail_stored", "wfg_hypervolume"]
+__all__ = ["storage_of", "study_id", "frozen_of", "trial_of", "claim_waiting", "fail_stored", "wfg_hypervolume"]
 
 
 def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
     """The storage object ``study`` reads and writes (what ``optuna.delete_study(storage=...)`` takes)."""
     return study._storage
+
+
+def study_id(study: optuna.Study) -> int:
+    """The study's id in its storage: unique there while the study exists, unlike a name that may be reused."""
+    return study._study_id
 
 
 def frozen_of(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial) -> FrozenTrial:

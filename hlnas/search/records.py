@@ -18,12 +18,13 @@ from optuna.trial import TrialState
 from hlnas.model.layout import Layout
 from hlnas.search.rungs import RUNG_ATTR, RungScheduler
 from hlnas.search import optuna_adapter
+from hlnas.search.storage import study_slug
 from hlnas.search.trial import TrialResult, TrialSpec
 from hlnas.space import CONSTRAINTS, SearchSpace
 
 __all__ = ["layout_spec", "trial_spec", "objective_values", "constraint_values", "tell_result", "stop_record",
            "requeue", "requeued_waiting", "tell_paused", "rung_kept", "recover", "front_rows", "paused_root", "REPEATS_BEFORE_FALLBACK",
-           "MAX_REPEATS", "MAX_REQUEUES", "COUNTABLE", "RETRY_KINDS", "ask_trial", "failed_by_layout", "completed_by_layout",
+           "MAX_REPEATS", "MAX_REQUEUES", "COUNTABLE", "RETRY_KINDS", "SHARED_ATTR", "ask_trial", "failed_by_layout", "completed_by_layout",
            "reuse", "repeat_failure", "repeat_stopped", "settle_waiting", "rung_scheduler", "rung_result"]  # fmt: skip
 
 #: repeat proposals in a row (known layouts) after which an untried candidate is enqueued
@@ -39,6 +40,8 @@ COUNTABLE = 512
 _REQUEUED_KINDS = ("interrupted", "worker_died")
 # failures worth another attempt: the process stopped under the trial, or a concurrent duplicate failed
 RETRY_KINDS = ("interrupted", "worker_died", "duplicate_failed", "paused", None)
+#: study attr: the trials that failed for a cause every trial shared (hlnas.search.shared); not failures of their layouts
+SHARED_ATTR = "hlnas_shared_failure"
 
 
 def layout_spec(space: SearchSpace, number: int, layout: str, *, placement: str | None = None, seed: int | None = None,
@@ -194,11 +197,13 @@ def front_rows(study: optuna.Study) -> list[dict]:
 
 
 def failed_by_layout(study: optuna.Study) -> dict:
-    """layout -> its FAIL trial, for failures not worth retrying (the layout itself failed or is infeasible)."""
+    """layout -> its FAIL trial, for failures not worth retrying (the layout itself failed or is infeasible; a
+    failure every trial shared, :data:`SHARED_ATTR`, is not the layout's)."""
     out = {}
+    shared = set((study.user_attrs.get(SHARED_ATTR) or {}).get("trials", ()))
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         a = t.user_attrs
-        if "layout" in a and "reused_from" not in a and a.get("error_kind") not in RETRY_KINDS:
+        if "layout" in a and "reused_from" not in a and a.get("error_kind") not in RETRY_KINDS and t.number not in shared:
             out.setdefault(a["layout"], t)
     return out
 
@@ -262,13 +267,15 @@ def paused_root(study: optuna.Study, *, out_root: str | None = None, given: str 
                 create: bool = True) -> str | None:
     """The study's folder of paused recall models (rung trials, calibration runs paused by a time limit): chosen
     once per study and stored (``hlnas_rung_root``), so a resume finds them and a new study never continues
-    another's. Default ``OUT_ROOT/rungs`` or ``hlnas-rungs/``. None when not stored yet and not ``create``."""
+    another's. Default ``OUT_ROOT/rungs`` or ``hlnas-rungs/``, in a folder named by the study's slug and id
+    (:func:`~hlnas.search.storage.study_slug`; a name is never a path). None when not stored yet and not ``create``."""
     import uuid
 
     root = study.user_attrs.get("hlnas_rung_root")
     if root is None and create:
         base = given or (os.path.join(out_root, "rungs") if out_root else "hlnas-rungs")
-        root = os.path.abspath(os.path.join(base, f"{study.study_name}-{uuid.uuid4().hex[:8]}"))
+        folder = f"{study_slug(study.study_name, optuna_adapter.study_id(study))}-{uuid.uuid4().hex[:8]}"
+        root = os.path.abspath(os.path.join(base, folder))
         study.set_user_attr("hlnas_rung_root", root)
     return root
 

@@ -15,6 +15,7 @@ user attrs hold the layout's cost and its scores (:func:`hlnas.model.cost.layout
 
 from __future__ import annotations
 
+import shlex
 import signal
 import threading
 import time
@@ -34,9 +35,11 @@ from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_
                                      needs_calibration)
 from hlnas.search.loop import search_loop
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
+from hlnas.search.shared import only_shared_failures
 from hlnas.search.samplers import make_sampler
 from hlnas.search import optuna_adapter
-from hlnas.search.storage import DEFAULT_STORAGE, StorageError, load_study, open_storage, study_names
+from hlnas.search.storage import (DEFAULT_STORAGE, StorageError, check_study_name, load_study, open_storage, resumable,
+                                  study_names)
 from hlnas.space import SearchSpace, space_from_dict
 import hlnas.calibration.protocol as calib
 
@@ -80,8 +83,12 @@ def _create_or_load(space: SearchSpace | None, storage, name: str, resume: bool,
         if _husk(study):
             if space is None:
                 raise HlnasError(f"study '{name}' was left half-created by an interrupted start (no settings, no trials); "
-                                 f"start it again without --resume (hlnas search --study {name} --space ...), which replaces it")
+                                 f"start it again without --resume (hlnas search --study {shlex.quote(name)} --space ...), "
+                                 "which replaces it")
             optuna.delete_study(study_name=name, storage=storage)  # nothing in it to lose
+            exists = False
+        elif not resume and space is not None and only_shared_failures(study):  # a setting failed all: nothing to lose
+            optuna.delete_study(study_name=name, storage=storage)
             exists = False
         elif "hlnas_space" not in study.user_attrs:
             raise HlnasError(f"study '{name}' was not created by hlnas (it has trials but no hlnas_space attribute); "
@@ -160,6 +167,7 @@ def run_search(
     drain: float = 0.0,
     calibrated_by: str | None = None,
     results_from: Sequence[str] = (),
+    fail_fast: bool = True,
 ) -> optuna.Study:
     """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
     exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
@@ -168,7 +176,7 @@ def run_search(
     later ``resume`` continues them (a run split over several machine leases). ``drain``: those in flight go on for up
     to this many seconds more before pausing (the last lease: a machine that goes back takes paused runs with it). Layouts that failed
     (NaN, a crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is
-    queued once more (infeasible ones, which broke a constraint, stay out).
+    queued once more (infeasible ones, which broke a constraint, stay out). ``fail_fast``: :mod:`hlnas.search.shared`.
 
     Before any search trial, a space with a recall objective is calibrated (:mod:`hlnas.calibration.protocol`): its
     controls run through the same executor, the verdict is stored with the study (and reused on resume),
@@ -220,6 +228,7 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
     they pause); the verdict is then None and calling again continues."""
     if not needs_calibration(space):
         raise HlnasError(f"space '{space.name}' has no recall objective or has calibration.enabled: false; nothing to calibrate")
+    check_study_name(study_name)
     executor, workers = choose_executor(executor, workers)
     exists = study_name in study_names(open_or_create_storage(storage))
     try:
@@ -259,22 +268,6 @@ def default_trials(space: SearchSpace | None) -> int:
     return n if n is not None and n <= 40 else 12
 
 
-def resumable(storage: str, name: str) -> bool | None:
-    """Whether ``hlnas search --resume --storage STORAGE --study NAME`` would find the study: it is stored with its
-    space (a study interrupted before that is replaced by the next new search). False when the storage or the study
-    does not exist, None when the storage cannot be read (unknown)."""
-    try:
-        store = open_storage(storage)
-    except StorageError:
-        if storage.split("://", 1)[0].split("+", 1)[0].lower() in ("sqlite", "journal"):
-            return False  # no such file: nothing was written
-        return None
-    try:
-        return name in study_names(store) and "hlnas_space" in optuna.load_study(study_name=name, storage=store).user_attrs
-    except Exception:
-        return None
-
-
 def trial_target(space: SearchSpace | None, storage: str, name: str, resume: bool) -> int:
     """Trials a search runs when not told: a resumed study continues to the target stored with it
     (``hlnas_trials``), else :func:`default_trials`."""
@@ -307,6 +300,8 @@ def validate_options(*, n_trials: int, workers: int, executor: str | Executor, c
         raise ConfigError(f"--cpus-per-trial must be > 0 (CPUs reserved and torch threads per trial), got {cpus_per_trial}")
     if gpus_per_trial is not None and not gpus_per_trial >= 0:
         raise ConfigError(f"--gpus-per-trial must be >= 0, got {gpus_per_trial}")
+    if gpus_per_trial is not None and executor != "ray":  # the other executors would ignore it without a word
+        raise ConfigError(f"--gpus-per-trial sets what Ray reserves per trial; it needs --executor ray (got {executor!r})")
     if time_limit is not None and not time_limit > 0:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {time_limit}")
     if not is_number(drain) or not drain >= 0:
@@ -367,6 +362,10 @@ class _Options:
     drain: float
     calibrated_by: str | None
     results_from: Sequence[str]
+    fail_fast: bool
+
+    def __post_init__(self) -> None:
+        check_study_name(self.study_name)  # where a search first reads it: before anything is opened or written
 
 
 def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool) -> optuna.Study:
@@ -405,7 +404,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
                     time_limit=o.time_limit, drain=o.drain, clock_start=t_start, retry_failed=o.retry_failed,
                     enqueue_grid=sampler_name == "grid", interruptible=inline,
                     # several trials at once: the order decides when the workers finish (one worker: the sampler's)
-                    longest_first=getattr(ex, "capacity", 1) > 1)
+                    longest_first=getattr(ex, "capacity", 1) > 1, fail_fast=o.fail_fast)
     finally:
         ex.shutdown()
     return study

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the recipe's config modules pull in torch; the driver impor
 __all__ = ["TrialSpec", "TrialResult", "run_trial", "ERROR_KINDS"]
 
 #: what a failed trial's ``error_kind`` says: the trial's own (first line) or the search loop's (second)
-ERROR_KINDS = ("nan", "oom", "kernel", "config", "cuda_error", "worker_died", "other",
+ERROR_KINDS = ("nan", "oom", "kernel", "config", "disk", "cuda_error", "worker_died", "other",
                "interrupted", "requeue_limit", "constraint", "duplicate_failed", "no_row", "no_score", "marked")
 
 
@@ -81,10 +81,12 @@ def _out_of_memory(e: BaseException) -> bool:
 
 
 def _classify(e: BaseException) -> str:
-    from hlnas.errors import ConfigError, KernelUnavailable
+    from hlnas.errors import ConfigError, DiskFull, KernelUnavailable, no_room
 
     if _out_of_memory(e):
         return "oom"
+    if isinstance(e, DiskFull) or no_room(e) is not None:  # a full disk: every trial writing there fails
+        return "disk"
     if isinstance(e, KernelUnavailable):
         return "kernel"
     if isinstance(e, ConfigError):

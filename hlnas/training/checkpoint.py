@@ -4,7 +4,7 @@ Two kinds, each in the layout its readers expect: the LM trainer's checkpoint (:
 :func:`resume`; keys ``model``, ``optim``, ``step``, ``losses``, ``meta``) and a paused recall run's state
 (:func:`save_run_state`, :func:`load_run_state`; keys ``model``, ``opt`` and the run's own). Both go through
 :func:`save_state`: written beside the target and moved over it, so a run killed while saving leaves the previous
-state whole.
+state whole, and a save that fails (a full disk) leaves no partial file behind.
 """
 
 from __future__ import annotations
@@ -14,16 +14,29 @@ from pathlib import Path
 
 import torch
 
-from hlnas.errors import HlnasError
+from hlnas.errors import DiskFull, HlnasError, no_room
 
 __all__ = ["save_state", "save_run_state", "load_run_state", "save_checkpoint", "resume"]
 
 
 def save_state(path: str | os.PathLike, state: dict) -> None:
-    """``state`` to ``path``, atomically (the previous file stays whole until the new one is complete)."""
+    """``state`` to ``path``, atomically (the previous file stays whole until the new one is complete). A write that
+    finds no room raises :class:`~hlnas.errors.DiskFull` naming ``path``; the partial ``.tmp`` is removed."""
     tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        # through a Python file: torch's own file writer reports a full disk only as "unexpected pos", without errno
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        full = no_room(e)
+        if full is not None:
+            raise DiskFull(path, full) from None
+        raise
 
 
 def save_run_state(path: str, model, opt, state: dict) -> None:
