@@ -28,7 +28,7 @@ RESULTS_FROM_ATTR = "hlnas_results_from"
 _NOT_RESULT = ("name", "source", "mixers", "ratios", "placements", "attention_sets", "transformer", "hetero",
                "objectives", "constraints", "sampler", "rungs", "calibration")
 #: attrs of the source trial that describe its place in its own study, not the measurement; its clock too, which
-#: GPU-time attribution (experiments/paper_grid/gpu_share.py) would otherwise split between the run and its copy
+#: GPU-time attribution (the grid's collect script) would otherwise split between the run and its copy
 _OWN_STUDY = ("requeued_from", "reused_from", "calibration", "result_from", "wall_s", "status", "started_at", "finished_at")
 
 

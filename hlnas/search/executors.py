@@ -3,7 +3,7 @@ local worker processes: several small candidates share one machine's GPUs withou
 
 Ray is only a transport: the driver keeps the Optuna study (ask/tell); workers receive a
 :class:`~hlnas.search.trial.TrialSpec` and return a :class:`~hlnas.search.trial.TrialResult`. Ray workers are
-long-lived actors, so imports (fla takes ~17 s on the H200) and Triton compiles are paid once per
+long-lived actors, so imports (importing fla takes about 17 s on a GPU machine) and Triton compiles are paid once per
 worker, and every worker of a machine shares one Triton cache directory.
 """
 

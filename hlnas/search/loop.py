@@ -143,7 +143,7 @@ class _Search:
         self.done_by_layout = completed_by_layout(study)  # queueing the grid below completes nothing
         if enqueue_grid and not any("calibration" not in t.user_attrs for t in study.get_trials(deepcopy=False)):
             # the calibration's seed-0 runs are trials already: queueing their layouts again only made copies of
-            # them and left WAITING trials behind once the target was met (the H200 grid held 19 such)
+            # them and left WAITING trials behind once the target was met (a grid once held 19 such)
             grid = [p for p in space.grid() if str(space.layout(p)) not in self.done_by_layout]
             if self.longest_first:  # several at once: the grid in the order that finishes the workers together
                 grid = longest_first(space, grid, lambda p: str(space.layout(p)), measured=self.measured_recall.keys())

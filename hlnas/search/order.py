@@ -3,9 +3,8 @@
 A calibration trains all its runs, and a search whose target covers every untried candidate trains all of them,
 whatever order they start in; the order then decides only when the workers finish. Started in list order on the
 first free worker, the longest runs first leave the short ones to fill in at the end (longest processing time
-first), so the workers finish together instead of one training a long run alone while the other idles (issue #21
-point 4: on the default CPU job the search's last run was a 1200-step one, started while the other worker had 30 s
-left).
+first), so the workers finish together instead of one training a long run alone while the other idles (on the
+default CPU job the search's last run had been a 1200-step one, started while the other worker had 30 s left).
 
 A recall run's length is not known before it trains, so :func:`expected_length` ranks by what the layout says:
 

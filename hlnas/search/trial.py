@@ -73,7 +73,7 @@ class TrialResult:
 def _out_of_memory(e: BaseException) -> bool:
     """Whether ``e`` is the GPU running out of memory: the caching allocator's ``OutOfMemoryError``, or a CUDA call's
     own ``cudaErrorMemoryAllocation`` (``AcceleratorError: CUDA error: out of memory``, e.g. a graph or a library
-    workspace: one unit of the 2026-12-06 bench failed so). CUDA does not count that error as sticky: the process's
+    workspace, has been seen so). CUDA does not count that error as sticky: the process's
     context stays usable, so it is out of memory, not a poisoned worker."""
     import torch
 

@@ -1,4 +1,4 @@
-"""Ray Tune adapter (issue 23, point 4): run an hlnas space under ``tune.Tuner`` with Tune's own schedulers.
+"""Ray Tune adapter: run an hlnas space under ``tune.Tuner`` with Tune's own schedulers.
 
 * :func:`trainable` is a Tune function trainable: it trains one candidate of the space with the recall model paused at
   every check (:func:`hlnas.recall.proxy.paused_at`, the rung scheduler's mechanism) and reports the same

@@ -1,5 +1,5 @@
-"""``hlnas warm``: compile a space's kernels once, at every shape its trials and its calibration train and score at
-(issue #22 point 4), so the search's first trials start on a warm Triton and inductor cache.
+"""``hlnas warm``: compile a space's kernels once, at every shape its trials and its calibration train and score at,
+so the search's first trials start on a warm Triton and inductor cache.
 
 fla's Triton kernels autotune (and inductor compiles the recall model's blocks) per shape on their first call. A
 trial meets its shapes in three places: the LM half's training step (``train.batch_size`` x ``train.seq_len``) and its
@@ -9,9 +9,9 @@ at the space's own scale with only the budgets cut, meets every shape: the LM ha
 ``score.mqar.eval_every`` steps (one validation check), then both score as a trial does. Each mixer is warmed in the
 space's densest hybrid (the most attention), so the attention blocks beside it compile too.
 
-Why not experiments/gpu_train_all.py (h200.sh's ``warm`` step before): it trained at its own sequence length and
-scored MQAR on shortened test batches, so trials still compiled on their first call: a cold GLA 3:1 recall trial on
-the H100 took 11.3 s to its first step where a warm one took 0.6 s (experiments/bench/trial_overhead_h100_2026-12-05.md).
+Why a trial and not a separate warm-up script: one that trained at its own sequence length and scored MQAR on
+shortened test batches left trials compiling on their first call (a cold GLA 3:1 recall trial took 11.3 s to its first
+step where a warm one took 0.6 s; docs/results.md).
 """
 
 from __future__ import annotations
