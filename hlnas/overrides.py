@@ -32,7 +32,7 @@ import yaml
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["yaml_load", "field_types", "parse_sets", "typed_fields", "config_from_dict", "config_to_dict", "migrate_keys", "tuples_of",
+__all__ = ["dotted_diff", "yaml_load", "field_types", "parse_sets", "typed_fields", "config_from_dict", "config_to_dict", "migrate_keys", "tuples_of",
            "at_least_one", "is_int", "is_number"]
 
 
@@ -344,3 +344,30 @@ def _describe(hint, plural: bool = False) -> str:
     if origin is dict:
         return "mappings" if plural else "a mapping"
     return _NAMES.get(hint, (str(hint), str(hint)))[plural]
+
+
+_UNSET = object()
+
+
+def _flatten(d: Mapping, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):  # an empty section is the same as an absent one
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def dotted_diff(a: Mapping, b: Mapping, *, ignore: tuple[str, ...] = ()) -> list[str]:
+    """What differs between two nested settings, one ``key: old -> new`` line per dotted key (a key in ``ignore``, or
+    below one, does not count; a key on one side only shows the other as ``(unset)``)."""
+    fa, fb = _flatten(a), _flatten(b)
+    show = lambda v: "(unset)" if v is _UNSET else repr(v)  # noqa: E731
+    out = []
+    for key in [*fa, *(k for k in fb if k not in fa)]:
+        if any(key == k or key.startswith(k + ".") for k in ignore):
+            continue
+        if fa.get(key, _UNSET) != fb.get(key, _UNSET):
+            out.append(f"{key}: {show(fa.get(key, _UNSET))} -> {show(fb.get(key, _UNSET))}")
+    return out

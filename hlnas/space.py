@@ -33,7 +33,7 @@ from hlnas.model.catalog import PAPER_MIXERS, canonical, is_window_name, linear_
 from hlnas.model.config import PRESETS, ModelConfig
 from hlnas.outputs import read_input
 from hlnas.model.layout import PLACEMENTS, PAPER_LAYERS, PAPER_RATIOS, TRANSFORMER, Layout, build_layout, format_ratio, parse_ratio
-from hlnas.overrides import is_int
+from hlnas.overrides import dotted_diff, is_int
 from hlnas.settings import (SAMPLERS, CONSTRAINTS, DEFAULT_OBJECTIVES, OBJECTIVE_DIRECTIONS, RAW_RECALL_METRICS, RECALL_SOURCES,
                             CalibrationConfig, Objective, RungConfig, SettingsChecker, SpaceError)
 
@@ -216,15 +216,7 @@ class SearchSpace:
     def diff(self, other: "SearchSpace", ignore: tuple[str, ...] = ()) -> list[str]:
         """What differs from ``other``, one line per dotted key (name and source do not count, nor a key in
         ``ignore`` or below one: ``"scale.train"`` leaves out every training setting)."""
-        a, b = _flatten(self.to_dict()), _flatten(other.to_dict())
-        skip = ("name", *ignore)
-        out = []
-        for key in [*a, *(k for k in b if k not in a)]:
-            if any(key == k or key.startswith(k + ".") for k in skip):
-                continue
-            if a.get(key, _UNSET) != b.get(key, _UNSET):
-                out.append(f"{key}: {_show(a.get(key, _UNSET))} -> {_show(b.get(key, _UNSET))}")
-        return out
+        return dotted_diff(self.to_dict(), other.to_dict(), ignore=("name", *ignore))
 
     def with_sets(self, items: list[str]) -> "SearchSpace":
         """A re-validated copy with ``--set SECTION.KEY=VALUE`` items applied to the scale (sections model, train,
@@ -277,22 +269,6 @@ class SearchSpace:
 
 _RAW_KEYS = {"transformer": "include_transformer", "layers": "n_layers",
              "attention": "attention_kinds"}  # YAML key -> field, where they differ
-_UNSET = object()
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):  # an empty section is the same as an absent one
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _show(v) -> str:
-    return "(unset)" if v is _UNSET else repr(v)
-
 
 # -- loading ----------------------------------------------------------------------------------------
 def builtin_spaces() -> dict[str, Path]:

@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 from hlnas.model.layout import Layout
 from hlnas.search import executors
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from hlnas.model.cost import layout_metrics
 from hlnas.search.trial import TrialResult
 from hlnas.space import space_from_dict
@@ -115,7 +116,7 @@ def interrupted_calibration(monkeypatch, tmp_path) -> tuple[str, list]:
     monkeypatch.setattr(executors, "run_trial", interrupt_at_the_4th)
     url = f"sqlite:///{tmp_path}/c.db"
     with pytest.raises(KeyboardInterrupt):
-        run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7)
+        run_search(space_from_dict(raw_space()), SearchOptions(storage=url, study_name="c", n_trials=7))
     monkeypatch.setattr(executors, "run_trial", run)
     return url, calls
 

@@ -13,6 +13,7 @@ from hlnas.errors import HlnasError
 from hlnas.search.adopt import RESULTS_FROM_ATTR, result_differences
 from hlnas.search.executors import InlineExecutor
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from hlnas.search.trial import TrialResult
 from hlnas.space import load_space
 from tests.helpers import paper_grid_script
@@ -39,8 +40,9 @@ class FakeTraining:
 
 
 def _search(space, url, name, fake, **kw):
-    return run_search(space, storage=url, study_name=name, n_trials=kw.pop("n_trials", 10), executor=InlineExecutor(run=fake),
-                      skip_calibration=kw.pop("skip_calibration", True), **kw)
+    return run_search(space, SearchOptions(
+        storage=url, study_name=name, n_trials=kw.pop("n_trials", 10), executor=InlineExecutor(run=fake),
+        skip_calibration=kw.pop("skip_calibration", True), **kw))
 
 
 def test_a_placement_extension_adopts_the_grids_paper_cells_and_trains_only_the_new_placements(tmp_path):

@@ -14,6 +14,7 @@ import yaml
 
 from hlnas.cli.main import main
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from tests.helpers import torch_threads
 from tests.searches import tiny_raw, tiny_space
 
@@ -29,7 +30,7 @@ def ws(tmp_path_factory):
     with torch_threads(1):  # module fixtures run before the one_thread fixture
         assert main(["train", "gla", "--ratio", "6:1", "--tokens", "512", "--seq-len", "32", "--batch-size", "2",
                      "--out", str(ws / "run"), "--no-progress", "--set", "model.n_layers=6"]) == 0
-        run_search(tiny_space(), storage=f"sqlite:///{ws}/s.db", study_name="st", n_trials=1)
+        run_search(tiny_space(), SearchOptions(storage=f"sqlite:///{ws}/s.db", study_name="st", n_trials=1))
     (ws / "run" / "notes.txt").write_text("my notes\n")
     (ws / "empty").mkdir()
     (ws / "afile").write_text("x")
@@ -50,7 +51,7 @@ def ws(tmp_path_factory):
     with open(ws / "corrupt.db", "r+b") as f:  # a page of the stored study overwritten
         f.seek(4096)
         f.write(b"\xa5" * 4096)
-    run_search(tiny_space(), storage=f"journal:///{ws}/bad.log", study_name="j", n_trials=1)
+    run_search(tiny_space(), SearchOptions(storage=f"journal:///{ws}/bad.log", study_name="j", n_trials=1))
     with open(ws / "bad.log", "r+b") as f:
         f.seek(200)
         f.write(b"\xa5" * 64)

@@ -15,6 +15,7 @@ from hlnas.search import executors
 from hlnas.search.calibration import RECALL_ATTR, calibrated_recall
 from hlnas.search.records import layout_spec
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from hlnas.model.cost import layout_metrics
 from hlnas.search.trial import TrialResult, run_trial
 from hlnas.space import space_from_dict
@@ -107,14 +108,14 @@ def test_the_second_seed_of_a_grid_takes_the_calibration_s_seed_1_recall_for_the
     calls = []
     monkeypatch.setattr(executors, "run_trial", fake_with_results(calls))
     url = f"sqlite:///{tmp_path}/c.db"
-    grid = run_search(space_from_dict(raw_space()), storage=url, study_name="grid", n_trials=7)
+    grid = run_search(space_from_dict(raw_space()), SearchOptions(storage=url, study_name="grid", n_trials=7))
     stored = {k[len(RECALL_ATTR):]: v for k, v in grid.user_attrs.items() if k.startswith(RECALL_ATTR)}
     assert len(stored) == 10 and stored["pure:gla:s1"]["layout"] == "GGGGGG" and stored["pure:gla:s1"]["seed"] == 1
     assert stored["pure:gla:s1"]["result"]["mqar"] == {"seed": 1}
 
     calls.clear()
     s1_space = space_from_dict(raw_space()).with_sets(["train.seed=1"])
-    s1 = run_search(s1_space, storage=url, study_name="grid_s1", n_trials=7, calibrated_by="grid")
+    s1 = run_search(s1_space, SearchOptions(storage=url, study_name="grid_s1", n_trials=7, calibrated_by="grid"))
     given = {c[1]: c[4] for c in calls}
     assert len(calls) == 7 and all(c[2] == 1 for c in calls)
     assert given == {"AAAAAA": "grid:control:transformer:s1", "GGGGGG": "grid:pure:gla:s1",
@@ -144,12 +145,13 @@ def test_layouts_with_a_measured_recall_start_last_when_every_candidate_trains(m
     calls = []
     monkeypatch.setattr(executors, "run_trial", fake_with_results(calls))
     url = f"sqlite:///{tmp_path}/c.db"
-    run_search(space_from_dict(raw_space()), storage=url, study_name="grid", n_trials=7)
+    run_search(space_from_dict(raw_space()), SearchOptions(storage=url, study_name="grid", n_trials=7))
     calls.clear()
     s1_space = space_from_dict(raw_space()).with_sets(["train.seed=1"])
     events = []
-    run_search(s1_space, storage=url, study_name="grid_s1", n_trials=7, calibrated_by="grid",
-               executor=TwoAtOnce(fake_with_results(calls)), on_event=lambda k, d: events.append((k, d)))
+    run_search(s1_space, SearchOptions(
+        storage=url, study_name="grid_s1", n_trials=7, calibrated_by="grid",
+        executor=TwoAtOnce(fake_with_results(calls)), on_event=lambda k, d: events.append((k, d))))
     started = [d for k, d in events if k == "started"]
     assert [d.get("recall_from") is None for d in started] == [True, True] + [False] * 5
     layouts = [str(s1_space.layout(p)) for p in s1_space.grid()]
@@ -165,7 +167,7 @@ def test_a_grid_after_its_calibration_queues_only_the_layouts_the_calibration_di
     calls = []
     monkeypatch.setattr(executors, "run_trial", fake_with_results(calls))
     space = space_from_dict(raw_space())
-    study = run_search(space, storage=f"sqlite:///{tmp_path}/c.db", study_name="grid", n_trials=7)
+    study = run_search(space, SearchOptions(storage=f"sqlite:///{tmp_path}/c.db", study_name="grid", n_trials=7))
     trials = study.get_trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 7
     assert not [t for t in trials if "reused_from" in t.user_attrs]

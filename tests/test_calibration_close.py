@@ -11,6 +11,7 @@ from hlnas.calibration.protocol import CalibrationFailed
 from hlnas.cli.main import main
 from hlnas.space import space_from_dict
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from tests.searches import interrupted_calibration, raw_space
 
 REASON = "pure DeltaNet learns VT-16 alone (probe of 2026-12-04)"
@@ -36,7 +37,7 @@ def test_a_closed_calibration_shows_its_reason_and_is_never_continued_or_searche
     assert "the calibration of study 'c' was closed on " in err and f"3 runs stored: {REASON}" in err
     assert "new --study" in err and "--timeout" not in err
     with pytest.raises(CalibrationFailed, match="was closed on .* with 3 runs stored: pure DeltaNet learns"):
-        run_search(None, storage=url, study_name="c", n_trials=7, resume=True)
+        run_search(None, SearchOptions(storage=url, study_name="c", n_trials=7, resume=True))
     assert calls == []  # nothing trained: no control run continued, no trial
     assert len(optuna.load_study(study_name="c", storage=url).user_attrs["hlnas_calibration"]["runs"]) == 3
 
@@ -49,7 +50,8 @@ def test_close_refuses_what_is_not_a_running_calibration_and_an_empty_reason(mon
     assert main([*close, "  ", "--study", "c"]) == 2
     assert "--close needs a reason" in capsys.readouterr().err
     assert optuna.load_study(study_name="c", storage=url).user_attrs["hlnas_calibration"]["status"] == "running"
-    run_search(space_from_dict(raw_space()), storage=url, study_name="s", n_trials=1, skip_calibration=True)
+    run_search(space_from_dict(raw_space()), SearchOptions(
+        storage=url, study_name="s", n_trials=1, skip_calibration=True))
     assert main([*close, REASON, "--study", "s"]) == 2
     assert "study 's': its calibration is skipped; only a running calibration can be closed" in capsys.readouterr().err
     assert main([*close, REASON, "--study", "c"]) == 0

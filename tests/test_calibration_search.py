@@ -14,6 +14,7 @@ from hlnas.calibration.protocol import CalibrationFailed
 from hlnas.cli.main import main
 from hlnas.search import executors
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from hlnas.search.trial import TrialResult
 from hlnas.space import space_from_dict
 from tests.searches import fake_trial, interrupted_calibration, raw_space
@@ -24,8 +25,8 @@ def test_search_calibrates_first_and_reuses_seed_0_runs_as_trials(monkeypatch, t
     monkeypatch.setattr(executors, "run_trial", run)
     url = f"sqlite:///{tmp_path}/c.db"
     events = []
-    study = run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7,
-                       on_event=lambda k, d: events.append(k))
+    study = run_search(space_from_dict(raw_space()), SearchOptions(
+        storage=url, study_name="c", n_trials=7, on_event=lambda k, d: events.append(k)))
     assert events.index("calibration") < events.index("started")
     cal_calls = [c for c in calls if c[0] < 0]
     assert len(cal_calls) == 10
@@ -46,7 +47,8 @@ def test_search_calibrates_first_and_reuses_seed_0_runs_as_trials(monkeypatch, t
     assert t.values[0] == pytest.approx((0.98 - 0.25) / 0.75)  # the study optimises the corrected recall
 
     calls.clear()  # resume: the stored calibration is reused, nothing is trained again
-    run_search(None, storage=url, study_name="c", n_trials=7, resume=True, on_event=lambda k, d: events.append((k, d)))
+    run_search(None, SearchOptions(
+        storage=url, study_name="c", n_trials=7, resume=True, on_event=lambda k, d: events.append((k, d))))
     assert calls == [] and any(e[0] == "calibration" and e[1].get("reused") for e in events if isinstance(e, tuple))
 
 
@@ -55,7 +57,7 @@ def test_invalid_protocol_refuses_to_search_and_keeps_the_controls(monkeypatch, 
     monkeypatch.setattr(executors, "run_trial", run)
     url = f"sqlite:///{tmp_path}/c.db"
     with pytest.raises(CalibrationFailed) as e:
-        run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7)
+        run_search(space_from_dict(raw_space()), SearchOptions(storage=url, study_name="c", n_trials=7))
     msg = str(e.value)
     assert "the all-attention control AAAAAA reached 0.300 raw recall at the training length" in msg
     assert "0.600 short of calibration.control_min=0.9" in msg and "score.mqar.steps" in msg and "--skip-calibration" in msg
@@ -65,7 +67,8 @@ def test_invalid_protocol_refuses_to_search_and_keeps_the_controls(monkeypatch, 
     # one run at a time: the control's seed 0 failed first, and no other run started (its trial is kept)
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 1 and len(calls) == 1
     # --skip-calibration searches anyway on a new study
-    s = run_search(space_from_dict(raw_space()), storage=url, study_name="d", n_trials=2, skip_calibration=True)
+    s = run_search(space_from_dict(raw_space()), SearchOptions(
+        storage=url, study_name="d", n_trials=2, skip_calibration=True))
     assert s.user_attrs["hlnas_calibration"] == {"status": "skipped"}
 
 
@@ -74,7 +77,7 @@ def test_an_interrupted_calibration_resumes_with_the_missing_runs(monkeypatch, t
     stored = optuna.load_study(study_name="c", storage=url).user_attrs["hlnas_calibration"]
     assert stored["status"] == "running" and len(stored["runs"]) == 3
     calls.clear()
-    study = run_search(None, storage=url, study_name="c", n_trials=7, resume=True)
+    study = run_search(None, SearchOptions(storage=url, study_name="c", n_trials=7, resume=True))
     assert len([c for c in calls if c[0] < 0]) == 7 and study.user_attrs["hlnas_calibration"]["status"] == "valid"
 
 
@@ -284,8 +287,9 @@ def test_a_search_with_drain_gives_its_trials_the_timeout_plus_the_drain_before_
     monkeypatch.setattr(executors, "run_trial", lambda spec: (seen.append((time.time(), spec.pause_by)), run(spec))[1])
     monkeypatch.chdir(tmp_path)
     t0 = time.time()
-    run_search(space_from_dict(raw_space()), storage=f"sqlite:///{tmp_path}/c.db", study_name="c", n_trials=1,
-               skip_calibration=True, time_limit=30, drain=20)
+    run_search(space_from_dict(raw_space()), SearchOptions(
+        storage=f"sqlite:///{tmp_path}/c.db", study_name="c", n_trials=1, skip_calibration=True, time_limit=30,
+        drain=20))
     (started, pause_by), = seen
     assert pause_by - t0 >= 50 >= pause_by - started
 

@@ -11,6 +11,7 @@ from hlnas.cli.main import main
 from hlnas.errors import ConfigError
 from hlnas.search import executors
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from hlnas.space import space_from_dict
 from tests.searches import fake_trial, raw_space
 from tests.test_calibrate import GOOD, runs_of
@@ -31,13 +32,14 @@ def test_calibrated_by_borrows_a_valid_calibration_of_the_same_protocol_and_refu
     run, calls = fake_trial({})
     monkeypatch.setattr(executors, "run_trial", run)
     url = f"sqlite:///{tmp_path}/c.db"
-    run_search(space_from_dict(raw_space()), storage=url, study_name="grid", n_trials=7)
+    run_search(space_from_dict(raw_space()), SearchOptions(storage=url, study_name="grid", n_trials=7))
     calls.clear()
 
     seed1 = space_from_dict(raw_space()).with_sets(["train.seed=1"])
     events = []
-    s1 = run_search(seed1, storage=url, study_name="grid_s1", n_trials=3, calibrated_by="grid",
-                    on_event=lambda k, d: events.append((k, d)))
+    s1 = run_search(seed1, SearchOptions(
+        storage=url, study_name="grid_s1", n_trials=3, calibrated_by="grid",
+        on_event=lambda k, d: events.append((k, d))))
     assert not any(c[0] < 0 for c in calls) and len(calls) == 3  # three search trials, no control run
     assert all(c[2] == 1 for c in calls)  # on seed 1
     cal = s1.user_attrs["hlnas_calibration"]
@@ -45,11 +47,11 @@ def test_calibrated_by_borrows_a_valid_calibration_of_the_same_protocol_and_refu
     assert cal == {"status": "valid", "verdict": grid_cal["verdict"], "borrowed_from": {"study": "grid"}}
     assert any(k == "calibration" and d.get("borrowed_from") == "grid" for k, d in events)
     calls.clear()  # a resume keeps the borrowed verdict without the option
-    run_search(None, storage=url, study_name="grid_s1", n_trials=4, resume=True)
+    run_search(None, SearchOptions(storage=url, study_name="grid_s1", n_trials=4, resume=True))
     assert len(calls) == 1 and not any(c[0] < 0 for c in calls)
 
     place = space_from_dict(raw_space(mixers=["hgrn"], placements=["front"], sampler="random"))
-    assert run_search(place, storage=url, study_name="place", n_trials=1, calibrated_by="grid") \
+    assert run_search(place, SearchOptions(storage=url, study_name="place", n_trials=1, calibrated_by="grid")) \
         .user_attrs["hlnas_calibration"]["borrowed_from"] == {"study": "grid"}
 
     calls.clear()
@@ -60,16 +62,19 @@ def test_calibrated_by_borrows_a_valid_calibration_of_the_same_protocol_and_refu
          "grid", "its recall protocol differs from this space's, so its controls do not vouch for it: scale.score.mqar.steps"),
         (raw_space(mixers=["gla", "deltanet"]), "grid", "it did not calibrate mixer(s) deltanet (it has gla, hgrn)"),
     ]
-    run_search(space_from_dict(raw_space()), storage=url, study_name="place_skip", n_trials=1, skip_calibration=True)
+    run_search(space_from_dict(raw_space()), SearchOptions(
+        storage=url, study_name="place_skip", n_trials=1, skip_calibration=True))
     calls.clear()
     for i, (raw, source, want) in enumerate(refusals):
         with pytest.raises(HlnasError, match=re.escape(want)):
-            run_search(space_from_dict(raw), storage=url, study_name=f"r{i}", n_trials=1, calibrated_by=source)
+            run_search(space_from_dict(raw), SearchOptions(
+                storage=url, study_name=f"r{i}", n_trials=1, calibrated_by=source))
     with pytest.raises(HlnasError, match="has a calibration of its own"):
-        run_search(None, storage=url, study_name="grid", n_trials=7, resume=True, calibrated_by="grid_s1")
+        run_search(None, SearchOptions(
+            storage=url, study_name="grid", n_trials=7, resume=True, calibrated_by="grid_s1"))
     with pytest.raises(ConfigError, match="--calibrated-by takes a study name and excludes --calibrate"):
-        run_search(space_from_dict(raw_space()), storage=url, study_name="z", n_trials=1, calibrated_by="grid",
-                   skip_calibration=True)
+        run_search(space_from_dict(raw_space()), SearchOptions(
+            storage=url, study_name="z", n_trials=1, calibrated_by="grid", skip_calibration=True))
     assert calls == [] and not any(f"r{i}" in n for n in study_names_of(url) for i in range(4))  # nothing created
     assert main(["search", "--storage", url, "--study", "grid_s1", "--resume", "--no-progress", "--workers", "1",
                  "--trials", "4"]) == 0

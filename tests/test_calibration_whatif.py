@@ -12,6 +12,7 @@ from hlnas.cli.main import main
 from hlnas.search import executors
 from hlnas.space import space_from_dict
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from tests.searches import fake_trial, raw_space
 
 
@@ -21,7 +22,7 @@ def calibrated(monkeypatch, tmp_path) -> str:
     run, _ = fake_trial({("HHHHHH", 0): 0.975, ("HHHHHH", 1): 0.975})
     monkeypatch.setattr(executors, "run_trial", run)
     url = f"sqlite:///{tmp_path}/c.db"
-    study = run_search(space_from_dict(raw_space()), storage=url, study_name="c", n_trials=7)
+    study = run_search(space_from_dict(raw_space()), SearchOptions(storage=url, study_name="c", n_trials=7))
     assert study.user_attrs["hlnas_calibration"]["status"] == "valid"
     return url
 
@@ -69,6 +70,7 @@ def test_as_if_on_a_study_without_calibration_runs_says_so(monkeypatch, tmp_path
     run, _ = fake_trial({})
     monkeypatch.setattr(executors, "run_trial", run)
     url = f"sqlite:///{tmp_path}/s.db"
-    run_search(space_from_dict(raw_space()), storage=url, study_name="s", n_trials=1, skip_calibration=True)
+    run_search(space_from_dict(raw_space()), SearchOptions(
+        storage=url, study_name="s", n_trials=1, skip_calibration=True))
     assert main(["status", "--storage", url, "--study", "s", "--as-if", "calibration.control_min=0.5"]) == 2
     assert "no stored calibration runs to judge (calibration skipped)" in capsys.readouterr().err

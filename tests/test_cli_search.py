@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 
 from hlnas.cli.main import main
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from tests.helpers import torch_threads
 from tests.searches import tiny_raw, tiny_space
 
@@ -35,7 +36,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RAY_AUTH_
 def done_study(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('status')}/s.db"
     with torch_threads(1):  # module fixtures run before the one_thread fixture
-        run_search(tiny_space(), storage=url, study_name="st", n_trials=4)
+        run_search(tiny_space(), SearchOptions(storage=url, study_name="st", n_trials=4))
     return url
 
 

@@ -132,7 +132,7 @@ def test_layout_card_draws_the_layers_and_prints_the_cost():
     assert layout_card(layout, "paper-340m", cost).split("\n") == [
         "layout         GGGGGAGGGGGAGGGGGAGGGGGA   (gla 6:1, attention at [5, 11, 17, 23])",
         "layers         ·····█·····█·····█·····█   █ attention  · linear",
-        "preset         paper-340m (MLP width 2304)",
+        "preset         paper-340m (MLP width 2368)",
         f"params         {cost.params:,}",
         "KV cache       64.00 MiB (67,108,864 B)  (context 4096, batch 1, bf16)",
         f"linear state   {format_bytes(cost.state_bytes)}  (constant in context)",
@@ -238,12 +238,13 @@ def test_search_progress_counts_the_layouts_trained_before_the_loop(capsys):
 
 def test_search_loop_reports_what_was_trained_before_it_started(tmp_path):
     from hlnas.search.study import run_search
+    from hlnas.search.options import SearchOptions
     from tests.searches import tiny_space
 
     url, events = f"sqlite:///{tmp_path}/s.db", []
-    run_search(tiny_space(), storage=url, study_name="s", n_trials=2)
-    run_search(tiny_space(), storage=url, study_name="s", n_trials=3, resume=True,
-               on_event=lambda kind, data: events.append((kind, data)))
+    run_search(tiny_space(), SearchOptions(storage=url, study_name="s", n_trials=2))
+    run_search(tiny_space(), SearchOptions(
+        storage=url, study_name="s", n_trials=3, resume=True, on_event=lambda kind, data: events.append((kind, data))))
     assert events[0] == ("trained", {"n": 2, "of": 3})
 
 

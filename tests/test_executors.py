@@ -15,6 +15,7 @@ from hlnas.errors import ConfigError
 from hlnas.search.executors import InlineExecutor, make_executor
 from hlnas.search.records import trial_spec as _spec
 from hlnas.search.study import load_hlnas_study, run_search
+from hlnas.search.options import SearchOptions
 from tests.helpers import kill_first_worker_at_next_start
 from tests.searches import tiny_space, trained
 
@@ -75,7 +76,7 @@ def test_a_local_ray_is_the_searchs_own_even_beside_another_cluster(tmp_path):
             time.sleep(0.5)
         time.sleep(2)  # its GCS up
         url = f"sqlite:///{tmp_path}/ray.db"
-        run_search(tiny_space(), storage=url, study_name="ray", n_trials=2, executor="ray", workers=2)
+        run_search(tiny_space(), SearchOptions(storage=url, study_name="ray", n_trials=2, executor="ray", workers=2))
         assert ray.cluster_resources()["CPU"] == 2  # its own size, not the other cluster's one CPU
         assert len(trained(load_hlnas_study(url, "ray"))) == 2
     finally:
@@ -87,7 +88,7 @@ def test_a_local_ray_is_the_searchs_own_even_beside_another_cluster(tmp_path):
 def test_search_on_two_ray_workers_overlaps_trials_on_long_lived_actors(tmp_path):
     was_up = ray.is_initialized()
     url = f"sqlite:///{tmp_path}/ray.db"
-    run_search(tiny_space(), storage=url, study_name="ray", n_trials=4, executor="ray", workers=2)
+    run_search(tiny_space(), SearchOptions(storage=url, study_name="ray", n_trials=4, executor="ray", workers=2))
     if not was_up:  # the search started one local Ray, sized for its workers
         assert ray.is_initialized() and ray.cluster_resources()["CPU"] == 2
     done = trained(load_hlnas_study(url, "ray"))
@@ -102,8 +103,9 @@ def test_search_on_two_ray_workers_overlaps_trials_on_long_lived_actors(tmp_path
 
 def test_a_killed_ray_worker_fails_its_trial_and_the_study_goes_on(tmp_path):
     url, seen = f"sqlite:///{tmp_path}/die.db", {}
-    run_search(tiny_space(), storage=url, study_name="die", n_trials=4, executor="ray", workers=1,
-               on_event=kill_first_worker_at_next_start(seen))
+    run_search(tiny_space(), SearchOptions(
+        storage=url, study_name="die", n_trials=4, executor="ray", workers=1,
+        on_event=kill_first_worker_at_next_start(seen)))
     study = load_hlnas_study(url, "die")
     victim = study.trials[seen["killed"]]
     assert victim.state == TrialState.FAIL

@@ -16,6 +16,7 @@ from hlnas.errors import ConfigError
 from hlnas.search.executors import ProcessExecutor, make_executor
 from hlnas.search.records import trial_spec as _spec
 from hlnas.search.study import load_hlnas_study, run_search
+from hlnas.search.options import SearchOptions
 from tests.helpers import kill_first_worker_at_next_start
 from hlnas.space import space_from_dict
 from tests.searches import search_cli, stop_while_training, stoppable_space, stored_trials, tiny_raw, tiny_space, trained
@@ -83,8 +84,9 @@ def test_workers_leave_sigterm_to_the_driver():
 
 def test_a_killed_worker_process_fails_its_trial_and_the_study_goes_on(tmp_path):
     url, seen = f"sqlite:///{tmp_path}/die.db", {}
-    run_search(tiny_space(), storage=url, study_name="die", n_trials=4, executor="processes", workers=1,
-               on_event=kill_first_worker_at_next_start(seen))
+    run_search(tiny_space(), SearchOptions(
+        storage=url, study_name="die", n_trials=4, executor="processes", workers=1,
+        on_event=kill_first_worker_at_next_start(seen)))
     study = load_hlnas_study(url, "die")
     victim = study.trials[seen["killed"]]
     a = victim.user_attrs
@@ -115,8 +117,8 @@ def test_time_limit_pauses_running_trials_and_resume_continues_them(tmp_path, mo
         return real_check(cfg, acc, elapsed_s, until, done, limit)
 
     monkeypatch.setattr(rp, "check_stop", check_after_the_limit)
-    run_search(space, storage=url, study_name="t", n_trials=4, time_limit=4.0,
-               on_event=lambda k, d: events.append((k, d)))
+    run_search(space, SearchOptions(
+        storage=url, study_name="t", n_trials=4, time_limit=4.0, on_event=lambda k, d: events.append((k, d))))
     study = load_hlnas_study(url, "t")
     # the trials started within the limit ran past it and paused at their first recall check: told FAIL as
     # "paused", re-queued, their recall models kept; none is left RUNNING and no other started
@@ -127,7 +129,7 @@ def test_time_limit_pauses_running_trials_and_resume_continues_them(tmp_path, mo
     assert [k for k, _ in events].count("paused") == len(paused)
     root = study.user_attrs["hlnas_rung_root"]
     assert sorted(os.listdir(os.path.join(root, "trials"))) == sorted(t.user_attrs["layout"] for t in paused)
-    run_search(None, storage=url, study_name="t", n_trials=4, resume=True)
+    run_search(None, SearchOptions(storage=url, study_name="t", n_trials=4, resume=True))
     done = trained(load_hlnas_study(url, "t"))
     assert len({t.user_attrs["layout"] for t in done}) == 4
     for t in paused:  # each paused layout went on from its kept recall model, which is removed once told

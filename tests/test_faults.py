@@ -23,6 +23,7 @@ from hlnas.errors import HlnasError
 from hlnas.search.lease import ATTR, DriverLease, StudyBusy, holder_alive
 from hlnas.search.storage import StorageError
 from hlnas.search.study import MAX_REQUEUES, load_hlnas_study, run_search
+from hlnas.search.options import SearchOptions
 from hlnas.model.cost import layout_metrics
 from hlnas.search.trial import TrialResult, run_trial
 from tests.searches import search_cli, stop_while_training, stored_trials, tiny_raw, tiny_space
@@ -111,8 +112,8 @@ def test_a_half_created_study_is_replaced_by_a_new_search_and_explained_to_resum
     url = f"sqlite:///{tmp_path}/h.db"
     optuna.create_study(storage=url, study_name="h", directions=["maximize"])  # killed before any hlnas attribute
     with pytest.raises(HlnasError, match="left half-created by an interrupted start .* start it again without --resume"):
-        run_search(None, storage=url, study_name="h", n_trials=1, resume=True)
-    run_search(tiny_space(), storage=url, study_name="h", n_trials=1)
+        run_search(None, SearchOptions(storage=url, study_name="h", n_trials=1, resume=True))
+    run_search(tiny_space(), SearchOptions(storage=url, study_name="h", n_trials=1))
     assert len(trained(load_hlnas_study(url, "h"))) == 1
 
 
@@ -121,7 +122,7 @@ def test_a_study_missing_some_attributes_is_repaired_on_resume(tmp_path):
     space = tiny_space()
     study = optuna.create_study(storage=url, study_name="r", directions=[o.direction for o in space.objectives])
     study.set_user_attr("hlnas_space", space.to_dict())  # the first write; the kill came before the rest
-    run_search(None, storage=url, study_name="r", n_trials=1, resume=True)
+    run_search(None, SearchOptions(storage=url, study_name="r", n_trials=1, resume=True))
     attrs = optuna.load_study(study_name="r", storage=url).user_attrs
     assert {"hlnas_space_hash", "hlnas_objectives", "hlnas_kv_context", "hlnas_preset"} <= set(attrs)
     assert attrs["hlnas_space_hash"] == space.fingerprint()
@@ -156,7 +157,7 @@ def test_bad_options_fail_before_the_study_is_created(tmp_path, kw, message):
     url = f"sqlite:///{tmp_path}/o.db"
     t0 = time.monotonic()
     with pytest.raises(HlnasError, match=message):
-        run_search(tiny_space(), storage=url, study_name="o", n_trials=1, **kw)
+        run_search(tiny_space(), SearchOptions(storage=url, study_name="o", n_trials=1, **kw))
     assert time.monotonic() - t0 < 15
     assert optuna.get_all_study_summaries(url) == []  # nothing written: the corrected command just works
 
@@ -218,7 +219,8 @@ def test_a_stop_signal_during_a_trial_interrupts_it_before_its_result_comes(tmp_
 
     url = f"sqlite:///{tmp_path}/i.db"
     with pytest.raises(KeyboardInterrupt):
-        run_search(tiny_space(), storage=url, study_name="i", n_trials=3, executor=SlowOne(), skip_calibration=True)
+        run_search(tiny_space(), SearchOptions(
+            storage=url, study_name="i", n_trials=3, executor=SlowOne(), skip_calibration=True))
     ts = load_hlnas_study(url, "i").get_trials(deepcopy=False)
     assert [t.state for t in ts if t.state != TrialState.WAITING] == [TrialState.FAIL]
     assert ts[0].user_attrs["error_kind"] == "interrupted"
@@ -240,7 +242,7 @@ def test_a_lost_workers_trial_is_requeued_then_failed_at_the_bound(tmp_path, mon
 
     monkeypatch.setattr(executors, "run_trial", dies_on_the_victim)
     url = f"sqlite:///{tmp_path}/w.db"
-    run_search(space, storage=url, study_name="w", n_trials=4)
+    run_search(space, SearchOptions(storage=url, study_name="w", n_trials=4))
     study = load_hlnas_study(url, "w")
     assert len(deaths) == MAX_REQUEUES + 1  # tried, re-queued twice, then given up
     last = study.trials[deaths[-1]]
@@ -251,8 +253,9 @@ def test_a_lost_workers_trial_is_requeued_then_failed_at_the_bound(tmp_path, mon
     # the cause fixed, --retry-failed trains it even though the target of 4 could not rise above the space's size
     monkeypatch.setattr(executors, "run_trial", run_trial)
     events = []
-    run_search(None, storage=url, study_name="w", n_trials=3, resume=True, retry_failed=True,
-               on_event=lambda k, d: events.append((k, d)))
+    run_search(None, SearchOptions(
+        storage=url, study_name="w", n_trials=3, resume=True, retry_failed=True,
+        on_event=lambda k, d: events.append((k, d))))
     assert victim in {t.user_attrs["layout"] for t in trained(load_hlnas_study(url, "w"))}
     assert ("target_raised", {"from": 3, "to": 4, "retried": 1}) in events
 
@@ -260,7 +263,7 @@ def test_a_lost_workers_trial_is_requeued_then_failed_at_the_bound(tmp_path, mon
 # -- 3. postgresql:// as the README writes it ------------------------------------------------------------------------------
 def test_a_plain_postgresql_url_opens(tmp_path, request):
     url = request.getfixturevalue("pg_url").replace("postgresql+psycopg2://", "postgresql://")
-    run_search(tiny_space(), storage=url, study_name="plainpg", n_trials=1)
+    run_search(tiny_space(), SearchOptions(storage=url, study_name="plainpg", n_trials=1))
     assert len(trained(load_hlnas_study(url, "plainpg"))) == 1
 
 
@@ -269,7 +272,7 @@ def test_a_journal_path_that_is_not_a_journal_is_refused_untouched(tmp_path):
     f = tmp_path / "notes.log"
     f.write_text("my notes\n")
     with pytest.raises(StorageError, match="exists and is not an Optuna journal .* left untouched"):
-        run_search(tiny_space(), storage=f"journal:///{f}", study_name="j", n_trials=1)
+        run_search(tiny_space(), SearchOptions(storage=f"journal:///{f}", study_name="j", n_trials=1))
     assert f.read_text() == "my notes\n"
 
 
@@ -308,8 +311,9 @@ def test_ray_node_loss_requeues_its_trial_and_the_study_reaches_its_budget(tmp_p
 
     try:
         ray.init(address=cluster.address, log_to_driver=False)
-        run_search(space_from_dict(raw), storage=url, study_name="ray", n_trials=4, executor="ray", workers=1,
-                   address=cluster.address, on_event=lose_the_first_node)
+        run_search(space_from_dict(raw), SearchOptions(
+            storage=url, study_name="ray", n_trials=4, executor="ray", workers=1, address=cluster.address,
+            on_event=lose_the_first_node))
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -14,6 +14,7 @@ from hlnas.calibration.protocol import plan
 from hlnas.model.catalog import PAPER_MIXERS
 from hlnas.model.cost import layout_cost
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from hlnas.space import load_space, space_from_dict
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models
@@ -73,7 +74,7 @@ def test_a_few_twin_trials_run_the_search_loop(tmp_path):
     """KDA and RWKV-7 hybrids with windowed attention placed as Qwen3-Next places it, and a full-attention GDN one."""
     sp = twin(mixers=["kda", "rwkv7", "gated_deltanet"], ratios=["2:1"], placements=["group"], attention=["swa:8"],
               transformer=False, sampler="grid")
-    study = run_search(sp, storage=f"sqlite:///{tmp_path}/t.db", study_name="twin", n_trials=3)
+    study = run_search(sp, SearchOptions(storage=f"sqlite:///{tmp_path}/t.db", study_name="twin", n_trials=3))
     done = study.get_trials(states=(TrialState.COMPLETE,))
     assert sorted(t.user_attrs["layout"] for t in done) == ["S8KKS8", "S8WWS8", "S8ZZS8"]
     for t in done:

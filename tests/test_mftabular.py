@@ -92,10 +92,12 @@ def timed_run(spec):
 def stored_study(tmp_path, space=None):
     from hlnas.search.executors import InlineExecutor
     from hlnas.search.study import run_search
+    from hlnas.search.options import SearchOptions
 
     url = f"sqlite:///{tmp_path}/s.db"
-    run_search(space or load_space("tiny"), storage=url, study_name="cpu", n_trials=11, executor=InlineExecutor(timed_run),
-               skip_calibration=True, out_root=str(tmp_path / "out"))
+    run_search(space or load_space("tiny"), SearchOptions(
+        storage=url, study_name="cpu", n_trials=11, executor=InlineExecutor(timed_run), skip_calibration=True,
+        out_root=str(tmp_path / "out")))
     return url
 
 

@@ -8,6 +8,7 @@ from hlnas.search import executors
 from hlnas.search.executors import InlineExecutor
 from hlnas.search.order import expected_length, longest_first
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from hlnas.space import builtin_spaces, load_space, space_from_dict
 from tests.searches import fake_trial, raw_space, trained
 
@@ -26,8 +27,8 @@ def test_the_calibration_starts_controls_then_pure_models_then_hybrids_each_long
     run, calls = fake_trial({})
     monkeypatch.setattr(executors, "run_trial", run)
     sp = space_from_dict(raw_space())
-    run_search(sp, storage=f"sqlite:///{tmp_path}/c.db", study_name="c", n_trials=5, calibrate=True,
-               calibrate_only=True)
+    run_search(sp, SearchOptions(
+        storage=f"sqlite:///{tmp_path}/c.db", study_name="c", n_trials=5, calibrate=True, calibrate_only=True))
     started = [(c[1], c[2]) for c in calls]
     pure = sorted(["GGGGGG", "HHHHHH"], key=lambda lay: expected_length(sp, lay))
     hybrid = sorted(["GGAGGA", "HHAHHA"], key=lambda lay: expected_length(sp, lay))
@@ -46,8 +47,8 @@ def test_a_calibration_spread_over_calls_can_keep_the_spaces_mixer_order(monkeyp
     sp = space_from_dict(raw)
     listed = [lay for m in sp.mixers for lay in (str(sp.layout({"mixer": m, "ratio": "pure", "placement": "paper"})),)]
     assert listed != sorted(listed, key=lambda lay: expected_length(sp, lay))  # the two orders differ here
-    run_search(sp, storage=f"sqlite:///{tmp_path}/c.db", study_name="c", n_trials=5, calibrate=True,
-               calibrate_only=True)
+    run_search(sp, SearchOptions(
+        storage=f"sqlite:///{tmp_path}/c.db", study_name="c", n_trials=5, calibrate=True, calibrate_only=True))
     started = [(c[1], c[2]) for c in calls]
     assert started[2:6] == [(lay, s) for s in (0, 1) for lay in listed]  # as the plan lists them: seed by seed
     assert protocol_differences(space_from_dict(raw_space(mixers=["hgrn", "gla"])), sp) == []
@@ -64,7 +65,7 @@ def test_pairs_decide_each_mixers_pure_below_before_the_next_mixer_and_a_resume_
     raw = raw_space(mixers=["hgrn", "gla"], calibration={"order": "pairs", "mixer_order": ["gla"],
                                                          "graded_ratios": ["6:1"]}, layers=12)
     sp = space_from_dict(raw)
-    run_search(sp, storage=url, study_name="c", n_trials=5, calibrate=True, calibrate_only=True)
+    run_search(sp, SearchOptions(storage=url, study_name="c", n_trials=5, calibrate=True, calibrate_only=True))
     g, h = "GGGGGGGGGGGG", "HHHHHHHHHHHH"
     gh, hh, g6, h6 = "GGAGGAGGAGGA", "HHAHHAHHAHHA", "GGGGGAGGGGGA", "HHHHHAHHHHHA"
     assert [(c[1], c[2]) for c in calls] == [(12 * "A", 0), (12 * "A", 1), (g, 0), (gh, 0), (g, 1), (gh, 1), (g6, 0),
@@ -72,12 +73,15 @@ def test_pairs_decide_each_mixers_pure_below_before_the_next_mixer_and_a_resume_
     other = space_from_dict(raw_space(mixers=["hgrn", "gla"], calibration={"graded_ratios": ["6:1"]}, layers=12))
     assert other.fingerprint() == sp.fingerprint() and other.calibration.order != sp.calibration.order
     calls.clear()
-    run_search(other, storage=url, study_name="c", n_trials=5, resume=True, calibrate=True, calibrate_only=True)
+    run_search(other, SearchOptions(
+        storage=url, study_name="c", n_trials=5, resume=True, calibrate=True, calibrate_only=True))
     assert calls == []  # every run stored: nothing trained again
     # started in the default order and stopped before any run, then resumed in pairs: the resume's order holds
-    run_search(other, storage=url, study_name="d", n_trials=5, calibrate=True, calibrate_only=True, time_limit=1e-9)
+    run_search(other, SearchOptions(
+        storage=url, study_name="d", n_trials=5, calibrate=True, calibrate_only=True, time_limit=1e-9))
     assert calls == []
-    run_search(sp, storage=url, study_name="d", n_trials=5, resume=True, calibrate=True, calibrate_only=True)
+    run_search(sp, SearchOptions(
+        storage=url, study_name="d", n_trials=5, resume=True, calibrate=True, calibrate_only=True))
     assert [(c[1], c[2]) for c in calls][:6] == [(12 * "A", 0), (12 * "A", 1), (g, 0), (gh, 0), (g, 1), (gh, 1)]
     assert other.fingerprint() != space_from_dict(raw_space(mixers=["hgrn", "gla"], layers=12)).fingerprint()
 
@@ -113,8 +117,9 @@ class _TwoAtOnce(InlineExecutor):
 def _search(tmp_path, name: str, ex):
     events = []
     sp = space_from_dict(raw_space(sampler="nsga2", calibration={"enabled": False}))
-    study = run_search(sp, storage=f"sqlite:///{tmp_path}/{name}.db", study_name=name, n_trials=len(sp.grid()),
-                       executor=ex, on_event=lambda k, d: events.append((k, d)))
+    study = run_search(sp, SearchOptions(
+        storage=f"sqlite:///{tmp_path}/{name}.db", study_name=name, n_trials=len(sp.grid()), executor=ex,
+        on_event=lambda k, d: events.append((k, d))))
     return sp, study, events
 
 
@@ -140,7 +145,8 @@ def test_a_target_short_of_the_untried_candidates_leaves_the_order_to_the_sample
     run, _ = fake_trial({})
     events = []
     sp = space_from_dict(raw_space(sampler="nsga2", calibration={"enabled": False}))
-    run_search(sp, storage=f"sqlite:///{tmp_path}/s.db", study_name="s", n_trials=len(sp.grid()) - 1,
-               executor=_TwoAtOnce(run), on_event=lambda k, d: events.append((k, d)))
+    run_search(sp, SearchOptions(
+        storage=f"sqlite:///{tmp_path}/s.db", study_name="s", n_trials=len(sp.grid()) - 1, executor=_TwoAtOnce(run),
+        on_event=lambda k, d: events.append((k, d))))
     assert not any(k == "longest_first" for k, _ in events)
     assert len([k for k, _ in events if k == "started"]) == len(sp.grid()) - 1

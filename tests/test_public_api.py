@@ -190,3 +190,18 @@ def test_no_module_over_500_lines_and_no_function_over_80():
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80:
                 too_long.append(f"function {p.relative_to(root)}:{n.name}: {n.end_lineno - n.lineno + 1} lines")
     assert not too_long, too_long
+
+
+def test_no_public_function_takes_more_than_ten_parameters():
+    """Options travel grouped in the settings objects that already exist (SearchOptions, LoopSettings, the configs),
+    not as a function's twentieth keyword."""
+    too_many = []
+    for p in sorted(PKG.rglob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_"):
+                a = n.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)] + [x for x in (a.vararg, a.kwarg) if x]
+                count = len(names) - (1 if names and names[0] in ("self", "cls") else 0)
+                if count > 10:
+                    too_many.append(f"{p.relative_to(PKG.parent)}:{n.name} takes {count}")
+    assert not too_many, too_many

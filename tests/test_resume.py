@@ -125,17 +125,18 @@ def test_resumable_says_unknown_when_the_storage_cannot_be_read(tmp_path):
 def test_requeued_trials_run_before_candidates_queued_earlier(tmp_path):
     """The grid sampler queues every candidate first; a trial re-queued after them is still the next one run, and
     the target is met with it rather than with a candidate that happened to be queued earlier."""
+    from hlnas.search.options import SearchOptions
     from hlnas.search.study import load_hlnas_study, run_search
     from tests.searches import tiny_space
 
     url = f"sqlite:///{tmp_path}/g.db"
     space = tiny_space()  # grid: 4 candidates queued, then one trained
-    run_search(space, storage=url, study_name="g", n_trials=1)
+    run_search(space, SearchOptions(storage=url, study_name="g", n_trials=1))
     study = optuna.load_study(study_name="g", storage=url)
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 3
     orphan = study.ask({k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()})
     orphan.set_user_attr("layout", str(space.layout(orphan.params)))  # the next grid candidate, left RUNNING
-    run_search(None, storage=url, study_name="g", n_trials=2, resume=True)
+    run_search(None, SearchOptions(storage=url, study_name="g", n_trials=2, resume=True))
     study = load_hlnas_study(url, "g")
     (copy,) = [t for t in study.trials if t.user_attrs.get("requeued_from") == orphan.number]
     assert copy.state == TrialState.COMPLETE and copy.params == orphan.params and "reused_from" not in copy.user_attrs
@@ -154,6 +155,7 @@ def _killed_skipped_study(kind: str, tmp_path, monkeypatch):
     from hlnas.search import executors
     from hlnas.space import space_from_dict
     from hlnas.search.storage import load_study
+    from hlnas.search.options import SearchOptions
     from hlnas.search.study import run_search
     from tests.searches import fake_trial, raw_space
     from tests.searches import storage_url
@@ -162,7 +164,7 @@ def _killed_skipped_study(kind: str, tmp_path, monkeypatch):
     monkeypatch.setattr(executors, "run_trial", run)
     url = storage_url(kind, tmp_path, None)
     space = space_from_dict(raw_space(sampler="random"))
-    run_search(space, storage=url, study_name="a", n_trials=1, skip_calibration=True)
+    run_search(space, SearchOptions(storage=url, study_name="a", n_trials=1, skip_calibration=True))
     study = load_study(url, "a")
     study.set_user_attr("hlnas_trials", 3)  # the target the killed search was started with
     first = study.trials[0].user_attrs["layout"]

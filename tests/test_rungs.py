@@ -15,6 +15,7 @@ from hlnas.search.executors import InlineExecutor
 from hlnas.search.rungs import RUNG_ATTR, checks, crowding, ladder, nondominated_ranks, rank_peers, RungConfig
 from hlnas.space import load_space
 from hlnas.search.study import run_search, study_summary
+from hlnas.search.options import SearchOptions
 from hlnas.model.cost import layout_metrics
 from hlnas.search.trial import TrialResult
 
@@ -60,9 +61,9 @@ class FakeRuns:
 def search(tmp_path, sp, runs, n_trials, name="s", **kw):
     tmp_path.mkdir(parents=True, exist_ok=True)
     events = []
-    study = run_search(sp, storage=f"sqlite:///{tmp_path}/s.db", study_name=name, n_trials=n_trials,
-                       executor=InlineExecutor(runs), skip_calibration=True, out_root=str(tmp_path / "out"),
-                       on_event=lambda k, d: events.append((k, d)), **kw)
+    study = run_search(sp, SearchOptions(
+        storage=f"sqlite:///{tmp_path}/s.db", study_name=name, n_trials=n_trials, executor=InlineExecutor(runs),
+        skip_calibration=True, out_root=str(tmp_path / "out"), on_event=lambda k, d: events.append((k, d)), **kw))
     return study, events
 
 
@@ -228,8 +229,9 @@ def test_a_resume_continues_the_rung_bookkeeping_exactly(tmp_path, at):
 def test_calibration_runs_are_never_stopped_early(tmp_path):
     runs = FakeRuns()
     with pytest.raises(Exception):  # the fake recall cannot pass the controls: the verdict is beside the point
-        run_search(rung_space(), storage=f"sqlite:///{tmp_path}/s.db", study_name="s", n_trials=3,
-                   executor=InlineExecutor(runs), out_root=str(tmp_path))
+        run_search(rung_space(), SearchOptions(
+            storage=f"sqlite:///{tmp_path}/s.db", study_name="s", n_trials=3, executor=InlineExecutor(runs),
+            out_root=str(tmp_path)))
     assert len(runs.calls) >= 10 and all(steps is None for _, steps in runs.calls)
 
 

@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 from hlnas.search.executors import InlineExecutor
 from hlnas.space import SAMPLERS
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from hlnas.model.cost import layout_metrics
 from hlnas.search.trial import TrialResult
 from tests.searches import sampler_space
@@ -29,8 +30,8 @@ def test_sampler_runs_multi_objective_with_constraints(sampler, tmp_path):
     sp = sampler_space(sampler)
     url = f"sqlite:///{tmp_path}/s.db"
     n = 8
-    study = run_search(sp, storage=url, study_name="s", n_trials=n, sampler=sampler, seed=1,
-                       executor=InlineExecutor(run=fake_trial))
+    study = run_search(sp, SearchOptions(
+        storage=url, study_name="s", n_trials=n, sampler=sampler, seed=1, executor=InlineExecutor(run=fake_trial)))
     expected = {"nsga2": optuna.samplers.NSGAIISampler, "tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler,
                 "random": optuna.samplers.RandomSampler, "grid": optuna.samplers.RandomSampler}[sampler]
     assert isinstance(study.sampler, expected)

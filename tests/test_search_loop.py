@@ -12,6 +12,7 @@ from hlnas.search import samplers
 from hlnas.cli.main import build_parser
 from hlnas.search.records import MAX_REPEATS, REPEATS_BEFORE_FALLBACK
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from hlnas.analysis.tabular import LookupExecutor, TabularBenchmark, run_sampler
 from hlnas.model.cost import layout_metrics
 from tests.searches import sampler_space as search_space
@@ -35,8 +36,9 @@ def test_the_search_and_the_benchmark_propose_the_same_layouts(sampler, n, tmp_p
     bench = fixed_table(sp)
     feasible = bench.n_candidates - 1
     events = []  # a journal file: the quickest stored study (the storage is not what this compares)
-    study = run_search(sp, storage=f"journal:///{tmp_path}/s.log", study_name="s", n_trials=n or bench.n_candidates,
-                       sampler=sampler, seed=1, executor=LookupExecutor(bench), on_event=lambda k, d: events.append((k, d)))
+    study = run_search(sp, SearchOptions(
+        storage=f"journal:///{tmp_path}/s.log", study_name="s", n_trials=n or bench.n_candidates, sampler=sampler,
+        seed=1, executor=LookupExecutor(bench), on_event=lambda k, d: events.append((k, d))))
     r = run_sampler(bench, sampler, n_evals=n, seed=1)
 
     trained = [d["layout"] for k, d in events if k == "started"]

@@ -21,6 +21,7 @@ from hlnas.errors import HlnasError
 from hlnas.search.records import SHARED_ATTR, failed_by_layout
 from hlnas.search.shared import SHARED_AFTER, SharedCause, SharedFailure, signature
 from hlnas.search.study import load_hlnas_study, run_search
+from hlnas.search.options import SearchOptions
 from hlnas.space import space_from_dict
 from tests.searches import tiny_raw, trained
 
@@ -40,8 +41,8 @@ def test_a_setting_every_layout_fails_with_stops_after_the_first_trials_and_requ
     url = f"sqlite:///{tmp_path}/s.db"
     events = []
     with pytest.raises(SharedFailure) as e:
-        run_search(no_recall_model_space(), storage=url, study_name="s", n_trials=4,
-                   on_event=lambda kind, data: events.append(kind))
+        run_search(no_recall_model_space(), SearchOptions(
+            storage=url, study_name="s", n_trials=4, on_event=lambda kind, data: events.append(kind)))
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"the first {SHARED_AFTER} trials all failed the same way, so no more were started (config)")
     assert "score.mqar.model: d_model=32 must be divisible by n_heads=7" in msg and "change that setting" in msg
@@ -57,14 +58,14 @@ def test_a_setting_every_layout_fails_with_stops_after_the_first_trials_and_requ
 
     # the setting changed, the same command (a new search of the name) replaces the study, which held nothing else
     fixed = space_from_dict(tiny_raw())
-    run_search(fixed, storage=url, study_name="s", n_trials=4)
+    run_search(fixed, SearchOptions(storage=url, study_name="s", n_trials=4))
     study = load_hlnas_study(url, "s")
     assert len({t.user_attrs["layout"] for t in trained(study)}) == 4 and SHARED_ATTR not in study.user_attrs
 
 
 def test_keep_going_trains_on_and_each_failure_is_the_layouts_own(tmp_path):
     url = f"sqlite:///{tmp_path}/k.db"
-    run_search(no_recall_model_space(), storage=url, study_name="k", n_trials=4, fail_fast=False)
+    run_search(no_recall_model_space(), SearchOptions(storage=url, study_name="k", n_trials=4, fail_fast=False))
     study = load_hlnas_study(url, "k")
     assert len(failed_by_layout(study)) == 4 and SHARED_ATTR not in study.user_attrs
 
@@ -74,15 +75,17 @@ def test_a_resume_whose_trials_all_fail_the_same_way_stops_and_keeps_what_comple
     the resume stops after the first trials, its completed trial stays, and a new search of the name is refused as
     before. With a usable --out a plain resume trains the re-queued layouts."""
     url = f"sqlite:///{tmp_path}/c.db"
-    run_search(space_from_dict(tiny_raw()), storage=url, study_name="c", n_trials=1)
+    run_search(space_from_dict(tiny_raw()), SearchOptions(storage=url, study_name="c", n_trials=1))
     (tmp_path / "afile").write_text("x")
     with pytest.raises(SharedFailure, match=r"\(other\): NotADirectoryError: .*afile/sub/"):
-        run_search(None, storage=url, study_name="c", n_trials=4, resume=True, out_root=str(tmp_path / "afile" / "sub"))
+        run_search(None, SearchOptions(
+            storage=url, study_name="c", n_trials=4, resume=True, out_root=str(tmp_path / "afile" / "sub")))
     study = load_hlnas_study(url, "c")
     assert len(trained(study)) == 1 and len(study.user_attrs[SHARED_ATTR]["trials"]) == SHARED_AFTER
     with pytest.raises(HlnasError, match="already exists in this storage; pass --resume"):
-        run_search(space_from_dict(tiny_raw()), storage=url, study_name="c", n_trials=4)
-    run_search(None, storage=url, study_name="c", n_trials=4, resume=True, out_root=str(tmp_path / "out"))
+        run_search(space_from_dict(tiny_raw()), SearchOptions(storage=url, study_name="c", n_trials=4))
+    run_search(None, SearchOptions(
+        storage=url, study_name="c", n_trials=4, resume=True, out_root=str(tmp_path / "out")))
     study = load_hlnas_study(url, "c")
     assert len({t.user_attrs["layout"] for t in trained(study)}) == 4 and not failed_by_layout(study)
 

@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 import hlnas
 from hlnas.cli.main import main
 from hlnas.search.study import load_hlnas_study, run_search
+from hlnas.search.options import SearchOptions
 from tests.searches import tiny_space, trained
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def stored(tmp_path) -> tuple[Path, str]:
     """A study 's' of the tiny space with one trained trial, in tmp_path/s.db; its file and URL."""
     db = tmp_path / "s.db"
-    run_search(tiny_space(), storage=f"sqlite:///{db}", study_name="s", n_trials=1)
+    run_search(tiny_space(), SearchOptions(storage=f"sqlite:///{db}", study_name="s", n_trials=1))
     return db, f"sqlite:///{db}"
 
 
@@ -178,7 +179,7 @@ def test_a_lock_held_past_the_wait_is_one_line(stored, monkeypatch, capsys):
 
 def test_a_damaged_journal_is_one_line_without_the_list_of_schemes(tmp_path, capsys):
     log = tmp_path / "s.log"
-    run_search(tiny_space(), storage=f"journal:///{log}", study_name="s", n_trials=1)
+    run_search(tiny_space(), SearchOptions(storage=f"journal:///{log}", study_name="s", n_trials=1))
     with open(log, "r+b") as f:
         f.seek(200)
         f.write(b"\xa5" * 64)

@@ -20,6 +20,7 @@ import hlnas.lm.trainer
 from hlnas.errors import HlnasError
 from hlnas.space import space_from_dict
 from hlnas.search.study import StorageError, front_rows, load_hlnas_study, open_or_create_storage, run_search
+from hlnas.search.options import SearchOptions
 from tests.searches import storage_url, tiny_raw, tiny_space, trained
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -47,7 +48,7 @@ def test_same_search_on_every_storage_then_resume(kind, tmp_path, request):
     url = storage_url(kind, tmp_path, request)
     space = tiny_space()
     name = f"s-{kind}-{os.getpid()}"
-    run_search(space, storage=url, study_name=name, n_trials=3)
+    run_search(space, SearchOptions(storage=url, study_name=name, n_trials=3))
 
     study = load_hlnas_study(url, name)  # a fresh handle: everything below comes back from the storage
     done = trained(study)
@@ -67,7 +68,7 @@ def test_same_search_on_every_storage_then_resume(kind, tmp_path, request):
     assert {r["layout"] for r in front_rows(study)} <= {t.user_attrs["layout"] for t in done}
 
     # resume needs only storage + name: the space comes from the study; the 4th layout gets trained
-    run_search(None, storage=url, study_name=name, n_trials=4, resume=True)
+    run_search(None, SearchOptions(storage=url, study_name=name, n_trials=4, resume=True))
     done = trained(load_hlnas_study(url, name))
     assert len(done) == 4 and len({t.user_attrs["layout"] for t in done}) == 4
 
@@ -116,7 +117,7 @@ def test_wrong_storage_url_is_a_clear_storage_error(url, needle, tmp_path):
         open_or_create_storage(url)
     assert needle in str(e.value) and isinstance(e.value, HlnasError)
     with pytest.raises(StorageError):
-        run_search(tiny_space(), storage=url, study_name="x", n_trials=1)
+        run_search(tiny_space(), SearchOptions(storage=url, study_name="x", n_trials=1))
 
 
 def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch):
@@ -137,7 +138,7 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
 
     monkeypatch.setattr(hlnas.lm.trainer, "train", flaky)
     url = f"sqlite:///{tmp_path}/f.db"
-    run_search(tiny_space(), storage=url, study_name="f", n_trials=4)
+    run_search(tiny_space(), SearchOptions(storage=url, study_name="f", n_trials=4))
     study = load_hlnas_study(url, "f")
     by_layout = {t.user_attrs["layout"]: t for t in study.trials}
     expect = {"GGGG": ("failed", "other", "boom: a kernel exploded"), "GAGA": ("failed", "nan", "loss became nan"),
@@ -152,7 +153,7 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
     assert sorted(calls) == sorted(by_layout) and len(calls) == 4  # each layout trained once, failures not retried
 
     # a resume keeps everything and does not retrain the failed layouts (they would fail again)
-    run_search(None, storage=url, study_name="f", n_trials=4, resume=True)
+    run_search(None, SearchOptions(storage=url, study_name="f", n_trials=4, resume=True))
     assert len(calls) == 4
     again = load_hlnas_study(url, "f")
     assert [t.state for t in again.trials[:4]] == [t.state for t in study.trials[:4]]
@@ -165,7 +166,7 @@ def test_a_layout_is_never_trained_twice(tmp_path, train_calls):
     layouts = {str(space.layout(p)) for p in space.grid()}
     assert layouts == {"GGGG", "GAGA", "AAGG", "GGAA", "AAAA"}
     url = f"sqlite:///{tmp_path}/d.db"
-    run_search(space, storage=url, study_name="d", n_trials=len(layouts), seed=3)
+    run_search(space, SearchOptions(storage=url, study_name="d", n_trials=len(layouts), seed=3))
     study = load_hlnas_study(url, "d")
     assert sorted(train_calls) == sorted(layouts)  # every layout trained, none twice
     done = trained(study)
@@ -189,7 +190,7 @@ def test_constraints_record_infeasible_layouts_without_training(tmp_path, train_
     limit = (spec_kv["AAAA"] + spec_kv["GAGA"]) / 2  # excludes only the Transformer
     space = tiny_space(constraints={"max_kv_bytes": limit})
     url = f"sqlite:///{tmp_path}/c.db"
-    run_search(space, storage=url, study_name="c", n_trials=4)
+    run_search(space, SearchOptions(storage=url, study_name="c", n_trials=4))
     study = load_hlnas_study(url, "c")
     assert "AAAA" not in train_calls and sorted(train_calls) == ["GAGA", "GGGA", "GGGG"]
     bad = [t for t in study.trials if t.user_attrs["layout"] == "AAAA"]
@@ -205,7 +206,7 @@ def test_constraints_record_infeasible_layouts_without_training(tmp_path, train_
 def test_running_trials_of_a_dead_driver_are_failed_and_requeued(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
     space = tiny_space(sampler="random")  # nothing pre-queued: the re-queued trial is the next one asked
-    run_search(space, storage=url, study_name="r", n_trials=1)
+    run_search(space, SearchOptions(storage=url, study_name="r", n_trials=1))
     # what a killed driver leaves behind: a trial RUNNING forever, its layout attrs already stored
     study = optuna.load_study(study_name="r", storage=url)
     first = study.trials[0].user_attrs["layout"]
@@ -214,7 +215,8 @@ def test_running_trials_of_a_dead_driver_are_failed_and_requeued(tmp_path):
     orphan = study.ask({k: optuna.distributions.CategoricalDistribution(v) for k, v in space.params().items()})
     orphan.set_user_attr("layout", str(space.layout(params)))
     events = []
-    run_search(None, storage=url, study_name="r", n_trials=2, resume=True, on_event=lambda k, d: events.append((k, d)))
+    run_search(None, SearchOptions(
+        storage=url, study_name="r", n_trials=2, resume=True, on_event=lambda k, d: events.append((k, d))))
 
     study = load_hlnas_study(url, "r")
     dead = study.trials[orphan.number]
@@ -227,18 +229,18 @@ def test_running_trials_of_a_dead_driver_are_failed_and_requeued(tmp_path):
 
 def test_resume_with_a_changed_space_is_refused_with_the_differences(tmp_path):
     url = f"sqlite:///{tmp_path}/x.db"
-    run_search(tiny_space(), storage=url, study_name="x", n_trials=1)
+    run_search(tiny_space(), SearchOptions(storage=url, study_name="x", n_trials=1))
     raw = tiny_raw(ratios=["pure", "2:1"])
     raw["scale"]["train"]["tokens"] = 2048
     with pytest.raises(HlnasError) as e:
-        run_search(space_from_dict(raw), storage=url, study_name="x", n_trials=2, resume=True)
+        run_search(space_from_dict(raw), SearchOptions(storage=url, study_name="x", n_trials=2, resume=True))
     msg = str(e.value)
     assert "resuming with a changed space is refused" in msg
     assert "scale.train.tokens: 1024 -> 2048" in msg and "ratios: ['pure', '2:1', '4:1'] -> ['pure', '2:1']" in msg
     with pytest.raises(HlnasError, match="already exists.*--resume"):
-        run_search(tiny_space(), storage=url, study_name="x", n_trials=1)
+        run_search(tiny_space(), SearchOptions(storage=url, study_name="x", n_trials=1))
     with pytest.raises(HlnasError, match="no study 'nope' to resume.*studies there: x"):
-        run_search(None, storage=url, study_name="nope", n_trials=1, resume=True)
+        run_search(None, SearchOptions(storage=url, study_name="nope", n_trials=1, resume=True))
     assert len(trained(load_hlnas_study(url, "x"))) == 1  # the refusal changed nothing
 
 
@@ -258,14 +260,16 @@ def test_retry_failed_trains_a_failed_layout_again_after_the_cause_is_fixed(tmp_
         return run_trial(spec)
 
     monkeypatch.setattr(executors, "run_trial", flaky)
-    run_search(space, storage=url, study_name="r", n_trials=3)
+    run_search(space, SearchOptions(storage=url, study_name="r", n_trials=3))
     study = load_hlnas_study(url, "r")
     assert victim not in {t.user_attrs["layout"] for t in trained(study)}
-    run_search(None, storage=url, study_name="r", n_trials=4, resume=True)  # a plain resume leaves it out
+    run_search(None, SearchOptions(
+        storage=url, study_name="r", n_trials=4, resume=True))  # a plain resume leaves it out
     assert victim not in {t.user_attrs["layout"] for t in trained(load_hlnas_study(url, "r"))}
     monkeypatch.setattr(executors, "run_trial", run_trial)  # the cause is fixed
-    run_search(None, storage=url, study_name="r", n_trials=4, resume=True, retry_failed=True,
-               on_event=lambda k, d: events.append((k, d)))
+    run_search(None, SearchOptions(
+        storage=url, study_name="r", n_trials=4, resume=True, retry_failed=True,
+        on_event=lambda k, d: events.append((k, d))))
     assert ("retry", {"number": 0, "layout": victim, "error_kind": "cuda_error"}) in events
     done = trained(load_hlnas_study(url, "r"))
     assert victim in {t.user_attrs["layout"] for t in done} and len(done) == 4
@@ -293,7 +297,7 @@ def test_ctrl_c_while_an_inline_trial_scores_stops_at_once_and_requeues_it(tmp_p
     callers = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN where the suite runs in the background
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        run_search(tiny_space(), storage=url, study_name="s", n_trials=4)
+        run_search(tiny_space(), SearchOptions(storage=url, study_name="s", n_trials=4))
     assert time.monotonic() - t0 < 50  # did not sit out the sleep
     assert signal.getsignal(signal.SIGINT) is callers  # the caller's handler is back
     ts = optuna.load_study(study_name="s", storage=url).get_trials()
@@ -323,7 +327,7 @@ def test_a_study_on_the_mqar_recall_protocol_ranks_by_the_mixed_in_recall(tmp_pa
     raw["scale"]["score"] = {"objectives": ["val_loss", "mqar_mixed"], "mqar": {"test": 16, "batch": 8}}
     raw["objectives"] = [{"name": "recall", "metric": "recall"}, {"name": "kv", "metric": "kv_cache_bytes"}]
     url = f"sqlite:///{tmp_path}/m.db"
-    study = run_search(space_from_dict(raw), storage=url, study_name="m", n_trials=2)
+    study = run_search(space_from_dict(raw), SearchOptions(storage=url, study_name="m", n_trials=2))
     done = trained(study)
     assert len(done) == 2 and mixed == ["mqar", "mqar"]
     for t in done:
@@ -406,18 +410,18 @@ def test_a_study_stored_with_flat_score_keys_resumes_against_the_space_written_n
     flat["scale"]["score"] = _flat_score(nested["scale"]["score"])
     assert "mqar_steps" in flat["scale"]["score"] and "mqar" not in flat["scale"]["score"]
     url = f"sqlite:///{tmp_path}/old.db"
-    run_search(space_from_dict(flat), storage=url, study_name="old", n_trials=1)
+    run_search(space_from_dict(flat), SearchOptions(storage=url, study_name="old", n_trials=1))
     study = optuna.load_study(study_name="old", storage=url)
     stored = study.user_attrs["hlnas_space"]
     stored["scale"]["score"] = flat["scale"]["score"]  # what hlnas stored before (the section as written)
     study.set_user_attr("hlnas_space", stored)
 
-    run_search(space_from_dict(nested), storage=url, study_name="old", n_trials=2, resume=True)
+    run_search(space_from_dict(nested), SearchOptions(storage=url, study_name="old", n_trials=2, resume=True))
     assert len(trained(load_hlnas_study(url, "old"))) == 2
     changed = tiny_raw()
     changed["scale"]["score"]["mqar"]["steps"] = 6
     with pytest.raises(HlnasError) as e:
-        run_search(space_from_dict(changed), storage=url, study_name="old", n_trials=3, resume=True)
+        run_search(space_from_dict(changed), SearchOptions(storage=url, study_name="old", n_trials=3, resume=True))
     assert "scale.score.mqar.steps: 5 -> 6" in str(e.value)
 
 

@@ -16,6 +16,7 @@ from hlnas.search import optuna_adapter
 from hlnas.search.records import paused_root
 from hlnas.search.storage import UnknownStudyError, check_study_name, study_slug
 from hlnas.search.study import run_search
+from hlnas.search.options import SearchOptions
 from tests.searches import tiny_raw, tiny_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -53,7 +54,7 @@ def test_names_a_storage_cannot_keep_or_a_terminal_cannot_show_are_refused(tmp_p
         check_study_name(name)
     url = f"sqlite:///{tmp_path}/r.db"
     with pytest.raises(UnknownStudyError, match=why):
-        run_search(tiny_space(), storage=url, study_name=name, n_trials=1)
+        run_search(tiny_space(), SearchOptions(storage=url, study_name=name, n_trials=1))
     assert not (tmp_path / "r.db").exists()  # refused before the storage was opened
 
 

@@ -32,7 +32,7 @@ import optuna
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.metrics import RECALL_OBJECTIVES
 from hlnas.search.rungs import checks, kept_run
-from hlnas.search.loop import search_loop
+from hlnas.search.loop import LoopSettings, search_loop
 from hlnas.space import SearchSpace, space_from_dict
 from hlnas.analysis.tabular import TabularBenchmark
 from hlnas.search.trial import TrialResult, TrialSpec
@@ -273,8 +273,9 @@ def run_multi_fidelity(bench: CurveBenchmark, sampler: str = "nsga2", *, rungs: 
         study = optuna.create_study(directions=["maximize", "minimize"], sampler=make_sampler(sampler, seed, 2))
         study.set_user_attr("hlnas_objectives", [{"name": "recall", "metric": "recall", "direction": "maximize"},
                                                  {"name": "kv_cache", "metric": "kv_cache_bytes", "direction": "minimize"}])
-        search_loop(study, space, ex, n_trials=n, seed=seed, objectives=("recall", "kv_cache_bytes"), on_event=record,
-                    unique=table.n_candidates, rung_root="/nonexistent-simulated")
+        search_loop(study, space, ex, LoopSettings(n_trials=n, seed=seed, objectives=("recall", "kv_cache_bytes"),
+                                                   on_event=record, unique=table.n_candidates,
+                                                   rung_root="/nonexistent-simulated"))
     optuna.logging.set_verbosity(level)
     return MFRun(label or sampler, seed, tuple(points), ex.clock * workers, len(done), counts["stopped"])
 

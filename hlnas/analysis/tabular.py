@@ -59,7 +59,7 @@ from hlnas.analysis import tabular_rows as table_rows
 from hlnas.model.layout import TRANSFORMER, Layout
 from hlnas import metrics as metric_table
 from hlnas.analysis.pareto import dominates, hypervolume
-from hlnas.search.loop import search_loop
+from hlnas.search.loop import LoopSettings, search_loop
 from hlnas.search.samplers import SAMPLERS, make_sampler
 from hlnas.space import SearchSpace, space_from_dict
 from hlnas.search.trial import TrialResult, TrialSpec
@@ -465,8 +465,9 @@ def run_sampler(bench: TabularBenchmark, sampler="nsga2", n_evals: int | None = 
         study.set_user_attr("hlnas_objectives", [{"name": c, "metric": c, "direction": d}  # what front_rows reads
                                                  for c, d in zip(bench.objectives, bench.directions)])
         # the search's target counts COMPLETE trials; the benchmark's counts a failed row too, hence the extra stop
-        search_loop(study, bench.space, LookupExecutor(bench), n_trials=n_evals, seed=seed, objectives=bench.objectives,
-                    on_event=record, enqueue_grid=grid, unique=bench.n_candidates, stop=lambda: len(evaluated) >= n_evals)
+        search_loop(study, bench.space, LookupExecutor(bench), LoopSettings(
+            n_trials=n_evals, seed=seed, objectives=bench.objectives, on_event=record, enqueue_grid=grid,
+            unique=bench.n_candidates, stop=lambda: len(evaluated) >= n_evals))
     asked = sum(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
     return SamplerRun(sampler=label or sampler_label(sampler), seed=seed, hv=tuple(hv), layouts=tuple(evaluated), asked=asked,
                      repeats=counts["repeats"], infeasible=counts["infeasible"], exhausted=len(tried) >= bench.n_candidates)

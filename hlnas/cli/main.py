@@ -181,6 +181,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from hlnas.search.shared import SharedFailure
     from hlnas.search.storage import check_storage_url, check_study_name, resumable
     from hlnas.search.study import DEFAULT_STORAGE, choose_executor, front_rows, run_search, trial_target
+    from hlnas.search.options import SearchOptions
 
     storage = args.storage or DEFAULT_STORAGE
     check_storage_url(storage, create=not args.resume)  # before the banner: a bad URL is the one line printed
@@ -208,14 +209,13 @@ def cmd_search(args: argparse.Namespace) -> int:
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
 
     try:  # run_search turns Ctrl-C and SIGTERM (a scheduler, `timeout`) into a clean stop: nothing lost
-        study = run_search(space, storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
-                           sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
-                           cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                           out_root=args.out, on_event=ui.event, time_limit=args.timeout, drain=args.drain,
-                           retry_failed=args.retry_failed,
-                           skip_calibration=args.skip_calibration, calibrate=args.calibrate,
-                           calibrated_by=args.calibrated_by, results_from=args.results_from,
-                           fail_fast=not args.keep_going)
+        study = run_search(space, SearchOptions(
+            storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
+            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
+            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, out_root=args.out, on_event=ui.event,
+            time_limit=args.timeout, drain=args.drain, retry_failed=args.retry_failed,
+            skip_calibration=args.skip_calibration, calibrate=args.calibrate, calibrated_by=args.calibrated_by,
+            results_from=args.results_from, fail_fast=not args.keep_going))
     except KeyboardInterrupt:
         ui.close()
         print(interrupted_text(resumable(storage, name), storage, name), file=sys.stderr)  # stored, unknown or not

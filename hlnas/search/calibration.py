@@ -21,6 +21,7 @@ from hlnas.recall.result import finished_result
 from hlnas.search.dispatch import Dispatch, StopSignals
 from hlnas.search.order import expected_length
 from hlnas.search.records import constraint_values, layout_spec, objective_values, paused_root
+from hlnas.search.options import SearchOptions
 from hlnas.search.trial import TrialResult
 from hlnas.space import SearchSpace
 
@@ -137,12 +138,15 @@ def calibrated_recall(study: optuna.Study, space: SearchSpace) -> dict[str, tupl
     return out
 
 
-def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, storage: str, study_name: str, fresh: bool,
-                        calibrate: bool, skip_calibration: bool, inline: bool, time_limit: float | None,
-                        drain: float = 0.0, calibrated_by: str | None = None):
+def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, options: SearchOptions, *, fresh: bool,
+                        inline: bool):
     """Before a search: the stored verdict, a new one, another study's (``calibrated_by``: :func:`borrow_calibration`),
     or none (skipped, disabled, not needed: recorded as such); :data:`PAUSED` when ``time_limit`` stopped it first. An
-    invalid protocol raises :class:`~hlnas.calibration.protocol.CalibrationFailed` naming what to change."""
+    invalid protocol raises :class:`~hlnas.calibration.protocol.CalibrationFailed` naming what to change. ``options``:
+    the search's (its storage and study name, calibration choice, time limit); ``fresh``: the study was created now;
+    ``inline``: trials run in this process (a signal raises at once)."""
+    storage, study_name, calibrated_by = options.storage, options.study_name, options.calibrated_by
+    calibrate, skip_calibration = options.calibrate, options.skip_calibration
     if calibrated_by and needs_calibration(space):
         stored = study.user_attrs.get("hlnas_calibration") or {}
         if (stored.get("borrowed_from") or {}).get("study") != calibrated_by:
@@ -170,7 +174,7 @@ def calibrate_if_needed(study: optuna.Study, space: SearchSpace, ex, emit, *, st
         verdict = stored["verdict"]
     else:
         with StopSignals(inline) as stops:
-            verdict = run_calibration(study, space, ex, emit, stops, time_limit=time_limit, drain=drain)
+            verdict = run_calibration(study, space, ex, emit, stops, time_limit=options.time_limit, drain=options.drain)
         if verdict is None:
             return PAUSED
     if not verdict["valid"]:

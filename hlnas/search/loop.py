@@ -26,6 +26,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import optuna
 from optuna.trial import TrialState
@@ -44,20 +45,36 @@ from hlnas.search.records import (COUNTABLE, MAX_REPEATS, REPEATS_BEFORE_FALLBAC
                                   trial_spec)
 from hlnas.space import SearchSpace
 
-__all__ = ["search_loop"]
+__all__ = ["search_loop", "LoopSettings"]
 
 _COUNT = object()  # search_loop(unique=...) default: count the space's layouts when it is small
 
 
-def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: int, seed: int = 0,
-                objectives: Sequence[str] | None = None, out_root: str | None = None,
-                on_event: Callable[[str, dict], None] | None = None, time_limit: float | None = None,
-                retry_failed: bool = False, enqueue_grid: bool = False, interruptible: bool = False,
-                unique=_COUNT, stop: Callable[[], bool] | None = None, rung_root: str | None = None,
-                clock_start: float | None = None, drain: float = 0.0, longest_first: bool = False,
-                fail_fast: bool = True) -> None:
-    """Ask, dedupe, submit and tell on ``study`` (its sampler already set) until ``n_trials`` distinct layouts of
-    ``space`` are trained and COMPLETE; see the module docstring for the rules. Does not shut ``executor`` down.
+@dataclass(frozen=True, kw_only=True)
+class LoopSettings:
+    """How :func:`search_loop` runs: its target, clock and policies (each documented there)."""
+
+    n_trials: int
+    seed: int = 0
+    objectives: Sequence[str] | None = None
+    out_root: str | None = None
+    on_event: Callable[[str, dict], None] | None = None
+    time_limit: float | None = None
+    retry_failed: bool = False
+    enqueue_grid: bool = False
+    interruptible: bool = False
+    unique: object = _COUNT
+    stop: Callable[[], bool] | None = None
+    rung_root: str | None = None
+    clock_start: float | None = None
+    drain: float = 0.0
+    longest_first: bool = False
+    fail_fast: bool = True
+
+
+def search_loop(study: optuna.Study, space: SearchSpace, executor, settings: LoopSettings) -> None:
+    """Ask, dedupe, submit and tell on ``study`` (its sampler already set) until ``settings.n_trials`` distinct layouts
+    of ``space`` are trained and COMPLETE; see the module docstring for the rules. Does not shut ``executor`` down.
 
     ``objectives``: the metric names read as the objective values (default: the space's objectives' metrics).
     ``enqueue_grid``: enqueue every candidate first (sampler ``grid``) unless the study already holds search
@@ -95,13 +112,15 @@ def search_loop(study: optuna.Study, space: SearchSpace, executor, *, n_trials: 
     ``fail_fast``: when the first trials all fail the same way (:mod:`hlnas.search.shared`), start no more, store
     them as failures of that cause (re-queued) and raise :class:`~hlnas.search.shared.SharedFailure` once those in
     flight are told; False trains on, each failure the layout's own."""
-    search = _Search(study, space, executor, n_trials=n_trials, seed=seed, out_root=out_root, time_limit=time_limit,
-                     metrics_names=list(objectives) if objectives is not None else [o.metric for o in space.objectives],
-                     emit=on_event or (lambda kind, data: None),
-                     unique=space.countable(COUNTABLE) if unique is _COUNT else unique,
-                     stop=stop or (lambda: False), rung_root=rung_root, interruptible=interruptible,
-                     longest_first=longest_first, fail_fast=fail_fast)
-    search.prepare(retry_failed=retry_failed, enqueue_grid=enqueue_grid, clock_start=clock_start, drain=drain)
+    s = settings
+    search = _Search(study, space, executor, n_trials=s.n_trials, seed=s.seed, out_root=s.out_root,
+                     time_limit=s.time_limit,
+                     metrics_names=list(s.objectives) if s.objectives is not None else [o.metric for o in space.objectives],
+                     emit=s.on_event or (lambda kind, data: None),
+                     unique=space.countable(COUNTABLE) if s.unique is _COUNT else s.unique,
+                     stop=s.stop or (lambda: False), rung_root=s.rung_root, interruptible=s.interruptible,
+                     longest_first=s.longest_first, fail_fast=s.fail_fast)
+    search.prepare(retry_failed=s.retry_failed, enqueue_grid=s.enqueue_grid, clock_start=s.clock_start, drain=s.drain)
     search.run()
 
 

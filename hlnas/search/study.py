@@ -2,7 +2,7 @@
 by the loop in :mod:`hlnas.search.loop` (shared with the sampler benchmark), trials run by an executor.
 
 Everything needed to continue is stored with the study (the space, objectives, hlnas version), so
-``run_search(None, storage=..., study_name=..., resume=True)`` needs nothing else. After a crash or ``kill -9`` of the driver,
+``run_search(None, SearchOptions(storage=..., study_name=..., n_trials=..., resume=True))`` needs nothing else. After a crash or ``kill -9`` of the driver,
 completed trials are kept; trials left RUNNING are marked FAIL and their parameters re-queued; the
 study then runs until it holds the requested number of COMPLETE trials. One driver per study at a time
 (:mod:`hlnas.search.lease`: a heartbeat in study attr ``hlnas_driver``; a second live driver is refused).
@@ -19,8 +19,7 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import optuna
 from optuna.trial import TrialState
@@ -33,7 +32,8 @@ from hlnas.search.lease import DriverLease
 from hlnas.search.adopt import check_results_from, result_origins, store_results_from
 from hlnas.search.calibration import (PAUSED, borrowable_calibration, calibrate_if_needed,
                                      needs_calibration)
-from hlnas.search.loop import search_loop
+from hlnas.search.loop import LoopSettings, search_loop
+from hlnas.search.options import SearchOptions
 from hlnas.search.records import MAX_REQUEUES, front_rows, recover
 from hlnas.search.shared import only_shared_failures
 from hlnas.search.samplers import make_sampler
@@ -43,7 +43,7 @@ from hlnas.search.storage import (DEFAULT_STORAGE, StorageError, check_study_nam
 from hlnas.space import SearchSpace, space_from_dict
 import hlnas.calibration.protocol as calib
 
-__all__ = ["choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_or_create_storage", "run_search", "calibrate_study",
+__all__ = ["SearchOptions", "choose_executor", "default_trials", "trial_target", "resumable", "StorageError", "open_or_create_storage", "run_search", "calibrate_study",
            "load_hlnas_study", "study_summary", "front_rows", "DEFAULT_STORAGE", "MAX_REQUEUES"]
 
 def open_or_create_storage(url: str):
@@ -143,70 +143,34 @@ class _deferred_stop_signals:
             signal.raise_signal(self.got[0])
 
 
-def run_search(
-    space: SearchSpace | None,
-    *,
-    storage: str = DEFAULT_STORAGE,
-    study_name: str,
-    n_trials: int,
-    workers: int = 1,
-    executor: str | Executor = "inline",
-    sampler: str | None = None,
-    resume: bool = False,
-    seed: int = 0,
-    address: str | None = None,
-    cpus_per_trial: float = 1.0,
-    gpus_per_trial: float | None = None,
-    out_root: str | None = None,
-    on_event: Callable[[str, dict], None] | None = None,
-    time_limit: float | None = None,
-    retry_failed: bool = False,
-    skip_calibration: bool = False,
-    calibrate: bool = False,
-    calibrate_only: bool = False,
-    drain: float = 0.0,
-    calibrated_by: str | None = None,
-    results_from: Sequence[str] = (),
-    fail_fast: bool = True,
-) -> optuna.Study:
-    """Run (or resume) a study until ``n_trials`` distinct layouts are trained and COMPLETE, or the space is
-    exhausted. Trials that propose an already-trained layout are told its stored result (``reused_from``)
-    and do not count. After ``time_limit`` seconds (counted from the start, the calibration included) no new trial
-    or calibration run starts, and those running pause at their next recall check, their recall models kept; a
-    later ``resume`` continues them (a run split over several machine leases). ``drain``: those in flight go on for up
-    to this many seconds more before pausing (the last lease: a machine that goes back takes paused runs with it). Layouts that failed
-    (NaN, a crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is
-    queued once more (infeasible ones, which broke a constraint, stay out). ``fail_fast``: :mod:`hlnas.search.shared`.
+def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Study:
+    """Run (or resume) the study ``options`` names until ``options.n_trials`` distinct layouts are trained and COMPLETE,
+    or the space is exhausted (``space`` None: a resume, against the study's stored space). Trials that propose an
+    already-trained layout are told its stored result (``reused_from``) and do not count. Layouts that failed (NaN, a
+    crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is queued once more
+    (infeasible ones, which broke a constraint, stay out).
 
     Before any search trial, a space with a recall objective is calibrated (:mod:`hlnas.calibration.protocol`): its
-    controls run through the same executor, the verdict is stored with the study (and reused on resume),
-    seed-0 runs of the space's layouts become trials, and an invalid protocol raises
-    :class:`~hlnas.calibration.protocol.CalibrationFailed` before the search starts. ``skip_calibration`` opts out, and the
-    choice is stored with the study: a resume keeps it unless ``calibrate`` says to run the controls now.
-    ``calibrated_by`` names a study in the same storage whose valid calibration ran the same recall protocol (a second
-    seed of a grid, a placement extension): its verdict is stored as this study's, marked ``borrowed_from``
-    (:func:`hlnas.search.calibration.borrow_calibration`), and no control runs. ``results_from`` names studies whose
-    results of the same layouts, measured the same way, this study adopts instead of training (:mod:`hlnas.search.adopt`).
-    ``calibrate_only`` stops after the calibration (``hlnas calibrate``).
-
-    ``executor`` names where trials run (``inline``, ``processes``, ``ray``; ``workers`` and the ``*_per_trial``
-    options size it), or is an :class:`~hlnas.search.executors.Executor` object used as given (and shut down at the
-    end), e.g. :class:`hlnas.analysis.tabular.LookupExecutor` to look results up instead of training."""
-    options = _Options(**{k: v for k, v in locals().items() if k != "space"})  # every argument but the space
-    validate_options(n_trials=n_trials, workers=workers, executor=executor, cpus_per_trial=cpus_per_trial,
-                     gpus_per_trial=gpus_per_trial, time_limit=time_limit, address=address, drain=drain)
-    _check_calibration_options(calibrate, skip_calibration, calibrated_by)
-    if calibrate and space is not None:
+    controls run through the same executor, the verdict is stored with the study (and reused on resume), seed-0 runs
+    of the space's layouts become trials, and an invalid protocol raises
+    :class:`~hlnas.calibration.protocol.CalibrationFailed` before the search starts; ``calibrated_by`` borrows another
+    study's valid calibration of the same protocol instead (:func:`hlnas.search.calibration.borrow_calibration`).
+    Every setting: :class:`~hlnas.search.options.SearchOptions`."""
+    o = options
+    validate_options(n_trials=o.n_trials, workers=o.workers, executor=o.executor, cpus_per_trial=o.cpus_per_trial,
+                     gpus_per_trial=o.gpus_per_trial, time_limit=o.time_limit, address=o.address, drain=o.drain)
+    _check_calibration_options(o.calibrate, o.skip_calibration, o.calibrated_by)
+    if o.calibrate and space is not None:
         _check_calibrate(space)
-    store = open_or_create_storage(storage)
-    if calibrated_by is not None and space is not None and needs_calibration(space):
-        borrowable_calibration(store, space, calibrated_by)  # refused before a study is created for nothing
+    store = open_or_create_storage(o.storage)
+    if o.calibrated_by is not None and space is not None and needs_calibration(space):
+        borrowable_calibration(store, space, o.calibrated_by)  # refused before a study is created for nothing
     # refused before a study is created for nothing; a resume without a space: against its stored one, once loaded
-    sources = None if space is None else check_results_from(store, space, results_from)
-    existed = study_name in study_names(store)
-    study, space = _create_or_load(space, store, study_name, resume, skip_calibration)
-    store_results_from(study, check_results_from(store, space, results_from) if sources is None else sources)
-    if calibrate:
+    sources = None if space is None else check_results_from(store, space, o.results_from)
+    existed = o.study_name in study_names(store)
+    study, space = _create_or_load(space, store, o.study_name, o.resume, o.skip_calibration)
+    store_results_from(study, check_results_from(store, space, o.results_from) if sources is None else sources)
+    if o.calibrate:
         _check_calibrate(space)  # a resumed study's stored space
     lease = DriverLease(study).acquire()  # StudyBusy while another live driver holds it
     try:
@@ -232,9 +196,10 @@ def calibrate_study(space: SearchSpace, *, storage: str = DEFAULT_STORAGE, study
     executor, workers = choose_executor(executor, workers)
     exists = study_name in study_names(open_or_create_storage(storage))
     try:
-        study = run_search(space, storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor,
-                           resume=exists, cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True,
-                           calibrate_only=True, time_limit=time_limit, drain=drain)
+        study = run_search(space, SearchOptions(
+            storage=storage, study_name=study_name, n_trials=1, workers=workers, executor=executor, resume=exists,
+            cpus_per_trial=cpus_per_trial, on_event=on_event, calibrate=True, calibrate_only=True, time_limit=time_limit,
+            drain=drain))
         message = None
     except calib.CalibrationFailed as e:
         study, message = load_hlnas_study(storage, study_name), str(e)
@@ -337,38 +302,7 @@ def _probe_ray(address: str) -> None:
                          f"`ray start --head --port {port}` there, or fix the address") from None
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Options:
-    """One :func:`run_search` call's options, as the driver reads them (the arguments of the same names)."""
-
-    storage: str
-    study_name: str
-    n_trials: int
-    workers: int
-    executor: str | Executor
-    sampler: str | None
-    resume: bool
-    seed: int
-    address: str | None
-    cpus_per_trial: float
-    gpus_per_trial: float | None
-    out_root: str | None
-    on_event: Callable[[str, dict], None] | None
-    time_limit: float | None
-    retry_failed: bool
-    skip_calibration: bool
-    calibrate: bool
-    calibrate_only: bool
-    drain: float
-    calibrated_by: str | None
-    results_from: Sequence[str]
-    fail_fast: bool
-
-    def __post_init__(self) -> None:
-        check_study_name(self.study_name)  # where a search first reads it: before anything is opened or written
-
-
-def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool) -> optuna.Study:
+def _drive(study: optuna.Study, space: SearchSpace, o: SearchOptions, *, fresh: bool) -> optuna.Study:
     """The search itself, on a study this driver holds (see :func:`run_search`): recovery, the executor, the
     calibration, then :func:`hlnas.search.loop.search_loop`."""
     t_start = time.monotonic()
@@ -389,10 +323,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
         raise
     inline = isinstance(ex, InlineExecutor)  # its submit() runs the trial here: a signal must raise at once
     try:
-        verdict = calibrate_if_needed(study, space, ex, emit, storage=o.storage, study_name=o.study_name, fresh=fresh,
-                                      calibrate=o.calibrate, skip_calibration=o.skip_calibration, inline=inline,
-                                      time_limit=o.time_limit, drain=o.drain,
-                                      calibrated_by=o.calibrated_by)
+        verdict = calibrate_if_needed(study, space, ex, emit, o, fresh=fresh, inline=inline)
         if verdict is PAUSED:  # out of time before every control run finished: a resume continues it
             return study
         if o.calibrate_only:
@@ -400,11 +331,12 @@ def _drive(study: optuna.Study, space: SearchSpace, o: _Options, *, fresh: bool)
         if o.time_limit is not None and time.monotonic() - t_start >= o.time_limit:  # the calibration's time counts
             emit("time_limit", {"seconds": o.time_limit, "trained": 0})
             return study
-        search_loop(study, space, ex, n_trials=o.n_trials, seed=o.seed, out_root=o.out_root, on_event=emit,
-                    time_limit=o.time_limit, drain=o.drain, clock_start=t_start, retry_failed=o.retry_failed,
-                    enqueue_grid=sampler_name == "grid", interruptible=inline,
-                    # several trials at once: the order decides when the workers finish (one worker: the sampler's)
-                    longest_first=getattr(ex, "capacity", 1) > 1, fail_fast=o.fail_fast)
+        search_loop(study, space, ex, LoopSettings(
+            n_trials=o.n_trials, seed=o.seed, out_root=o.out_root, on_event=emit, time_limit=o.time_limit,
+            drain=o.drain, clock_start=t_start, retry_failed=o.retry_failed, enqueue_grid=sampler_name == "grid",
+            interruptible=inline, fail_fast=o.fail_fast,
+            # several trials at once: the order decides when the workers finish (one worker: the sampler's)
+            longest_first=getattr(ex, "capacity", 1) > 1))
     finally:
         ex.shutdown()
     return study

@@ -12,7 +12,7 @@ from hlnas.errors import ConfigError
 from hlnas.model.layout import build_layout
 from hlnas.model.build import build_model
 from hlnas.score import generate as generate_mod
-from hlnas.recall import ruler_tasks
+from hlnas.recall import ruler, ruler_tasks
 from hlnas.recall.ruler import (GROUP_WEIGHTS, RULER_GROUPS, RULER_TASKS, RulerLengthError, generate_samples,
                                 ruler_training_documents)
 from hlnas.score.ruler import aggregate, evaluate_ruler, score_sample
