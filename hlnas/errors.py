@@ -17,6 +17,7 @@ __all__ = [
     "LayoutError",
     "UnknownMixerError",
     "KernelUnavailable",
+    "DataSourceError",
     "DiskFull",
     "no_room",
     "did_you_mean",
@@ -96,3 +97,7 @@ def check_fields(kind: str, data: Mapping, cls: type) -> None:
     for key in data:
         if key not in names:
             raise ConfigError(f"unknown {kind} key '{key}'.{did_you_mean(key, names)} Allowed: {', '.join(sorted(names))}")
+
+
+class DataSourceError(HlnasError, ValueError):
+    """A data source cannot be read: missing path, unknown format, missing text field, unreachable dataset."""

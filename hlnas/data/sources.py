@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.errors import ConfigError, DataSourceError, did_you_mean
 
 from .corpus import synthetic_documents
 
@@ -33,10 +33,6 @@ __all__ = ["DataConfig", "DataSourceError", "iter_documents", "FILE_EXTENSIONS"]
 
 FILE_EXTENSIONS = (".txt", ".jsonl", ".json", ".parquet")
 _PARQUET_BATCH_ROWS = 1024  # rows per pyarrow batch: bounded memory on multi-GB files
-
-
-class DataSourceError(HlnasError, ValueError):
-    """A data source cannot be read: missing path, unknown format, missing text field, unreachable dataset."""
 
 
 @dataclass(frozen=True, kw_only=True)

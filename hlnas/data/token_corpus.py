@@ -20,7 +20,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-from .sources import DataSourceError
+from hlnas.errors import DataSourceError
 
 __all__ = ["TokenCorpus", "is_token_corpus", "SPLITS", "MANIFEST", "TOKENS", "FORMAT", "data_record"]
 
