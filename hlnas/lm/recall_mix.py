@@ -27,12 +27,12 @@ def recall_documents(train, tokenizer, mixed_mqar=None):
     recipe's :class:`~hlnas.lm.trainer.TrainConfig`) is 0."""
     if not train.recall_every:
         return None
-    if train.recall_format == "mqar":
-        return lambda seed: mqar_documents(mixed_mqar, seed)
-    from hlnas.recall.ruler import ruler_training_documents
+    if train.recall_format != "mqar":  # RULER instances as text
+        from hlnas.recall.ruler import ruler_training_documents
 
-    length = train.recall_length or train.seq_len
-    return lambda seed: ruler_training_documents(tokenizer, length, seed)
+        length = train.recall_length or train.seq_len
+        return lambda seed: ruler_training_documents(tokenizer, length, seed)
+    return lambda seed: mqar_documents(mixed_mqar, seed)
 
 
 def mqar_recall_config(train, tokenizer):

@@ -77,6 +77,7 @@ class LmStage:
     train: object
     tokenizer: object
     mixed_mqar: object | None
+    data: dict = field(default_factory=dict)  # the tokenizer and corpus it trained on (data_corpus, data_tokenizer, ...)
 
     def metrics(self) -> dict:
         tr = self.train
@@ -84,22 +85,24 @@ class LmStage:
 
         return {"final_loss": tr.final_loss, "tokens_per_s": tr.tokens_per_s, "steady_tokens_per_s": tr.steady_tokens_per_s,
                 "train_wall_s": tr.wall_s, "train_tokens": tr.tokens, "device": tr.device,
-                "device_name": device_name(tr.device), "train_step_mode": tr.step_mode}
+                "device_name": device_name(tr.device), "train_step_mode": tr.step_mode, **self.data}
 
 
 def lm_stage(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = False, extra_docs=None) -> LmStage:
     """Stage 2's training: ``recipe``'s layout and model trained under its ``train`` and ``data`` settings, with the
     recall protocol's documents mixed in as ``train.recall_every`` says (or ``extra_docs``: ``seed -> iterator``)."""
+    from hlnas.data.token_corpus import data_record
     from hlnas.data.tokenizer import load_tokenizer
     from hlnas.lm.recall_mix import recall_mix
     from hlnas.lm.trainer import train
 
     tok = load_tokenizer(recipe.data.tokenizer)
+    record = data_record(recipe.data.source, tok)  # which tokenizer and corpus the LM half is measured on
     mixed, docs = recall_mix(recipe.train, tok)
     docs = extra_docs if extra_docs is not None else docs
     tr = train(recipe.layout, recipe.model, recipe.train, recipe.data, out_dir=out_dir, progress=progress, tokenizer=tok,
                extra_docs=docs)
-    return LmStage(tr, tok, mixed)
+    return LmStage(tr, tok, mixed, record)
 
 
 def _scores(model, recipe, stage: LmStage, val_batches, *, device=None, progress=None, recall: dict | None = None) -> dict:
@@ -144,7 +147,6 @@ def run(recipe, *, out_dir: str | os.PathLike | None = None, progress: bool = Fa
 
 def _stages(recipe, *, out_dir, progress: bool, score: bool, recall_only: bool, extra_docs, recall: dict | None,
             recall_pause: RecallPause | None) -> RunResult:
-    from hlnas.data.token_corpus import data_record
     from hlnas.recall.baselines import recall_metrics
 
     if recall is None and score and "mqar" in recipe.score.objectives:
@@ -157,7 +159,6 @@ def _stages(recipe, *, out_dir, progress: bool, score: bool, recall_only: bool, 
         return RunResult("ok", m, m)
     stage = lm_stage(recipe, out_dir=out_dir, progress=progress, extra_docs=extra_docs)
     tr, metrics = stage.train, stage.metrics()
-    metrics.update(data_record(recipe.data.source, stage.tokenizer))  # the tokenizer and corpus the LM half measured on
     model = getattr(tr, "model", None)
     if tr.status != "ok" or not score:
         return RunResult(tr.status, metrics, {}, tr, model, tr.error_kind, tr.error)
