@@ -210,7 +210,7 @@ def test_errors_name_the_bad_input_and_the_fix(tmp_path):
     with pytest.raises(HlnasError, match="refresh_s must be > 0 seconds, got 0"):
         start_server(url, port=0, refresh_s=0)
     (tmp_path / "junk.db").write_text("not a database")
-    with pytest.raises(StorageError, match=r"cannot open storage 'sqlite:///.*junk.db'"):
+    with pytest.raises(StorageError, match=r"storage 'sqlite:///.*junk.db': the file is damaged"):
         open_storage(f"sqlite:///{tmp_path}/junk.db")
     with pytest.raises(StorageError, match="cannot open storage 'postgresql://nobody@127.0.0.1:9/none'"):
         open_storage("postgresql://nobody@127.0.0.1:9/none")  # no driver or nothing listening: named either way

@@ -63,7 +63,7 @@ def test_fail_stored_fails_a_running_trial_with_its_attributes(study):
     assert got.state == TrialState.FAIL and got.user_attrs == {"error": "gone", "error_kind": "interrupted"}
 
 
-def test_hypervolume_is_the_exact_dominated_volume():
-    assert oa.hypervolume([(0.0, 0.0, 0.0)], (1.0, 1.0, 1.0)) == pytest.approx(1.0)
+def test_wfg_hypervolume_is_the_exact_dominated_volume():
+    assert oa.wfg_hypervolume([(0.0, 0.0, 0.0)], (1.0, 1.0, 1.0)) == pytest.approx(1.0)
     # two boxes of 0.5 x 1 x 1 and 1 x 0.5 x 1 overlap in 0.5 x 0.5 x 1
-    assert oa.hypervolume([(0.5, 0.0, 0.0), (0.0, 0.5, 0.0)], (1.0, 1.0, 1.0)) == pytest.approx(0.75)
+    assert oa.wfg_hypervolume([(0.5, 0.0, 0.0), (0.0, 0.5, 0.0)], (1.0, 1.0, 1.0)) == pytest.approx(0.75)

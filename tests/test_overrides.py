@@ -151,7 +151,7 @@ def test_nested_config_keys_are_typed_by_their_section_s_field():
 
 @pytest.mark.parametrize("item, message", [
     ("score.mqar.stepz=1", "--set score.mqar.stepz=1: unknown score.mqar key 'stepz'. Did you mean: steps? "
-                           "Allowed: batch, beta2, budget_s, compile, eval_every, graph, kv_pairs, lr, lrs, model, seq_len, steps,"),
+                           "Allowed: batch, beta2, beyond, budget_s, compile, curriculum_frac, curriculum_kv, eval_every, graph, kernels,"),
     ("score.ruler.lenghts=[1]", "unknown score.ruler key 'lenghts'. Did you mean: lengths? Allowed: cache_dir, lengths,"),
     ("score.mqr.steps=1", "unknown score key 'mqr'. Did you mean: mqar? Allowed: batch_size, lm_eval, mqar, mqar_mixed,"),
     ("score.mqar=3", "--set score.mqar=3: score.mqar is a section; set its keys (score.mqar.KEY=VALUE), one of batch,"),
