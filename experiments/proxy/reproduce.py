@@ -17,14 +17,19 @@ import sys
 import time
 
 SPACE = os.environ.get("REPRO_SPACE", "search_spaces/paper_grid_h200_lr.yaml")
+DEVICE = os.environ.get("REPRO_DEVICE", "cuda")  # cpu: a smoke test of the script on a small REPRO_SPACE
 
 
 def run(label: str, mixer: str, ratio: str, seed: int, budget_s: float, out: str) -> None:
     import torch
 
     import hlnas
-    from hlnas.score.recall_proxy import train_mqar
     from hlnas.space import load_space
+
+    try:  # today's package, or a snapshot of the grid's commit (before the wings)
+        from hlnas.recall.proxy import train_mqar
+    except ImportError:
+        from hlnas.score.recall_proxy import train_mqar
 
     sp = load_space(SPACE)
     cfg = dataclasses.replace(sp.score.mqar, budget_s=budget_s)
@@ -34,7 +39,7 @@ def run(label: str, mixer: str, ratio: str, seed: int, budget_s: float, out: str
     params = {"mixer": mixer} if mixer == "transformer" else {"mixer": mixer, "ratio": ratio, "placement": "paper"}
     layout = sp.layout(params)
     t0 = time.time()
-    r = train_mqar(layout, sp.model, cfg, seed=seed, device="cuda")
+    r = train_mqar(layout, sp.model, cfg, seed=seed, device=DEVICE)
     curve = r["mqar"]["runs"][0]["curve"]
     base = r["mqar_val_baseline"]
     took_off = next((c[0] for c in curve if c[1] > 2 * base), None)
@@ -43,8 +48,9 @@ def run(label: str, mixer: str, ratio: str, seed: int, budget_s: float, out: str
         "steps": r["mqar_steps_done"], "val_acc": curve[-1][1] if curve else None, "val_baseline": base,
         "took_off": took_off, "reached": r["mqar_steps_to_target"], "test_acc": r["mqar_acc"],
         "test_baseline": r["mqar_baseline"], "mode": r["mqar"].get("mode"), "graph": cfg.graph, "compile": cfg.compile,
-        "torch_ops": os.environ.get("HLNAS_TORCH_OPS", ""), "card": torch.cuda.get_device_name(),
-        "fallbacks": r["mqar"].get("kernel_fallbacks"), "wall_s": round(time.time() - t0, 1), "curve": curve}
+        "torch_ops": os.environ.get("HLNAS_TORCH_OPS", ""),
+        "card": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE,
+        "fallbacks": r["mqar"].get("kernel_fallbacks"), "kernel_paths": r["mqar"].get("kernel_paths"), "wall_s": round(time.time() - t0, 1), "curve": curve}
     with open(out, "a") as f:
         f.write(json.dumps(row) + "\n")
     print(label, mixer, ratio, seed, "steps", row["steps"], "took off", took_off, "reached", row["reached"],
@@ -57,8 +63,12 @@ def kernels(out: str) -> None:
     has no lower bound), forward output and every input gradient, as relative errors (max |d| / max |ref|)."""
     import torch
 
-    from hlnas.kernels import backends
-    from hlnas.kernels.gla import gla, naive_gla
+    try:
+        from hlnas.model.kernels import backends
+        from hlnas.model.kernels.gla import gla, naive_gla
+    except ImportError:
+        from hlnas.kernels import backends
+        from hlnas.kernels.gla import gla, naive_gla
 
     torch.manual_seed(0)
     rows = []
