@@ -15,7 +15,8 @@ get() {  # $1 folder, then NAME==VERSION or NAME ...
   done
   echo "$dir: $(ls "$dir" | wc -l) wheels, $(du -sh "$dir" | cut -f1)"
 }
-get gpu fla-core==0.6.0 flash-linear-attention==0.6.0 optuna==5.0.0 alembic sqlalchemy mako colorlog greenlet
+get gpu fla-core==0.6.0 flash-linear-attention==0.6.0 optuna==5.0.0 alembic sqlalchemy mako colorlog greenlet \
+  pytest pluggy iniconfig pygments packaging pytest-timeout  # the GPU-marked tests run on the device
 if [ "${1:-}" = tilelang ]; then
   get a z3-solver==4.15.4.0 apache-tvm-ffi==0.1.12 torch-c-dlpack-ext==0.1.5  # what ran on the H200, 2026-12-01
   get b tilelang==0.1.15
