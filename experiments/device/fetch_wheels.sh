@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch the wheels a device call carries (docs/gpu.md), for the device's Python 3.12 on x86_64:
-#   bash experiments/device/fetch_wheels.sh            # .whl/gpu: fla and optuna with what they need (7.4 MB)
+#   bash experiments/device/fetch_wheels.sh            # .whl/gpu: fla, optuna, pytest and what they need (9.2 MB)
 #   bash experiments/device/fetch_wheels.sh tilelang   # also .whl_parts: GatedDeltaNet's TileLang backward, in parts
 # A new checkout has no .whl (git-ignored): run this before the session's first device call. Pins: what the
 # device's results so far were measured with.
