@@ -6,6 +6,7 @@ recall proxy, and writes one JSON line: the recall result with every score besid
 the GPU-seconds and the card.
 
     python experiments/proxy/screen.py run OUT.jsonl DEADLINE_S NPROC CASE...
+    python experiments/proxy/screen.py plan subset|cells PROTOCOL SEED [DONE.jsonl...]   # the cases not yet done
     python experiments/proxy/screen.py table RESULTS.jsonl...      # one row per case, then per protocol
 """
 from __future__ import annotations
@@ -83,6 +84,22 @@ def drive(out: str, seconds: float, nproc: int, cases: list[str]) -> None:
         p.wait()
 
 
+TABLE7_MIXERS = ("deltanet", "gated_deltanet", "gla", "hgrn2")  # the mixers of the paper's Table 7
+
+
+def plan(which: str, protocol: str, seed: int, done_paths: list[str]) -> list[str]:
+    """The subset screen (6:1 and 3:1 of the Table 7 mixers, and the control) or the rule's 21 cells (every ratio of
+    the Table 7 mixers, and the Transformer) for one protocol and seed, less the cases a results file already holds
+    (a finished row, not a failed one), the control first."""
+    if protocol not in protocols():
+        raise SystemExit(f"screen.py: unknown protocol {protocol!r}; allowed: {', '.join(protocols())}")
+    ratios = {"subset": ("3:1", "6:1"), "cells": ("3:1", "6:1", "12:1", "24:1", "pure")}[which]
+    cases = [f"{protocol}/transformer/-/{seed}"] + [f"{protocol}/{m}/{r}/{seed}" for r in ratios for m in TABLE7_MIXERS]
+    done = {json.loads(line)["case"] for p in done_paths if Path(p).exists() for line in open(p)
+            if line.strip() and "protocol" in json.loads(line)}
+    return [c for c in cases if c not in done]
+
+
 def table(paths: list[str]) -> None:
     rows = [json.loads(line) for p in paths for line in open(p) if line.strip()]
     print(f"| case | card | steps | reached | recall [baseline] | learning AUC | beyond | GPU-s (shared) |")
@@ -102,6 +119,8 @@ if __name__ == "__main__":
         drive(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5:])
     elif cmd == "work":
         work(sys.argv[2], float(sys.argv[3]), sys.argv[4:])
+    elif cmd == "plan":
+        print(" ".join(plan(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:])))
     elif cmd == "table":
         table(sys.argv[2:])
     else:

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One device call of the proxy screen (README.md here): bash experiments/proxy/gpu.sh STEP ARGS
+#   subset PROTOCOL SEED   the subset screen: the control, 6:1 and 3:1 of the four Table 7 mixers (9 runs)
+#   cells PROTOCOL SEED    the selection rule's 21 cells: the Transformer and every ratio of the Table 7 mixers
+#   probe                  point 1's probes: fla's GLA kernel at strong decays, and HGRN-2 3:1 seed 0 with fla's
+#                          path eager (no graph, no compile) and with only GLA's op on PyTorch
+# Carry .whl/gpu (fetch_wheels.sh), and from the second call on .gpu_state/proxy (the rows earlier calls brought back:
+# a step skips the cases they hold). Runs share the GPU as processes (NPROC, default: all of a step's cases); each
+# stops by DEADLINE seconds (default 470: inside a call's 600). Rows land in $OUT/proxy/screen.jsonl: copy $OUT/proxy
+# to .gpu_state/proxy (and the rows to results/) before the next call.
+set -uo pipefail
+STEP=${1:-}
+OUT=${OUT:-/tmp/out} DEADLINE=${DEADLINE:-470} PY=${PYTHON:-python3} SITE=${HLNAS_SITE:-/tmp/site}
+HERE=experiments/proxy
+for d in .whl/*/; do  # carried wheels, once per machine (a warm machine keeps them)
+  [ -d "$d" ] || continue
+  w=$(basename "$d"); [ -f "$SITE/.hlnas_$w" ] && continue
+  $PY -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$d"*.whl && touch "$SITE/.hlnas_$w" || exit 1
+done
+# one inductor compile worker per process: a screen runs a dozen processes, each of which would otherwise start a
+# pool as large as the machine's cores
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$SITE:$PWD PYTHONUNBUFFERED=1 HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick} \
+  TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-1}
+mkdir -p "$OUT/proxy"
+rows=$OUT/proxy/screen.jsonl
+[ -s "$rows" ] || { [ -f .gpu_state/proxy/screen.jsonl ] && cp .gpu_state/proxy/screen.jsonl "$rows"; }
+echo "proxy gpu.sh $STEP: $(nvidia-smi -L 2>/dev/null | head -1)"
+case $STEP in
+  subset|cells)
+    [ $# -eq 3 ] || { echo "gpu.sh $STEP: give PROTOCOL SEED"; exit 2; }
+    cases=$($PY $HERE/screen.py plan "$STEP" "$2" "$3" "$rows") || exit 2
+    [ -n "$cases" ] || { echo "every case of $STEP $2 seed $3 is done"; $PY $HERE/screen.py table "$rows"; exit 0; }
+    n=$(wc -w <<<"$cases")
+    $PY $HERE/screen.py run "$rows" "$DEADLINE" "${NPROC:-$n}" $cases 2>"$OUT/proxy/screen_$STEP.err"
+    $PY $HERE/screen.py table "$rows" ;;
+  probe)
+    $PY $HERE/reproduce.py kernels "$OUT/proxy/kernels.jsonl" >"$OUT/proxy/kernels.log" 2>&1 &
+    REPRO_GRAPH=0 REPRO_COMPILE=0 $PY $HERE/reproduce.py run fla_eager hgrn2 3:1 0 $((DEADLINE - 60)) \
+      "$OUT/proxy/repro.jsonl" >"$OUT/proxy/repro_eager.log" 2>&1 &
+    HLNAS_TORCH_OPS=gla $PY $HERE/reproduce.py run fla_but_gla hgrn2 3:1 0 $((DEADLINE - 60)) \
+      "$OUT/proxy/repro.jsonl" >"$OUT/proxy/repro_gla.log" 2>&1 &
+    wait
+    tail -n 3 "$OUT"/proxy/*.log ;;
+  *) echo "gpu.sh: unknown step '$STEP'; allowed: subset, cells, probe"; exit 2 ;;
+esac
