@@ -13,6 +13,10 @@ mean over instances):
 * ``copy_any``: any value symbol seen earlier in the instance, uniformly (``1/K`` in Zoology's form);
 * ``eliminate_revealed`` (document form only, where each query is followed by its answer): a value seen
   earlier that has not yet been revealed as an answer (mean over queries of ``1/(K - i)``, ``H_K / K``).
+* ``latest_by_repeat`` (only where keys are assigned twice, MQAR's ``overwrite``): a value still current (no later
+  assignment of its key), among those whose key was assigned as often as the query's (twice or once): ``1/R`` for an
+  overwritten key, ``1/(K - R)`` for the others. It counts keys and reads which value follows which assignment, but
+  never looks up the queried key's value.
 
 RULER strategies (:func:`ruler_sample_baseline`): copy, uniformly and without looking at the query, as many
 distinct context strings of the answers' shape (7-digit numbers, UUIDs, adjective-noun words, 5-letter
@@ -32,7 +36,7 @@ from hlnas.metrics import corrected  # defined without torch (hlnas.search.rungs
 
 __all__ = ["mqar_baselines", "ruler_sample_baseline", "strongest", "corrected", "recall_metrics", "MQAR_STRATEGIES"]
 
-MQAR_STRATEGIES = ("uniform", "copy_any", "eliminate_revealed")
+MQAR_STRATEGIES = ("uniform", "copy_any", "eliminate_revealed", "latest_by_repeat")
 IGNORE = -100
 
 
@@ -78,14 +82,19 @@ def mqar_baselines(inputs: Tensor, labels: Tensor, vocab_size: int, token_map: S
     is_value = torch.zeros(int(max(inputs.max().item(), labels.max().item(), vocab_size)) + 1, dtype=torch.bool)
     ids = list(token_map) if token_map is not None else list(range(vocab_size))
     is_value[torch.tensor(ids[half:], dtype=torch.long)] = True
+    is_key = torch.zeros_like(is_value)
+    is_key[torch.tensor(ids[1:half], dtype=torch.long)] = True
     x, y = inputs.cpu(), labels.cpu()
-    totals = {k: 0.0 for k in MQAR_STRATEGIES if document_form or k != "eliminate_revealed"}
+    totals = {k: 0.0 for k in MQAR_STRATEGIES if (document_form or k != "eliminate_revealed") and k != "latest_by_repeat"}
+    repeats = 0.0  # latest_by_repeat's total; reported only where some instance assigns a key twice
+    any_repeat = False
     count = 0
     for row in range(x.shape[0]):
         queries = (y[row] != IGNORE).nonzero().flatten().tolist()
         if not queries:
             continue
         xs = x[row].tolist()
+        current = _current_values(xs, queries[0], is_key, is_value)
         value_pos = is_value[x[row]].nonzero().flatten().tolist()
         per = {k: 0.0 for k in totals}
         revealed: set[int] = set()
@@ -103,12 +112,37 @@ def mqar_baselines(inputs: Tensor, labels: Tensor, vocab_size: int, token_map: S
                 if answer in left:
                     per["eliminate_revealed"] += 1.0 / len(left)
                 revealed.add(answer)  # shown right after this query
+        if current is None:
+            repeats += per["copy_any"] / len(queries)  # no key assigned twice: the strategy is copy_any
+        else:
+            any_repeat = True
+            repeats += sum(_by_repeat(current, xs[q], int(y[row, q])) for q in queries) / len(queries)
         for k in totals:
             totals[k] += per[k] / len(queries)
         count += 1
     if count == 0:
         raise ValueError("no labelled positions in labels; nothing to score")
-    return {k: v / count for k, v in totals.items()}
+    out = {k: v / count for k, v in totals.items()}
+    return {**out, "latest_by_repeat": repeats / count} if any_repeat else out
+
+
+def _current_values(xs: list[int], end: int, is_key: Tensor, is_value: Tensor) -> dict[int, tuple[int, bool]] | None:
+    """Before position ``end``: each assigned key's current value and whether it was assigned more than once; None
+    where no key was assigned twice."""
+    current, twice = {}, set()
+    for p in range(end - 1):
+        if is_key[xs[p]] and is_value[xs[p + 1]]:
+            if xs[p] in current:
+                twice.add(xs[p])
+            current[xs[p]] = xs[p + 1]
+    return {k: (v, k in twice) for k, v in current.items()} if twice else None
+
+
+def _by_repeat(current: dict[int, tuple[int, bool]], query_key: int, answer: int) -> float:
+    """latest_by_repeat's chance on one query: uniform over the current values of keys assigned as often as it."""
+    group = query_key in current and current[query_key][1]
+    candidates = {v for v, twice in current.values() if twice == group}
+    return 1.0 / len(candidates) if answer in candidates else 0.0
 
 
 # -- RULER ------------------------------------------------------------------------------------------

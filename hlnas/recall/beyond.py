@@ -44,9 +44,9 @@ def setting_key(seq_len: int, kv_pairs: int) -> str:
     return f"L{seq_len}K{kv_pairs}"
 
 
-def check_beyond(settings, vocab: int, train_len: int) -> tuple[tuple[int, int], ...]:
-    """``score.mqar.beyond`` as ``((seq_len, kv_pairs), ...)``, each a valid MQAR task in ``vocab`` symbols, refused in
-    one line otherwise."""
+def check_beyond(settings, vocab: int, train_len: int, overwrite: float = 0.0) -> tuple[tuple[int, int], ...]:
+    """``score.mqar.beyond`` as ``((seq_len, kv_pairs), ...)``, each a valid MQAR task in ``vocab`` symbols (with the
+    trained task's ``overwrite``), refused in one line otherwise."""
     out = []
     for i, s in enumerate(settings):
         if not (isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
@@ -55,7 +55,7 @@ def check_beyond(settings, vocab: int, train_len: int) -> tuple[tuple[int, int],
                               "e.g. [1024, 64]")
         L, K = s
         try:
-            MqarTask(vocab_size=vocab, seq_len=L, num_kv_pairs=K)
+            MqarTask(vocab_size=vocab, seq_len=L, num_kv_pairs=K, overwrite=overwrite)
         except ConfigError as e:
             raise ConfigError(f"score.mqar.beyond[{i}]=[{L}, {K}]: {e}") from None
         out.append((L, K))

@@ -8,6 +8,11 @@ them, at position 2K + 2g with a distinct gap g in [0, (L - 2K)/2) drawn with P(
 key's value (next-token prediction). Other positions hold 0, or uniform tokens in [0, V) with
 ``random_non_queries``.
 
+Overwritten keys (``overwrite``, a fraction f of the pairs; not in Zoology): after the K pairs, R = floor(f K) of the
+keys are assigned again, each to a new value (``k v ... k' v'``), and a query asks for the latest value. A
+delta-rule state erases the old value of a key as it writes the new one; an additive state (GLA, RetNet, HGRN) holds
+both, so a lookup returns their mix. The queries follow the re-assignments, in the slots left after them.
+
 Seeds: as in Zoology, training data uses seeds in [0, 2**31) and test data ``2**31 + seed``, so the two
 never share a generator stream. Sampling uses a ``torch.Generator`` (not NumPy's global state); the
 distribution is Zoology's, the exact examples are not.
@@ -45,6 +50,7 @@ class MqarTask:
     num_kv_pairs: int  # K, with 4K <= L
     power_a: float = 0.01  # gap distribution exponent (Zoology's default)
     random_non_queries: bool = False  # the paper sweep's zero fillers
+    overwrite: float = 0.0  # fraction of the K keys assigned again, to new values, before the queries
     token_map: tuple[int, ...] | None = None  # symbol -> model token id; None = identity
 
     def __post_init__(self) -> None:
@@ -55,6 +61,15 @@ class MqarTask:
             raise ConfigError(f"MqarTask.num_kv_pairs must satisfy 1 <= K and 4K <= seq_len={L}, got K={K}")
         if V < 4 or K > V // 2 - 1:
             raise ConfigError(f"MqarTask.vocab_size={V} holds {max(V // 2 - 1, 0)} distinct keys; num_kv_pairs={K} needs vocab_size >= {2 * K + 2}")
+        if not (isinstance(self.overwrite, (int, float)) and 0 <= self.overwrite < 1):
+            raise ConfigError(f"MqarTask.overwrite must be a fraction in [0, 1) of the pairs assigned again, got {self.overwrite!r}")
+        R = self.overwritten
+        if 4 * K + 2 * R > L:
+            raise ConfigError(f"MqarTask with num_kv_pairs={K} and overwrite={self.overwrite} ({R} keys assigned again) "
+                              f"needs seq_len >= 4K + 2R = {4 * K + 2 * R}, got {L}")
+        if K + R > V - V // 2:
+            raise ConfigError(f"MqarTask.vocab_size={V} holds {V - V // 2} distinct values; {K} pairs and {R} "
+                              f"re-assignments need {K + R}")
         if not self.power_a > 0:
             raise ConfigError(f"MqarTask.power_a must be > 0, got {self.power_a}")
         if self.token_map is not None:
@@ -62,6 +77,11 @@ class MqarTask:
             if len(m) != V or len(set(m)) != V or min(m) < 0:
                 raise ConfigError(f"MqarTask.token_map must hold vocab_size={V} distinct non-negative token ids, got {len(m)} ids ({len(set(m))} distinct)")
             object.__setattr__(self, "token_map", m)
+
+    @property
+    def overwritten(self) -> int:
+        """R: how many of the keys are assigned a second value before the queries."""
+        return int(self.overwrite * self.num_kv_pairs)
 
     @property
     def model_vocab_needed(self) -> int:
@@ -134,23 +154,30 @@ def mqar_documents(cfg: MqarTask, seed: int) -> Iterator[list[int]]:
 
 
 def _chunk(cfg: MqarTask, n: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
-    V, L, K, a = cfg.vocab_size, cfg.seq_len, cfg.num_kv_pairs, cfg.power_a
+    V, L, K, a, R = cfg.vocab_size, cfg.seq_len, cfg.num_kv_pairs, cfg.power_a, cfg.overwritten
     half = V // 2
-    # top-k of i.i.d. uniforms = K distinct picks in random order
+    # top-k of i.i.d. uniforms = K distinct picks in random order (the first K of the top K + R are the same picks,
+    # so overwrite=0 draws exactly the instances it always did)
     keys = torch.rand(n, half - 1, generator=g).topk(K, dim=1).indices + 1
-    values = torch.rand(n, V - half, generator=g).topk(K, dim=1).indices + half
-    slots = (L - 2 * K) // 2
+    values = torch.rand(n, V - half, generator=g).topk(K + R, dim=1).indices + half
+    start = 2 * (K + R)  # the queries' region
+    slots = (L - start) // 2
     weight = a * torch.arange(1, slots + 1, dtype=torch.float64) ** (a - 1)
     # weighted sampling without replacement (Efraimidis-Spirakis): top-K of log(u)/w, in draw order
     u = torch.rand(n, slots, generator=g, dtype=torch.float64).clamp_min(1e-300)
     gaps = (u.log() / weight).topk(K, dim=1).indices
     inputs = torch.zeros(n, L, dtype=torch.long)
     inputs[:, 0 : 2 * K : 2] = keys
-    inputs[:, 1 : 2 * K : 2] = values
-    qpos = 2 * K + 2 * gaps
+    inputs[:, 1 : 2 * K : 2] = values[:, :K]
+    latest = values[:, :K].clone()
+    if R:  # keys are in random order, so the first R are a random subset: assigned again, in that order
+        inputs[:, 2 * K : start : 2] = keys[:, :R]
+        inputs[:, 2 * K + 1 : start : 2] = values[:, K:]
+        latest[:, :R] = values[:, K:]
+    qpos = start + 2 * gaps
     inputs.scatter_(1, qpos, keys)
     labels = torch.full((n, L), IGNORE, dtype=torch.long)
-    labels.scatter_(1, qpos, values)
+    labels.scatter_(1, qpos, latest)
     if cfg.random_non_queries:
         filler = inputs == 0
         inputs[filler] = torch.randint(V, (int(filler.sum()),), generator=g)

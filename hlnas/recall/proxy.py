@@ -131,6 +131,9 @@ class MqarConfig:
     # holding curriculum_kv pairs, doubling to kv_pairs by curriculum_frac of the steps (None: kv_pairs throughout)
     beyond: tuple[tuple[int, int], ...] = ()
     curriculum_kv: int | None = None
+    # MQAR only: the fraction of the keys assigned a second value before the queries, which ask for the latest
+    # (hlnas.recall.mqar: a delta-rule state replaces a key's value, an additive one sums the two)
+    overwrite: float = 0.0
     curriculum_frac: float = 0.25
     # the sequence kernels the recall model trains on: "auto" (fla's where they run, hlnas.model.kernels) or "torch"
     # (hlnas's PyTorch kernels everywhere). Part of the protocol: fla's and the PyTorch kernels round differently, and
@@ -171,7 +174,7 @@ class MqarConfig:
         if self.kernels not in ("auto", "torch"):
             raise ConfigError(f"score.mqar.kernels={self.kernels!r} is not allowed; allowed: auto (fla's kernels where "
                               "they run), torch (hlnas's PyTorch kernels everywhere)")
-        if self.beyond or self.curriculum_kv is not None:
+        if self.beyond or self.curriculum_kv is not None or self.overwrite:
             self._check_mqar_extras()
         if self.task == "vt":  # refuse a task that does not fit its length or vocabulary now, not at training
             try:
@@ -181,8 +184,13 @@ class MqarConfig:
 
     def _check_mqar_extras(self) -> None:
         if self.task != "mqar":
-            raise ConfigError(f"score.mqar.beyond and score.mqar.curriculum_kv are MQAR settings; task is {self.task!r}")
-        object.__setattr__(self, "beyond", check_beyond(self.beyond, self.vocab, self.seq_len))
+            raise ConfigError(f"score.mqar.beyond, curriculum_kv and overwrite are MQAR settings; task is {self.task!r}")
+        try:  # the trained task itself, now rather than at training
+            recall_task(self)
+        except ConfigError as e:
+            raise ConfigError(f"score.mqar (seq_len {self.seq_len}, kv_pairs {self.kv_pairs}, overwrite "
+                              f"{self.overwrite}): {e}") from None
+        object.__setattr__(self, "beyond", check_beyond(self.beyond, self.vocab, self.seq_len, self.overwrite))
         k = self.curriculum_kv
         if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.kv_pairs):
             raise ConfigError(f"score.mqar.curriculum_kv={k!r} is not allowed; allowed: null or an integer from 1 to "
@@ -196,7 +204,7 @@ def recall_task(cfg: MqarConfig) -> MqarTask | VtTask:
     """The task ``score.mqar`` trains and scores its recall models on."""
     if cfg.task == "vt":
         return VtTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, chains=cfg.vt.chains, hops=cfg.vt.hops, query=cfg.vt.query)
-    return MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs)
+    return MqarTask(vocab_size=cfg.vocab, seq_len=cfg.seq_len, num_kv_pairs=cfg.kv_pairs, overwrite=cfg.overwrite)
 
 
 def make_task(task: MqarTask | VtTask, n: int, seed: int, *, split: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -450,6 +458,7 @@ def sweep_result(setup: RecallSetup, runs: list[dict], val, *, device, t0: float
         "mqar_auc": best["auc"], "mqar_steps_to_target": best["steps_to_target"], "mqar_val_baseline": round(val_base, 4),
         "mqar": {"task": cfg.task, "seq_len": task.seq_len, "vocab": vocab, "steps": cfg.steps,
                  **({"vt": cfg.vt.to_dict()} if cfg.task == "vt" else {"kv_pairs": task.num_kv_pairs}),
+                 **({"overwrite": cfg.overwrite, "overwritten": task.overwritten} if cfg.overwrite else {}),
                  "target": cfg.target, "test": cfg.test, "test_seed": cfg.test_seed,
                  "model": {k: v for k, v in best["model"].cfg.to_dict().items()
                            if k in ("d_model", "n_heads", "n_layers", "mlp_hidden", "vocab_size", "residual_init")},

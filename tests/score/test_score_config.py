@@ -29,9 +29,9 @@ NESTED = {
 
 #: settings added after the flat form was retired: they have no old key (stored settings without them read as the default)
 SINCE_NESTED = ("mqar.task", "mqar.vt", "mqar.compile", "mqar.kernels", "mqar.beyond", "mqar.curriculum_kv",
-                "mqar.curriculum_frac")
+                "mqar.curriculum_frac", "mqar.overwrite")
 #: MQAR-only settings: the example's task is VT, where they are refused (tests/score/test_recall_beyond.py sets them)
-MQAR_ONLY = ("beyond", "curriculum_kv", "curriculum_frac")
+MQAR_ONLY = ("beyond", "curriculum_kv", "curriculum_frac", "overwrite")
 
 
 def _flat(nested: dict) -> dict:
