@@ -11,7 +11,7 @@
 set -uo pipefail
 STEP=${1:-}
 OUT=${OUT:-/tmp/out} LIMIT=${LIMIT:-520} WORKERS=${WORKERS:-4} CORPUS=${CORPUS:-corpora/english} TOKENS=${TOKENS:-2M}
-PY=${PYTHON:-python3} SITE=${HLNAS_SITE:-/tmp/site}
+PY=${PYTHON:-python3}
 case $STEP in
   budget) args=(-m experiments.lm_budget --out "$OUT/lm/budget") ;;
   grid) args=(-m experiments.lm_grid --tokens "$TOKENS" --out "$OUT/lm/grid") ;;
@@ -29,13 +29,7 @@ for c in triton inductor; do  # a carried .triton_cache (h200.sh's archives), on
     mkdir -p "$HOME/.triton" && cat .triton_cache/${c}_cache.tgz.* | tar xzf - -C "$HOME/.triton"
   fi
 done
-for d in .whl/*/; do  # carried wheels, once per machine (a warm machine keeps them)
-  [ -d "$d" ] || continue
-  w=$(basename "$d"); [ -f "$SITE/.hlnas_$w" ] && continue
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$d"*.whl \
-    && touch "$SITE/.hlnas_$w" || exit 1
-done
-export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
+source experiments/device/site.sh
 mkdir -p "$OUT/lm/$STEP"
 # the runs of earlier calls: the carried copy, unless this (warm) machine's own is already there
 if [ -f ".gpu_state/lm/$STEP/runs.jsonl" ] && [ ! -s "$OUT/lm/$STEP/runs.jsonl" ]; then

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # the runnable ones: a helper module (experiments/bench/results.py) has no command line
-SCRIPTS = sorted(p for d in ("experiments", "experiments/bench", "experiments/paper_grid")
+SCRIPTS = sorted(p for d in ("experiments", "experiments/bench", "experiments/paper_grid", "experiments/proxy")
                  for p in (ROOT / d).glob("*.py")
                  if "sys.argv" in p.read_text() or "__main__" in p.read_text())
 
@@ -43,3 +43,20 @@ def test_every_experiment_script_answers_help():
     r = subprocess.run([sys.executable, "-c", RUNNER, *map(str, SCRIPTS)], capture_output=True, text=True, timeout=600,
                        cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_every_screened_recall_protocol_is_a_valid_setting_of_the_grid_space(monkeypatch):
+    """A protocol of experiments/proxy/protocols.yaml that does not build fails on the device, after its start."""
+    from hlnas.overrides import config_from_dict
+    from hlnas.recall.proxy import MqarConfig, recall_task
+    from hlnas.space import load_space
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "proxy"))
+    import screen
+
+    space = load_space(screen.SPACE)
+    for name, protocol in screen.protocols().items():
+        cfg = config_from_dict(MqarConfig, {**space.score.mqar.to_dict(), **protocol["overrides"]}, f"protocol {name}")
+        recall_task(cfg)
+        assert protocol["score"] in ("recall", "recall_auc", "recall_beyond"), name
+        assert len(screen.plan("subset", name, 0, [])) == 9 and len(screen.plan("cells", name, 1, [])) == 21

@@ -10,16 +10,12 @@
 # to .gpu_state/proxy (and the rows to results/) before the next call.
 set -uo pipefail
 STEP=${1:-}
-OUT=${OUT:-/tmp/out} DEADLINE=${DEADLINE:-470} PY=${PYTHON:-python3} SITE=${HLNAS_SITE:-/tmp/site}
+OUT=${OUT:-/tmp/out} DEADLINE=${DEADLINE:-470} PY=${PYTHON:-python3}
 HERE=experiments/proxy
-for d in .whl/*/; do  # carried wheels, once per machine (a warm machine keeps them)
-  [ -d "$d" ] || continue
-  w=$(basename "$d"); [ -f "$SITE/.hlnas_$w" ] && continue
-  $PY -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$d"*.whl && touch "$SITE/.hlnas_$w" || exit 1
-done
+source experiments/device/site.sh
 # one inductor compile worker per process: a screen runs a dozen processes, each of which would otherwise start a
 # pool as large as the machine's cores
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$SITE:$PWD PYTHONUNBUFFERED=1 HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick} \
+export PYTHONUNBUFFERED=1 HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick} \
   TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-1}
 mkdir -p "$OUT/proxy"
 rows=$OUT/proxy/screen.jsonl
