@@ -9,9 +9,9 @@ key's value (next-token prediction). Other positions hold 0, or uniform tokens i
 ``random_non_queries``.
 
 Overwritten keys (``overwrite``, a fraction f of the pairs; not in Zoology): after the K pairs, R = floor(f K) of the
-keys are assigned again, each to a new value (``k v ... k' v'``), and a query asks for the latest value. A
-delta-rule state erases the old value of a key as it writes the new one; an additive state (GLA, RetNet, HGRN) holds
-both, so a lookup returns their mix. The queries follow the re-assignments, in the slots left after them.
+keys are assigned again, each to a new value (``k v ... k' v'``), and a query asks for the latest value. The delta
+rule replaces a key's value as it writes; a decaying sum keeps both, the later weighted more. The queries follow the
+re-assignments, in the slots left after them.
 
 Seeds: as in Zoology, training data uses seeds in [0, 2**31) and test data ``2**31 + seed``, so the two
 never share a generator stream. Sampling uses a ``torch.Generator`` (not NumPy's global state); the

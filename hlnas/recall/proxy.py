@@ -132,7 +132,7 @@ class MqarConfig:
     beyond: tuple[tuple[int, int], ...] = ()
     curriculum_kv: int | None = None
     # MQAR only: the fraction of the keys assigned a second value before the queries, which ask for the latest
-    # (hlnas.recall.mqar: a delta-rule state replaces a key's value, an additive one sums the two)
+    # (hlnas.recall.mqar: the delta rule replaces a key's value, a decaying sum keeps both)
     overwrite: float = 0.0
     curriculum_frac: float = 0.25
     # the sequence kernels the recall model trains on: "auto" (fla's where they run, hlnas.model.kernels) or "torch"
