@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hlnas.errors import DiskFull, HlnasError, no_room
 
-__all__ = ["output_dir", "check_output_dir", "write_atomic", "remove_quietly", "write_output", "read_input"]
+__all__ = ["output_dir", "check_output_dir", "write_atomic", "remove_quietly", "missing_dirs", "remove_dirs", "write_output", "read_input"]
 
 
 def output_dir(path: str, flag: str = "--out") -> Path:
@@ -40,6 +40,24 @@ def check_output_dir(path: str, flag: str = "--out") -> None:
     except OSError as e:
         raise HlnasError(f"{flag} {path}: cannot create that folder ({e.strerror or type(e).__name__}); give a "
                          "writable folder") from None
+
+
+def missing_dirs(path) -> list[Path]:
+    """The folders that creating folder ``path`` would make, deepest first (to remove them again on a failure)."""
+    p, missing = Path(path).absolute(), []
+    while not p.exists() and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    return missing
+
+
+def remove_dirs(dirs) -> None:
+    """Remove the folders of :func:`missing_dirs` that are still empty, deepest first."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            break
 
 
 def remove_quietly(*paths) -> None:

@@ -137,9 +137,9 @@ def write_export(exp: Export, out_dir: str) -> list[str]:
     """Write ``out_dir/config.json`` and ``out_dir/README.md``; returns their paths."""
     if exp.config is None:
         raise ExportError(exp.refusal)
-    from hlnas.outputs import remove_quietly, write_atomic
+    from hlnas.outputs import missing_dirs, remove_dirs, remove_quietly, write_atomic
 
-    made = not os.path.isdir(out_dir)
+    made = missing_dirs(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     paths = [os.path.join(out_dir, "config.json"), os.path.join(out_dir, "README.md")]
     wrote = []
@@ -149,9 +149,7 @@ def write_export(exp: Export, out_dir: str) -> list[str]:
         write_atomic(paths[1], readme_text(exp, out_dir))
     except BaseException:
         remove_quietly(*wrote)
-        if made:
-            with contextlib.suppress(OSError):
-                os.rmdir(out_dir)
+        remove_dirs(made)
         raise
     return paths
 

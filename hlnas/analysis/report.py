@@ -8,7 +8,6 @@ one row per distinct layout), the failed trials with their errors, and every fig
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import html
 from pathlib import Path
@@ -151,7 +150,9 @@ def write_report(storage_url, study_name: str, out_dir, *, png: bool = True, wid
                           "the layouts and metrics a report shows")
     figures = build_figures(data)
     out = Path(out_dir)
-    made = not out.is_dir()
+    from hlnas.outputs import missing_dirs, remove_dirs, remove_quietly, write_atomic
+
+    made = missing_dirs(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -159,7 +160,6 @@ def write_report(storage_url, study_name: str, out_dir, *, png: bool = True, wid
     if png and find_chromium() is None:  # fail before writing anything half
         raise ReportError(f"PNG export needs a Chromium/Chrome browser (kaleido drives one headless) and none was found; {_INSTALL}")
     from hlnas.errors import DiskFull, no_room
-    from hlnas.outputs import remove_quietly, write_atomic
 
     page = out / "report.html"
     paths = [out / f"{fid}.png" for fid in figures] if png else []
@@ -169,9 +169,7 @@ def write_report(storage_url, study_name: str, out_dir, *, png: bool = True, wid
             write_png(list(figures.values()), paths, width=width, height=height)
     except BaseException as e:
         remove_quietly(page, *paths)  # a report is its page and its figures, or nothing
-        if made:
-            with contextlib.suppress(OSError):
-                out.rmdir()
+        remove_dirs(made)
         full = no_room(e)
         if full is not None and not isinstance(e, DiskFull):
             raise DiskFull(next((p for p in paths if str(p) in str(e)), out), full) from None
