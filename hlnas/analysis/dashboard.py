@@ -119,7 +119,7 @@ class FigureRefresher:
 
             failure = storage_failure(e, self.url)
             if failure is not None:
-                return _one_line(failure)
+                return str(failure).strip().splitlines()[0]
         return _one_line(e)
 
     def stop(self) -> None:
