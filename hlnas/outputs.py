@@ -4,11 +4,13 @@ given as a file, a binary file) instead of an OSError or UnicodeDecodeError trac
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
-from hlnas.errors import HlnasError
+from hlnas.errors import DiskFull, HlnasError, no_room
 
-__all__ = ["output_dir", "write_output", "read_input"]
+__all__ = ["output_dir", "check_output_dir", "write_atomic", "remove_quietly", "missing_dirs", "remove_dirs", "write_output", "read_input"]
 
 
 def output_dir(path: str, flag: str = "--out") -> Path:
@@ -19,6 +21,72 @@ def output_dir(path: str, flag: str = "--out") -> Path:
     except OSError as e:
         raise HlnasError(f"{flag} {path}: cannot create that folder ({e.strerror or type(e).__name__}); give a writable folder") from None
     return out
+
+
+def check_output_dir(path: str, flag: str = "--out") -> None:
+    """Say in one line why folder ``path`` could not be created or written to, without creating it: its nearest
+    existing ancestor must be a folder in which a folder can be made (probed with one made and removed at once)."""
+    p = Path(path).absolute()
+    if p.exists() and not p.is_dir():
+        raise HlnasError(f"{flag} {path}: is a file, not a folder; give a folder")
+    base = p
+    while not base.exists() and base.parent != base:
+        base = base.parent
+    if not base.is_dir():
+        raise HlnasError(f"{flag} {path}: cannot create that folder (Not a directory: {base} is a file); give a "
+                         "writable folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".hlnas-probe-", dir=base))
+    except OSError as e:
+        raise HlnasError(f"{flag} {path}: cannot create that folder ({e.strerror or type(e).__name__}); give a "
+                         "writable folder") from None
+
+
+def missing_dirs(path) -> list[Path]:
+    """The folders that creating folder ``path`` would make, deepest first (to remove them again on a failure)."""
+    p, missing = Path(path).absolute(), []
+    while not p.exists() and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    return missing
+
+
+def remove_dirs(dirs) -> None:
+    """Remove the folders of :func:`missing_dirs` that are still empty, deepest first."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def remove_quietly(*paths) -> None:
+    """Remove files (a partial output), ignoring those already gone."""
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def write_atomic(path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it, renamed into place once whole: a failure leaves
+    no partial file (the temporary is removed) and the previous ``path``, if any, untouched. No room on the disk
+    raises :class:`~hlnas.errors.DiskFull` naming ``path``; another OSError is one line naming it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException as e:
+        remove_quietly(tmp)
+        full = no_room(e)
+        if full is not None:
+            raise DiskFull(path, full) from None
+        if isinstance(e, OSError):
+            raise HlnasError(f"cannot write {path} ({e.strerror or type(e).__name__}); give a writable folder") from None
+        raise
 
 
 def write_output(path: Path, text: str, flag: str = "--out") -> None:

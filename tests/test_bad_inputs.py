@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from hlnas.cli.main import main
+from hlnas.data.packages import CORPORA
 from hlnas.search.study import run_search
 from hlnas.search.options import SearchOptions
 from tests.helpers import torch_threads
@@ -51,6 +52,14 @@ def ws(tmp_path_factory):
     with open(ws / "corrupt.db", "r+b") as f:  # a page of the stored study overwritten
         f.seek(4096)
         f.write(b"\xa5" * 4096)
+    (ws / "corrupt_trials.db").write_bytes((ws / "s.db").read_bytes())
+    with open(ws / "corrupt_trials.db", "r+b") as f:  # a page the study list does not read, its trials do
+        f.seek(2 * 4096)
+        f.write(b"\xa5" * 4096)
+    (ws / "ragged.csv").write_text("mixer,ratio,recall,kv_cache_bytes\ngla,pure,0.5,0\ngla,6:1,0.6\n")
+    (ws / "text").mkdir()
+    for i in range(6):  # enough documents to split and train a vocabulary on
+        (ws / "text" / f"d{i}.txt").write_text(" ".join(f"word{(i * 7 + k) % 50}" for k in range(300)) + "\n")
     run_search(tiny_space(), SearchOptions(storage=f"journal:///{ws}/bad.log", study_name="j", n_trials=1))
     with open(ws / "bad.log", "r+b") as f:
         f.seek(200)
@@ -101,6 +110,23 @@ ROWS = [
     (["dashboard", "--port", "-1"], "argument --port: -1 is not a port number; allowed: 1-65535"),
     (["bench-samplers", "--out", "/proc/b", "--seeds", "1", "--samplers", "random"], "--out /proc/b: cannot create that folder"),
     (["bench-samplers", "--table", "{ws}/none.csv"], "results table '{ws}/none.csv' not found"),
+    (["bench-samplers", "--table", "{ws}/ragged.csv"], "results table '{ws}/ragged.csv', row 3: 3 fields, the header has 4"),
+    (["bench-samplers", "--evals", "0", "--out", "{ws}/ev"], "--evals must be >= 1, got 0"),  # before --out is made
+    (["dashboard", "--refresh", "0"], "argument --refresh: 0 must be > 0 seconds"),
+    (["layout", "gla", "--placement", "-1,5"], "attention index -1 is out of range; expected a value in [0, 24)"),
+    # export, corpus: an --out that cannot be made is refused before any work (a full --out disk:
+    # tests/test_storage_faults.py)
+    (["export", "ZZZZZA", "--out", "/proc/e"], "--out /proc/e: cannot create that folder"),
+    (["export", "ZZZZZA", "--out", "{ws}/afile/sub"], "--out {ws}/afile/sub: cannot create that folder (Not a directory"),
+    (["export", "--front", "--storage", "sqlite:///{ws}/s.db", "--study", "a\nb"],
+     "--study 'a\\nb': a study name may not hold control characters"),
+    (["corpus", "build", "mine", "--from", "{ws}/text", "--out", "/proc/c", "--no-progress"],
+     "--out /proc/c: cannot create that folder"),
+    (["corpus", "build", "../escape", "--from", "{ws}/text", "--no-progress"],
+     "corpus name '../escape' is not allowed: it names a folder (corpora/NAME); allowed: letters, digits"),
+    (["corpus", "build", "a/b", "--from", "{ws}/text", "--no-progress"], "corpus name 'a/b' is not allowed"),
+    (["corpus", "build", "klingon", "--out", "{ws}/k"],
+     f"unknown corpus 'klingon'. Built-in: {', '.join(CORPORA)}; or give --from PATH"),
 ]
 
 # issue 63: (argv, fragment, the one file in the workspace the row may write: a search's own storage, or None)
@@ -118,6 +144,7 @@ ROWS_63 = [
     (["status", "--storage", "sqlite:///{ws}/corrupt.db"], DAMAGED, None),
     (["search", "--resume", "--storage", "sqlite:///{ws}/corrupt.db", "--study", "st", "--no-progress"], DAMAGED, None),
     (["report", "--storage", "sqlite:///{ws}/corrupt.db", "--out", "{ws}/rep", "--no-png"], DAMAGED, None),
+    (["dashboard", "--storage", "sqlite:///{ws}/corrupt_trials.db", "--port", "18733"], DAMAGED, None),  # not served
     (["status", "--storage", "journal:///{ws}/bad.log"], "the journal file is damaged (a line is not a whole JSON record)",
      None),
     (["bench-samplers", "--table", "{ws}/binary.yaml"], "results table '{ws}/binary.yaml' is not a CSV text file", None),

@@ -188,3 +188,72 @@ def test_a_damaged_journal_is_one_line_without_the_list_of_schemes(tmp_path, cap
     assert line.startswith(f"hlnas status: error: storage 'journal:///{log}': the journal file is damaged (a line is not "
                            "a whole JSON record) ('utf-8' codec can't decode byte 0xa5")
     assert line.endswith("restore it from a copy, or cut it after its last whole line") and "allowed schemes" not in line
+
+
+def filling_up(limit: int):
+    """``open`` for :mod:`hlnas.outputs`: a real file whose writes past ``limit`` bytes fail with ENOSPC, as a full
+    disk fails them."""
+    import errno
+
+    class FillsUp:
+        def __init__(self, name, mode="r", *args, **kwargs):
+            self.f, self.n = open(name, mode, *args, **kwargs), 0
+
+        def write(self, b):
+            if self.n + len(b) > limit:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.n += len(b)
+            return self.f.write(b)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    return FillsUp
+
+
+@pytest.mark.parametrize(("argv", "target"), [
+    (["report", "--storage", "{url}", "--out", "{tmp}/out/rep", "--no-png"], "out/rep/report.html"),
+    (["export", "ZZZZZA", "--out", "{tmp}/out/fla"], "out/fla/ZZZZZA/config.json"),
+], ids=lambda a: a[0] if isinstance(a, list) else None)
+def test_a_full_out_disk_is_one_line_and_leaves_no_partial_file(stored, tmp_path, monkeypatch, capsys, argv, target):
+    """The --out disk fills up 512 bytes into the first file written: one line naming it, and neither a partial
+    file, its temporary, nor a folder the command made is left."""
+    import hlnas.outputs as outputs
+
+    db, url = stored
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(outputs, "open", filling_up(512), raising=False)
+    assert main([a.format(tmp=tmp_path, url=url) for a in argv]) == 2
+    line = one_error_line(capsys.readouterr().err, argv[0])
+    assert line.startswith(f"hlnas {argv[0]}: error: the disk is full: cannot write {tmp_path / target} (")
+    assert line.endswith("bytes free there); free space on that disk or write elsewhere")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_dashboard_refresh_that_finds_the_storage_damaged_logs_one_line(stored, caplog):
+    """Served, then a page of the storage is damaged: the next refresh logs what status would say, in one line
+    without a traceback, and the refresher goes on."""
+    import logging
+
+    from hlnas.analysis.dashboard import FigureRefresher, open_storage
+
+    db, url = stored
+    refresher = FigureRefresher(open_storage(url), url=url)
+    assert refresher.refresh_once() == ["s"]
+    refresher.seen.clear()  # the next pass re-attaches, reading the trials
+    corrupt_page(db, page=2)
+    with caplog.at_level(logging.ERROR, logger="hlnas.analysis.dashboard"):
+        refresher.refresh_once()
+    records = [r for r in caplog.records if r.name == "hlnas.analysis.dashboard"]
+    assert len(records) == 1 and records[0].exc_info is None
+    assert records[0].getMessage() == (f"hlnas figures for study 's' failed: storage '{url}': the file is damaged "
+                                       "(database disk image is malformed); restore it from a copy, or salvage what it "
+                                       f"holds: sqlite3 {db} .recover | sqlite3 recovered.db, then pass --storage "
+                                       "sqlite:///recovered.db")

@@ -72,11 +72,14 @@ class FigureRefresher:
     lock: threading.Lock = field(default_factory=threading.Lock)  # shared with the server's study-detail route
     seen: dict[str, int] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # study -> last error, for the log and tests
+    failures: dict[str, Exception] = field(default_factory=dict, repr=False)  # study -> its last exception
+    url: str | None = None  # the storage's URL, to say in the log what a failing storage means
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
-    def refresh_once(self) -> list[str]:
-        """One pass; returns the names of the studies whose figures were re-attached."""
+    def refresh_once(self, log_errors: bool = True) -> list[str]:
+        """One pass; returns the names of the studies whose figures were re-attached. A study that fails is logged
+        in one line (unless not ``log_errors``) and kept in :attr:`failures`; the others go on."""
         done = []
         for summary in optuna.get_all_study_summaries(self.storage, include_best_trial=False):
             name = summary.study_name
@@ -91,9 +94,10 @@ class FigureRefresher:
                     done.append(name)
                 self.errors.pop(name, None)
             except Exception as e:  # one broken study must not stop the others' figures
-                if self.errors.get(name) != repr(e):
-                    log.exception("hlnas figures for study '%s' failed", name)
+                if log_errors and self.errors.get(name) != repr(e):  # one line, once per new error: it keeps serving
+                    log.error("hlnas figures for study '%s' failed: %s", name, self.describe(e))
                 self.errors[name] = repr(e)
+                self.failures[name] = e
         return done
 
     def start(self) -> None:
@@ -104,13 +108,30 @@ class FigureRefresher:
         while not self._stop.wait(self.refresh_s):
             try:
                 self.refresh_once()
-            except Exception:  # the storage went away for a moment: try again next pass
-                log.exception("hlnas figure refresh failed")
+            except Exception as e:  # the storage went away for a moment: try again next pass
+                log.error("hlnas figure refresh failed: %s", self.describe(e))
+
+    def describe(self, e: BaseException) -> str:
+        """``e`` in one line: what a failing storage means (damaged, locked, full: as status says it), else the
+        exception's type and first line."""
+        if self.url is not None:
+            from hlnas.search.storage import storage_failure
+
+            failure = storage_failure(e, self.url)
+            if failure is not None:
+                return str(failure).strip().splitlines()[0]
+        return _one_line(e)
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, self.refresh_s))
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one log line: its type and its message's first line (no traceback)."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
 _STUDY_DETAIL = re.compile(r"^/api/studies/\d+/?$")  # the route that returns the saved figures
@@ -177,7 +198,8 @@ def start_server(
     storage = open_storage(storage_url)
     if study_name is not None:
         load_study(storage, study_name)
-    refresher = FigureRefresher(storage, refresh_s, (study_name,) if study_name else None)
+    refresher = FigureRefresher(storage, refresh_s, (study_name,) if study_name else None,
+                                url=storage_url if isinstance(storage_url, str) else None)
     app = _guarded(optuna_dashboard.wsgi(storage), refresher.lock)
     try:
         httpd = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
@@ -188,7 +210,11 @@ def start_server(
             ) from e
         raise HlnasError(f"cannot listen on {host}:{port}: {e.strerror or e}; check --host and --port") from e
     try:
-        refresher.refresh_once()
+        refresher.refresh_once(log_errors=False)
+        for name, e in refresher.failures.items():
+            if refresher.describe(e) != _one_line(e):  # a damaged, locked or unreadable storage: refused, as status does
+                raise e
+            log.error("hlnas figures for study '%s' failed: %s", name, _one_line(e))
     except BaseException:
         httpd.server_close()  # do not keep the port after a failed start
         raise

@@ -137,13 +137,20 @@ def write_export(exp: Export, out_dir: str) -> list[str]:
     """Write ``out_dir/config.json`` and ``out_dir/README.md``; returns their paths."""
     if exp.config is None:
         raise ExportError(exp.refusal)
+    from hlnas.outputs import missing_dirs, remove_dirs, remove_quietly, write_atomic
+
+    made = missing_dirs(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     paths = [os.path.join(out_dir, "config.json"), os.path.join(out_dir, "README.md")]
-    with open(paths[0], "w") as f:
-        json.dump(exp.config, f, indent=2)
-        f.write("\n")
-    with open(paths[1], "w") as f:
-        f.write(readme_text(exp, out_dir))
+    wrote = []
+    try:  # each file whole or not at all; both, or neither (a full disk)
+        write_atomic(paths[0], json.dumps(exp.config, indent=2) + "\n")
+        wrote.append(paths[0])
+        write_atomic(paths[1], readme_text(exp, out_dir))
+    except BaseException:
+        remove_quietly(*wrote)
+        remove_dirs(made)
+        raise
     return paths
 
 

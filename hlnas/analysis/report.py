@@ -150,22 +150,30 @@ def write_report(storage_url, study_name: str, out_dir, *, png: bool = True, wid
                           "the layouts and metrics a report shows")
     figures = build_figures(data)
     out = Path(out_dir)
+    from hlnas.outputs import missing_dirs, remove_dirs, remove_quietly, write_atomic
+
+    made = missing_dirs(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ReportError(f"cannot create report folder '{out}': {e.strerror or e}") from e
     if png and find_chromium() is None:  # fail before writing anything half
         raise ReportError(f"PNG export needs a Chromium/Chrome browser (kaleido drives one headless) and none was found; {_INSTALL}")
+    from hlnas.errors import DiskFull, no_room
+
     page = out / "report.html"
-    page.write_text(report_html(data, figures), encoding="utf-8")
-    written = [page]
-    if png:
-        paths = [out / f"{fid}.png" for fid in figures]
-        try:
+    paths = [out / f"{fid}.png" for fid in figures] if png else []
+    try:
+        write_atomic(page, report_html(data, figures))  # whole or not at all (a full disk: DiskFull, no partial page)
+        if png:
             write_png(list(figures.values()), paths, width=width, height=height)
-        except RuntimeError as e:
-            if "chrome" in str(e).lower() or "browser" in str(e).lower():
-                raise ReportError(f"PNG export failed to start Chromium: {e}; {_INSTALL}") from e
-            raise
-        written += paths
-    return written
+    except BaseException as e:
+        remove_quietly(page, *paths)  # a report is its page and its figures, or nothing
+        remove_dirs(made)
+        full = no_room(e)
+        if full is not None and not isinstance(e, DiskFull):
+            raise DiskFull(next((p for p in paths if str(p) in str(e)), out), full) from None
+        if isinstance(e, RuntimeError) and ("chrome" in str(e).lower() or "browser" in str(e).lower()):
+            raise ReportError(f"PNG export failed to start Chromium: {e}; {_INSTALL}") from e
+        raise
+    return [page, *paths]

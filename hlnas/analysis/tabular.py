@@ -237,7 +237,15 @@ class TabularBenchmark:
             raise ConfigError(f"results table '{path}' not found")
         try:
             with p.open(newline="", encoding="utf-8") as f:
-                rows = list(csv.DictReader(f))
+                reader = csv.reader(f)
+                header, rows = next(reader, None), []
+                for record in reader:
+                    if not record:  # a blank line, as csv.DictReader skips it
+                        continue
+                    if len(record) != len(header):  # DictReader would fill None or a None key: a row misread
+                        raise ConfigError(f"results table '{path}', row {reader.line_num}: {len(record)} fields, the "
+                                          f"header has {len(header)}; give each row one value per column")
+                    rows.append(dict(zip(header, record)))
         except (UnicodeDecodeError, csv.Error) as e:
             raise ConfigError(f"results table '{path}' is not a CSV text file ({e}); give a CSV with one row per candidate") from None
         return cls.from_rows(rows, space=space, objectives=objectives, missing=missing,

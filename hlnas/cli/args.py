@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int", "placement_arg"]
+__all__ = ["positive_int", "positive_seconds", "placement_arg"]
 
 
 def positive_int(text: str) -> int:
@@ -17,9 +17,19 @@ def positive_int(text: str) -> int:
     return n
 
 
+def positive_seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < s < float("inf"):  # nan and inf too
+        raise argparse.ArgumentTypeError(f"{text} must be > 0 seconds")
+    return s
+
+
 def placement_arg(text: str) -> str | list[int]:
     """A strategy name, or comma-separated 0-based attention indices ("5,11,17,23")."""
-    if text and (text[0].isdigit() or "," in text):
+    if text and (text.lstrip("-")[:1].isdigit() or "," in text):  # "-1": an index, refused by its range
         try:
             return [int(t) for t in text.split(",") if t.strip()]
         except ValueError:

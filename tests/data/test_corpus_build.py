@@ -161,8 +161,11 @@ def test_bad_inputs_are_named_with_what_is_allowed(tmp_path, packages):
     (tmp_path / "one.txt").write_text(text(1))
     with pytest.raises(CorpusError, match="too few to hold val and test apart by document"):
         build_corpus(CorpusSpec(name="x", paths=(str(tmp_path / "one.txt"),), vocab_size=VOCAB), tmp_path / "o", progress=False)
-    with pytest.raises(CorpusError, match="nothing to build from"):
+    with pytest.raises(CorpusError, match="unknown corpus 'x'. Built-in: english, english-large; or give --from PATH"):
         CorpusSpec(name="x")
+    for name in ("../x", "a/b", "..", ".", ""):  # joined into corpora/NAME
+        with pytest.raises(CorpusError, match="is not allowed: it names a folder"):
+            CorpusSpec(name=name, paths=(str(tmp_path / "one.txt"),))
 
 
 def test_the_command_builds_and_shows_a_corpus(tmp_path, packages, capsys):
