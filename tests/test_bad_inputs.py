@@ -45,6 +45,9 @@ def ws(tmp_path_factory):
         (ws / f"{name}.yaml").write_text(yaml.safe_dump(raw))
     (ws / "recall_min.yaml").write_text(yaml.safe_dump(tiny_raw(objectives=[{"metric": "recall", "direction": "minimize"}])))
     (ws / "binary.yaml").write_bytes(bytes(range(256)) * 4)
+    (ws / "ratios_empty.yaml").write_text(yaml.safe_dump(tiny_raw(ratios=[])))
+    (ws / "mixers_empty.yaml").write_text(yaml.safe_dump(tiny_raw(mixers=[])))  # transformer: true stays
+    (ws / "syntax.yaml").write_text("name: x\nmixers: [gla\nratios: [pure]\n")
     (ws / "neg.csv").write_text("mixer,ratio,recall,kv_cache_bytes\ngla,pure,0.5,-10\n")
     (ws / "recall75.csv").write_text("mixer,ratio,recall,kv_cache_bytes\ngla,pure,7.5,0\n")
     (ws / "corrupt.db").write_bytes((ws / "s.db").read_bytes())
@@ -156,6 +159,15 @@ ROWS_63 = [
     (["status", "--storage", "journal:///{ws}/empty"], "'{ws}/empty' is a directory", None),
     (["eval", "{ws}/run", "--objectives", "val_loss", "--out", "{ws}/empty"], "--out {ws}/empty is a directory", None),
     ([*SEARCH, "--space", "{ws}/binary.yaml"], "search space '{ws}/binary.yaml' is not a text file (byte 0x80", None),
+    # a space that lists nothing to search, or is no YAML: refused before a storage is created
+    ([*SEARCH, "--space", "{ws}/ratios_empty.yaml", "--storage", "sqlite:///{ws}/new.db"],
+     "ratios_empty.yaml: ratios is empty; list at least one, e.g. ratios: [pure, '6:1']; allowed: pure", None),
+    ([*SEARCH, "--space", "{ws}/mixers_empty.yaml", "--storage", "sqlite:///{ws}/new.db"],
+     "mixers_empty.yaml: mixers is empty; list at least one of hgrn, ", None),
+    ([*SEARCH, "--space", "{ws}/syntax.yaml", "--storage", "sqlite:///{ws}/new.db"],
+     "syntax.yaml: not valid YAML at line 3, column 7: expected ',' or ']', but got ':' (while parsing a flow sequence "
+     "that starts at line 2, column 9)", None),
+    (["train", "--config", "{ws}/syntax.yaml", "--out", "{ws}/new"], "syntax.yaml: not valid YAML at line 3, column 7", None),
 ]
 
 
