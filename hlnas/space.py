@@ -404,6 +404,16 @@ class _Validator(SettingsChecker):
                 built[k] = build(sections[k])
             except (ConfigError, TypeError, ValueError) as e:
                 self.fail(f"scale.{k}: {e}")
+        from hlnas.errors import UnknownMixerError
+        from hlnas.model.mixers import get_mixer
+
+        for mixer, overrides in (built["model"].mixer_hparams or {}).items():  # else every trial of it fails alike
+            try:
+                get_mixer(mixer).check_keys(overrides or {})
+            except UnknownMixerError:
+                pass  # hlnas.model.config's own check, if any, names it
+            except ConfigError as e:
+                self.fail(f"scale.model.{e}")
         from hlnas.data.tokenizer import vocab_mismatch
 
         why = vocab_mismatch(built["data"].tokenizer, built["model"].vocab_size, strict=False)
