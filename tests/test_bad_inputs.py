@@ -47,6 +47,10 @@ def ws(tmp_path_factory):
     (ws / "binary.yaml").write_bytes(bytes(range(256)) * 4)
     (ws / "ratios_empty.yaml").write_text(yaml.safe_dump(tiny_raw(ratios=[])))
     (ws / "mixers_empty.yaml").write_text(yaml.safe_dump(tiny_raw(mixers=[])))  # transformer: true stays
+    (ws / "fast.yaml").write_text(yaml.safe_dump(tiny_raw()))  # valid, calibration off
+    raw = tiny_raw()
+    raw["scale"]["model"]["mixer_hparams"] = {"gla": {"bogus_opt": 1}}
+    (ws / "hparams_bad.yaml").write_text(yaml.safe_dump(raw))
     (ws / "syntax.yaml").write_text("name: x\nmixers: [gla\nratios: [pure]\n")
     (ws / "neg.csv").write_text("mixer,ratio,recall,kv_cache_bytes\ngla,pure,0.5,-10\n")
     (ws / "recall75.csv").write_text("mixer,ratio,recall,kv_cache_bytes\ngla,pure,7.5,0\n")
@@ -168,6 +172,20 @@ ROWS_63 = [
      "syntax.yaml: not valid YAML at line 3, column 7: expected ',' or ']', but got ':' (while parsing a flow sequence "
      "that starts at line 2, column 9)", None),
     (["train", "--config", "{ws}/syntax.yaml", "--out", "{ws}/new"], "syntax.yaml: not valid YAML at line 3, column 7", None),
+    ([*SEARCH, "--space", "{ws}/hparams_bad.yaml", "--storage", "sqlite:///{ws}/new.db"],
+     "hparams_bad.yaml: scale.model.mixer_hparams['gla']: unknown key 'bogus_opt'. Allowed: ", None),
+    # an empty --storage is a mistake, not the default sqlite:///hlnas.db
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", ""], "storage '' is not a URL; allowed schemes: sqlite, ", None),
+    (["status", "--storage", ""], "storage '' is not a URL; allowed schemes: sqlite, ", None),
+    # the studies --calibrated-by and --results-from name must exist, and a storage not there yet holds none
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--calibrated-by", "ghost"],
+     "no study named 'ghost' in sqlite:///{ws}/new.db. Available: none (the storage does not exist yet)", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/s.db", "--study", "x", "--calibrated-by", "ghost"],
+     "no study named 'ghost' in sqlite:///{ws}/s.db.", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--results-from", "ghost"],
+     "no study named 'ghost' in sqlite:///{ws}/new.db. Available: none", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "journal:///{ws}/new.log", "--study", "me", "--results-from", "me"],
+     "no study named 'me' in journal:///{ws}/new.log. Available: none", None),
 ]
 
 

@@ -38,8 +38,8 @@ from hlnas.search.records import MAX_REQUEUES, front_rows, recover
 from hlnas.search.shared import only_shared_failures
 from hlnas.search.samplers import make_sampler
 from hlnas.search import optuna_adapter
-from hlnas.search.storage import (DEFAULT_STORAGE, StorageError, check_study_name, load_study, open_storage, resumable,
-                                  study_names)
+from hlnas.search.storage import (DEFAULT_STORAGE, StorageError, UnknownStudyError, check_storage_url, check_study_name,
+                                  load_study, open_storage, resumable, study_names)
 from hlnas.space import SearchSpace, space_from_dict
 import hlnas.calibration.protocol as calib
 
@@ -49,6 +49,18 @@ __all__ = ["SearchOptions", "choose_executor", "default_trials", "trial_target",
 def open_or_create_storage(url: str):
     """The search's storage: like :func:`hlnas.search.storage.open_storage`, but a new SQLite/journal file may be created."""
     return open_storage(url, create=True)
+
+
+def _existing_storage(url):
+    """``url``'s storage opened when it exists already, or None: a SQLite or journal file not created yet (so that
+    refusing an option does not leave a new empty file behind)."""
+    import os
+
+    if isinstance(url, str):
+        kind, path = check_storage_url(url, create=True)
+        if path is not None and not os.path.exists(path):
+            return None
+    return open_or_create_storage(url)
 
 
 def _study_attrs(space: SearchSpace) -> dict:
@@ -162,10 +174,21 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
     _check_calibration_options(o.calibrate, o.skip_calibration, o.calibrated_by)
     if o.calibrate and space is not None:
         _check_calibrate(space)
+    # the studies these options name are checked before a study is created for nothing, and before a new storage
+    # file is: a file not yet there holds no study
+    if o.calibrated_by is not None or (space is not None and o.results_from):
+        named = _existing_storage(o.storage)
+        if named is None:
+            missing = o.calibrated_by if o.calibrated_by is not None else o.results_from[0]
+            raise UnknownStudyError(f"no study named '{missing}' in {o.storage}. Available: none (the storage does not "
+                                    "exist yet)")
+        if o.calibrated_by is not None:
+            if space is not None and needs_calibration(space):
+                borrowable_calibration(named, space, o.calibrated_by)
+            else:  # nothing to borrow, but a name that is not there is a mistake all the same
+                load_study(named, o.calibrated_by)
     store = open_or_create_storage(o.storage)
-    if o.calibrated_by is not None and space is not None and needs_calibration(space):
-        borrowable_calibration(store, space, o.calibrated_by)  # refused before a study is created for nothing
-    # refused before a study is created for nothing; a resume without a space: against its stored one, once loaded
+    # a resume without a space: against its stored one, once loaded
     sources = None if space is None else check_results_from(store, space, o.results_from)
     existed = o.study_name in study_names(store)
     study, space = _create_or_load(space, store, o.study_name, o.resume, o.skip_calibration)
