@@ -174,6 +174,14 @@ ROWS_63 = [
     (["train", "--config", "{ws}/syntax.yaml", "--out", "{ws}/new"], "syntax.yaml: not valid YAML at line 3, column 7", None),
     ([*SEARCH, "--space", "{ws}/hparams_bad.yaml", "--storage", "sqlite:///{ws}/new.db"],
      "hparams_bad.yaml: scale.model.mixer_hparams['gla']: unknown key 'bogus_opt'. Allowed: ", None),
+    # what every trial would fail on alike, refused before the storage is created and a trial trained
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--set", "data.source=/nonexistent/x.txt"],
+     "scale.data.source '/nonexistent/x.txt' does not exist; give 'synthetic', an existing file", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--out", "/proc/x"],
+     "--out /proc/x: cannot create that folder", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--out", "{ws}/afile"],
+     "--out {ws}/afile is a file; give a folder", None),
+    (["train", "gla", "--out", "{ws}/afile", "--tokens", "4096"], "--out {ws}/afile is a file; give a folder", None),
     # an empty --storage is a mistake, not the default sqlite:///hlnas.db
     ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", ""], "storage '' is not a URL; allowed schemes: sqlite, ", None),
     (["status", "--storage", ""], "storage '' is not a URL; allowed schemes: sqlite, ", None),

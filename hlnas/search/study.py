@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
+from hlnas.outputs import output_dir
 from hlnas.overrides import is_int, is_number
 from hlnas.search.executors import Executor, InlineExecutor, executor_from_options
 from hlnas.search.lease import DriverLease
@@ -49,6 +50,21 @@ __all__ = ["SearchOptions", "choose_executor", "default_trials", "trial_target",
 def open_or_create_storage(url: str):
     """The search's storage: like :func:`hlnas.search.storage.open_storage`, but a new SQLite/journal file may be created."""
     return open_storage(url, create=True)
+
+
+def check_data_source(space: SearchSpace) -> None:
+    """Refuse a local ``scale.data.source`` that does not exist, before a search writes anything: else every trial
+    fails alike. 'synthetic' and 'hf:' datasets are left to the trials (a dataset is only known once loaded)."""
+    from pathlib import Path
+
+    from hlnas.data.sources import FILE_EXTENSIONS
+
+    src = space.data.source
+    if src == "synthetic" or src.startswith("hf:") or Path(src).expanduser().exists():
+        return
+    raise ConfigError(f"scale.data.source '{src}' does not exist; give 'synthetic', an existing file "
+                      f"({', '.join(FILE_EXTENSIONS)}) or directory of such files, or 'hf:NAME[:CONFIG]' for a Hugging "
+                      "Face dataset")
 
 
 def _existing_storage(url):
@@ -174,6 +190,8 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
     _check_calibration_options(o.calibrate, o.skip_calibration, o.calibrated_by)
     if o.calibrate and space is not None:
         _check_calibrate(space)
+    if space is not None:
+        check_data_source(space)
     # the studies these options name are checked before a study is created for nothing, and before a new storage
     # file is: a file not yet there holds no study
     if o.calibrated_by is not None or (space is not None and o.results_from):
@@ -187,6 +205,8 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
                 borrowable_calibration(named, space, o.calibrated_by)
             else:  # nothing to borrow, but a name that is not there is a mistake all the same
                 load_study(named, o.calibrated_by)
+    if o.out_root is not None:  # as hlnas train --out: the folder made now, or one line why not (a file, read-only)
+        output_dir(str(o.out_root))
     store = open_or_create_storage(o.storage)
     # a resume without a space: against its stored one, once loaded
     sources = None if space is None else check_results_from(store, space, o.results_from)
@@ -195,6 +215,7 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
     store_results_from(study, check_results_from(store, space, o.results_from) if sources is None else sources)
     if o.calibrate:
         _check_calibrate(space)  # a resumed study's stored space
+    check_data_source(space)  # a resumed study's stored space: its file may have moved since
     lease = DriverLease(study).acquire()  # StudyBusy while another live driver holds it
     try:
         return _drive(study, space, options, fresh=not existed)
