@@ -98,6 +98,9 @@ ROWS = [
     ([*RESUME, "--calibrate"], "--calibrate: space 'tiny-test' has no recall objective or has calibration.enabled: false; nothing to calibrate"),
     ([*RESUME, "--space", "{ws}/changed.yaml"], "resuming with a changed space is refused"),
     ([*RESUME, "--set", "train.lr=1"], "a resumed study keeps the settings stored with it"),
+    ([*RESUME, "--sampler", "tpe"], "--sampler tpe: study 'st' is searched with --sampler grid; a resumed study keeps "
+     "the sampler and seed stored with it"),
+    ([*RESUME, "--seed", "7"], "--seed 7: study 'st' is searched with --seed 0; a resumed study keeps the sampler and seed"),
     (["search", "--resume", "--storage", "sqlite:///{ws}/s.db", "--study", "nope"], "no study named 'nope' in sqlite:///{ws}/s.db. Available: st"),
     (["search", "--resume", "--storage", "sqlite:///{ws}/none.db", "--study", "tiny"], "storage 'sqlite:///{ws}/none.db': no such SQLite file"),
     # status, report, dashboard, bench-samplers

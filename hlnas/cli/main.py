@@ -150,7 +150,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
     p.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs Ray reserves per trial (default 1 if CUDA is visible, else 0)")
     p.add_argument("--sampler", choices=SAMPLERS, help="default: the space's (nsga2 unless it says otherwise)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="the sampler's seed (default 0; --resume keeps the stored one)")
     p.add_argument("--resume", action="store_true", help="continue a stored study (needs --storage and --study)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override the space's scale, e.g. train.tokens=100000 or score.mqar.steps=50")

@@ -9,7 +9,8 @@ study then runs until it holds the requested number of COMPLETE trials. One driv
 
 Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``, ``hlnas_space_hash``,
 ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``, ``hlnas_paper_grid`` (``SearchSpace.is_paper_grid``; read via
-``StudyData.paper_grid``), ``hlnas_trials`` (a search's latest target), ``hlnas_calibration``, ``hlnas_driver``; every trial's
+``StudyData.paper_grid``), ``hlnas_trials`` (a search's latest target), ``hlnas_sampler`` (the sampler and seed, kept by a
+resume), ``hlnas_calibration``, ``hlnas_driver``; every trial's
 user attrs hold the layout's cost and its scores (:func:`hlnas.model.cost.layout_metrics` plus :func:`hlnas.score.objectives.score`).
 """
 
@@ -212,6 +213,8 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
     sources = None if space is None else check_results_from(store, space, o.results_from)
     existed = o.study_name in study_names(store)
     study, space = _create_or_load(space, store, o.study_name, o.resume, o.skip_calibration)
+    if o.resume:  # before anything is written to the study
+        _check_resumed_sampler(study, space, o)
     store_results_from(study, check_results_from(store, space, o.results_from) if sources is None else sources)
     if o.calibrate:
         _check_calibrate(space)  # a resumed study's stored space
@@ -346,12 +349,40 @@ def _probe_ray(address: str) -> None:
                          f"`ray start --head --port {port}` there, or fix the address") from None
 
 
+SAMPLER_ATTR = "hlnas_sampler"  # {"sampler": name, "seed": n}: what a study is searched with, kept by a resume
+
+
+def _sampler_and_seed(study: optuna.Study, space: SearchSpace, o: SearchOptions) -> tuple[str, int]:
+    """The sampler and seed this search runs: those stored with the study, else the options' (the space's sampler
+    and seed 0 when not given)."""
+    stored = study.user_attrs.get(SAMPLER_ATTR) or {}
+    return (stored.get("sampler") or o.sampler or space.sampler,
+            stored["seed"] if "seed" in stored else (0 if o.seed is None else o.seed))
+
+
+def _check_resumed_sampler(study: optuna.Study, space: SearchSpace, o: SearchOptions) -> None:
+    """A resume continues with the sampler and seed stored with the study: one given that differs is refused, as a
+    changed space or --set is, rather than silently used or dropped. A study stored before these were kept compares
+    the sampler with its space's and takes any seed."""
+    stored = study.user_attrs.get(SAMPLER_ATTR) or {}
+    sampler = stored.get("sampler") or space.sampler
+    given = [(flag, new, old) for flag, new, old in (("--sampler", o.sampler, sampler), ("--seed", o.seed, stored.get("seed")))
+             if new is not None and old is not None and new != old]
+    if given:
+        what = ", ".join(f"{flag} {old}" for flag, _, old in given)
+        raise HlnasError(f"{' and '.join(f'{flag} {new}' for flag, new, _ in given)}: study '{o.study_name}' is searched "
+                         f"with {what}; a resumed study keeps the sampler and seed stored with it (resume without "
+                         "them, or start a new --study to change them)")
+
+
 def _drive(study: optuna.Study, space: SearchSpace, o: SearchOptions, *, fresh: bool) -> optuna.Study:
     """The search itself, on a study this driver holds (see :func:`run_search`): recovery, the executor, the
     calibration, then :func:`hlnas.search.loop.search_loop`."""
     t_start = time.monotonic()
-    sampler_name = o.sampler or space.sampler
-    study.sampler = make_sampler(sampler_name, o.seed, len(space.objectives))
+    sampler_name, seed = _sampler_and_seed(study, space, o)
+    if SAMPLER_ATTR not in study.user_attrs and not o.calibrate_only:  # kept from now on: a resume continues with them
+        study.set_user_attr(SAMPLER_ATTR, {"sampler": sampler_name, "seed": seed})
+    study.sampler = make_sampler(sampler_name, seed, len(space.objectives))
     if not o.calibrate_only:  # the target a plain --resume continues to; a calibration's own 1 is not a search's
         study.set_user_attr("hlnas_trials", o.n_trials)
     emit = o.on_event or (lambda kind, data: None)
@@ -376,7 +407,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: SearchOptions, *, fresh: 
             emit("time_limit", {"seconds": o.time_limit, "trained": 0})
             return study
         search_loop(study, space, ex, LoopSettings(
-            n_trials=o.n_trials, seed=o.seed, out_root=o.out_root, on_event=emit, time_limit=o.time_limit,
+            n_trials=o.n_trials, seed=seed, out_root=o.out_root, on_event=emit, time_limit=o.time_limit,
             drain=o.drain, clock_start=t_start, retry_failed=o.retry_failed, enqueue_grid=sampler_name == "grid",
             interruptible=inline, fail_fast=o.fail_fast,
             # several trials at once: the order decides when the workers finish (one worker: the sampler's)
