@@ -16,6 +16,8 @@ __all__ = ["output_dir", "check_output_dir", "write_atomic", "remove_quietly", "
 def output_dir(path: str, flag: str = "--out") -> Path:
     """Create an output folder, or say in one line why it cannot be (read-only, under a file, no permission)."""
     out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise HlnasError(f"{flag} {path} is a file; give a folder (a new one is created)")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

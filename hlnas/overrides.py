@@ -32,7 +32,7 @@ import yaml
 
 from hlnas.errors import ConfigError, did_you_mean
 
-__all__ = ["dotted_diff", "yaml_load", "field_types", "parse_sets", "typed_fields", "config_from_dict", "config_to_dict", "migrate_keys", "tuples_of",
+__all__ = ["dotted_diff", "yaml_load", "yaml_error_text", "field_types", "parse_sets", "typed_fields", "config_from_dict", "config_to_dict", "migrate_keys", "tuples_of",
            "at_least_one", "is_int", "is_number"]
 
 
@@ -55,6 +55,20 @@ _Loader.add_implicit_resolver(
 
 def yaml_load(text: str):
     return yaml.load(text, Loader=_Loader)
+
+
+def yaml_error_text(e: yaml.YAMLError) -> str:
+    """A YAML syntax error in one line: where (line and column, counted from 1) and the problem, with what the parser
+    was reading and where that began. PyYAML's own text spans several lines and names "<unicode string>"."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(e).split())
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context:
+        text += f" ({context}" + (f" that starts at line {start.line + 1}, column {start.column + 1}"
+                                  if start is not None and (start.line, start.column) != (mark.line, mark.column) else "") + ")"
+    return text
 
 
 def field_types(cls: type) -> dict[str, object]:

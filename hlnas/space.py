@@ -298,14 +298,19 @@ def load_space(path: str | os.PathLike) -> SearchSpace:
     where = os.path.relpath(p) if not os.path.relpath(p).startswith("..") else str(p)  # short in messages
     import yaml
 
+    from hlnas.overrides import yaml_error_text
     from hlnas.pipeline.recipe import yaml_load  # keeps 6:1 a string (YAML 1.1 would read base-60 361)
 
     try:
         raw = yaml_load(read_input(path if Path(path).is_file() else p, "search space", SpaceError))  # named as given
     except yaml.YAMLError as e:
-        raise SpaceError(f"{where}: not valid YAML: {e}") from None
+        raise SpaceError(f"{where}: not valid YAML at {yaml_error_text(e)}") from None
     if raw is None:
         raise SpaceError(f"{where}: the file is empty; a space needs at least 'mixers' (see search_spaces/tiny.yaml)")
+    if isinstance(raw, dict) and raw.get("mixers") == []:  # in a file, not the stored form of the Transformer alone
+        allowed = ", ".join(linear_mixer_names())
+        raise SpaceError(f"{where}: mixers is empty; list at least one of {allowed}, swa:<window> (and "
+                         "transformer: true for the all-attention baseline), or mixers: [transformer] for the baseline alone")
     space = space_from_dict(raw, where=where)
     return dataclasses.replace(space, source=str(p))
 
@@ -334,7 +339,9 @@ def space_from_dict(raw: dict, where: str = "<dict>") -> SearchSpace:
     elif mixers:
         if "ratios" not in raw:
             v.fail(f"'ratios' is required, e.g. ratios: [pure, '6:1']; allowed: {_ratio_allowed(n_layers)}")
-        ratios = v.unique("ratios", [v.ratio(f"ratios[{i}]", r, n_layers) for i, r in enumerate(v.items("ratios", raw["ratios"]))])
+        if not v.items("ratios", raw["ratios"]):  # no layout of a mixer without a ratio
+            v.fail(f"ratios is empty; list at least one, e.g. ratios: [pure, '6:1']; allowed: {_ratio_allowed(n_layers)}")
+        ratios = v.unique("ratios", [v.ratio(f"ratios[{i}]", r, n_layers) for i, r in enumerate(raw["ratios"])])
         sets = v.attention_sets(raw.get("attention_sets") or [], n_layers)
         placements = v.placements(raw.get("placements"), bool(sets))
     elif not transformer:
@@ -397,6 +404,16 @@ class _Validator(SettingsChecker):
                 built[k] = build(sections[k])
             except (ConfigError, TypeError, ValueError) as e:
                 self.fail(f"scale.{k}: {e}")
+        from hlnas.errors import UnknownMixerError
+        from hlnas.model.mixers import get_mixer
+
+        for mixer, overrides in (built["model"].mixer_hparams or {}).items():  # else every trial of it fails alike
+            try:
+                get_mixer(mixer).check_keys(overrides or {})
+            except UnknownMixerError:
+                pass  # hlnas.model.config's own check, if any, names it
+            except ConfigError as e:
+                self.fail(f"scale.model.{e}")
         from hlnas.data.tokenizer import vocab_mismatch
 
         why = vocab_mismatch(built["data"].tokenizer, built["model"].vocab_size, strict=False)

@@ -46,6 +46,13 @@ def ws(tmp_path_factory):
         (ws / f"{name}.yaml").write_text(yaml.safe_dump(raw))
     (ws / "recall_min.yaml").write_text(yaml.safe_dump(tiny_raw(objectives=[{"metric": "recall", "direction": "minimize"}])))
     (ws / "binary.yaml").write_bytes(bytes(range(256)) * 4)
+    (ws / "ratios_empty.yaml").write_text(yaml.safe_dump(tiny_raw(ratios=[])))
+    (ws / "mixers_empty.yaml").write_text(yaml.safe_dump(tiny_raw(mixers=[])))  # transformer: true stays
+    (ws / "fast.yaml").write_text(yaml.safe_dump(tiny_raw()))  # valid, calibration off
+    raw = tiny_raw()
+    raw["scale"]["model"]["mixer_hparams"] = {"gla": {"bogus_opt": 1}}
+    (ws / "hparams_bad.yaml").write_text(yaml.safe_dump(raw))
+    (ws / "syntax.yaml").write_text("name: x\nmixers: [gla\nratios: [pure]\n")
     (ws / "neg.csv").write_text("mixer,ratio,recall,kv_cache_bytes\ngla,pure,0.5,-10\n")
     (ws / "recall75.csv").write_text("mixer,ratio,recall,kv_cache_bytes\ngla,pure,7.5,0\n")
     (ws / "corrupt.db").write_bytes((ws / "s.db").read_bytes())
@@ -100,6 +107,9 @@ ROWS = [
     ([*RESUME, "--calibrate"], "--calibrate: space 'tiny-test' has no recall objective or has calibration.enabled: false; nothing to calibrate"),
     ([*RESUME, "--space", "{ws}/changed.yaml"], "resuming with a changed space is refused"),
     ([*RESUME, "--set", "train.lr=1"], "a resumed study keeps the settings stored with it"),
+    ([*RESUME, "--sampler", "tpe"], "--sampler tpe: study 'st' is searched with --sampler grid; a resumed study keeps "
+     "the sampler and seed stored with it"),
+    ([*RESUME, "--seed", "7"], "--seed 7: study 'st' is searched with --seed 0; a resumed study keeps the sampler and seed"),
     (["search", "--resume", "--storage", "sqlite:///{ws}/s.db", "--study", "nope"], "no study named 'nope' in sqlite:///{ws}/s.db. Available: st"),
     (["search", "--resume", "--storage", "sqlite:///{ws}/none.db", "--study", "tiny"], "storage 'sqlite:///{ws}/none.db': no such SQLite file"),
     # status, report, dashboard, bench-samplers
@@ -183,6 +193,37 @@ ROWS_63 = [
     (["status", "--storage", "journal:///{ws}/empty"], "'{ws}/empty' is a directory", None),
     (["eval", "{ws}/run", "--objectives", "val_loss", "--out", "{ws}/empty"], "--out {ws}/empty is a directory", None),
     ([*SEARCH, "--space", "{ws}/binary.yaml"], "search space '{ws}/binary.yaml' is not a text file (byte 0x80", None),
+    # a space that lists nothing to search, or is no YAML: refused before a storage is created
+    ([*SEARCH, "--space", "{ws}/ratios_empty.yaml", "--storage", "sqlite:///{ws}/new.db"],
+     "ratios_empty.yaml: ratios is empty; list at least one, e.g. ratios: [pure, '6:1']; allowed: pure", None),
+    ([*SEARCH, "--space", "{ws}/mixers_empty.yaml", "--storage", "sqlite:///{ws}/new.db"],
+     "mixers_empty.yaml: mixers is empty; list at least one of hgrn, ", None),
+    ([*SEARCH, "--space", "{ws}/syntax.yaml", "--storage", "sqlite:///{ws}/new.db"],
+     "syntax.yaml: not valid YAML at line 3, column 7: expected ',' or ']', but got ':' (while parsing a flow sequence "
+     "that starts at line 2, column 9)", None),
+    (["train", "--config", "{ws}/syntax.yaml", "--out", "{ws}/new"], "syntax.yaml: not valid YAML at line 3, column 7", None),
+    ([*SEARCH, "--space", "{ws}/hparams_bad.yaml", "--storage", "sqlite:///{ws}/new.db"],
+     "hparams_bad.yaml: scale.model.mixer_hparams['gla']: unknown key 'bogus_opt'. Allowed: ", None),
+    # what every trial would fail on alike, refused before the storage is created and a trial trained
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--set", "data.source=/nonexistent/x.txt"],
+     "scale.data.source '/nonexistent/x.txt' does not exist; give 'synthetic', an existing file", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--out", "/proc/x"],
+     "--out /proc/x: cannot create that folder", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--out", "{ws}/afile"],
+     "--out {ws}/afile is a file; give a folder", None),
+    (["train", "gla", "--out", "{ws}/afile", "--tokens", "4096"], "--out {ws}/afile is a file; give a folder", None),
+    # an empty --storage is a mistake, not the default sqlite:///hlnas.db
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", ""], "storage '' is not a URL; allowed schemes: sqlite, ", None),
+    (["status", "--storage", ""], "storage '' is not a URL; allowed schemes: sqlite, ", None),
+    # the studies --calibrated-by and --results-from name must exist, and a storage not there yet holds none
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--calibrated-by", "ghost"],
+     "no study named 'ghost' in sqlite:///{ws}/new.db. Available: none (the storage does not exist yet)", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/s.db", "--study", "x", "--calibrated-by", "ghost"],
+     "no study named 'ghost' in sqlite:///{ws}/s.db.", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--results-from", "ghost"],
+     "no study named 'ghost' in sqlite:///{ws}/new.db. Available: none", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "journal:///{ws}/new.log", "--study", "me", "--results-from", "me"],
+     "no study named 'me' in journal:///{ws}/new.log. Available: none", None),
 ]
 
 

@@ -361,7 +361,7 @@ ERRORS = [
     ("mixers: [gla, deltanet]\nhetero: {ratio: '6:1'}\ntransformer: true\n", "{p}: 'transformer' cannot be used with 'hetero'"),
     ("mixers: [gla, deltanet, hgrn, hgrn2, retnet]\nhetero: {ratio: '2:1'}\nsampler: grid\n",
      "{p}: sampler='grid' over 244,140,625 combinations (more than 100,000)"),
-    ("mixers: []\nratios: [pure]\n", "{p}: 'mixers' lists no linear mixer and 'transformer' is not true"),
+    ("mixers: []\nratios: [pure]\n", "{p}: mixers is empty; list at least one of "),
     ("- gla\n- deltanet\n", "{p}: the space must be a mapping, got list"),
     ("mixers: [gla\n", "{p}: not valid YAML"),
     ("", "{p}: the file is empty"),

@@ -150,7 +150,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--address", help="join an existing Ray cluster (ray://HOST:PORT or HOST:PORT)")
     p.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs Ray reserves per trial (default 1 if CUDA is visible, else 0)")
     p.add_argument("--sampler", choices=SAMPLERS, help="default: the space's (nsga2 unless it says otherwise)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="the sampler's seed (default 0; --resume keeps the stored one)")
     p.add_argument("--resume", action="store_true", help="continue a stored study (needs --storage and --study)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override the space's scale, e.g. train.tokens=100000 or score.mqar.steps=50")
@@ -180,10 +180,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     from hlnas.space import load_space
     from hlnas.search.shared import SharedFailure
     from hlnas.search.storage import check_storage_url, check_study_name, resumable
-    from hlnas.search.study import DEFAULT_STORAGE, choose_executor, front_rows, run_search, trial_target
+    from hlnas.search.study import choose_executor, front_rows, run_search, trial_target
     from hlnas.search.options import SearchOptions
 
-    storage = args.storage or DEFAULT_STORAGE
+    storage = _storage_url(args)
     check_storage_url(storage, create=not args.resume)  # before the banner: a bad URL is the one line printed
     if not args.resume and (args.retry_failed or args.calibrate):  # meaningful only for a stored study
         raise HlnasError(f"{'--retry-failed' if args.retry_failed else '--calibrate'} acts on a stored study; it needs "
@@ -229,6 +229,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     print(front_table(front_rows(study), study.user_attrs.get("hlnas_calibration")))
     print(stored_text(storage, name))
     return 0
+
+
+def _storage_url(args: argparse.Namespace) -> str:
+    """The --storage given, or the default when none was: an empty --storage '' is a mistake (a variable left unset),
+    refused by the URL check as no URL, never quietly the default file."""
+    from hlnas.search.storage import DEFAULT_STORAGE
+
+    return DEFAULT_STORAGE if args.storage is None else args.storage
 
 
 def _add_worker_options(p: argparse.ArgumentParser, what: str) -> None:
@@ -284,12 +292,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from hlnas.cli.console import SearchProgress, command
     from hlnas.space import load_space
     from hlnas.search.storage import check_study_name
-    from hlnas.search.study import DEFAULT_STORAGE, calibrate_study
+    from hlnas.search.study import calibrate_study
 
     space = load_space(args.space)
     if args.set:
         space = space.with_sets(args.set)
-    storage = args.storage or DEFAULT_STORAGE
+    storage = _storage_url(args)
     name = check_study_name(args.study if args.study is not None else space.name)
     if args.close is not None:
         return _close_calibration(storage, name, args.close)
@@ -342,9 +350,9 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     from hlnas.cli.console import status_text
     from hlnas.search.storage import check_study_name, only_study_name
-    from hlnas.search.study import DEFAULT_STORAGE, load_hlnas_study, study_summary
+    from hlnas.search.study import load_hlnas_study, study_summary
 
-    storage = args.storage or DEFAULT_STORAGE
+    storage = _storage_url(args)
     study = load_hlnas_study(storage, only_study_name(storage) if args.study is None else check_study_name(args.study))
     summary, as_if = {**study_summary(study), "export": front_export_hint(study, args.storage)}, ""
     if args.as_if:  # the stored runs judged under other thresholds, printed after the stored verdict
@@ -370,13 +378,13 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from hlnas.analysis.dashboard import serve
-    from hlnas.search.storage import check_study_name
-    from hlnas.search.study import DEFAULT_STORAGE
+    from hlnas.search.storage import check_storage_url, check_study_name
 
     if args.study is not None:  # an empty name is not "every study"
         check_study_name(args.study)
 
-    serve(args.storage or DEFAULT_STORAGE, host=args.host, port=args.port, refresh_s=args.refresh, study_name=args.study)
+    check_storage_url(_storage_url(args))  # before the server starts: a bad URL is the one line printed
+    serve(_storage_url(args), host=args.host, port=args.port, refresh_s=args.refresh, study_name=args.study)
     return 0
 
 
@@ -393,9 +401,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from hlnas.analysis.report import write_report
-    from hlnas.search.storage import DEFAULT_STORAGE, check_study_name, only_study_name
+    from hlnas.search.storage import check_study_name, only_study_name
 
-    storage = args.storage or DEFAULT_STORAGE
+    storage = _storage_url(args)
     name = only_study_name(storage) if args.study is None else check_study_name(args.study)
     paths = write_report(storage, name, args.out, png=not args.no_png)
     for p in paths:
@@ -433,9 +441,9 @@ def main(argv: list[str] | None = None) -> int:
 def _storage_failure(e: Exception, args: argparse.Namespace) -> HlnasError | None:
     if not hasattr(args, "storage"):  # a command without a storage
         return None
-    from hlnas.search.storage import DEFAULT_STORAGE, storage_failure
+    from hlnas.search.storage import storage_failure
 
-    return storage_failure(e, args.storage or DEFAULT_STORAGE)
+    return storage_failure(e, _storage_url(args))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from hlnas.data.sources import DataConfig
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.model.layout import Layout, build_layout
 from hlnas.outputs import read_input
-from hlnas.overrides import field_types, parse_sets, yaml_load
+from hlnas.overrides import field_types, parse_sets, yaml_error_text, yaml_load
 from hlnas.score.objectives import ScoreConfig
 from hlnas.lm.trainer import TrainConfig
 
@@ -137,7 +137,7 @@ def load_recipe(path: str | Path | None, sets: list[str] | None = None, base: di
         try:
             loaded = yaml_load(read_input(p, "recipe file", ConfigError)) or {}
         except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+            raise ConfigError(f"{path}: not valid YAML at {yaml_error_text(e)}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}")
         raw.update(loaded)

@@ -21,7 +21,8 @@ class SearchOptions:
     """One search's settings.
 
     The study: ``storage`` (an Optuna storage URL), ``study_name``, ``resume`` (continue a stored study), ``sampler``
-    (None: the space's) and its ``seed``, ``out_root`` (checkpoints and paused recall models), ``results_from``
+    (None: the space's) and its ``seed`` (None: 0); a resume keeps the sampler and seed stored with the study, and refuses
+    others given (as it refuses a changed space), ``out_root`` (checkpoints and paused recall models), ``results_from``
     (studies whose results of the same layouts, measured the same way, this one adopts: :mod:`hlnas.search.adopt`).
 
     Where trials run: ``executor`` (``inline``, ``processes``, ``ray``, or an
@@ -44,7 +45,7 @@ class SearchOptions:
     storage: str = DEFAULT_STORAGE
     resume: bool = False
     sampler: str | None = None
-    seed: int = 0
+    seed: int | None = None
     out_root: str | None = None
     results_from: Sequence[str] = ()
     executor: str | Executor = "inline"

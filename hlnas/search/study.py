@@ -9,7 +9,8 @@ study then runs until it holds the requested number of COMPLETE trials. One driv
 
 Stored schema (read by the dashboard): study user attrs ``hlnas_version``, ``hlnas_space``, ``hlnas_space_hash``,
 ``hlnas_objectives``, ``hlnas_kv_context``, ``hlnas_preset``, ``hlnas_paper_grid`` (``SearchSpace.is_paper_grid``; read via
-``StudyData.paper_grid``), ``hlnas_trials`` (a search's latest target), ``hlnas_calibration``, ``hlnas_driver``; every trial's
+``StudyData.paper_grid``), ``hlnas_trials`` (a search's latest target), ``hlnas_sampler`` (the sampler and seed, kept by a
+resume), ``hlnas_calibration``, ``hlnas_driver``; every trial's
 user attrs hold the layout's cost and its scores (:func:`hlnas.model.cost.layout_metrics` plus :func:`hlnas.score.objectives.score`).
 """
 
@@ -26,6 +27,7 @@ from optuna.trial import TrialState
 
 import hlnas
 from hlnas.errors import ConfigError, HlnasError
+from hlnas.outputs import output_dir
 from hlnas.overrides import is_int, is_number
 from hlnas.search.executors import Executor, InlineExecutor, executor_from_options
 from hlnas.search.lease import DriverLease
@@ -38,8 +40,8 @@ from hlnas.search.records import MAX_REQUEUES, front_rows, recover
 from hlnas.search.shared import only_shared_failures
 from hlnas.search.samplers import make_sampler
 from hlnas.search import optuna_adapter
-from hlnas.search.storage import (DEFAULT_STORAGE, StorageError, check_study_name, load_study, open_storage, resumable,
-                                  study_names)
+from hlnas.search.storage import (DEFAULT_STORAGE, StorageError, UnknownStudyError, check_storage_url, check_study_name,
+                                  load_study, open_storage, resumable, study_names)
 from hlnas.space import SearchSpace, space_from_dict
 import hlnas.calibration.protocol as calib
 
@@ -49,6 +51,33 @@ __all__ = ["SearchOptions", "choose_executor", "default_trials", "trial_target",
 def open_or_create_storage(url: str):
     """The search's storage: like :func:`hlnas.search.storage.open_storage`, but a new SQLite/journal file may be created."""
     return open_storage(url, create=True)
+
+
+def check_data_source(space: SearchSpace) -> None:
+    """Refuse a local ``scale.data.source`` that does not exist, before a search writes anything: else every trial
+    fails alike. 'synthetic' and 'hf:' datasets are left to the trials (a dataset is only known once loaded)."""
+    from pathlib import Path
+
+    from hlnas.data.sources import FILE_EXTENSIONS
+
+    src = space.data.source
+    if src == "synthetic" or src.startswith("hf:") or Path(src).expanduser().exists():
+        return
+    raise ConfigError(f"scale.data.source '{src}' does not exist; give 'synthetic', an existing file "
+                      f"({', '.join(FILE_EXTENSIONS)}) or directory of such files, or 'hf:NAME[:CONFIG]' for a Hugging "
+                      "Face dataset")
+
+
+def _existing_storage(url):
+    """``url``'s storage opened when it exists already, or None: a SQLite or journal file not created yet (so that
+    refusing an option does not leave a new empty file behind)."""
+    import os
+
+    if isinstance(url, str):
+        kind, path = check_storage_url(url, create=True)
+        if path is not None and not os.path.exists(path):
+            return None
+    return open_or_create_storage(url)
 
 
 def _study_attrs(space: SearchSpace) -> dict:
@@ -162,16 +191,34 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
     _check_calibration_options(o.calibrate, o.skip_calibration, o.calibrated_by)
     if o.calibrate and space is not None:
         _check_calibrate(space)
+    if space is not None:
+        check_data_source(space)
+    # the studies these options name are checked before a study is created for nothing, and before a new storage
+    # file is: a file not yet there holds no study
+    if o.calibrated_by is not None or (space is not None and o.results_from):
+        named = _existing_storage(o.storage)
+        if named is None:
+            missing = o.calibrated_by if o.calibrated_by is not None else o.results_from[0]
+            raise UnknownStudyError(f"no study named '{missing}' in {o.storage}. Available: none (the storage does not "
+                                    "exist yet)")
+        if o.calibrated_by is not None:
+            if space is not None and needs_calibration(space):
+                borrowable_calibration(named, space, o.calibrated_by)
+            else:  # nothing to borrow, but a name that is not there is a mistake all the same
+                load_study(named, o.calibrated_by)
+    if o.out_root is not None:  # as hlnas train --out: the folder made now, or one line why not (a file, read-only)
+        output_dir(str(o.out_root))
     store = open_or_create_storage(o.storage)
-    if o.calibrated_by is not None and space is not None and needs_calibration(space):
-        borrowable_calibration(store, space, o.calibrated_by)  # refused before a study is created for nothing
-    # refused before a study is created for nothing; a resume without a space: against its stored one, once loaded
+    # a resume without a space: against its stored one, once loaded
     sources = None if space is None else check_results_from(store, space, o.results_from)
     existed = o.study_name in study_names(store)
     study, space = _create_or_load(space, store, o.study_name, o.resume, o.skip_calibration)
+    if o.resume:  # before anything is written to the study
+        _check_resumed_sampler(study, space, o)
     store_results_from(study, check_results_from(store, space, o.results_from) if sources is None else sources)
     if o.calibrate:
         _check_calibrate(space)  # a resumed study's stored space
+    check_data_source(space)  # a resumed study's stored space: its file may have moved since
     lease = DriverLease(study).acquire()  # StudyBusy while another live driver holds it
     try:
         return _drive(study, space, options, fresh=not existed)
@@ -302,12 +349,40 @@ def _probe_ray(address: str) -> None:
                          f"`ray start --head --port {port}` there, or fix the address") from None
 
 
+SAMPLER_ATTR = "hlnas_sampler"  # {"sampler": name, "seed": n}: what a study is searched with, kept by a resume
+
+
+def _sampler_and_seed(study: optuna.Study, space: SearchSpace, o: SearchOptions) -> tuple[str, int]:
+    """The sampler and seed this search runs: those stored with the study, else the options' (the space's sampler
+    and seed 0 when not given)."""
+    stored = study.user_attrs.get(SAMPLER_ATTR) or {}
+    return (stored.get("sampler") or o.sampler or space.sampler,
+            stored["seed"] if "seed" in stored else (0 if o.seed is None else o.seed))
+
+
+def _check_resumed_sampler(study: optuna.Study, space: SearchSpace, o: SearchOptions) -> None:
+    """A resume continues with the sampler and seed stored with the study: one given that differs is refused, as a
+    changed space or --set is, rather than silently used or dropped. A study stored before these were kept compares
+    the sampler with its space's and takes any seed."""
+    stored = study.user_attrs.get(SAMPLER_ATTR) or {}
+    sampler = stored.get("sampler") or space.sampler
+    given = [(flag, new, old) for flag, new, old in (("--sampler", o.sampler, sampler), ("--seed", o.seed, stored.get("seed")))
+             if new is not None and old is not None and new != old]
+    if given:
+        what = ", ".join(f"{flag} {old}" for flag, _, old in given)
+        raise HlnasError(f"{' and '.join(f'{flag} {new}' for flag, new, _ in given)}: study '{o.study_name}' is searched "
+                         f"with {what}; a resumed study keeps the sampler and seed stored with it (resume without "
+                         "them, or start a new --study to change them)")
+
+
 def _drive(study: optuna.Study, space: SearchSpace, o: SearchOptions, *, fresh: bool) -> optuna.Study:
     """The search itself, on a study this driver holds (see :func:`run_search`): recovery, the executor, the
     calibration, then :func:`hlnas.search.loop.search_loop`."""
     t_start = time.monotonic()
-    sampler_name = o.sampler or space.sampler
-    study.sampler = make_sampler(sampler_name, o.seed, len(space.objectives))
+    sampler_name, seed = _sampler_and_seed(study, space, o)
+    if SAMPLER_ATTR not in study.user_attrs and not o.calibrate_only:  # kept from now on: a resume continues with them
+        study.set_user_attr(SAMPLER_ATTR, {"sampler": sampler_name, "seed": seed})
+    study.sampler = make_sampler(sampler_name, seed, len(space.objectives))
     if not o.calibrate_only:  # the target a plain --resume continues to; a calibration's own 1 is not a search's
         study.set_user_attr("hlnas_trials", o.n_trials)
     emit = o.on_event or (lambda kind, data: None)
@@ -332,7 +407,7 @@ def _drive(study: optuna.Study, space: SearchSpace, o: SearchOptions, *, fresh: 
             emit("time_limit", {"seconds": o.time_limit, "trained": 0})
             return study
         search_loop(study, space, ex, LoopSettings(
-            n_trials=o.n_trials, seed=o.seed, out_root=o.out_root, on_event=emit, time_limit=o.time_limit,
+            n_trials=o.n_trials, seed=seed, out_root=o.out_root, on_event=emit, time_limit=o.time_limit,
             drain=o.drain, clock_start=t_start, retry_failed=o.retry_failed, enqueue_grid=sampler_name == "grid",
             interruptible=inline, fail_fast=o.fail_fast,
             # several trials at once: the order decides when the workers finish (one worker: the sampler's)

@@ -52,16 +52,22 @@ class Mixer(nn.Module):
         return {}
 
     @classmethod
-    def hparams(cls, cfg: "ModelConfig") -> "Mixer.Hparams":
-        """This mixer's hyper-parameters under ``cfg``: defaults, then ``cfg.mixer_hparams[name]``."""
+    def check_keys(cls, overrides) -> None:
+        """Refuse a key of ``mixer_hparams[name]`` that is no hyper-parameter of this mixer (a space checks its file
+        with this before a search writes anything)."""
         fields = {f.name for f in dataclasses.fields(cls.Hparams)}
-        overrides = dict(cfg.mixer_hparams.get(cls.name, {}))
         for key in overrides:
             if key not in fields:
                 raise ConfigError(
                     f"mixer_hparams['{cls.name}']: unknown key '{key}'.{did_you_mean(key, fields)} "
                     f"Allowed: {', '.join(sorted(fields))}"
                 )
+
+    @classmethod
+    def hparams(cls, cfg: "ModelConfig") -> "Mixer.Hparams":
+        """This mixer's hyper-parameters under ``cfg``: defaults, then ``cfg.mixer_hparams[name]``."""
+        overrides = dict(cfg.mixer_hparams.get(cls.name, {}))
+        cls.check_keys(overrides)
         hp = cls.Hparams(**{**cls.defaults(cfg), **overrides})
         cls.validate(cfg.d_model, hp)
         return hp
