@@ -190,6 +190,21 @@ def test_a_damaged_journal_is_one_line_without_the_list_of_schemes(tmp_path, cap
     assert line.endswith("restore it from a copy, or cut it after its last whole line") and "allowed schemes" not in line
 
 
+def test_a_journal_cut_short_is_refused_before_anything_reads_past_it_or_appends_to_it(tmp_path, capsys):
+    log = tmp_path / "s.log"
+    run_search(tiny_space(), SearchOptions(storage=f"journal:///{log}", study_name="s", n_trials=1))
+    whole = log.read_bytes()
+    log.write_bytes(whole[:-37])  # the last record cut mid-line, as a killed writer leaves it
+    for argv in (["status", "--storage", f"journal:///{log}"],
+                 ["search", "--resume", "--storage", f"journal:///{log}", "--study", "s", "--no-progress"]):
+        assert main(argv) == 2
+        line = one_error_line(capsys.readouterr().err, argv[0])
+        assert "the journal's last record is cut short" in line and "remove the partial last line" in line
+        assert log.read_bytes() == whole[:-37]  # nothing appended to the broken line
+    log.write_bytes(whole[: whole.rindex(b"\n", 0, len(whole) - 37) + 1])  # cut after the last whole record: readable
+    assert main(["status", "--storage", f"journal:///{log}"]) == 0
+
+
 def filling_up(limit: int):
     """``open`` for :mod:`hlnas.outputs`: a real file whose writes past ``limit`` bytes fail with ENOSPC, as a full
     disk fails them."""

@@ -99,6 +99,7 @@ def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False
         if kind == "journal":
             from optuna.storages.journal import JournalFileBackend
 
+            _check_journal_end(url, path)
             return optuna.storages.JournalStorage(JournalFileBackend(path))
         if kind == "sqlite":
             # a reader (the dashboard, `hlnas status`, a second search) can hold SQLite's lock for a moment; wait
@@ -113,6 +114,20 @@ def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False
             f"cannot open storage {url!r}: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
             + (f"; allowed schemes: {', '.join(ALLOWED_SCHEMES)}" if _url_error(e) else "")
         ) from None
+
+
+def _check_journal_end(url: str, path: str) -> None:
+    """Refuse a journal whose last record was cut short (every record ends with a newline): a reader would skip it
+    without a word, and a writer would append to the broken line and make the journal unreadable."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+    raise StorageError(f"storage {url!r}: the journal's last record is cut short (a write was interrupted); the records "
+                       "before it are intact: remove the partial last line (everything after the last newline) or "
+                       "restore the file from a copy, then run again")
 
 
 def _is_journal(path: str) -> bool:
