@@ -70,10 +70,14 @@ def test_keep_going_trains_on_and_each_failure_is_the_layouts_own(tmp_path):
     assert len(failed_by_layout(study)) == 4 and SHARED_ATTR not in study.user_attrs
 
 
-def test_a_resume_whose_trials_all_fail_the_same_way_stops_and_keeps_what_completed(tmp_path):
-    """The cause came after the first run (here an --out under a file: every trial's checkpoint folder is refused);
-    the resume stops after the first trials, its completed trial stays, and a new search of the name is refused as
-    before. With a usable --out a plain resume trains the re-queued layouts."""
+def test_a_resume_whose_trials_all_fail_the_same_way_stops_and_keeps_what_completed(tmp_path, monkeypatch):
+    """The cause came after the first run, and after the search's own checks (here an --out under a file that the
+    up-front check is made to miss, as a folder that turns unwritable mid-search would: every trial's checkpoint
+    folder is refused); the resume stops after the first trials, its completed trial stays, and a new search of the
+    name is refused as before. With a usable --out a plain resume trains the re-queued layouts."""
+    import hlnas.search.study as study_module
+
+    monkeypatch.setattr(study_module, "output_dir", lambda path, *a, **k: path)
     url = f"sqlite:///{tmp_path}/c.db"
     run_search(space_from_dict(tiny_raw()), SearchOptions(storage=url, study_name="c", n_trials=1))
     (tmp_path / "afile").write_text("x")
