@@ -135,3 +135,31 @@ def write_csv(path, rows: list[dict]) -> str:
         w.writeheader()
         w.writerows(rows)
     return str(path)
+
+
+def filling_up(limit: int):
+    """A stand-in for ``open`` (monkeypatched into the module under test): a real file whose writes past ``limit`` bytes fail with ENOSPC, as a full
+    disk fails them."""
+    import errno
+    import os
+
+    class FillsUp:
+        def __init__(self, name, mode="r", *args, **kwargs):
+            self.f, self.n = open(name, mode, *args, **kwargs), 0
+
+        def write(self, b):
+            if self.n + len(b) > limit:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.n += len(b)
+            return self.f.write(b)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    return FillsUp

@@ -23,6 +23,7 @@ from hlnas.search.shared import SHARED_AFTER, SharedCause, SharedFailure, signat
 from hlnas.search.study import load_hlnas_study, run_search
 from hlnas.search.options import SearchOptions
 from hlnas.space import space_from_dict
+from tests.helpers import filling_up
 from tests.searches import tiny_raw, trained
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -173,8 +174,6 @@ def test_a_full_out_disk_stops_the_search_names_the_path_and_leaves_no_partial_c
 def test_a_checkpoint_that_finds_the_disk_full_names_it_and_leaves_no_partial_file(tmp_path, monkeypatch):
     """The disk fills up 64 kB into the write (ENOSPC from the file's write, as a full disk gives it): DiskFull names
     the checkpoint, and the half-written .tmp beside it is removed; a checkpoint saved before stays whole."""
-    import errno
-
     import torch
 
     from hlnas.errors import DiskFull
@@ -183,26 +182,7 @@ def test_a_checkpoint_that_finds_the_disk_full_names_it_and_leaves_no_partial_fi
     path = tmp_path / "checkpoint.pt"
     checkpoint.save_state(path, {"step": 1})
 
-    class FillsUp:  # a real file that refuses what would go past 64 kB
-        def __init__(self, name, mode):
-            self.f, self.n = open(name, mode), 0
-
-        def write(self, b):
-            if self.n + len(b) > 1 << 16:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            self.n += len(b)
-            return self.f.write(b)
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    monkeypatch.setattr(checkpoint, "open", FillsUp, raising=False)
+    monkeypatch.setattr(checkpoint, "open", filling_up(1 << 16), raising=False)  # refuses past 64 kB
     with pytest.raises(DiskFull, match=f"the disk is full: cannot write {path} \\([\\d,]+ bytes free there\\)"):
         checkpoint.save_state(path, {"w": torch.zeros(1 << 16)})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]

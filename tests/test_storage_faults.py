@@ -16,6 +16,8 @@ from pathlib import Path
 
 import optuna
 import pytest
+
+from tests.helpers import filling_up
 from optuna.trial import TrialState
 
 import hlnas
@@ -203,33 +205,6 @@ def test_a_journal_cut_short_is_refused_before_anything_reads_past_it_or_appends
         assert log.read_bytes() == whole[:-37]  # nothing appended to the broken line
     log.write_bytes(whole[: whole.rindex(b"\n", 0, len(whole) - 37) + 1])  # cut after the last whole record: readable
     assert main(["status", "--storage", f"journal:///{log}"]) == 0
-
-
-def filling_up(limit: int):
-    """``open`` for :mod:`hlnas.outputs`: a real file whose writes past ``limit`` bytes fail with ENOSPC, as a full
-    disk fails them."""
-    import errno
-
-    class FillsUp:
-        def __init__(self, name, mode="r", *args, **kwargs):
-            self.f, self.n = open(name, mode, *args, **kwargs), 0
-
-        def write(self, b):
-            if self.n + len(b) > limit:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            self.n += len(b)
-            return self.f.write(b)
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    return FillsUp
 
 
 @pytest.mark.parametrize(("argv", "target"), [
