@@ -26,6 +26,7 @@ import math
 import re
 from importlib import resources
 
+from hlnas.analysis.rankstats import pearson, ranks
 from hlnas.model.catalog import mixer_entry
 from hlnas.model.layout import Layout
 from hlnas.errors import LayoutError, UnknownMixerError
@@ -176,28 +177,6 @@ def attention_share(ratio: str) -> float:
 # -- comparing a study's grid with the paper ---------------------------------------------------
 
 
-def _ranks(xs: list[float]) -> list[float]:
-    """1-based ranks, tied values sharing the mean of the ranks they span."""
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    ranks = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def _pearson(a: list[float], b: list[float]) -> float:
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b, strict=True))
-    va, vb = sum((x - ma) ** 2 for x in a), sum((y - mb) ** 2 for y in b)
-    return cov / math.sqrt(va * vb) if va > 0 and vb > 0 else float("nan")
-
-
 def spearman(a: list[float], b: list[float], permutations: int = 20000, seed: int = 0) -> tuple[float, float]:
     """Spearman's rank correlation of paired values -> (rho, two-sided permutation p-value).
 
@@ -209,12 +188,12 @@ def spearman(a: list[float], b: list[float], permutations: int = 20000, seed: in
 
     if len(a) != len(b) or len(a) < 3:
         raise ValueError(f"spearman needs two equally long lists of at least 3 values, got {len(a)} and {len(b)}")
-    ra, rb = _ranks(list(a)), _ranks(list(b))
-    rho = _pearson(ra, rb)
+    ra, rb = ranks(a), ranks(b)
+    rho = pearson(ra, rb)
     if math.isnan(rho):
         return rho, float("nan")
     rng, rb_perm, hits = random.Random(seed), list(rb), 0
     for _ in range(permutations):
         rng.shuffle(rb_perm)
-        hits += abs(_pearson(ra, rb_perm)) >= abs(rho) - 1e-12
+        hits += abs(pearson(ra, rb_perm)) >= abs(rho) - 1e-12
     return rho, (hits + 1) / (permutations + 1)
