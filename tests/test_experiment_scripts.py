@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # the runnable ones: a helper module (experiments/bench/results.py) has no command line
 SCRIPTS = sorted(p for d in ("experiments", "experiments/bench", "experiments/paper_grid", "experiments/proxy")
@@ -60,3 +62,31 @@ def test_every_screened_recall_protocol_is_a_valid_setting_of_the_grid_space(mon
         recall_task(cfg)
         assert protocol["score"] in ("recall", "recall_auc", "recall_beyond"), name
         assert len(screen.plan("subset", name, 0, [])) == 9 and len(screen.plan("cells", name, 1, [])) == 21
+
+
+def test_screen_rows_become_a_validation_csv_with_the_shared_cards_cost(monkeypatch, tmp_path, capsys):
+    """The screen's rows reach `hlnas validate` as one run per case, scored by the protocol's own measure, each
+    charged the call's wall over the runs that shared it."""
+    import json
+
+    from hlnas.analysis.validation_data import read_proxy_csv
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "proxy"))
+    import screen
+
+    base = {"protocol": "curriculum", "score_metric": "recall_beyond", "seed": 0, "card": "GPU X", "recall_raw": 0.99,
+            "recall_baseline": 0.016, "recall_auc": 0.9}
+    rows = [dict(base, case="c/transformer/-/0", layout="A" * 24, recall_beyond=0.7, wall_s=80.0),
+            dict(base, case="c/gla/3:1/0", layout="GGA" * 8, recall_beyond=0.8, wall_s=240.0),
+            {"case": "c/deltanet/3:1/0", "error": "RuntimeError: out of memory"},  # a failed case is no run
+            dict(base, protocol="grid", score_metric="recall_auc", case="g/gla/3:1/0", layout="GGA" * 8, wall_s=10.0)]
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    screen.to_csv("curriculum", [str(src)])
+    out = tmp_path / "p.csv"
+    out.write_text(capsys.readouterr().out)
+    runs = read_proxy_csv(out).runs
+    assert sorted((r.mixer, r.ratio, r.value) for r in runs) == [("gla", "3:1", 0.8), ("transformer", "full", 0.7)]
+    assert {r.gpu_s for r in runs} == {120.0}  # the longest run's 240 s over the 2 runs that shared the card
+    with pytest.raises(SystemExit, match="no rows of protocol 'overwrite'"):
+        screen.to_csv("overwrite", [str(src)])

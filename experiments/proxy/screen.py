@@ -7,7 +7,8 @@ the GPU-seconds and the card.
 
     python experiments/proxy/screen.py run OUT.jsonl DEADLINE_S NPROC CASE...
     python experiments/proxy/screen.py plan subset|cells PROTOCOL SEED [DONE.jsonl...]   # the cases not yet done
-    python experiments/proxy/screen.py table RESULTS.jsonl...      # one row per case, then per protocol
+    python experiments/proxy/screen.py table RESULTS.jsonl...      # one row per case
+    python experiments/proxy/screen.py csv PROTOCOL RESULTS.jsonl... > P.csv   # for hlnas validate --csv P.csv
 """
 from __future__ import annotations
 
@@ -113,6 +114,28 @@ def table(paths: list[str]) -> None:
               f"{r['recall_beyond']} | {r['wall_s']} |")
 
 
+def to_csv(protocol: str, paths: list[str]) -> None:
+    """One protocol's rows as a results CSV for ``hlnas validate``: the protocol's score as ``recall`` beside the
+    training setting's raw recall and baseline. The runs of one call share the GPU, so a candidate's GPU-seconds are
+    the call's wall (its longest run) divided by the runs that shared it."""
+    import csv
+
+    rows = [r for p in paths for line in open(p) if line.strip()
+            for r in [json.loads(line)] if r.get("protocol") == protocol]
+    if not rows:
+        raise SystemExit(f"screen.py csv: no rows of protocol {protocol!r} in {', '.join(paths)}")
+    groups: dict = {}
+    for r in rows:  # one device call: the same file, seed and card
+        groups.setdefault((r["seed"], r["card"]), []).append(r)
+    w = csv.writer(sys.stdout)
+    w.writerow(["layout", "seed", "recall", "recall_raw", "recall_baseline", "gpu_s_est", "device_name"])
+    for group in groups.values():
+        gpu_s = max(r["wall_s"] for r in group) / len(group)
+        for r in group:
+            w.writerow([r["layout"], r["seed"], r[r["score_metric"]], r["recall_raw"], r["recall_baseline"],
+                        round(gpu_s, 1), r["card"]])
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "run":
@@ -123,5 +146,7 @@ if __name__ == "__main__":
         print(" ".join(plan(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:])))
     elif cmd == "table":
         table(sys.argv[2:])
+    elif cmd == "csv" and len(sys.argv) > 3:
+        to_csv(sys.argv[2], sys.argv[3:])
     else:
         sys.exit(__doc__)
