@@ -4,6 +4,7 @@ time to find out that one no longer parses its own options (a sweep script once 
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -79,14 +80,52 @@ def test_screen_rows_become_a_validation_csv_with_the_shared_cards_cost(monkeypa
     rows = [dict(base, case="c/transformer/-/0", layout="A" * 24, recall_beyond=0.7, wall_s=80.0),
             dict(base, case="c/gla/3:1/0", layout="GGA" * 8, recall_beyond=0.8, wall_s=240.0),
             {"case": "c/deltanet/3:1/0", "error": "RuntimeError: out of memory"},  # a failed case is no run
-            dict(base, protocol="grid", score_metric="recall_auc", case="g/gla/3:1/0", layout="GGA" * 8, wall_s=10.0)]
+            dict(base, protocol="grid", score_metric="recall_auc", case="g/gla/3:1/0", layout="GGA" * 8, wall_s=10.0),
+            # cut short by the call's deadline, then run again in the next call: only the finished run counts
+            dict(base, case="c/gla/6:1/0", layout="GGGGGA" * 4, recall_beyond=0.1, wall_s=470.0, out_of_time=True),
+            dict(base, case="c/gla/6:1/0", layout="GGGGGA" * 4, recall_beyond=0.6, wall_s=60.0, call=2),
+            dict(base, case="c/hgrn2/6:1/0", layout="NNNNNA" * 4, recall_beyond=0.5, wall_s=90.0, call=2)]
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     screen.to_csv("curriculum", [str(src)])
     out = tmp_path / "p.csv"
     out.write_text(capsys.readouterr().out)
     runs = read_proxy_csv(out).runs
-    assert sorted((r.mixer, r.ratio, r.value) for r in runs) == [("gla", "3:1", 0.8), ("transformer", "full", 0.7)]
-    assert {r.gpu_s for r in runs} == {120.0}  # the longest run's 240 s over the 2 runs that shared the card
+    assert sorted((r.mixer, r.ratio, r.value) for r in runs) == [("gla", "3:1", 0.8), ("gla", "6:1", 0.6),
+                                                                ("hgrn2", "6:1", 0.5), ("transformer", "full", 0.7)]
+    # each call's longest run over the runs that shared its card: 240 s over 2, and 90 s over 2 in the next call
+    assert sorted(r.gpu_s for r in runs) == [45.0, 45.0, 120.0, 120.0]
+    # the plan runs again what was cut short or failed, and skips what finished
+    assert screen.plan("subset", "curriculum", 0, [str(src)]) == [c for c in screen.plan("subset", "curriculum", 0, [])]
+    done = tmp_path / "done.jsonl"
+    done.write_text("".join(json.dumps(dict(r, case=r["case"].replace("c/", "curriculum/"))) + "\n" for r in rows))
+    left = screen.plan("subset", "curriculum", 0, [str(done)])
+    assert "curriculum/gla/6:1/0" not in left and "curriculum/deltanet/3:1/0" in left and len(left) == 5
     with pytest.raises(SystemExit, match="no rows of protocol 'overwrite'"):
         screen.to_csv("overwrite", [str(src)])
+
+
+def test_a_screened_case_trains_and_its_row_reaches_the_validation_csv(monkeypatch, tmp_path, capsys):
+    """One case end to end on the CPU, at a tiny scale: the row ``one`` writes carries what ``to_csv`` and the table
+    read (a row once lost its ``score_metric`` to a misplaced comment, and only the device would have said so)."""
+    import yaml
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "proxy"))
+    import screen
+
+    space = yaml.safe_load((ROOT / "search_spaces" / "paper_grid_h200_lr.yaml").read_text())
+    space.update(layers=6, ratios=["3:1"], name="tiny")
+    space["scale"]["score"]["mqar"].update(steps=8, eval_every=4, batch=4, test=16, val=16, seq_len=64, kv_pairs=8,
+                                           vocab=64, compile=False, model={"d_model": 32, "n_heads": 2})
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    (tmp_path / "protocols.yaml").write_text(yaml.safe_dump(
+        {"curriculum": {"score": "recall_beyond", "overrides": {"curriculum_kv": 2, "beyond": [[128, 8]]}}}))
+    monkeypatch.setattr(screen, "SPACE", str(tmp_path / "space.yaml"))
+    monkeypatch.setenv("SCREEN_PROTOCOLS", str(tmp_path / "protocols.yaml"))
+    rows = tmp_path / "rows.jsonl"
+    screen.one("curriculum/gla/3:1/0", str(rows), time.time() + 300)
+    screen.table([str(rows)])
+    screen.to_csv("curriculum", [str(rows)])
+    out = capsys.readouterr().out
+    assert "| curriculum/gla/3:1/0 | cpu | 8 |" in out
+    assert out.splitlines()[-1].startswith("GGAGGA,0,")  # layout, seed, then the beyond score

@@ -50,7 +50,8 @@ def one(case: str, out: str, deadline: float) -> None:
     r = train_mqar(layout, sp.model, cfg, seed=int(seed), device="cuda" if torch.cuda.is_available() else "cpu")
     r.update(recall_metrics(r))
     runs = r["mqar"]["runs"]
-    row = {"case": case, "protocol": name, "score_metric": proto["score"], "mixer": mixer, "ratio": ratio,
+    row = {"case": case, "protocol": name, "call": int(deadline),  # the runs of one call share its deadline
+           "score_metric": proto["score"], "mixer": mixer, "ratio": ratio,
            "seed": int(seed), "layout": str(layout), "card": r.get("mqar_device_name"), "wall_s": round(time.time() - t0, 1),
            "steps": r["mqar_steps_done"], "reached": r["mqar_steps_to_target"], "out_of_time": runs[-1].get("error") is None
            and r["mqar_steps_to_target"] is None and r["mqar_steps_done"] < cfg.steps,
@@ -96,14 +97,20 @@ def plan(which: str, protocol: str, seed: int, done_paths: list[str]) -> list[st
         raise SystemExit(f"screen.py: unknown protocol {protocol!r}; allowed: {', '.join(protocols())}")
     ratios = {"subset": ("3:1", "6:1"), "cells": ("3:1", "6:1", "12:1", "24:1", "pure")}[which]
     cases = [f"{protocol}/transformer/-/{seed}"] + [f"{protocol}/{m}/{r}/{seed}" for r in ratios for m in TABLE7_MIXERS]
-    done = {json.loads(line)["case"] for p in done_paths if Path(p).exists() for line in open(p)
-            if line.strip() and "protocol" in json.loads(line)}
+    done = set(finished(done_paths))
     return [c for c in cases if c not in done]
+
+
+def finished(paths: list[str]) -> dict:
+    """The last finished row of each case: a run the call's deadline cut short (``out_of_time``) or a failed case is
+    no measurement of its protocol, and runs again in the next call."""
+    rows = (json.loads(line) for p in paths if Path(p).exists() for line in open(p) if line.strip())
+    return {r["case"]: r for r in rows if "protocol" in r and not r.get("out_of_time")}
 
 
 def table(paths: list[str]) -> None:
     rows = [json.loads(line) for p in paths for line in open(p) if line.strip()]
-    print(f"| case | card | steps | reached | recall [baseline] | learning AUC | beyond | GPU-s (shared) |")
+    print("| case | card | steps | reached | recall [baseline] | learning AUC | beyond | GPU-s (shared) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "protocol" not in r:
@@ -115,18 +122,17 @@ def table(paths: list[str]) -> None:
 
 
 def to_csv(protocol: str, paths: list[str]) -> None:
-    """One protocol's rows as a results CSV for ``hlnas validate``: the protocol's score as ``recall`` beside the
-    training setting's raw recall and baseline. The runs of one call share the GPU, so a candidate's GPU-seconds are
+    """One protocol's finished rows as a results CSV for ``hlnas validate``: the protocol's score as ``recall`` beside
+    the training setting's raw recall and baseline. The runs of one call share the GPU, so a candidate's GPU-seconds are
     the call's wall (its longest run) divided by the runs that shared it."""
     import csv
 
-    rows = [r for p in paths for line in open(p) if line.strip()
-            for r in [json.loads(line)] if r.get("protocol") == protocol]
+    rows = [r for r in finished(paths).values() if r["protocol"] == protocol]
     if not rows:
         raise SystemExit(f"screen.py csv: no rows of protocol {protocol!r} in {', '.join(paths)}")
     groups: dict = {}
-    for r in rows:  # one device call: the same file, seed and card
-        groups.setdefault((r["seed"], r["card"]), []).append(r)
+    for r in rows:  # the runs of one device call (rows from before calls were recorded: by seed and card)
+        groups.setdefault(r.get("call") or (r["seed"], r["card"]), []).append(r)
     w = csv.writer(sys.stdout)
     w.writerow(["layout", "seed", "recall", "recall_raw", "recall_baseline", "gpu_s_est", "device_name"])
     for group in groups.values():
