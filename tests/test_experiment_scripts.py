@@ -129,3 +129,57 @@ def test_a_screened_case_trains_and_its_row_reaches_the_validation_csv(monkeypat
     out = capsys.readouterr().out
     assert "| curriculum/gla/3:1/0 | cpu | 8 |" in out
     assert out.splitlines()[-1].startswith("GGAGGA,0,")  # layout, seed, then the beyond score
+
+
+def _rule_rows(score, cards=("GPU A", "GPU B"), seeds=(0, 1)):
+    """Finished screen rows of the rule's 21 cells: ``score(mixer, ratio, seed, card)`` each, every run learned."""
+    from hlnas.analysis.paper import recall_by_ratio
+    from hlnas.model.layout import build_layout
+
+    cells = [("transformer", "-")] + [(m, r) for m in ("deltanet", "gated_deltanet", "gla", "hgrn2")
+                                      for r in ("pure", "24:1", "12:1", "6:1", "3:1")]
+    table = recall_by_ratio()
+    rows = []
+    for call, card in enumerate(cards):
+        for seed in seeds:
+            for m, r in cells:
+                layout = "A" * 24 if m == "transformer" else str(build_layout(m, r, 24, "paper"))
+                ref = 0.423 if m == "transformer" else table[m][r]
+                rows.append({"case": f"p/{m}/{r}/{seed}", "protocol": "p", "call": call * 10 + seed, "score_metric":
+                             "recall_beyond", "seed": seed, "card": card, "layout": layout, "wall_s": 21 * 30.0,
+                             "recall": 0.97, "recall_raw": 0.97, "recall_baseline": 0.016,
+                             "recall_beyond": score(m, r, seed, card, ref)})
+    return rows
+
+
+def test_the_selection_rule_chooses_a_proxy_that_ranks_like_table_7_and_refuses_the_share(monkeypatch, tmp_path):
+    """screen.py rule on constructed screens whose answer is known: a stretched copy of Table 7, the same on both
+    cards and seeds but for a little noise, passes every point; the attention share alone fails the partial rho;
+    one card's run is incomplete whatever it scores."""
+    import json
+    import random
+
+    from hlnas.analysis.paper import attention_share
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "proxy"))
+    import screen
+
+    def write(rows):
+        path = tmp_path / f"rows{len(list(tmp_path.iterdir()))}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return [str(path)]
+
+    noise = random.Random(0)
+    good = screen.rule("p", write(_rule_rows(lambda m, r, s, c, ref: 5 * (ref - 0.1) + noise.uniform(0, 0.002))))
+    assert good["verdict"] == "chosen", good["points"]
+    share = screen.rule("p", write(_rule_rows(
+        lambda m, r, s, c, ref: 1.0 if m == "transformer" else attention_share(r) + noise.uniform(0, 1e-4))))
+    assert share["verdict"] == "not chosen"
+    failed = {name for _, name, _, _, ok in share["points"] if ok is False}
+    assert any(n.startswith("2. partial rho") for n in failed), share["points"]
+    one = screen.rule("p", write(_rule_rows(lambda m, r, s, c, ref: 5 * (ref - 0.1), cards=("GPU A",))))
+    assert one["verdict"] == "incomplete"
+    # the cards disagree on most cells: point 6 fails
+    apart = screen.rule("p", write(_rule_rows(lambda m, r, s, c, ref: 5 * (ref - 0.1) + (0.3 if c == "GPU B" else 0)
+                                              + noise.uniform(0, 0.002))))
+    assert apart["verdict"] == "not chosen" and apart["points"][-1][-1] is False

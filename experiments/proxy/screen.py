@@ -8,7 +8,8 @@ the GPU-seconds and the card.
     python experiments/proxy/screen.py run OUT.jsonl DEADLINE_S NPROC CASE...
     python experiments/proxy/screen.py plan subset|cells PROTOCOL SEED [DONE.jsonl...]   # the cases not yet done
     python experiments/proxy/screen.py table RESULTS.jsonl...      # one row per case
-    python experiments/proxy/screen.py csv PROTOCOL RESULTS.jsonl... > P.csv   # for hlnas validate --csv P.csv
+    python experiments/proxy/screen.py csv PROTOCOL RESULTS.jsonl... > P.csv   # hlnas validate --csv P.csv --measure score
+    python experiments/proxy/screen.py rule PROTOCOL RESULTS.jsonl...    # each point of the selection rule, the verdict
 """
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def plan(which: str, protocol: str, seed: int, done_paths: list[str]) -> list[st
         raise SystemExit(f"screen.py: unknown protocol {protocol!r}; allowed: {', '.join(protocols())}")
     ratios = {"subset": ("3:1", "6:1"), "cells": ("3:1", "6:1", "12:1", "24:1", "pure")}[which]
     cases = [f"{protocol}/transformer/-/{seed}"] + [f"{protocol}/{m}/{r}/{seed}" for r in ratios for m in TABLE7_MIXERS]
-    done = set(finished(done_paths))
+    done = {case for case, _ in finished(done_paths)}  # a call's rows file holds one kind of card
     return [c for c in cases if c not in done]
 
 
@@ -105,7 +106,7 @@ def finished(paths: list[str]) -> dict:
     """The last finished row of each case: a run the call's deadline cut short (``out_of_time``) or a failed case is
     no measurement of its protocol, and runs again in the next call."""
     rows = (json.loads(line) for p in paths if Path(p).exists() for line in open(p) if line.strip())
-    return {r["case"]: r for r in rows if "protocol" in r and not r.get("out_of_time")}
+    return {(r["case"], r["card"]): r for r in rows if "protocol" in r and not r.get("out_of_time")}
 
 
 def table(paths: list[str]) -> None:
@@ -121,25 +122,125 @@ def table(paths: list[str]) -> None:
               f"{r['recall_beyond']} | {r['wall_s']} |")
 
 
-def to_csv(protocol: str, paths: list[str]) -> None:
-    """One protocol's finished rows as a results CSV for ``hlnas validate``: the protocol's score as ``recall`` beside
-    the training setting's raw recall and baseline. The runs of one call share the GPU, so a candidate's GPU-seconds are
-    the call's wall (its longest run) divided by the runs that shared it."""
-    import csv
-
-    rows = [r for r in finished(paths).values() if r["protocol"] == protocol]
+def csv_rows(protocol: str, paths: list[str], card: str | None = None) -> list[list]:
+    """One protocol's finished rows (of one kind of card, if named) as the rows of a results CSV for ``hlnas validate``
+    (header first): the protocol's score as ``score``, beside the training setting's corrected recall (which says
+    whether a run learned), its raw recall and no-recall baseline. The runs of one call share the GPU, so a candidate's
+    GPU-seconds are the call's wall (its longest run) divided by the runs that shared it."""
+    rows = [r for r in finished(paths).values() if r["protocol"] == protocol and card in (None, r["card"])]
     if not rows:
-        raise SystemExit(f"screen.py csv: no rows of protocol {protocol!r} in {', '.join(paths)}")
+        raise SystemExit(f"screen.py: no finished rows of protocol {protocol!r}{f' on {card}' if card else ''} in "
+                         f"{', '.join(paths)}")
     groups: dict = {}
     for r in rows:  # the runs of one device call (rows from before calls were recorded: by seed and card)
         groups.setdefault(r.get("call") or (r["seed"], r["card"]), []).append(r)
-    w = csv.writer(sys.stdout)
-    w.writerow(["layout", "seed", "recall", "recall_raw", "recall_baseline", "gpu_s_est", "device_name"])
+    out = [["layout", "seed", "score", "recall", "recall_raw", "recall_baseline", "gpu_s_est", "device_name"]]
     for group in groups.values():
         gpu_s = max(r["wall_s"] for r in group) / len(group)
-        for r in group:
-            w.writerow([r["layout"], r["seed"], r[r["score_metric"]], r["recall_raw"], r["recall_baseline"],
-                        round(gpu_s, 1), r["card"]])
+        out += [[r["layout"], r["seed"], r[r["score_metric"]], r["recall"], r["recall_raw"], r["recall_baseline"],
+                 round(gpu_s, 1), r["card"]] for r in group]
+    return out
+
+
+def to_csv(protocol: str, paths: list[str]) -> None:
+    """:func:`csv_rows` on stdout: ``hlnas validate --csv FILE --measure score``."""
+    import csv
+
+    csv.writer(sys.stdout).writerows(csv_rows(protocol, paths))
+
+
+# The selection rule (README.md), as committed before the screen. Points 1-5 are judged on each card's run of the 21
+# cells at 2 seeds; point 6 between two kinds of card.
+RULE = {"rho_margin": 0.10, "partial_rho": 0.4, "saturated": 0.20, "seed_rho": 0.85, "gpu_s": 60.0, "cards_agree": 0.90,
+        "control_raw": 0.9}
+CELLS = 21
+
+
+def _validation(protocol: str, paths: list[str], card: str):
+    import csv
+    import tempfile
+
+    from hlnas.analysis.validate import validate
+    from hlnas.analysis.validation_data import load_reference, read_proxy_csv
+
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        csv.writer(f).writerows(csv_rows(protocol, paths, card))
+    return validate(read_proxy_csv(f.name, "score"), load_reference("table7+transformer"))
+
+
+def _outcomes(v) -> dict:
+    """A card's outcome per cell: (every seed learned the training setting, the seeds' mean score), and the cell's
+    seed spread (|seed 0 - seed 1|, None with one seed)."""
+    from hlnas.analysis.validate import LEARNED
+
+    out = {}
+    for c in v.cells:
+        vals = [r.value for r in c.runs]
+        out[c.name] = (all((r.recall or 0) >= LEARNED for r in c.runs), c.value,
+                       max(vals) - min(vals) if len(vals) > 1 else None)
+    return out
+
+
+def rule(protocol: str, paths: list[str]) -> dict:
+    """Each point of the selection rule for ``protocol`` over its finished rows: value, threshold, pass (None where
+    not measured yet); the verdict ``chosen``, ``not chosen`` or ``incomplete``. Two cards agree on a cell when both
+    or neither learned it in every seed, and their seed-mean scores differ by at most twice the seed spread (the
+    median over the cells and both cards of |seed 0 - seed 1|)."""
+    import statistics
+
+    cards = sorted({card for (_, card), r in finished(paths).items() if r["protocol"] == protocol})
+    if not cards:
+        raise SystemExit(f"screen.py rule: no finished rows of protocol {protocol!r} in {', '.join(paths)}")
+    points, complete = [], True
+    outcomes = {}
+    for card in cards:
+        v = _validation(protocol, paths, card)
+        outcomes[card] = _outcomes(v)
+        seeds = v.seeds
+        full = len(v.shared) == CELLS and len(seeds["seeds"]) >= 2 and all(len(c.runs) >= 2 for c in v.shared)
+        complete &= full
+        control = [r for c in v.cells if c.mixer == "transformer" for r in c.runs]
+        margin = None if v.proxy_rho.rho is None or v.share_rho.rho is None else v.proxy_rho.rho - v.share_rho.rho
+        cons = seeds["consistency"]
+        points += [
+            (card, "cells x seeds", f"{len(v.shared)} x {len(seeds['seeds'])}", f"{CELLS} x 2", full),
+            (card, "control learns (raw, every seed)", min((r.raw or 0) for r in control) if control else None,
+             f">= {RULE['control_raw']}", bool(control) and all((r.raw or 0) >= RULE["control_raw"] for r in control)),
+            (card, "1. rho minus the share's", margin, f">= {RULE['rho_margin']}",
+             None if margin is None else margin >= RULE["rho_margin"]),
+            (card, "2. partial rho", v.partial_rho.rho, f">= {RULE['partial_rho']}",
+             None if v.partial_rho.rho is None else v.partial_rho.rho >= RULE["partial_rho"]),
+            (card, "3. saturated cells", v.saturation["fraction"], f"<= {RULE['saturated']}",
+             v.saturation["fraction"] <= RULE["saturated"]),
+            (card, "4. seed rho; split cells", f"{cons if cons is None else round(cons, 3)}; {len(seeds['split'])}",
+             f">= {RULE['seed_rho']}; 0", None if cons is None else cons >= RULE["seed_rho"] and not seeds["split"]),
+            (card, "5. GPU-s per candidate", v.cost["mean"], f"<= {RULE['gpu_s']}",
+             None if v.cost["mean"] is None else v.cost["mean"] <= RULE["gpu_s"]),
+        ]
+    if len(cards) >= 2:
+        a, b = outcomes[cards[0]], outcomes[cards[1]]
+        both = sorted(set(a) & set(b))
+        spreads = [o[2] for o in (*a.values(), *b.values()) if o[2] is not None]
+        spread = statistics.median(spreads) if spreads else 0.0
+        agree = [a[c][0] == b[c][0] and abs(a[c][1] - b[c][1]) <= 2 * spread for c in both]
+        frac = sum(agree) / len(agree) if agree else None
+        points.append((" / ".join(cards), f"6. cells agreeing (|diff| <= {2 * spread:.3f})", frac,
+                       f">= {RULE['cards_agree']}", None if frac is None else frac >= RULE["cards_agree"]))
+    else:
+        complete = False
+        points.append(("one card", "6. cells agreeing between two cards", None, f">= {RULE['cards_agree']}", None))
+    # a verdict needs every cell at 2 seeds on two kinds of card; until then the points say how it stands
+    verdict = "incomplete" if not complete else "chosen" if all(ok for *_, ok in points) else "not chosen"
+    return {"protocol": protocol, "points": points, "verdict": verdict}
+
+
+def print_rule(protocol: str, paths: list[str]) -> None:
+    got = rule(protocol, paths)
+    print("| card | point | value | needs | passes |\n|---|---|---|---|---|")
+    for card, name, value, need, ok in got["points"]:
+        shown = f"{value:.3f}" if isinstance(value, float) else ("-" if value is None else value)
+        print(f"| {card} | {name} | {shown} | {need} | {'-' if ok is None else 'yes' if ok else 'no'} |")
+    print(f"\n{protocol}: {got['verdict']}")
 
 
 if __name__ == "__main__":
@@ -154,5 +255,7 @@ if __name__ == "__main__":
         table(sys.argv[2:])
     elif cmd == "csv" and len(sys.argv) > 3:
         to_csv(sys.argv[2], sys.argv[3:])
+    elif cmd == "rule" and len(sys.argv) > 3:
+        print_rule(sys.argv[2], sys.argv[3:])
     else:
         sys.exit(__doc__)
