@@ -75,7 +75,7 @@ def test_screen_rows_become_a_validation_csv_with_the_shared_cards_cost(monkeypa
     monkeypatch.syspath_prepend(str(ROOT / "experiments" / "proxy"))
     import screen
 
-    base = {"protocol": "curriculum", "score_metric": "recall_beyond", "seed": 0, "card": "GPU X", "recall_raw": 0.99,
+    base = {"protocol": "curriculum", "score_metric": "recall_beyond", "seed": 0, "card": "GPU X", "recall": 0.99, "recall_raw": 0.99,
             "recall_baseline": 0.016, "recall_auc": 0.9}
     rows = [dict(base, case="c/transformer/-/0", layout="A" * 24, recall_beyond=0.7, wall_s=80.0),
             dict(base, case="c/gla/3:1/0", layout="GGA" * 8, recall_beyond=0.8, wall_s=240.0),
@@ -90,7 +90,8 @@ def test_screen_rows_become_a_validation_csv_with_the_shared_cards_cost(monkeypa
     screen.to_csv("curriculum", [str(src)])
     out = tmp_path / "p.csv"
     out.write_text(capsys.readouterr().out)
-    runs = read_proxy_csv(out).runs
+    runs = read_proxy_csv(out, "score").runs
+    assert {r.recall for r in runs} == {0.99}  # the training setting's recall, which says whether a run learned
     assert sorted((r.mixer, r.ratio, r.value) for r in runs) == [("gla", "3:1", 0.8), ("gla", "6:1", 0.6),
                                                                 ("hgrn2", "6:1", 0.5), ("transformer", "full", 0.7)]
     # each call's longest run over the runs that shared its card: 240 s over 2, and 90 s over 2 in the next call
@@ -101,7 +102,7 @@ def test_screen_rows_become_a_validation_csv_with_the_shared_cards_cost(monkeypa
     done.write_text("".join(json.dumps(dict(r, case=r["case"].replace("c/", "curriculum/"))) + "\n" for r in rows))
     left = screen.plan("subset", "curriculum", 0, [str(done)])
     assert "curriculum/gla/6:1/0" not in left and "curriculum/deltanet/3:1/0" in left and len(left) == 5
-    with pytest.raises(SystemExit, match="no rows of protocol 'overwrite'"):
+    with pytest.raises(SystemExit, match="no finished rows of protocol 'overwrite'"):
         screen.to_csv("overwrite", [str(src)])
 
 
