@@ -52,38 +52,8 @@ if [ ! -d "$TORCHINDUCTOR_CACHE_DIR" ] && ls .triton_cache/inductor_cache.tgz.* 
   say "restored inductor cache $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1)"
 fi
 mkdir -p "$TRITON_CACHE_DIR" "$TORCHINDUCTOR_CACHE_DIR"
-SITE=${HLNAS_SITE:-/tmp/site} PARTS=${HLNAS_PARTS:-/tmp/parts}  # HLNAS_SITE, HLNAS_PARTS: tests only
-install_wheels() {  # $1 marker name, then wheel files: into $SITE once per machine
-  local name=$1; shift
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE "$@" \
-    && touch $SITE/.hlnas_$name
-}
-# every carried wheel folder, once per machine: .whl/gpu (fla, optuna)
-for d in .whl/*/; do
-  [ -d "$d" ] || continue  # nothing carried: what an earlier call installed on this machine, if anything
-  w=$(basename "$d"); [ -f $SITE/.hlnas_$w ] && continue
-  install_wheels "$w" "$d"*.whl || exit 1
-  say "installed $(ls "$d" | wc -l) wheels of .whl/$w"
-done
-# wheels too large for one call's carry: tilelang and its needs (82.5 MB; GatedDeltaNet's fla backward, fla #640) pass
-# the 64 MiB limit beside the repository, so fetch_wheels.sh tilelang packs them as one tar in 20 MB parts, .whl_parts/
-# NAME.tar.aa, .ab, ... with NAME.parts holding their count. Each call carries NAME.parts and the parts it can; they
-# wait in $PARTS on this machine (calls back to back: a machine that goes back loses them) until all are here
-for n in .whl_parts/*.parts; do
-  [ -f "$n" ] || continue
-  name=$(basename "$n" .parts) want=$(cat "$n")
-  [ -f $SITE/.hlnas_$name ] && continue
-  mkdir -p "$PARTS" && cp .whl_parts/$name.tar.* "$PARTS"/ 2>/dev/null
-  have=$(ls "$PARTS"/$name.tar.* 2>/dev/null | wc -l)
-  if [ "$have" -lt "$want" ]; then
-    say "staged $name: $have of $want parts on this machine; carry the others in the next calls, back to back"
-    continue
-  fi
-  rm -rf "$PARTS/$name" && mkdir -p "$PARTS/$name" && cat "$PARTS"/$name.tar.* | tar xf - -C "$PARTS/$name" || exit 1
-  wheels=$(find "$PARTS/$name" -name '*.whl' | sort)
-  install_wheels "$name" $wheels || exit 1
-  say "installed $(echo "$wheels" | wc -l) wheels of $name from $want parts"
-done
+# the carried wheels, once per machine (.whl/gpu; tilelang in parts): experiments/device/site.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../device/site.sh"
 # The study database: the machine's own copy (a warm machine continues the last call, paused runs included) unless the
 # carried one is newer. Each call ends by raising the generation stamped beside it (h200.gen, brought back with
 # h200.db): on 2026-12-03 a fresh machine restored a stale carried copy and the next call, on that machine, kept it
