@@ -247,3 +247,13 @@ def test_a_dashboard_refresh_that_finds_the_storage_damaged_logs_one_line(stored
                                        "(database disk image is malformed); restore it from a copy, or salvage what it "
                                        f"holds: sqlite3 {db} .recover | sqlite3 recovered.db, then pass --storage "
                                        "sqlite:///recovered.db")
+
+
+@pytest.mark.skipif(__import__("importlib.util").util.find_spec("MySQLdb") is not None,
+                    reason="mysqlclient is installed: mysql:// finds its driver")
+def test_a_server_url_without_its_driver_names_one_to_install_not_the_list_of_schemes(capsys):
+    """mysql:// is an allowed scheme; SQLAlchemy's default driver for it (mysqlclient) is simply not installed."""
+    assert main(["status", "--storage", "mysql://u@127.0.0.1:1/db", "--study", "st"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its database driver is not installed here" in err[0], err
+    assert "pip install pymysql" in err[0] and "mysql+pymysql://" in err[0] and "allowed schemes" not in err[0]

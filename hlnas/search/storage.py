@@ -30,6 +30,9 @@ DEFAULT_STORAGE = "sqlite:///hlnas.db"
 SQLITE_BUSY_TIMEOUT_S = 120.0  # how long a SQLite write waits for another connection's lock
 #: optuna's RDB dialects (a driver may follow: ``postgresql+psycopg2://``) and its journal file.
 ALLOWED_SCHEMES = ("sqlite", "postgresql", "mysql", "journal")
+# a server's driver (SQLAlchemy's default for mysql:// is mysqlclient, which needs a compiler and MySQL's headers)
+_DRIVERS = {"mysql": ("pymysql", "mysql+pymysql://user@host/db"),
+            "postgresql": ("psycopg2-binary", "postgresql+psycopg2://user@host/db")}
 _EXAMPLES = "sqlite:///path/to/study.db, postgresql://user@host/db, mysql://user@host/db, journal:///path/to/study.log"
 
 
@@ -107,6 +110,11 @@ def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False
             return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}})
         return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except Exception as e:  # sqlalchemy and driver errors: not a database, unreachable host, missing driver
+        if kind in _DRIVERS and any(isinstance(x, ImportError) for x in _chain(e)):
+            package, example = _DRIVERS[kind]
+            raise StorageError(f"storage {url!r}: its database driver is not installed here ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0][:160]}); install one, e.g. `pip install {package}`, and name "
+                               f"it in the URL: {example}") from None
         failure = storage_failure(e, url, generic=False)
         if failure is not None:  # read-only, damaged, locked, ...: said in plain words
             raise failure from None
