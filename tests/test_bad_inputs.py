@@ -207,6 +207,9 @@ ROWS_63 = [
     # what every trial would fail on alike, refused before the storage is created and a trial trained
     ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--set", "data.source=/nonexistent/x.txt"],
      "scale.data.source '/nonexistent/x.txt' does not exist; give 'synthetic', an existing file", None),
+    ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--set", "data.source={ws}/run/notes.txt"],
+     "scale.data.source '{ws}/run/notes.txt' holds 1 document(s), and the first data.val_docs=64 are held out for "
+     "validation, so none is left to train on", None),
     ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--out", "/proc/x"],
      "--out /proc/x: cannot create that folder", None),
     ([*SEARCH, "--space", "{ws}/fast.yaml", "--storage", "sqlite:///{ws}/new.db", "--out", "{ws}/afile"],

@@ -180,7 +180,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from hlnas.space import load_space
     from hlnas.search.shared import SharedFailure
     from hlnas.search.storage import check_storage_url, check_study_name, resumable
-    from hlnas.search.study import choose_executor, front_rows, run_search, trial_target
+    from hlnas.search.study import check_data_source, choose_executor, front_rows, run_search, trial_target
     from hlnas.search.options import SearchOptions
 
     storage = _storage_url(args)
@@ -201,6 +201,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         space = load_space(args.space or "tiny")
     if space is not None and args.set:
         space = space.with_sets(args.set)
+    if space is not None:  # before the banner: a data source no trial can train on is the one line printed
+        check_data_source(space)
     name = check_study_name(args.study if args.study is not None else space.name)
     trials = args.trials if args.trials is not None else trial_target(space, storage, name, args.resume)
     executor, args.workers = choose_executor(args.executor, args.workers, args.address)

@@ -61,11 +61,31 @@ def check_data_source(space: SearchSpace) -> None:
     from hlnas.data.sources import FILE_EXTENSIONS
 
     src = space.data.source
-    if src == "synthetic" or src.startswith("hf:") or Path(src).expanduser().exists():
+    if src == "synthetic" or src.startswith("hf:"):
+        return
+    if Path(src).expanduser().exists():
+        _check_training_documents(space.data)
         return
     raise ConfigError(f"scale.data.source '{src}' does not exist; give 'synthetic', an existing file "
                       f"({', '.join(FILE_EXTENSIONS)}) or directory of such files, or 'hf:NAME[:CONFIG]' for a Hugging "
                       "Face dataset")
+
+
+def _check_training_documents(cfg) -> None:
+    """A local source must hold a document past the ``val_docs`` held out, or every LM trial fails alike; counted up
+    to the first such document only (a built token corpus has its own split)."""
+    import itertools
+
+    from hlnas.data.sources import iter_documents
+    from hlnas.data.token_corpus import is_token_corpus
+
+    if is_token_corpus(cfg.source):
+        return
+    n = sum(1 for _ in itertools.islice(iter_documents(cfg), cfg.val_docs + 1))
+    if n <= cfg.val_docs:
+        raise ConfigError(f"scale.data.source '{cfg.source}' holds {n} document(s), and the first data.val_docs="
+                          f"{cfg.val_docs} are held out for validation, so none is left to train on; lower "
+                          "data.val_docs or add data")
 
 
 def _existing_storage(url):
