@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pathlib
 
 import pytest
@@ -281,3 +282,33 @@ def test_a_png_without_a_browser_is_one_line_naming_the_remedy(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs a Chromium" in err and "--no-png" in err
     assert not (tmp_path / "hlnas_validation.html").exists()  # nothing half written
+
+
+def test_a_full_disk_or_an_unwritable_output_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    """validation.md is written whole or not at all; an output error a command does not name itself (a full disk
+    while a figure is written, a file it may not write) is still one line, never a traceback."""
+    import errno
+
+    import hlnas.analysis.validation_figure as figure
+    import hlnas.outputs as outputs
+    from tests.helpers import filling_up
+
+    argv = ["validate", "--csv", str(GRID), "--resamples", "20", "--draws", "20", "--out", str(tmp_path), "--no-png"]
+    monkeypatch.setattr(outputs, "open", filling_up(10), raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the disk is full: cannot write {tmp_path / 'validation.md'}" in err
+    assert not (tmp_path / "validation.md").exists() and not list(tmp_path.glob(".validation.md*"))
+    monkeypatch.undo()
+
+    def fails(err_no, filename):
+        def write(*args, **kwargs):
+            raise OSError(err_no, os.strerror(err_no), *((filename,) if filename else ()))
+        return write
+
+    for err_no, filename, said in [(errno.ENOSPC, None, "no room to write an output (No space left on device)"),
+                                   (errno.EACCES, "/x/fig.html", "/x/fig.html: Permission denied")]:
+        monkeypatch.setattr(figure, "write_validation_figure", fails(err_no, filename))
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"hlnas validate: error: {said}" in err, err

@@ -433,11 +433,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Exception as e:  # a storage failing once open (read-only, full, damaged, locked) is one line as well
-        error = e if isinstance(e, HlnasError) else _storage_failure(e, args)
+        error = e if isinstance(e, HlnasError) else _storage_failure(e, args) or _file_failure(e)
         if error is None:
             raise
         print(f"hlnas {args.command}: error: {str(error).strip()}", file=sys.stderr)
         return 2
+
+
+def _file_failure(e: Exception) -> HlnasError | None:
+    """A file a command could not write or read, in one line naming it (a full disk as :class:`DiskFull` does); None
+    for an error that names no file."""
+    from hlnas.errors import DiskFull, no_room
+
+    full = no_room(e)
+    if full is not None:  # a write to an open file names none
+        return DiskFull(full.filename, full) if full.filename else HlnasError(
+            f"no room to write an output ({full.strerror}); free space on the disk it writes to, or write elsewhere")
+    if isinstance(e, OSError) and e.filename:
+        return HlnasError(f"{e.filename}: {e.strerror or type(e).__name__}")
+    return None
 
 
 def _storage_failure(e: Exception, args: argparse.Namespace) -> HlnasError | None:

@@ -91,10 +91,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(json.dumps(validation_record(result), indent=1, default=str) if args.json else text)
     if args.out:
         from hlnas.analysis.validation_figure import write_validation_figure
+        from hlnas.outputs import write_atomic
 
         out = Path(args.out)
         paths = write_validation_figure(result, out, png=not args.no_png)
-        (out / "validation.md").write_text(text, encoding="utf-8")
+        write_atomic(out / "validation.md", text)  # whole or not at all; a full disk is one line naming it
         for path in [out / "validation.md", *paths]:
             print(f"wrote {path}", file=sys.stderr)
     return 0
