@@ -180,7 +180,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from hlnas.space import load_space
     from hlnas.search.shared import SharedFailure
     from hlnas.search.storage import check_storage_url, check_study_name, resumable
-    from hlnas.search.study import check_data_source, choose_executor, front_rows, run_search, trial_target
+    from hlnas.search.study import check_search, choose_executor, front_rows, run_search, trial_target
     from hlnas.search.options import SearchOptions
 
     storage = _storage_url(args)
@@ -201,23 +201,23 @@ def cmd_search(args: argparse.Namespace) -> int:
         space = load_space(args.space or "tiny")
     if space is not None and args.set:
         space = space.with_sets(args.set)
-    if space is not None:  # before the banner: a data source no trial can train on is the one line printed
-        check_data_source(space)
     name = check_study_name(args.study if args.study is not None else space.name)
     trials = args.trials if args.trials is not None else trial_target(space, storage, name, args.resume)
     executor, args.workers = choose_executor(args.executor, args.workers, args.address)
     ui = SearchProgress(trials, progress=not args.no_progress)
+    options = SearchOptions(
+        storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
+        sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
+        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, out_root=args.out, on_event=ui.event,
+        time_limit=args.timeout, drain=args.drain, retry_failed=args.retry_failed,
+        skip_calibration=args.skip_calibration, calibrate=args.calibrate, calibrated_by=args.calibrated_by,
+        results_from=args.results_from, fail_fast=not args.keep_going)
+    check_search(space, options)  # before the banner: a refusal is the one line printed
     print(f"hlnas search: study '{name}' in {storage} ({'resuming' if args.resume else 'new'}), {trials} trials, "
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
 
     try:  # run_search turns Ctrl-C and SIGTERM (a scheduler, `timeout`) into a clean stop: nothing lost
-        study = run_search(space, SearchOptions(
-            storage=storage, study_name=name, n_trials=trials, workers=args.workers, executor=executor,
-            sampler=args.sampler, resume=args.resume, seed=args.seed, address=args.address,
-            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, out_root=args.out, on_event=ui.event,
-            time_limit=args.timeout, drain=args.drain, retry_failed=args.retry_failed,
-            skip_calibration=args.skip_calibration, calibrate=args.calibrate, calibrated_by=args.calibrated_by,
-            results_from=args.results_from, fail_fast=not args.keep_going))
+        study = run_search(space, options)
     except KeyboardInterrupt:
         ui.close()
         print(interrupted_text(resumable(storage, name), storage, name), file=sys.stderr)  # stored, unknown or not

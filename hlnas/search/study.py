@@ -192,19 +192,10 @@ class _deferred_stop_signals:
             signal.raise_signal(self.got[0])
 
 
-def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Study:
-    """Run (or resume) the study ``options`` names until ``options.n_trials`` distinct layouts are trained and COMPLETE,
-    or the space is exhausted (``space`` None: a resume, against the study's stored space). Trials that propose an
-    already-trained layout are told its stored result (``reused_from``) and do not count. Layouts that failed (NaN, a
-    crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is queued once more
-    (infeasible ones, which broke a constraint, stay out).
-
-    Before any search trial, a space with a recall objective is calibrated (:mod:`hlnas.calibration.protocol`): its
-    controls run through the same executor, the verdict is stored with the study (and reused on resume), seed-0 runs
-    of the space's layouts become trials, and an invalid protocol raises
-    :class:`~hlnas.calibration.protocol.CalibrationFailed` before the search starts; ``calibrated_by`` borrows another
-    study's valid calibration of the same protocol instead (:func:`hlnas.search.calibration.borrow_calibration`).
-    Every setting: :class:`~hlnas.search.options.SearchOptions`."""
+def check_search(space: SearchSpace | None, options: SearchOptions) -> None:
+    """Every refusal a search can make before it opens or writes anything: its options, the calibration options, the
+    data source, the studies ``--calibrated-by`` and ``--results-from`` name, and ``--out``. ``hlnas search`` calls it
+    before its banner, so a refusal is the one line printed; :func:`run_search` calls it again."""
     o = options
     validate_options(n_trials=o.n_trials, workers=o.workers, executor=o.executor, cpus_per_trial=o.cpus_per_trial,
                      gpus_per_trial=o.gpus_per_trial, time_limit=o.time_limit, address=o.address, drain=o.drain)
@@ -228,6 +219,23 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
                 load_study(named, o.calibrated_by)
     if o.out_root is not None:  # as hlnas train --out: the folder made now, or one line why not (a file, read-only)
         output_dir(str(o.out_root))
+
+
+def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Study:
+    """Run (or resume) the study ``options`` names until ``options.n_trials`` distinct layouts are trained and COMPLETE,
+    or the space is exhausted (``space`` None: a resume, against the study's stored space). Trials that propose an
+    already-trained layout are told its stored result (``reused_from``) and do not count. Layouts that failed (NaN, a
+    crash, a CUDA fault) are not tried again unless ``retry_failed``: after fixing the cause, each is queued once more
+    (infeasible ones, which broke a constraint, stay out).
+
+    Before any search trial, a space with a recall objective is calibrated (:mod:`hlnas.calibration.protocol`): its
+    controls run through the same executor, the verdict is stored with the study (and reused on resume), seed-0 runs
+    of the space's layouts become trials, and an invalid protocol raises
+    :class:`~hlnas.calibration.protocol.CalibrationFailed` before the search starts; ``calibrated_by`` borrows another
+    study's valid calibration of the same protocol instead (:func:`hlnas.search.calibration.borrow_calibration`).
+    Every setting: :class:`~hlnas.search.options.SearchOptions`."""
+    o = options
+    check_search(space, o)
     store = open_or_create_storage(o.storage)
     # a resume without a space: against its stored one, once loaded
     sources = None if space is None else check_results_from(store, space, o.results_from)
