@@ -234,6 +234,21 @@ def test_cli_runs_a_users_sampler_file_and_writes_the_plot(tmp_path, capsys):
     assert "plotly" in (out / "hv_vs_evals.html").read_text()[:5000].lower()
 
 
+def test_a_full_disk_under_bench_samplers_out_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatch, capsys):
+    import hlnas.outputs as outputs
+    from tests.helpers import filling_up
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(outputs, "open", filling_up(64), raising=False)  # the plot page is far larger
+    assert main(["bench-samplers", "--table", write_csv(tmp_path / "t.csv", TINY), "--samplers", "grid", "--seeds", "1",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after the benchmark's own progress lines
+    assert "Traceback" not in err and last.startswith("hlnas bench-samplers: error: the disk is full: cannot write "
+                                                       f"{out / 'hv_vs_evals.html'}")
+    assert list(out.iterdir()) == []  # neither a partial page nor its temporary
+
+
 def _gla_space(**extra):
     from hlnas.space import space_from_dict
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import importlib
 import importlib.util
 import os
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlnas.errors import ConfigError, did_you_mean
+from hlnas.outputs import write_atomic
 from hlnas.search.samplers import SAMPLERS
 from hlnas.analysis.tabular import DEFAULT_SAMPLERS, SamplerRun, TabularBenchmark, run_sampler, sampler_label
 
@@ -195,19 +197,22 @@ def write_outputs(comparison: Comparison, out_dir: str | os.PathLike, *, png: bo
     out.mkdir(parents=True, exist_ok=True)
     fig = comparison.plot()
     paths = [out / f"{stem}.html", out / f"{stem}.csv", out / f"{stem}_runs.csv"]
-    fig.write_html(paths[0], include_plotlyjs=True if html_js == "inline" else "cdn")
-    with paths[1].open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["sampler", "evals", "hv_mean", "hv_std"])
-        w.writeheader()
-        for row in comparison.rows():
-            w.writerow({**row, "hv_mean": f"{row['hv_mean']:.6f}", "hv_std": f"{row['hv_std']:.6f}"})
-    with paths[2].open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["sampler", "seed", "asked", "repeats", "evals", "hv", "layout"])
-        for label, runs in comparison.runs.items():
-            for r in runs:
-                for i, (h, lay) in enumerate(zip(r.hv, r.layouts), start=1):
-                    w.writerow([label, r.seed, r.asked, r.repeats, i, f"{h:.6f}", lay])
+    # each file whole or not at all (a full disk: one DiskFull line naming it)
+    write_atomic(paths[0], fig.to_html(include_plotlyjs=True if html_js == "inline" else "cdn"))
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=["sampler", "evals", "hv_mean", "hv_std"])
+    w.writeheader()
+    for row in comparison.rows():
+        w.writerow({**row, "hv_mean": f"{row['hv_mean']:.6f}", "hv_std": f"{row['hv_std']:.6f}"})
+    write_atomic(paths[1], table.getvalue())
+    runs_table = io.StringIO(newline="")
+    w = csv.writer(runs_table)
+    w.writerow(["sampler", "seed", "asked", "repeats", "evals", "hv", "layout"])
+    for label, runs in comparison.runs.items():
+        for r in runs:
+            for i, (h, lay) in enumerate(zip(r.hv, r.layouts), start=1):
+                w.writerow([label, r.seed, r.asked, r.repeats, i, f"{h:.6f}", lay])
+    write_atomic(paths[2], runs_table.getvalue())
     if png:
         from hlnas.analysis.figure_style import write_png
         from hlnas.analysis.report import ReportError, find_chromium

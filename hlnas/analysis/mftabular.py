@@ -31,6 +31,7 @@ import optuna
 
 from hlnas.errors import ConfigError, did_you_mean
 from hlnas.metrics import RECALL_OBJECTIVES
+from hlnas.outputs import write_atomic
 from hlnas.search.rungs import checks, kept_run
 from hlnas.search.loop import LoopSettings, search_loop
 from hlnas.space import SearchSpace, space_from_dict
@@ -438,15 +439,13 @@ def write_mf_outputs(result: MFComparison, out: str, *, command: str = "", notes
     unit = result.bench.unit
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     curves = result.curves()
-    with open(out + ".csv", "w") as f:
-        f.write("method,gpu_s,hv_mean,hv_std\n")
-        for label, (xs, ms, ss) in curves.items():
-            for x, m, s in zip(xs, ms, ss):
-                f.write(f"{label},{x:.1f},{m:.4f},{s:.4f}\n")
+    # each file whole or not at all (a full disk: one DiskFull line naming it)
+    write_atomic(out + ".csv", "method,gpu_s,hv_mean,hv_std\n" + "".join(
+        f"{label},{x:.1f},{m:.4f},{s:.4f}\n" for label, (xs, ms, ss) in curves.items() for x, m, s in zip(xs, ms, ss)))
     n = len(result.seeds)
-    with open(out + ".svg", "w") as f:
-        f.write(svg_plot(curves, title=f"{result.bench.name}: hypervolume vs simulated {unit} ({n} seeds, {result.workers} workers)",
-                         xlabel=f"{unit} held (simulated)", ylabel="hypervolume (fraction of table)"))
+    write_atomic(out + ".svg", svg_plot(
+        curves, title=f"{result.bench.name}: hypervolume vs simulated {unit} ({n} seeds, {result.workers} workers)",
+        xlabel=f"{unit} held (simulated)", ylabel="hypervolume (fraction of table)"))
     pct = f"{result.fraction:.0%}"
     lines = [f"| {r['method']} | {r['hv_final']:.3f} ± {r['hv_final_std']:.3f} | {_f(r['gpu_s'])} ± {_f(r['gpu_s_std'])} | "
              f"{_f(r['gpu_s_to_mark'])} ± {_f(r['gpu_s_to_mark_std'])} ({r['reached']}/{r['runs']}) | "
@@ -464,6 +463,5 @@ def write_mf_outputs(result: MFComparison, out: str, *, command: str = "", notes
           f"that / {result.reference}'s time to it | that / {result.reference}'s {unit} to finish | complete / stopped |",
           "|---|---|---|---|---|---|---|", *lines, "", *notes, *([""] if notes else []),
           f"![]({os.path.basename(out)}.svg)", ""]
-    with open(out + ".md", "w") as f:
-        f.write("\n".join(md))
+    write_atomic(out + ".md", "\n".join(md))
     return [out + ".md", out + ".csv", out + ".svg"]
