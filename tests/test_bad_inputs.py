@@ -124,6 +124,7 @@ ROWS = [
     (["bench-samplers", "--evals", "0", "--out", "{ws}/ev"], "--evals must be >= 1, got 0"),  # before --out is made
     (["dashboard", "--refresh", "0"], "argument --refresh: 0 must be > 0 seconds"),
     (["layout", "gla", "--placement", "-1,5"], "attention index -1 is out of range; expected a value in [0, 24)"),
+    (["train", "gla", "--placement", "-1,5"], "attention index -1 is out of range; expected a value in [0, 24)"),
     # export, corpus: an --out that cannot be made is refused before any work (a full --out disk:
     # tests/test_storage_faults.py)
     (["export", "ZZZZZA", "--out", "/proc/e"], "--out /proc/e: cannot create that folder"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 __all__ = ["positive_int", "positive_seconds", "placement_arg"]
 
@@ -35,3 +36,10 @@ def placement_arg(text: str) -> str | list[int]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"bad attention indices {text!r}; write e.g. 5,11,17,23") from None
     return text
+
+
+def accept_negative_index_lists(parser: argparse.ArgumentParser) -> None:
+    """Let ``--placement -1,5`` reach its type as a value (then refused by its range in one line): argparse takes a
+    token that starts with '-' for a value only if it looks like a negative number, and a comma list of them counts as
+    one here."""
+    parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*,?$|^-\d*\.\d+$")

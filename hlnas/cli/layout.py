@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 
-from hlnas.cli.args import placement_arg, positive_int
+from hlnas.cli.args import accept_negative_index_lists, placement_arg, positive_int
 from hlnas.errors import HlnasError
 from hlnas.model.catalog import code_table, linear_mixer_names
 
@@ -28,9 +27,7 @@ def add_layout(sub: argparse._SubParsersAction) -> None:
     p.add_argument("mixer", nargs="?", help=f"linear mixer ({', '.join(linear_mixer_names())}) or 'transformer'")
     p.add_argument("--ratio", default="pure", help=f"linear:full ratio r:1, one attention layer every r-th layer ({', '.join(PAPER_RATIOS)}, ...)")
     p.add_argument("--layers", type=positive_int, default=None, help="number of layers (default: the preset's, 24)")
-    # "--placement -1,5" is a value with a negative index, not an option: argparse takes a token for a value only if
-    # it looks like a negative number, so a comma list of them counts as one here (and is then refused by its range)
-    p._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*,?$|^-\d*\.\d+$")
+    accept_negative_index_lists(p)
     p.add_argument("--placement", type=placement_arg, default="paper", help=f"{', '.join(PLACEMENTS)}, or explicit indices like 5,11,17,23")
     p.add_argument("--string", help="describe an existing layout string instead (e.g. ZZZZZAZZZZZA...)")
     p.add_argument("--preset", default="paper-340m", help="model preset for the widths (default: paper-340m)")

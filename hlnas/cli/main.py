@@ -8,7 +8,7 @@ import json
 import shlex
 import sys
 
-from hlnas.cli.args import placement_arg, positive_seconds
+from hlnas.cli.args import accept_negative_index_lists, placement_arg, positive_seconds
 from hlnas.cli.bench import add_bench
 from hlnas.cli.corpus import add_corpus
 from hlnas.cli.export_cmd import add_export, front_export_hint
@@ -41,6 +41,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("mixer", nargs="?", help="linear mixer or 'transformer' (overrides the recipe's layout)")
     p.add_argument("--ratio", help="linear:full ratio, e.g. 6:1 or pure")
+    accept_negative_index_lists(p)
     p.add_argument("--placement", type=placement_arg, help="paper, front, back, middle, spread or indices 5,11")
     p.add_argument("--layout", help="a compact layout string instead of mixer/ratio")
     p.add_argument("--config", help="YAML recipe with sections model, layout, train, data, score")
