@@ -163,9 +163,12 @@ def _validation(protocol: str, paths: list[str], card: str):
     from hlnas.analysis.validate import validate
     from hlnas.analysis.validation_data import load_reference, read_proxy_csv
 
-    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
-        csv.writer(f).writerows(csv_rows(protocol, paths, card))
-    return validate(read_proxy_csv(f.name, "score"), load_reference("table7+transformer"))
+    with tempfile.TemporaryDirectory() as tmp:  # hlnas validate reads a CSV file
+        table = Path(tmp) / "screen.csv"
+        with open(table, "w", newline="") as f:
+            csv.writer(f).writerows(csv_rows(protocol, paths, card))
+        proxy = read_proxy_csv(table, "score")
+    return validate(proxy, load_reference("table7+transformer"))
 
 
 def _outcomes(v) -> dict:

@@ -188,6 +188,15 @@ def load_sampler(text: str):
     return getattr(module, attr)
 
 
+def _csv_text(header: list[str], rows) -> str:
+    """A CSV table as text (csv's own quoting and line ends), to be written in one piece."""
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
 def write_outputs(comparison: Comparison, out_dir: str | os.PathLike, *, png: bool = False, html_js: str = "inline",
                   stem: str = "hv_vs_evals") -> list[Path]:
     """Write ``<stem>.html`` (plotly.js inlined, or ``html_js="cdn"`` for a small file), ``<stem>.csv`` (mean/std
@@ -199,20 +208,13 @@ def write_outputs(comparison: Comparison, out_dir: str | os.PathLike, *, png: bo
     paths = [out / f"{stem}.html", out / f"{stem}.csv", out / f"{stem}_runs.csv"]
     # each file whole or not at all (a full disk: one DiskFull line naming it)
     write_atomic(paths[0], fig.to_html(include_plotlyjs=True if html_js == "inline" else "cdn"))
-    table = io.StringIO(newline="")
-    w = csv.DictWriter(table, fieldnames=["sampler", "evals", "hv_mean", "hv_std"])
-    w.writeheader()
-    for row in comparison.rows():
-        w.writerow({**row, "hv_mean": f"{row['hv_mean']:.6f}", "hv_std": f"{row['hv_std']:.6f}"})
-    write_atomic(paths[1], table.getvalue())
-    runs_table = io.StringIO(newline="")
-    w = csv.writer(runs_table)
-    w.writerow(["sampler", "seed", "asked", "repeats", "evals", "hv", "layout"])
-    for label, runs in comparison.runs.items():
-        for r in runs:
-            for i, (h, lay) in enumerate(zip(r.hv, r.layouts), start=1):
-                w.writerow([label, r.seed, r.asked, r.repeats, i, f"{h:.6f}", lay])
-    write_atomic(paths[2], runs_table.getvalue())
+    write_atomic(paths[1], _csv_text(["sampler", "evals", "hv_mean", "hv_std"],
+                                     ([row["sampler"], row["evals"], f"{row['hv_mean']:.6f}", f"{row['hv_std']:.6f}"]
+                                      for row in comparison.rows())))
+    write_atomic(paths[2], _csv_text(["sampler", "seed", "asked", "repeats", "evals", "hv", "layout"],
+                                     ([label, r.seed, r.asked, r.repeats, i, f"{h:.6f}", lay]
+                                      for label, runs in comparison.runs.items() for r in runs
+                                      for i, (h, lay) in enumerate(zip(r.hv, r.layouts), start=1))))
     if png:
         from hlnas.analysis.figure_style import write_png
         from hlnas.analysis.report import ReportError, find_chromium

@@ -291,8 +291,9 @@ def build_corpus(spec: CorpusSpec, out: str | Path, *, progress: bool = True) ->
         splits = split_documents(rec.name, [d.id for d in kept], spec.val_frac, spec.test_frac)
         docs += [(rec.name, d.id, d.text, splits[d.id]) for d in kept]
         rec.documents, rec.chars = len(kept), sum(len(d.text) for d in kept)
-        rec.licence_files = [f"licences/{name}" for name, _ in _licence_files(rec.name, licences)]
-        licence_data += _licence_files(rec.name, licences)
+        files = _licence_files(rec.name, licences)
+        rec.licence_files = [f"licences/{name}" for name, _ in files]
+        licence_data += files
         records.append(rec)
     _check_splits(docs, spec)
     train_texts = [t for _, _, t, s in docs if s == "train"]

@@ -236,6 +236,7 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
     Every setting: :class:`~hlnas.search.options.SearchOptions`."""
     o = options
     check_search(space, o)
+    stored_space_only = space is None  # a resume without --space: its stored space is checked once loaded
     store = open_or_create_storage(o.storage)
     # a resume without a space: against its stored one, once loaded
     sources = None if space is None else check_results_from(store, space, o.results_from)
@@ -244,9 +245,10 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
     if o.resume:  # before anything is written to the study
         _check_resumed_sampler(study, space, o)
     store_results_from(study, check_results_from(store, space, o.results_from) if sources is None else sources)
-    if o.calibrate:
-        _check_calibrate(space)  # a resumed study's stored space
-    check_data_source(space)  # a resumed study's stored space: its file may have moved since
+    if stored_space_only:
+        if o.calibrate:
+            _check_calibrate(space)
+        check_data_source(space)  # its file may have moved since
     lease = DriverLease(study).acquire()  # StudyBusy while another live driver holds it
     try:
         return _drive(study, space, options, fresh=not existed)
