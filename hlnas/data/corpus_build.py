@@ -314,6 +314,13 @@ def build_corpus(spec: CorpusSpec, out: str | Path, *, progress: bool = True) ->
                 start += int(ids.size)
             bar.update(len(chunk))
     tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+    return _write_corpus(out, spec, tok, eos, tokens.astype(np.dtype(dtype).newbyteorder("<")), records, index,
+                         licence_data)
+
+
+def _write_corpus(out: Path, spec: CorpusSpec, tok, eos: int, tokens, records: list, index: list,
+                  licence_data: list) -> dict:
+    """Write the built corpus into ``out`` and return its manifest."""
     # every file is written into a folder beside the corpus's and moved into place once all are whole, the manifest
     # last: a failure (a full disk) leaves the previous build as it was and no half-written file
     out.mkdir(parents=True, exist_ok=True)
@@ -322,14 +329,14 @@ def build_corpus(spec: CorpusSpec, out: str | Path, *, progress: bool = True) ->
     target = stage / TOKENS
     try:
         stage.mkdir()
-        _write(target, tokens.astype(np.dtype(dtype).newbyteorder("<")).tobytes())
+        _write(target, tokens.tobytes())
         target = stage / TOKENIZER_FILE
         tok.save(str(target))
         for name, data in licence_data:
             target = stage / "licences" / name
             target.parent.mkdir(exist_ok=True)
             _write(target, data)
-        manifest = _manifest(spec, stage, tok, eos, np.dtype(dtype).name, int(tokens.size), records, index)
+        manifest = _manifest(spec, stage, tok, eos, tokens.dtype.name, int(tokens.size), records, index)
         target = stage / MANIFEST
         _write(target, json.dumps(manifest, indent=1) + "\n")
         _move_into(stage, out)
