@@ -156,7 +156,7 @@ def _rule_rows(score, cards=("GPU A", "GPU B"), seeds=(0, 1)):
 def test_the_selection_rule_chooses_a_proxy_that_ranks_like_table_7_and_refuses_the_share(monkeypatch, tmp_path):
     """screen.py rule on constructed screens whose answer is known: a stretched copy of Table 7, the same on both
     cards and seeds but for a little noise, passes every point; the attention share alone fails the partial rho;
-    one card's run is incomplete whatever it scores."""
+    one card's run cannot choose, but its failing a point already refuses."""
     import json
     import random
 
@@ -180,6 +180,14 @@ def test_the_selection_rule_chooses_a_proxy_that_ranks_like_table_7_and_refuses_
     assert any(n.startswith("2. partial rho") for n in failed), share["points"]
     one = screen.rule("p", write(_rule_rows(lambda m, r, s, c, ref: 5 * (ref - 0.1), cards=("GPU A",))))
     assert one["verdict"] == "incomplete"
+    one_share = screen.rule("p", write(_rule_rows(
+        lambda m, r, s, c, ref: 1.0 if m == "transformer" else attention_share(r) + noise.uniform(0, 1e-4),
+        cards=("GPU A",))))
+    assert one_share["verdict"] == "not chosen"
+    # an incomplete card's failing points decide nothing yet
+    partial = [r for r in _rule_rows(lambda m, r, s, c, ref: 1.0 if m == "transformer" else attention_share(r),
+                                     cards=("GPU A",)) if not r["case"].startswith("p/gla/pure")]
+    assert screen.rule("p", write(partial))["verdict"] == "incomplete"
     # the cards disagree on most cells: point 6 fails
     apart = screen.rule("p", write(_rule_rows(lambda m, r, s, c, ref: 5 * (ref - 0.1) + (0.3 if c == "GPU B" else 0)
                                               + noise.uniform(0, 0.002))))

@@ -186,7 +186,8 @@ def _outcomes(v) -> dict:
 
 def rule(protocol: str, paths: list[str]) -> dict:
     """Each point of the selection rule for ``protocol`` over its finished rows: value, threshold, pass (None where
-    not measured yet); the verdict ``chosen``, ``not chosen`` or ``incomplete``. Two cards agree on a cell when both
+    not measured yet); the verdict ``chosen``, ``not chosen`` or ``incomplete``. Every point must pass, so one card's
+    complete run that fails a point of 1-5 already decides ``not chosen`` (point 6 can only add a failure). Two cards agree on a cell when both
     or neither learned it in every seed, and their seed-mean scores differ by at most twice the seed spread (the
     median over the cells and both cards of |seed 0 - seed 1|)."""
     import statistics
@@ -194,7 +195,7 @@ def rule(protocol: str, paths: list[str]) -> dict:
     cards = sorted({card for (_, card), r in finished(paths).items() if r["protocol"] == protocol})
     if not cards:
         raise SystemExit(f"screen.py rule: no finished rows of protocol {protocol!r} in {', '.join(paths)}")
-    points, complete = [], True
+    points, complete, failed_on_a_card = [], True, False
     outcomes = {}
     for card in cards:
         v = _validation(protocol, paths, card)
@@ -205,7 +206,7 @@ def rule(protocol: str, paths: list[str]) -> dict:
         control = [r for c in v.cells if c.mixer == "transformer" for r in c.runs]
         margin = None if v.proxy_rho.rho is None or v.share_rho.rho is None else v.proxy_rho.rho - v.share_rho.rho
         cons = seeds["consistency"]
-        points += [
+        card_points = [
             (card, "cells x seeds", f"{len(v.shared)} x {len(seeds['seeds'])}", f"{CELLS} x 2", full),
             (card, "control learns (raw, every seed)", min((r.raw or 0) for r in control) if control else None,
              f">= {RULE['control_raw']}", bool(control) and all((r.raw or 0) >= RULE["control_raw"] for r in control)),
@@ -220,6 +221,8 @@ def rule(protocol: str, paths: list[str]) -> dict:
             (card, "5. GPU-s per candidate", v.cost["mean"], f"<= {RULE['gpu_s']}",
              None if v.cost["mean"] is None else v.cost["mean"] <= RULE["gpu_s"]),
         ]
+        points += card_points
+        failed_on_a_card |= full and any(ok is False for *_, ok in card_points[1:])
     if len(cards) >= 2:
         a, b = outcomes[cards[0]], outcomes[cards[1]]
         both = sorted(set(a) & set(b))
@@ -232,8 +235,11 @@ def rule(protocol: str, paths: list[str]) -> dict:
     else:
         complete = False
         points.append(("one card", "6. cells agreeing between two cards", None, f">= {RULE['cards_agree']}", None))
-    # a verdict needs every cell at 2 seeds on two kinds of card; until then the points say how it stands
-    verdict = "incomplete" if not complete else "chosen" if all(ok for *_, ok in points) else "not chosen"
+    # choosing needs every cell at 2 seeds on two kinds of card; refusing needs one card's complete run to fail
+    if failed_on_a_card or (complete and not all(ok for *_, ok in points)):
+        verdict = "not chosen"
+    else:
+        verdict = "chosen" if complete else "incomplete"
     return {"protocol": protocol, "points": points, "verdict": verdict}
 
 
