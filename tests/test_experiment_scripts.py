@@ -62,7 +62,7 @@ def test_every_screened_recall_protocol_is_a_valid_setting_of_the_grid_space(mon
         cfg = config_from_dict(MqarConfig, {**space.score.mqar.to_dict(), **protocol["overrides"]}, f"protocol {name}")
         recall_task(cfg)
         assert protocol["score"] in ("recall", "recall_auc", "recall_beyond"), name
-        assert len(screen.plan("subset", name, 0, [])) == 9 and len(screen.plan("cells", name, 1, [])) == 21
+        assert len(screen.plan("subset", name, 0, [])) == 10 and len(screen.plan("cells", name, 1, [])) == 21
 
 
 def test_screen_rows_become_a_validation_csv_with_the_shared_cards_cost(monkeypatch, tmp_path, capsys):
@@ -101,7 +101,7 @@ def test_screen_rows_become_a_validation_csv_with_the_shared_cards_cost(monkeypa
     done = tmp_path / "done.jsonl"
     done.write_text("".join(json.dumps(dict(r, case=r["case"].replace("c/", "curriculum/"))) + "\n" for r in rows))
     left = screen.plan("subset", "curriculum", 0, [str(done)])
-    assert "curriculum/gla/6:1/0" not in left and "curriculum/deltanet/3:1/0" in left and len(left) == 5
+    assert "curriculum/gla/6:1/0" not in left and "curriculum/deltanet/3:1/0" in left and len(left) == 6
     with pytest.raises(SystemExit, match="no finished rows of protocol 'overwrite'"):
         screen.to_csv("overwrite", [str(src)])
 

@@ -91,13 +91,15 @@ TABLE7_MIXERS = ("deltanet", "gated_deltanet", "gla", "hgrn2")  # the mixers of 
 
 
 def plan(which: str, protocol: str, seed: int, done_paths: list[str]) -> list[str]:
-    """The subset screen (6:1 and 3:1 of the Table 7 mixers, and the control) or the rule's 21 cells (every ratio of
-    the Table 7 mixers, and the Transformer) for one protocol and seed, less the cases a results file already holds
-    (a finished row, not a failed one), the control first."""
+    """The subset screen (6:1 and 3:1 of the Table 7 mixers, pure DeltaNet, and the control) or the rule's 21 cells
+    (every ratio of the Table 7 mixers, and the Transformer) for one protocol and seed, less the cases a results file
+    already holds (a finished row, not a failed one), the control first."""
     if protocol not in protocols():
         raise SystemExit(f"screen.py: unknown protocol {protocol!r}; allowed: {', '.join(protocols())}")
     ratios = {"subset": ("3:1", "6:1"), "cells": ("3:1", "6:1", "12:1", "24:1", "pure")}[which]
     cases = [f"{protocol}/transformer/-/{seed}"] + [f"{protocol}/{m}/{r}/{seed}" for r in ratios for m in TABLE7_MIXERS]
+    if which == "subset":  # pure DeltaNet below its 3:1 hybrid: the at-scale finding `curriculum` ranked upside down
+        cases.append(f"{protocol}/deltanet/pure/{seed}")
     done = {case for case, _ in finished(done_paths)}  # a call's rows file holds one kind of card
     return [c for c in cases if c not in done]
 
