@@ -257,3 +257,17 @@ def test_a_server_url_without_its_driver_names_one_to_install_not_the_list_of_sc
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "its database driver is not installed here" in err[0], err
     assert "pip install pymysql" in err[0] and "mysql+pymysql://" in err[0] and "allowed schemes" not in err[0]
+
+
+def test_an_unknown_driver_in_a_server_url_is_refused_before_the_search_starts(capsys, tmp_path, monkeypatch):
+    """postgresql+nodriver:// names a driver SQLAlchemy has no dialect for: one line naming it and a known form,
+    before the search prints its banner or trains anything; a known driver passes the check."""
+    from hlnas.search.storage import check_storage_url
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--storage", "postgresql+nodriver://u@h/db", "--trials", "1"]) != 0
+    out, err = capsys.readouterr()
+    assert "study" not in out and len(err.strip().splitlines()) == 1, (out, err)
+    assert "'nodriver' is not a database driver SQLAlchemy knows for postgresql" in err
+    assert "postgresql+psycopg2://" in err and not list(tmp_path.iterdir())
+    assert check_storage_url("postgresql+psycopg2://u@h/db") == ("postgresql", None)

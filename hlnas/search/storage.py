@@ -61,6 +61,8 @@ def check_storage_url(url: str, *, create: bool = False) -> tuple[str, str | Non
         raise StorageError(
             f"storage {url!r}: scheme '{scheme}' is not allowed; allowed schemes: {', '.join(ALLOWED_SCHEMES)} (e.g. {_EXAMPLES})"
         )
+    if "+" in scheme and kind != "journal":
+        _check_driver(url, scheme, kind)
     if kind in ("sqlite", "journal"):
         path = _file_path(url)
         if kind == "journal" and not path:
@@ -91,6 +93,22 @@ def check_storage_url(url: str, *, create: bool = False) -> tuple[str, str | Non
                 )
         return kind, path
     return kind, None
+
+
+def _check_driver(url: str, scheme: str, kind: str) -> None:
+    """A ``dialect+driver`` scheme names a driver SQLAlchemy knows (its dialect module loads; the driver package itself
+    is not imported, so a known driver that is not installed is left to :func:`open_storage`'s message)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(url).get_dialect()
+    except NoSuchModuleError:
+        example = _DRIVERS.get(kind, (None, "sqlite:///path/to/study.db"))[1]
+        raise StorageError(f"storage {url!r}: '{scheme.split('+', 1)[1]}' is not a database driver SQLAlchemy knows for "
+                           f"{kind}; leave it out ({kind}://...) or name a known one, e.g. {example}") from None
+    except (ArgumentError, ImportError, ValueError):
+        return  # a malformed URL or a driver package missing: open_storage says which
 
 
 def open_storage(url: str | optuna.storages.BaseStorage, *, create: bool = False) -> optuna.storages.BaseStorage:
