@@ -184,10 +184,17 @@ def test_the_selection_rule_chooses_a_proxy_that_ranks_like_table_7_and_refuses_
         lambda m, r, s, c, ref: 1.0 if m == "transformer" else attention_share(r) + noise.uniform(0, 1e-4),
         cards=("GPU A",))))
     assert one_share["verdict"] == "not chosen"
-    # an incomplete card's failing points decide nothing yet
-    partial = [r for r in _rule_rows(lambda m, r, s, c, ref: 1.0 if m == "transformer" else attention_share(r),
-                                     cards=("GPU A",)) if not r["case"].startswith("p/gla/pure")]
-    assert screen.rule("p", write(partial))["verdict"] == "incomplete"
+    # an incomplete card decides only what no score of its open cells could change: a copy of Table 7 less three
+    # cells could still pass point 1; the share less the same cells (and a cell with one seed) cannot
+    def less(rows):
+        return [r for r in rows if r["case"].split("/")[1:3] not in (["gla", "pure"], ["hgrn2", "pure"], ["hgrn2", "24:1"])
+                and r["case"] != "p/gated_deltanet/24:1/1"]
+    copy = less(_rule_rows(lambda m, r, s, c, ref: 5 * (ref - 0.1) + noise.uniform(0, 0.002), cards=("GPU A",)))
+    assert screen.rule("p", write(copy))["verdict"] == "incomplete"
+    shared = less(_rule_rows(lambda m, r, s, c, ref: 1.0 if m == "transformer" else attention_share(r) + noise.uniform(0, 1e-4),
+                             cards=("GPU A",)))
+    got = screen.rule("p", write(shared))
+    assert got["verdict"] == "not chosen" and got["points"][-2][1].startswith("1. at best") and got["points"][-2][-1] is False
     # the cards disagree on most cells: point 6 fails
     apart = screen.rule("p", write(_rule_rows(lambda m, r, s, c, ref: 5 * (ref - 0.1) + (0.3 if c == "GPU B" else 0)
                                               + noise.uniform(0, 0.002))))
