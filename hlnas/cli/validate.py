@@ -8,6 +8,7 @@ import json
 import sys
 
 from hlnas.analysis.validation_data import REFERENCES
+from hlnas.cli.args import positive_int
 from hlnas.errors import HlnasError
 
 __all__ = ["add_validate", "cmd_validate"]
@@ -21,16 +22,6 @@ def _fraction(text: str) -> float:
     if not 0 <= v <= 1:
         raise argparse.ArgumentTypeError(f"{v} is not allowed; give a number from 0 to 1")
     return v
-
-
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be >= 1")
-    return n
 
 
 def add_validate(sub: argparse._SubParsersAction) -> None:
@@ -59,8 +50,8 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
                    help="flag the proxy as saturated when more than this share of its cells are (default 0.2)")
     p.add_argument("--learned", type=_fraction, default=None, help="corrected recall at which a run has learned; a "
                    "cell with seeds on both sides is split (default 0.5)")
-    p.add_argument("--resamples", type=_count, default=None, help="bootstrap resamples (default 2000)")
-    p.add_argument("--draws", type=_count, default=None, help="random seed choices for the rho spread (default 2000)")
+    p.add_argument("--resamples", type=positive_int, default=None, help="bootstrap resamples (default 2000)")
+    p.add_argument("--draws", type=positive_int, default=None, help="random seed choices for the rho spread (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the seed draws (default 0)")
     p.add_argument("--out", metavar="DIR", help="also write validation.md and the figure (hlnas_validation.html, .png)")
     p.add_argument("--no-png", action="store_true", help="with --out: the HTML figure only (no Chromium needed)")
