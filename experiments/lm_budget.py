@@ -23,7 +23,7 @@ import math
 import sys
 from statistics import mean
 
-from experiments.lm_runs import cells_of, load_scale, parse_tokens, plan, read_rows, run_all
+from experiments.lm_runs import add_run_args, cells_of, load_scale, parse_tokens, plan, read_rows, run_all
 from hlnas.analysis.paper import spearman
 from hlnas.errors import HlnasError
 
@@ -160,16 +160,11 @@ def write_curve(rows: list[dict], threshold: float, path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--space", default="paper_grid_lm_english", help="the space whose LM scale is measured (a YAML file or name)")
-    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a setting of the space")
     ap.add_argument("--cells", default=",".join(DEFAULT_CELLS), help="comma-separated mixer:ratio cells (transformer alone)")
     ap.add_argument("--budgets", default=DEFAULT_BUDGETS, help=f"comma-separated token budgets (default {DEFAULT_BUDGETS})")
-    ap.add_argument("--seeds", default="0,1", help="comma-separated seeds (initialisation and data order; default 0,1)")
     ap.add_argument("--threshold", type=float, default=0.9, help="the rank agreement the pick needs (default 0.9)")
     ap.add_argument("--out", required=True, help="folder for runs.jsonl, budget.md, budget.csv")
-    ap.add_argument("--workers", type=int, default=1, help="runs at a time, as processes sharing the device (default 1)")
-    ap.add_argument("--retry-failed", action="store_true", help="train failed runs again")
-    ap.add_argument("--deadline", type=float, help="seconds after which no run starts and unfinished ones stop (a device "
-                    "call's limit); the finished runs are kept and the rest resume in the next call")
+    add_run_args(ap)
     ap.add_argument("--analyse", action="store_true", help="only write the table from the runs already in --out")
     args = ap.parse_args(argv)
     try:

@@ -27,7 +27,7 @@ import math
 import sys
 from statistics import mean
 
-from experiments.lm_runs import cells_of, load_scale, parse_tokens, plan, read_rows, run_all
+from experiments.lm_runs import add_run_args, cells_of, load_scale, parse_tokens, plan, read_rows, run_all
 from experiments.paper_grid.compare import RATIOS, best_pure_vs_hybrid, lm_flat
 from hlnas.analysis.paper import PAPER, attention_share, lm_by_ratio, spearman
 from hlnas.analysis.rankstats import bootstrap_interval, spearman_rho
@@ -175,15 +175,10 @@ def report(rows: list[dict], what: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--space", default="paper_grid_lm_english", help="the grid's LM space (a YAML file or name)")
-    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a setting of the space")
     ap.add_argument("--tokens", help="the token budget (lm_budget.py's pick; default the space's train.tokens); 2M = 2**21")
     ap.add_argument("--cells", help="comma-separated mixer:ratio cells (default: every candidate of the space)")
-    ap.add_argument("--seeds", default="0,1", help="comma-separated seeds (initialisation and data order; default 0,1)")
     ap.add_argument("--out", required=True, help="folder for runs.jsonl, cells.csv, lm_grid.md")
-    ap.add_argument("--workers", type=int, default=1, help="runs at a time, as processes sharing the device (default 1)")
-    ap.add_argument("--retry-failed", action="store_true", help="train failed runs again")
-    ap.add_argument("--deadline", type=float, help="seconds after which no run starts and unfinished ones stop (a device "
-                    "call's limit); the finished runs are kept and the rest resume in the next call")
+    add_run_args(ap)
     ap.add_argument("--analyse", action="store_true", help="only write the report from the runs already in --out")
     args = ap.parse_args(argv)
     try:

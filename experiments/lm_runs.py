@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hlnas.errors import HlnasError
 
-__all__ = ["LMRun", "parse_tokens", "cells_of", "plan", "run_all", "read_rows", "load_scale"]
+__all__ = ["add_run_args", "LMRun", "parse_tokens", "cells_of", "plan", "run_all", "read_rows", "load_scale"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,16 @@ class LMRun:
     @property
     def key(self) -> str:
         return f"{self.layout}|{self.tokens}|{self.seed}"
+
+
+def add_run_args(ap) -> None:
+    """The options every LM-runs script takes: ``--set``, ``--seeds``, ``--workers``, ``--retry-failed``, ``--deadline``."""
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a setting of the space")
+    ap.add_argument("--seeds", default="0,1", help="comma-separated seeds (initialisation and data order; default 0,1)")
+    ap.add_argument("--workers", type=int, default=1, help="runs at a time, as processes sharing the device (default 1)")
+    ap.add_argument("--retry-failed", action="store_true", help="train failed runs again")
+    ap.add_argument("--deadline", type=float, help="seconds after which no run starts and unfinished ones stop (a device "
+                    "call's limit); the finished runs are kept and the rest resume in the next call")
 
 
 def parse_tokens(text: str) -> int:
