@@ -176,7 +176,7 @@ def _validation(protocol: str, paths: list[str], card: str):
 def best_reachable_margin(v, most_open: int = 4) -> float | None:
     """Point 1's margin (rho minus the share's, over the rule's 21 cells) at its best, whatever the cells not yet at
     2 seeds end up scoring: each takes the rank that helps most. None when more than ``most_open`` cells are open
-    (the search grows as 20 to that power)."""
+    (the search grows as the cells' count to that power)."""
     import itertools
 
     from hlnas.analysis.paper import attention_share
@@ -213,9 +213,10 @@ def _outcomes(v) -> dict:
 def rule(protocol: str, paths: list[str]) -> dict:
     """Each point of the selection rule for ``protocol`` over its finished rows: value, threshold, pass (None where
     not measured yet); the verdict ``chosen``, ``not chosen`` or ``incomplete``. Every point must pass, so one card's
-    complete run that fails a point of 1-5 already decides ``not chosen`` (point 6 can only add a failure). Two cards agree on a cell when both
-    or neither learned it in every seed, and their seed-mean scores differ by at most twice the seed spread (the
-    median over the cells and both cards of |seed 0 - seed 1|)."""
+    complete run that fails a point of 1-5, or an incomplete one whose point 1 no score of its open cells could pass,
+    already decides ``not chosen`` (point 6 can only add a failure). Two cards agree on a cell when both or neither
+    learned it in every seed, and their seed-mean scores differ by at most twice the seed spread (the median over the
+    cells and both cards of |seed 0 - seed 1|)."""
     import statistics
 
     cards = sorted({card for (_, card), r in finished(paths).items() if r["protocol"] == protocol})
@@ -247,12 +248,14 @@ def rule(protocol: str, paths: list[str]) -> dict:
             (card, "5. GPU-s per candidate", v.cost["mean"], f"<= {RULE['gpu_s']}",
              None if v.cost["mean"] is None else v.cost["mean"] <= RULE["gpu_s"]),
         ]
-        if not full:  # point 1 may already be out of reach, whatever the open cells score
+        if full:
+            failed_on_a_card |= any(ok is False for *_, ok in card_points[1:])
+        else:  # point 1 may already be out of reach, whatever the open cells score
             best = best_reachable_margin(v)
-            card_points.append((card, "1. at best, open cells any score", best, f">= {RULE['rho_margin']}",
-                                None if best is None else best >= RULE["rho_margin"]))
+            reachable = None if best is None else best >= RULE["rho_margin"]
+            card_points.append((card, "1. at best, open cells any score", best, f">= {RULE['rho_margin']}", reachable))
+            failed_on_a_card |= reachable is False
         points += card_points
-        failed_on_a_card |= (full and any(ok is False for *_, ok in card_points[1:])) or card_points[-1][-1] is False
     if len(cards) >= 2:
         a, b = outcomes[cards[0]], outcomes[cards[1]]
         both = sorted(set(a) & set(b))
