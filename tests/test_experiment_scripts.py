@@ -94,8 +94,18 @@ def test_screen_rows_become_a_validation_csv_with_the_shared_cards_cost(monkeypa
     assert {r.recall for r in runs} == {0.99}  # the training setting's recall, which says whether a run learned
     assert sorted((r.mixer, r.ratio, r.value) for r in runs) == [("gla", "3:1", 0.8), ("gla", "6:1", 0.6),
                                                                 ("hgrn2", "6:1", 0.5), ("transformer", "full", 0.7)]
-    # each call's longest run over the runs that shared its card: 240 s over 2, and 90 s over 2 in the next call
-    assert sorted(r.gpu_s for r in runs) == [45.0, 45.0, 120.0, 120.0]
+    # each call's longest run over the runs that shared its card, whatever their protocol: the first call ran until
+    # its deadline (the cut-short run, 470 s) with 4 runs on the card, the next 90 s with 2
+    assert sorted(r.gpu_s for r in runs) == [45.0, 45.0, 117.5, 117.5]
+    # a run continued from its paused part costs both parts; one started over costs only itself
+    more = [dict(base, case="c/hgrn2/3:1/0", layout="NNA" * 8, recall_beyond=0.5, wall_s=100.0, out_of_time=True, call=3),
+            dict(base, case="c/hgrn2/3:1/0", layout="NNA" * 8, recall_beyond=0.7, wall_s=30.0, call=4, resumed=True),
+            dict(base, case="c/deltanet/6:1/0", layout="DDDDDA" * 4, recall_beyond=0.5, wall_s=100.0, out_of_time=True,
+                 call=3),
+            dict(base, case="c/deltanet/6:1/0", layout="DDDDDA" * 4, recall_beyond=0.9, wall_s=40.0, call=4)]
+    src.write_text(src.read_text() + "".join(json.dumps(r) + "\n" for r in more))
+    cost = screen.gpu_seconds([str(src)])
+    assert cost["c/hgrn2/3:1/0", "GPU X"] == 50.0 + 20.0 and cost["c/deltanet/6:1/0", "GPU X"] == 20.0
     # the plan runs again what was cut short or failed, and skips what finished
     assert screen.plan("subset", "curriculum", 0, [str(src)]) == [c for c in screen.plan("subset", "curriculum", 0, [])]
     done = tmp_path / "done.jsonl"
@@ -108,7 +118,10 @@ def test_screen_rows_become_a_validation_csv_with_the_shared_cards_cost(monkeypa
 
 def test_a_screened_case_trains_and_its_row_reaches_the_validation_csv(monkeypatch, tmp_path, capsys):
     """One case end to end on the CPU, at a tiny scale: the row ``one`` writes carries what ``to_csv`` and the table
-    read (a row once lost its ``score_metric`` to a misplaced comment, and only the device would have said so)."""
+    read (a row once lost its ``score_metric`` to a misplaced comment, and only the device would have said so); the
+    same case paused by a deadline and continued ends as the straight run did."""
+    import json
+
     import yaml
 
     monkeypatch.syspath_prepend(str(ROOT / "experiments" / "proxy"))
@@ -123,6 +136,7 @@ def test_a_screened_case_trains_and_its_row_reaches_the_validation_csv(monkeypat
         {"curriculum": {"score": "recall_beyond", "overrides": {"curriculum_kv": 2, "beyond": [[128, 8]]}}}))
     monkeypatch.setattr(screen, "SPACE", str(tmp_path / "space.yaml"))
     monkeypatch.setenv("SCREEN_PROTOCOLS", str(tmp_path / "protocols.yaml"))
+    monkeypatch.setenv("SCREEN_STATE", str(tmp_path / "state"))
     rows = tmp_path / "rows.jsonl"
     screen.one("curriculum/gla/3:1/0", str(rows), time.time() + 300)
     screen.table([str(rows)])
@@ -130,6 +144,16 @@ def test_a_screened_case_trains_and_its_row_reaches_the_validation_csv(monkeypat
     out = capsys.readouterr().out
     assert "| curriculum/gla/3:1/0 | cpu | 8 |" in out
     assert out.splitlines()[-1].startswith("GGAGGA,0,")  # layout, seed, then the beyond score
+    # a case the deadline pauses keeps its state; the next call continues it to the same curve as a straight run
+    paused = tmp_path / "paused.jsonl"
+    screen.one("curriculum/gla/3:1/0", str(paused), time.time())  # past its deadline: pauses at the first check
+    screen.one("curriculum/gla/3:1/0", str(paused), time.time() + 300)
+    first, second = (json.loads(line) for line in paused.read_text().splitlines())
+    straight = json.loads(rows.read_text().splitlines()[0])
+    assert first["out_of_time"] and first["steps"] == 4 and not first["resumed"]
+    assert not second["out_of_time"] and second["resumed"] and second["steps"] == 8
+    assert second["curve"] == straight["curve"] and second["recall_beyond"] == straight["recall_beyond"]
+    assert not any((tmp_path / "state").iterdir())  # a finished case leaves no state behind
 
 
 def _rule_rows(score, cards=("GPU A", "GPU B"), seeds=(0, 1)):

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One device call of the proxy screen (README.md here): bash experiments/proxy/gpu.sh STEP ARGS
-#   subset PROTOCOL SEED   the subset screen: the control, 6:1 and 3:1 of the four Table 7 mixers (9 runs)
+#   subset PROTOCOL SEED   the subset screen: the control, 6:1 and 3:1 of the four Table 7 mixers, pure DeltaNet (10)
 #   cells PROTOCOL SEED    the selection rule's 21 cells: the Transformer and every ratio of the Table 7 mixers
 #   probe                  point 1's probes: fla's GLA kernel at strong decays, and HGRN-2 3:1 seed 0 with fla's
 #                          path eager (no graph, no compile) and with only GLA's op on PyTorch
 # Carry .whl/gpu (fetch_wheels.sh), and from the second call on .gpu_state/proxy (the rows earlier calls brought back:
 # a step skips the cases they hold on the same kind of card). MAX: start at most that many cases. Runs share the GPU as processes (NPROC,
-# default: every case started); each stops by DEADLINE seconds (default 470: inside a call's 600). Rows land in $OUT/proxy/screen_CARD.jsonl: copy $OUT/proxy
-# to .gpu_state/proxy (and the rows to results/) before the next call.
+# default: every case started); each pauses by DEADLINE seconds (default 470: inside a call's 600), keeping its state in
+# .screen_state, so the next call on the same warm machine continues it (a fresh machine starts it over). Rows land in
+# $OUT/proxy/screen_CARD.jsonl: copy $OUT/proxy to .gpu_state/proxy (and the rows to results/) before the next call.
 set -uo pipefail
 STEP=${1:-}
 OUT=${OUT:-/tmp/out} DEADLINE=${DEADLINE:-470} PY=${PYTHON:-python3}

@@ -13,7 +13,6 @@ the GPU-seconds and the card.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -31,11 +30,24 @@ def protocols() -> dict:
     return yaml.safe_load(Path(os.environ.get("SCREEN_PROTOCOLS", HERE / "protocols.yaml")).read_text())
 
 
+def state_dir(case: str, raw: dict, layout) -> Path:
+    """Where a case the deadline paused keeps its model and optimizer (``SCREEN_STATE``, default ``.screen_state`` in
+    the repository: git-ignored and never carried, so it outlives a device call on a machine kept warm, not the
+    machine), named by the case and a digest of its settings, so an edited protocol never continues an old run."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps([raw, str(layout)], sort_keys=True, default=str).encode()).hexdigest()[:12]
+    root = os.environ.get("SCREEN_STATE") or HERE.parents[1] / ".screen_state"
+    return Path(root) / f"{case.replace('/', '_')}_{digest}"
+
+
 def one(case: str, out: str, deadline: float) -> None:
+    import shutil
+
     import torch
 
     from hlnas.recall.baselines import recall_metrics
-    from hlnas.recall.proxy import MqarConfig, train_mqar
+    from hlnas.recall.proxy import MqarConfig, paused_at, train_mqar
     from hlnas.overrides import config_from_dict
     from hlnas.space import load_space
 
@@ -44,22 +56,27 @@ def one(case: str, out: str, deadline: float) -> None:
     sp = load_space(SPACE)
     raw = {**sp.score.mqar.to_dict(), **proto["overrides"]}
     cfg = config_from_dict(MqarConfig, raw, "score.mqar")
-    cfg = dataclasses.replace(cfg, budget_s=max(20.0, deadline - time.time() - 30))
     params = {"mixer": mixer} if mixer == "transformer" else {"mixer": mixer, "ratio": ratio, "placement": "paper"}
     layout = sp.layout(params)
+    state = state_dir(case, raw, layout)
+    resumed = state.is_dir() and any(state.iterdir())
+    state.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    r = train_mqar(layout, sp.model, cfg, seed=int(seed), device="cuda" if torch.cuda.is_available() else "cpu")
+    # paused at the first check past the deadline, its state kept: the next call on this machine continues it exactly
+    with paused_at(str(state), None, until=deadline - 30):
+        r = train_mqar(layout, sp.model, cfg, seed=int(seed), device="cuda" if torch.cuda.is_available() else "cpu")
     r.update(recall_metrics(r))
-    runs = r["mqar"]["runs"]
+    out_of_time = not r["mqar_finished"]
+    if not out_of_time:
+        shutil.rmtree(state, ignore_errors=True)
     row = {"case": case, "protocol": name, "call": int(deadline),  # the runs of one call share its deadline
-           "score_metric": proto["score"], "mixer": mixer, "ratio": ratio,
+           "score_metric": proto["score"], "mixer": mixer, "ratio": ratio, "resumed": resumed,
            "seed": int(seed), "layout": str(layout), "card": r.get("mqar_device_name"), "wall_s": round(time.time() - t0, 1),
-           "steps": r["mqar_steps_done"], "reached": r["mqar_steps_to_target"], "out_of_time": runs[-1].get("error") is None
-           and r["mqar_steps_to_target"] is None and r["mqar_steps_done"] < cfg.steps,
+           "steps": r["mqar_steps_done"], "reached": r["mqar_steps_to_target"], "out_of_time": out_of_time,
            "recall": r["recall"], "recall_raw": r["recall_raw"], "recall_baseline": r["recall_baseline"],
            "recall_auc": r.get("recall_auc"), "recall_beyond": r.get("recall_beyond"),
            "beyond": r.get("mqar_beyond_settings"), "error": r.get("mqar_error"),
-           "curve": runs[-1]["curve"], "fallbacks": r["mqar"].get("kernel_fallbacks")}
+           "curve": r["mqar"]["runs"][-1]["curve"], "fallbacks": r["mqar"].get("kernel_fallbacks")}
     with open(out, "a") as f:
         f.write(json.dumps(row) + "\n")
     print(case, "steps", row["steps"], "reached", row["reached"], "recall", round(row["recall"], 3),
@@ -133,15 +150,29 @@ def csv_rows(protocol: str, paths: list[str], card: str | None = None) -> list[l
     if not rows:
         raise SystemExit(f"screen.py: no finished rows of protocol {protocol!r}{f' on {card}' if card else ''} in "
                          f"{', '.join(paths)}")
-    groups: dict = {}
-    for r in rows:  # the runs of one device call (rows from before calls were recorded: by seed and card)
-        groups.setdefault(r.get("call") or (r["seed"], r["card"]), []).append(r)
+    cost = gpu_seconds(paths)
     out = [["layout", "seed", "score", "recall", "recall_raw", "recall_baseline", "gpu_s_est", "device_name"]]
-    for group in groups.values():
-        gpu_s = max(r["wall_s"] for r in group) / len(group)
-        out += [[r["layout"], r["seed"], r[r["score_metric"]], r["recall"], r["recall_raw"], r["recall_baseline"],
-                 round(gpu_s, 1), r["card"]] for r in group]
+    out += [[r["layout"], r["seed"], r[r["score_metric"]], r["recall"], r["recall_raw"], r["recall_baseline"],
+             round(cost[r["case"], r["card"]], 1), r["card"]] for r in rows]
     return out
+
+
+def gpu_seconds(paths: list[str]) -> dict:
+    """Each case's GPU-seconds on each card: a row's share of its call (the call's longest run over the runs that
+    shared the card; rows from before calls were recorded group by seed and card), plus, for a run continued from a
+    paused one (``resumed``), the shares of the paused parts before it. A part that was started over rather than
+    continued is not the protocol's cost."""
+    rows = [json.loads(line) for p in paths if Path(p).exists() for line in open(p) if line.strip()]
+    rows = [r for r in rows if "protocol" in r]
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r.get("call") or r["seed"], r["card"]), []).append(r)
+    share = {id(r): max(x["wall_s"] for x in g) / len(g) for g in groups.values() for r in g}
+    total: dict = {}
+    for r in rows:  # in the order run: a fresh start resets the sum, a continuation adds to it
+        key = (r["case"], r["card"])
+        total[key] = (total.get(key, 0.0) if r.get("resumed") else 0.0) + share[id(r)]
+    return total
 
 
 def to_csv(protocol: str, paths: list[str]) -> None:
