@@ -223,3 +223,38 @@ def test_the_selection_rule_chooses_a_proxy_that_ranks_like_table_7_and_refuses_
     apart = screen.rule("p", write(_rule_rows(lambda m, r, s, c, ref: 5 * (ref - 0.1) + (0.3 if c == "GPU B" else 0)
                                               + noise.uniform(0, 0.002))))
     assert apart["verdict"] == "not chosen" and apart["points"][-1][-1] is False
+
+
+def test_the_subset_rule_stops_a_protocol_that_ranks_pure_deltanet_above_its_hybrid(monkeypatch, tmp_path):
+    """screen.py subset on constructed subset screens (seed 0's 10 cases): a stretched copy of Table 7 goes on; the
+    same with pure DeltaNet on top stops; a screen missing a case is incomplete; a hybrid that never learned stops."""
+    import json
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "proxy"))
+    import screen
+
+    monkeypatch.setattr(screen, "protocols", lambda: {"p": {"score": "recall_beyond", "overrides": {}}})
+    subset = set(screen.plan("subset", "p", 0, []))
+
+    def write(rows, call_s=300.0):
+        path = tmp_path / f"rows{len(list(tmp_path.iterdir()))}.jsonl"
+        # the 10 runs shared one call: 30 GPU-s each by default
+        path.write_text("".join(json.dumps(dict(r, wall_s=call_s)) + "\n" for r in rows if r["case"] in subset))
+        return [str(path)]
+
+    def stretched(m, r, s, c, ref):
+        return 5 * (ref - 0.1)
+
+    assert screen.subset_rule("p", write(_rule_rows(stretched, cards=("GPU A",))))["verdict"] == "goes on"
+    # 63 GPU-s a candidate: past point 5's bound, so the 21-cell run would be spent for nothing
+    assert screen.subset_rule("p", write(_rule_rows(stretched, cards=("GPU A",)), call_s=630.0))["verdict"] == "stops"
+    top = screen.subset_rule("p", write(_rule_rows(lambda m, r, s, c, ref: 2.0 if (m, r) == ("deltanet", "pure")
+                                                   else stretched(m, r, s, c, ref), cards=("GPU A",))))
+    assert top["verdict"] == "stops" and [p for p in top["points"] if p[1].startswith("pure DeltaNet")][0][-1] is False
+    rows = [r for r in _rule_rows(stretched, cards=("GPU A",)) if r["case"] != "p/gla/6:1/0"]
+    assert screen.subset_rule("p", write(rows))["verdict"] == "incomplete"
+    rows = _rule_rows(stretched, cards=("GPU A",))
+    for r in rows:
+        if r["case"] == "p/hgrn2/6:1/0":
+            r.update(recall=0.01, recall_raw=0.02)
+    assert screen.subset_rule("p", write(rows))["verdict"] == "stops"

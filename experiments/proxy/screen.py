@@ -10,6 +10,7 @@ the GPU-seconds and the card.
     python experiments/proxy/screen.py table RESULTS.jsonl...      # one row per case
     python experiments/proxy/screen.py csv PROTOCOL RESULTS.jsonl... > P.csv   # hlnas validate --csv P.csv --measure score
     python experiments/proxy/screen.py rule PROTOCOL RESULTS.jsonl...    # each point of the selection rule, the verdict
+    python experiments/proxy/screen.py subset PROTOCOL RESULTS.jsonl...  # the subset screen's rule: go on or stop
 """
 from __future__ import annotations
 
@@ -141,12 +142,13 @@ def table(paths: list[str]) -> None:
               f"{r['recall_beyond']} | {r['wall_s']} |")
 
 
-def csv_rows(protocol: str, paths: list[str], card: str | None = None) -> list[list]:
+def csv_rows(protocol: str, paths: list[str], card: str | None = None, cases: set | None = None) -> list[list]:
     """One protocol's finished rows (of one kind of card, if named) as the rows of a results CSV for ``hlnas validate``
     (header first): the protocol's score as ``score``, beside the training setting's corrected recall (which says
     whether a run learned), its raw recall and no-recall baseline. The runs of one call share the GPU, so a candidate's
     GPU-seconds are the call's wall (its longest run) divided by the runs that shared it."""
-    rows = [r for r in finished(paths).values() if r["protocol"] == protocol and card in (None, r["card"])]
+    rows = [r for r in finished(paths).values() if r["protocol"] == protocol and card in (None, r["card"])
+            and (cases is None or r["case"] in cases)]
     if not rows:
         raise SystemExit(f"screen.py: no finished rows of protocol {protocol!r}{f' on {card}' if card else ''} in "
                          f"{', '.join(paths)}")
@@ -189,7 +191,7 @@ RULE = {"rho_margin": 0.10, "partial_rho": 0.4, "saturated": 0.20, "seed_rho": 0
 CELLS = 21
 
 
-def _validation(protocol: str, paths: list[str], card: str):
+def _validation(protocol: str, paths: list[str], card: str, cases: set | None = None):
     import csv
     import tempfile
 
@@ -199,7 +201,7 @@ def _validation(protocol: str, paths: list[str], card: str):
     with tempfile.TemporaryDirectory() as tmp:  # hlnas validate reads a CSV file
         table = Path(tmp) / "screen.csv"
         with open(table, "w", newline="") as f:
-            csv.writer(f).writerows(csv_rows(protocol, paths, card))
+            csv.writer(f).writerows(csv_rows(protocol, paths, card, cases))
         proxy = read_proxy_csv(table, "score")
     return validate(proxy, load_reference("table7+transformer"))
 
@@ -307,8 +309,48 @@ def rule(protocol: str, paths: list[str]) -> dict:
     return {"protocol": protocol, "points": points, "verdict": verdict}
 
 
-def print_rule(protocol: str, paths: list[str]) -> None:
-    got = rule(protocol, paths)
+def subset_rule(protocol: str, paths: list[str]) -> dict:
+    """The subset screen's rule (README) for ``protocol`` on each card with its 10 subset cases finished: the control
+    learns (raw >= 0.9), every hybrid learns (corrected recall at the training setting >= 0.5), the mean within-ratio
+    Kendall tau of the mixer order against Table 7 is above 0, pure DeltaNet scores below its 3:1 hybrid, and the
+    cost is at most point 5's. The verdict ``goes on``, ``stops``, or ``incomplete``."""
+    from hlnas.analysis.validate import LEARNED
+
+    subset = set(plan("subset", protocol, 0, []))  # seed 0's cases
+    cards = sorted({card for (case, card), r in finished(paths).items() if case in subset})
+    if not cards:
+        raise SystemExit(f"screen.py subset: no finished subset rows of protocol {protocol!r} in {', '.join(paths)}")
+    points, verdicts = [], []
+    for card in cards:
+        v = _validation(protocol, paths, card, subset)
+        cell = {(c.mixer, c.ratio): c for c in v.cells}
+        hybrids = [r for (m, q), c in cell.items() if q in ("3:1", "6:1") for r in c.runs]
+        control = cell.get(("transformer", "full"))
+        pure, partner = cell.get(("deltanet", "pure")), cell.get(("deltanet", "3:1"))
+        tau = v.within_ratio["mean"]
+        card_points = [
+            (card, "cases", len(hybrids) + (control is not None) + (pure is not None), "10", None),
+            (card, "control learns (raw)", control and min(r.raw or 0 for r in control.runs), f">= {RULE['control_raw']}",
+             None if control is None else all((r.raw or 0) >= RULE["control_raw"] for r in control.runs)),
+            (card, "every hybrid learns (corrected, training setting)", min((r.recall or 0) for r in hybrids) if hybrids
+             else None, f">= {LEARNED}", None if len(hybrids) < 8 else all((r.recall or 0) >= LEARNED for r in hybrids)),
+            (card, "within-ratio Kendall tau, mean", tau, "> 0", None if tau is None else tau > 0),
+            (card, "pure DeltaNet minus its 3:1", None if not (pure and partner) else pure.value - partner.value, "< 0",
+             None if not (pure and partner) else pure.value < partner.value),
+            (card, "GPU-s per candidate", v.cost["mean"], f"<= {RULE['gpu_s']}",
+             None if v.cost["mean"] is None else v.cost["mean"] <= RULE["gpu_s"]),
+        ]
+        complete = card_points[0][2] == 10
+        card_points[0] = (*card_points[0][:4], complete)
+        points += card_points
+        oks = [ok for *_, ok in card_points[1:]]
+        verdicts.append("stops" if False in oks else "goes on" if complete and all(oks) else "incomplete")
+    verdict = "stops" if "stops" in verdicts else "goes on" if "goes on" in verdicts else "incomplete"
+    return {"protocol": protocol, "points": points, "verdict": verdict}
+
+
+def print_rule(protocol: str, paths: list[str], which=rule) -> None:
+    got = which(protocol, paths)
     print("| card | point | value | needs | passes |\n|---|---|---|---|---|")
     for card, name, value, need, ok in got["points"]:
         shown = f"{value:.3f}" if isinstance(value, float) else ("-" if value is None else value)
@@ -330,5 +372,7 @@ if __name__ == "__main__":
         to_csv(sys.argv[2], sys.argv[3:])
     elif cmd == "rule" and len(sys.argv) > 3:
         print_rule(sys.argv[2], sys.argv[3:])
+    elif cmd == "subset" and len(sys.argv) > 3:
+        print_rule(sys.argv[2], sys.argv[3:], subset_rule)
     else:
         sys.exit(__doc__)
