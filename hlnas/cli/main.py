@@ -218,7 +218,7 @@ def cmd_search(args: argparse.Namespace) -> int:
           f"{args.workers} worker(s), {executor} executor", file=sys.stderr, flush=True)
 
     try:  # run_search turns Ctrl-C and SIGTERM (a scheduler, `timeout`) into a clean stop: nothing lost
-        study = run_search(space, options)
+        study = run_search(space, options, checked=True)
     except KeyboardInterrupt:
         ui.close()
         print(interrupted_text(resumable(storage, name), storage, name), file=sys.stderr)  # stored, unknown or not

@@ -195,7 +195,7 @@ class _deferred_stop_signals:
 def check_search(space: SearchSpace | None, options: SearchOptions) -> None:
     """Every refusal a search can make before it opens or writes anything: its options, the calibration options, the
     data source, the studies ``--calibrated-by`` and ``--results-from`` name, and ``--out``. ``hlnas search`` calls it
-    before its banner, so a refusal is the one line printed; :func:`run_search` calls it again."""
+    before its banner, so a refusal is the one line printed; :func:`run_search` calls it unless told it ran."""
     o = options
     validate_options(n_trials=o.n_trials, workers=o.workers, executor=o.executor, cpus_per_trial=o.cpus_per_trial,
                      gpus_per_trial=o.gpus_per_trial, time_limit=o.time_limit, address=o.address, drain=o.drain)
@@ -221,7 +221,7 @@ def check_search(space: SearchSpace | None, options: SearchOptions) -> None:
         output_dir(str(o.out_root))
 
 
-def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Study:
+def run_search(space: SearchSpace | None, options: SearchOptions, *, checked: bool = False) -> optuna.Study:
     """Run (or resume) the study ``options`` names until ``options.n_trials`` distinct layouts are trained and COMPLETE,
     or the space is exhausted (``space`` None: a resume, against the study's stored space). Trials that propose an
     already-trained layout are told its stored result (``reused_from``) and do not count. Layouts that failed (NaN, a
@@ -233,9 +233,10 @@ def run_search(space: SearchSpace | None, options: SearchOptions) -> optuna.Stud
     of the space's layouts become trials, and an invalid protocol raises
     :class:`~hlnas.calibration.protocol.CalibrationFailed` before the search starts; ``calibrated_by`` borrows another
     study's valid calibration of the same protocol instead (:func:`hlnas.search.calibration.borrow_calibration`).
-    Every setting: :class:`~hlnas.search.options.SearchOptions`."""
+    Every setting: :class:`~hlnas.search.options.SearchOptions`; ``checked``: :func:`check_search` ran on them already."""
     o = options
-    check_search(space, o)
+    if not checked:
+        check_search(space, o)
     stored_space_only = space is None  # a resume without --space: its stored space is checked once loaded
     store = open_or_create_storage(o.storage)
     # a resume without a space: against its stored one, once loaded
