@@ -122,11 +122,16 @@ def plan(which: str, protocol: str, seed: int, done_paths: list[str]) -> list[st
     return [c for c in cases if c not in done]
 
 
+def run_rows(paths: list[str]) -> list[dict]:
+    """Every run's row in ``paths`` (files not there yet hold none), in the order run; failed cases' rows left out."""
+    rows = (json.loads(line) for p in paths if Path(p).exists() for line in open(p) if line.strip())
+    return [r for r in rows if "protocol" in r]
+
+
 def finished(paths: list[str]) -> dict:
     """The last finished row of each case: a run the call's deadline cut short (``out_of_time``) or a failed case is
     no measurement of its protocol, and runs again in the next call."""
-    rows = (json.loads(line) for p in paths if Path(p).exists() for line in open(p) if line.strip())
-    return {(r["case"], r["card"]): r for r in rows if "protocol" in r and not r.get("out_of_time")}
+    return {(r["case"], r["card"]): r for r in run_rows(paths) if not r.get("out_of_time")}
 
 
 def table(paths: list[str]) -> None:
@@ -164,8 +169,7 @@ def gpu_seconds(paths: list[str]) -> dict:
     shared the card; rows from before calls were recorded group by seed and card), plus, for a run continued from a
     paused one (``resumed``), the shares of the paused parts before it. A part that was started over rather than
     continued is not the protocol's cost."""
-    rows = [json.loads(line) for p in paths if Path(p).exists() for line in open(p) if line.strip()]
-    rows = [r for r in rows if "protocol" in r]
+    rows = run_rows(paths)
     groups: dict = {}
     for r in rows:
         groups.setdefault((r.get("call") or r["seed"], r["card"]), []).append(r)
@@ -328,8 +332,9 @@ def subset_rule(protocol: str, paths: list[str]) -> dict:
         control = cell.get(("transformer", "full"))
         pure, partner = cell.get(("deltanet", "pure")), cell.get(("deltanet", "3:1"))
         tau = v.within_ratio["mean"]
+        n_cases = len(hybrids) + (control is not None) + (pure is not None)
         card_points = [
-            (card, "cases", len(hybrids) + (control is not None) + (pure is not None), "10", None),
+            (card, "cases", n_cases, "10", n_cases == 10),
             (card, "control learns (raw)", control and min(r.raw or 0 for r in control.runs), f">= {RULE['control_raw']}",
              None if control is None else all((r.raw or 0) >= RULE["control_raw"] for r in control.runs)),
             (card, "every hybrid learns (corrected, training setting)", min((r.recall or 0) for r in hybrids) if hybrids
@@ -340,11 +345,9 @@ def subset_rule(protocol: str, paths: list[str]) -> dict:
             (card, "GPU-s per candidate", v.cost["mean"], f"<= {RULE['gpu_s']}",
              None if v.cost["mean"] is None else v.cost["mean"] <= RULE["gpu_s"]),
         ]
-        complete = card_points[0][2] == 10
-        card_points[0] = (*card_points[0][:4], complete)
         points += card_points
         oks = [ok for *_, ok in card_points[1:]]
-        verdicts.append("stops" if False in oks else "goes on" if complete and all(oks) else "incomplete")
+        verdicts.append("stops" if False in oks else "goes on" if n_cases == 10 and all(oks) else "incomplete")
     verdict = "stops" if "stops" in verdicts else "goes on" if "goes on" in verdicts else "incomplete"
     return {"protocol": protocol, "points": points, "verdict": verdict}
 
