@@ -11,6 +11,7 @@ conv states ``"conv_q"``, ``"conv_k"``, ``"conv_v"`` ``[B, conv_size-1, C]`` in 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +44,63 @@ def delta_state_bytes(batch: int, key_dim: int, value_dim: int, head_v: int, hp,
     return state
 
 
-class DeltaNet(Mixer):
+def inverse_softplus_dt(n: int) -> Tensor:
+    """``n`` values of ``softplus^-1(dt)`` with dt log-uniform in [1e-3, 1e-1] (floored at 1e-4): Mamba's ``dt_bias``
+    init, which fla's Gated DeltaNet and KDA use."""
+    dt = torch.exp(torch.rand(n) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clamp(min=1e-4)
+    return dt + torch.log(-torch.expm1(-dt))
+
+
+class DeltaInputs:
+    """The input side the delta-rule mixers share (DeltaNet, Gated DeltaNet, KDA, each as its fla layer): q, k, v
+    projections; short causal convolutions over them (SiLU on v, and on q and k under the silu activation) or the
+    activations alone; heads; q and k normalised; beta = sigmoid(b_proj(x)), doubled with ``allow_neg_eigval``. The
+    mixer sets ``head_k_dim``, ``head_v_dim`` and ``b_proj``; hparams without ``qk_activation`` / ``qk_norm`` take
+    silu / l2. Modules are made in the order the caller asks, so each mixer keeps its seeded initialisation."""
+
+    def _make_qkv_proj(self, d_model: int, key_dim: int, value_dim: int) -> None:
+        self.q_proj = nn.Linear(d_model, key_dim, bias=False)
+        self.k_proj = nn.Linear(d_model, key_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, value_dim, bias=False)
+
+    def _make_qkv_convs(self, key_dim: int, value_dim: int) -> None:
+        hp = self.hp
+        qk_act = "silu" if getattr(hp, "qk_activation", "silu") == "silu" else None
+        self.q_conv1d = ShortConvolution(key_dim, hp.conv_size, activation=qk_act, bias=hp.conv_bias)
+        self.k_conv1d = ShortConvolution(key_dim, hp.conv_size, activation=qk_act, bias=hp.conv_bias)
+        self.v_conv1d = ShortConvolution(value_dim, hp.conv_size, activation="silu", bias=hp.conv_bias)
+
+    def _qkv(self, x: Tensor, cache: dict | None) -> tuple[Tensor, Tensor, Tensor]:
+        """x ``[B, T, d_model]`` -> q, k ``[B, T, H, head_k_dim]`` (normalised), v ``[B, T, H, head_v_dim]``."""
+        hp = self.hp
+        act, norm = getattr(hp, "qk_activation", "silu"), getattr(hp, "qk_norm", "l2")
+        q, k, v = fused_linear(x, self.q_proj, self.k_proj, self.v_proj)
+        if hp.use_short_conv:
+            q = self.q_conv1d(q, cache, key="conv_q")
+            k = self.k_conv1d(k, cache, key="conv_k")
+            v = self.v_conv1d(v, cache, key="conv_v")
+        else:
+            q, k = (F.silu(q), F.silu(k)) if act == "silu" else (q, k)
+            v = F.silu(v)
+        B, T, _ = x.shape
+        q, k = q.view(B, T, hp.num_heads, self.head_k_dim), k.view(B, T, hp.num_heads, self.head_k_dim)
+        if act == "relu":
+            q, k = q.relu(), k.relu()
+        elif act == "elu":
+            q, k = F.elu(q) + 1, F.elu(k) + 1
+        if norm == "l2":
+            q, k = l2norm(q), l2norm(k)
+        else:  # sum-normalize: keys on the simplex
+            q, k = F.normalize(q, p=1, dim=-1, eps=1e-6), F.normalize(k, p=1, dim=-1, eps=1e-6)
+        return q, k, v.view(B, T, hp.num_heads, self.head_v_dim)
+
+    def _beta(self, x: Tensor) -> Tensor:
+        """``[B, T, H]`` writing strengths in (0, 1), or (0, 2) with ``allow_neg_eigval``."""
+        beta = torch.sigmoid(self.b_proj(x))
+        return beta * 2 if self.hp.allow_neg_eigval else beta
+
+
+class DeltaNet(DeltaInputs, Mixer):
     name = "deltanet"
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,16 +171,11 @@ class DeltaNet(Mixer):
         super().__init__(d_model, hp, layer_idx)
         self.key_dim, self.value_dim = self._dims(d_model, hp)
         self.head_k_dim, self.head_v_dim = self.key_dim // hp.num_heads, self.value_dim // hp.num_heads
-        self.q_proj = nn.Linear(d_model, self.key_dim, bias=False)
-        self.k_proj = nn.Linear(d_model, self.key_dim, bias=False)
-        self.v_proj = nn.Linear(d_model, self.value_dim, bias=False)
+        self._make_qkv_proj(d_model, self.key_dim, self.value_dim)
         if hp.use_beta:
             self.b_proj = nn.Linear(d_model, hp.num_heads, bias=False)
         if hp.use_short_conv:
-            qk_act = "silu" if hp.qk_activation == "silu" else None
-            self.q_conv1d = ShortConvolution(self.key_dim, hp.conv_size, activation=qk_act, bias=hp.conv_bias)
-            self.k_conv1d = ShortConvolution(self.key_dim, hp.conv_size, activation=qk_act, bias=hp.conv_bias)
-            self.v_conv1d = ShortConvolution(self.value_dim, hp.conv_size, activation="silu", bias=hp.conv_bias)
+            self._make_qkv_convs(self.key_dim, self.value_dim)
         if hp.use_gate:
             self.g_proj = nn.Linear(d_model, self.value_dim, bias=False)
             self.o_norm = GatedRMSNorm(self.head_v_dim, eps=hp.norm_eps, act="swish")
@@ -131,39 +183,12 @@ class DeltaNet(Mixer):
             self.o_norm = RMSNorm(self.head_v_dim, eps=hp.norm_eps)
         self.o_proj = nn.Linear(self.value_dim, d_model, bias=False)
 
-    def _qkv(self, x: Tensor, cache: dict | None) -> tuple[Tensor, Tensor, Tensor]:
-        hp = self.hp
-        q, k, v = fused_linear(x, self.q_proj, self.k_proj, self.v_proj)
-        if hp.use_short_conv:
-            q = self.q_conv1d(q, cache, key="conv_q")
-            k = self.k_conv1d(k, cache, key="conv_k")
-            v = self.v_conv1d(v, cache, key="conv_v")
-        else:
-            q, k = (F.silu(q), F.silu(k)) if hp.qk_activation == "silu" else (q, k)
-            v = F.silu(v)
-        B, T, _ = x.shape
-        q, k = q.view(B, T, hp.num_heads, self.head_k_dim), k.view(B, T, hp.num_heads, self.head_k_dim)
-        if hp.qk_activation == "relu":
-            q, k = q.relu(), k.relu()
-        elif hp.qk_activation == "elu":
-            q, k = F.elu(q) + 1, F.elu(k) + 1
-        if hp.qk_norm == "l2":
-            q, k = l2norm(q), l2norm(k)
-        else:  # sum-normalize: keys on the simplex
-            q, k = F.normalize(q, p=1, dim=-1, eps=1e-6), F.normalize(k, p=1, dim=-1, eps=1e-6)
-        return q, k, v.view(B, T, hp.num_heads, self.head_v_dim)
-
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; ``cache`` (a dict) is read and updated in place."""
         B, T, _ = x.shape
         hp = self.hp
         q, k, v = self._qkv(x, cache)
-        if hp.use_beta:
-            beta = torch.sigmoid(self.b_proj(x))
-        else:
-            beta = x.new_ones(B, T, hp.num_heads)
-        if hp.allow_neg_eigval:
-            beta = beta * 2
+        beta = self._beta(x) if hp.use_beta else x.new_ones(B, T, hp.num_heads) * (2 if hp.allow_neg_eigval else 1)
         state = cache.get("state") if cache is not None else None
         o, state = delta_rule(q, k, v, beta, initial_state=state, output_final_state=cache is not None)
         if cache is not None:

@@ -25,14 +25,12 @@ from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
 from hlnas.model.kernels.gated_delta_rule import gated_delta_rule
-from hlnas.model.kernels.l2norm import l2norm
 from hlnas.model.mixers.base import Mixer
-from hlnas.model.mixers.deltanet import delta_state_bytes
-from hlnas.model.mixers.short_conv import ShortConvolution
-from hlnas.model.nn import compute_dtype, GatedRMSNorm, RMSNorm, fused_linear
+from hlnas.model.mixers.deltanet import DeltaInputs, delta_state_bytes, inverse_softplus_dt
+from hlnas.model.nn import compute_dtype, GatedRMSNorm, RMSNorm
 
 
-class GatedDeltaNet(Mixer):
+class GatedDeltaNet(DeltaInputs, Mixer):
     name = "gated_deltanet"
     bare_parameters = ("A_log", "dt_bias")
 
@@ -102,9 +100,8 @@ class GatedDeltaNet(Mixer):
         super().__init__(d_model, hp, layer_idx)
         self.key_dim, self.value_dim, self.head_v_dim = self._dims(hp)
         H = hp.num_heads
-        self.q_proj = nn.Linear(d_model, self.key_dim, bias=False)
-        self.k_proj = nn.Linear(d_model, self.key_dim, bias=False)
-        self.v_proj = nn.Linear(d_model, self.value_dim, bias=False)
+        self.head_k_dim = hp.head_dim
+        self._make_qkv_proj(d_model, self.key_dim, self.value_dim)
         self.a_proj = nn.Linear(d_model, H, bias=False)
         self.b_proj = nn.Linear(d_model, H, bias=False)
         self.A_log = nn.Parameter(torch.empty(H))
@@ -113,9 +110,7 @@ class GatedDeltaNet(Mixer):
         self.A_log._no_weight_decay = True
         self.dt_bias._no_weight_decay = True
         if hp.use_short_conv:
-            self.q_conv1d = ShortConvolution(self.key_dim, hp.conv_size, activation="silu", bias=hp.conv_bias)
-            self.k_conv1d = ShortConvolution(self.key_dim, hp.conv_size, activation="silu", bias=hp.conv_bias)
-            self.v_conv1d = ShortConvolution(self.value_dim, hp.conv_size, activation="silu", bias=hp.conv_bias)
+            self._make_qkv_convs(self.key_dim, self.value_dim)
         if hp.use_gate:
             self.g_proj = nn.Linear(d_model, self.value_dim, bias=False)
             self.o_norm = GatedRMSNorm(self.head_v_dim, eps=hp.norm_eps, act=hp.gate_act)
@@ -131,27 +126,15 @@ class GatedDeltaNet(Mixer):
         H = self.hp.num_heads
         A = torch.empty(H, dtype=torch.float32).uniform_(0, 16).clamp_(min=1e-4)  # the floor keeps log(A) finite
         self.A_log.copy_(A.log())
-        dt = torch.exp(torch.rand(H) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clamp(min=1e-4)
-        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse of softplus
+        self.dt_bias.copy_(inverse_softplus_dt(H))
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; ``cache`` (a dict) is read and updated in place."""
         B, T, _ = x.shape
         hp = self.hp
         H = hp.num_heads
-        q, k, v = fused_linear(x, self.q_proj, self.k_proj, self.v_proj)
-        if hp.use_short_conv:
-            q = self.q_conv1d(q, cache, key="conv_q")
-            k = self.k_conv1d(k, cache, key="conv_k")
-            v = self.v_conv1d(v, cache, key="conv_v")
-        else:
-            q, k, v = F.silu(q), F.silu(k), F.silu(v)
-        q = l2norm(q.view(B, T, H, hp.head_dim))
-        k = l2norm(k.view(B, T, H, hp.head_dim))
-        v = v.view(B, T, H, self.head_v_dim)
-        beta = torch.sigmoid(self.b_proj(x))
-        if hp.allow_neg_eigval:
-            beta = beta * 2
+        q, k, v = self._qkv(x, cache)
+        beta = self._beta(x)
         # log-decay in float32 (float64 stays): -exp(A_log) * softplus(a + dt_bias) <= 0
         ft = compute_dtype(x)
         g = -self.A_log.to(ft).exp() * F.softplus(self.a_proj(x).to(ft) + self.dt_bias.to(ft))

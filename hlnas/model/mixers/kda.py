@@ -25,14 +25,12 @@ from torch import Tensor, nn
 
 from hlnas.errors import ConfigError
 from hlnas.model.kernels.kda import kda
-from hlnas.model.kernels.l2norm import l2norm
 from hlnas.model.mixers.base import Mixer
-from hlnas.model.mixers.deltanet import delta_state_bytes
-from hlnas.model.mixers.short_conv import ShortConvolution
-from hlnas.model.nn import GatedRMSNorm, compute_dtype, fused_linear
+from hlnas.model.mixers.deltanet import DeltaInputs, delta_state_bytes, inverse_softplus_dt
+from hlnas.model.nn import GatedRMSNorm, compute_dtype
 
 
-class KDA(Mixer):
+class KDA(DeltaInputs, Mixer):
     name = "kda"
     bare_parameters = ("A_log", "dt_bias")
 
@@ -97,13 +95,10 @@ class KDA(Mixer):
         super().__init__(d_model, hp, layer_idx)
         self.key_dim, self.value_dim, self.head_v_dim = self._dims(hp)
         H = hp.num_heads
-        self.q_proj = nn.Linear(d_model, self.key_dim, bias=False)
-        self.k_proj = nn.Linear(d_model, self.key_dim, bias=False)
-        self.v_proj = nn.Linear(d_model, self.value_dim, bias=False)
+        self.head_k_dim = hp.head_dim
+        self._make_qkv_proj(d_model, self.key_dim, self.value_dim)
         if hp.use_short_conv:
-            self.q_conv1d = ShortConvolution(self.key_dim, hp.conv_size, activation="silu", bias=hp.conv_bias)
-            self.k_conv1d = ShortConvolution(self.key_dim, hp.conv_size, activation="silu", bias=hp.conv_bias)
-            self.v_conv1d = ShortConvolution(self.value_dim, hp.conv_size, activation="silu", bias=hp.conv_bias)
+            self._make_qkv_convs(self.key_dim, self.value_dim)
         self.f_proj = nn.Sequential(nn.Linear(d_model, self.head_v_dim, bias=False),
                                     nn.Linear(self.head_v_dim, self.key_dim, bias=False))
         self.b_proj = nn.Linear(d_model, H, bias=False)
@@ -122,28 +117,15 @@ class KDA(Mixer):
         """As Mamba's and fla's KDA: A ~ U(1, 16) so A_log = log A, and dt_bias = softplus^-1(dt) per key channel with
         dt log-uniform in [1e-3, 1e-1] (floored at 1e-4)."""
         self.A_log.copy_(torch.empty(self.hp.num_heads).uniform_(1, 16).log())
-        n = self.dt_bias.numel()
-        dt = torch.exp(torch.rand(n) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clamp(min=1e-4)
-        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse of softplus
+        self.dt_bias.copy_(inverse_softplus_dt(self.dt_bias.numel()))
 
     def forward(self, x: Tensor, cache: dict | None = None) -> Tensor:
         """x ``[B, T, d_model]`` -> ``[B, T, d_model]``; ``cache`` (a dict) is read and updated in place."""
         B, T, _ = x.shape
         hp = self.hp
         H, K = hp.num_heads, hp.head_dim
-        q, k, v = fused_linear(x, self.q_proj, self.k_proj, self.v_proj)
-        if hp.use_short_conv:
-            q = self.q_conv1d(q, cache, key="conv_q")
-            k = self.k_conv1d(k, cache, key="conv_k")
-            v = self.v_conv1d(v, cache, key="conv_v")
-        else:
-            q, k, v = F.silu(q), F.silu(k), F.silu(v)
-        q = l2norm(q.view(B, T, H, K))
-        k = l2norm(k.view(B, T, H, K))
-        v = v.view(B, T, H, self.head_v_dim)
-        beta = torch.sigmoid(self.b_proj(x))
-        if hp.allow_neg_eigval:
-            beta = beta * 2
+        q, k, v = self._qkv(x, cache)
+        beta = self._beta(x)
         # log-decays per key channel in float32 (float64 stays): -exp(A_log[h]) * softplus(f + dt_bias) <= 0
         ft = compute_dtype(x)
         f = (self.f_proj(x).to(ft) + self.dt_bias.to(ft)).view(B, T, H, K)
