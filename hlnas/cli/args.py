@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-__all__ = ["positive_int", "positive_seconds", "placement_arg"]
+__all__ = ["positive_int", "positive_seconds", "fraction", "port", "placement_arg", "space_from_args"]
 
 
 def positive_int(text: str) -> int:
@@ -26,6 +26,34 @@ def positive_seconds(text: str) -> float:
     if not 0 < s < float("inf"):  # nan and inf too
         raise argparse.ArgumentTypeError(f"{text} must be > 0 seconds")
     return s
+
+
+def fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"{v} is not allowed; give a number from 0 to 1")
+    return v
+
+
+def port(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; allowed: 1-65535") from None
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{n} is not a port number; allowed: 1-65535")
+    return n
+
+
+def space_from_args(args: argparse.Namespace):
+    """The space ``--space`` names, with the command's ``--set`` overrides applied."""
+    from hlnas.space import load_space
+
+    space = load_space(args.space)
+    return space.with_sets(args.set) if args.set else space
 
 
 def placement_arg(text: str) -> str | list[int]:

@@ -8,7 +8,7 @@ import json
 import shlex
 import sys
 
-from hlnas.cli.args import accept_negative_index_lists, placement_arg, positive_seconds
+from hlnas.cli.args import accept_negative_index_lists, placement_arg, port, positive_seconds, space_from_args
 from hlnas.cli.bench import add_bench
 from hlnas.cli.corpus import add_corpus
 from hlnas.cli.export_cmd import add_export, front_export_hint
@@ -19,16 +19,6 @@ from hlnas.errors import HlnasError
 from hlnas.outputs import output_dir as _out_dir, write_output as _write_text
 
 __all__ = ["main", "build_parser"]
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; allowed: 1-65535") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port number; allowed: 1-65535")
-    return port
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
@@ -293,13 +283,10 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from hlnas.cli.console import SearchProgress, command
-    from hlnas.space import load_space
     from hlnas.search.storage import check_study_name
     from hlnas.search.study import calibrate_study
 
-    space = load_space(args.space)
-    if args.set:
-        space = space.with_sets(args.set)
+    space = space_from_args(args)
     storage = _storage_url(args)
     name = check_study_name(args.study if args.study is not None else space.name)
     if args.close is not None:
@@ -374,7 +361,7 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="storage URL (default sqlite:///hlnas.db)")
     p.add_argument("--study", help="only this study (default: every hlnas study in the storage)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=_port, default=8080, help="1-65535 (default 8080)")
+    p.add_argument("--port", type=port, default=8080, help="1-65535 (default 8080)")
     p.add_argument("--refresh", type=positive_seconds, default=5.0, help="seconds between checks for new trials (default 5)")
     p.set_defaults(func=cmd_dashboard)
 

@@ -8,20 +8,10 @@ import json
 import sys
 
 from hlnas.analysis.validation_data import REFERENCES
-from hlnas.cli.args import positive_int
+from hlnas.cli.args import fraction, positive_int
 from hlnas.errors import HlnasError
 
 __all__ = ["add_validate", "cmd_validate"]
-
-
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= v <= 1:
-        raise argparse.ArgumentTypeError(f"{v} is not allowed; give a number from 0 to 1")
-    return v
 
 
 def add_validate(sub: argparse._SubParsersAction) -> None:
@@ -44,11 +34,11 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
                         "Transformer's 0.423), or a CSV of your own: columns mixer, ratio or layout, value (default table7)")
     p.add_argument("--measure", help="the proxy column scored (default: a study's recall objective, recall or "
                    "recall_auc; a CSV's recall)")
-    p.add_argument("--tolerance", type=_fraction, default=None, help="cells this close to the best count as saturated "
+    p.add_argument("--tolerance", type=fraction, default=None, help="cells this close to the best count as saturated "
                    "(default 0.02)")
-    p.add_argument("--max-saturated", type=_fraction, default=None,
+    p.add_argument("--max-saturated", type=fraction, default=None,
                    help="flag the proxy as saturated when more than this share of its cells are (default 0.2)")
-    p.add_argument("--learned", type=_fraction, default=None, help="corrected recall at which a run has learned; a "
+    p.add_argument("--learned", type=fraction, default=None, help="corrected recall at which a run has learned; a "
                    "cell with seeds on both sides is split (default 0.5)")
     p.add_argument("--resamples", type=positive_int, default=None, help="bootstrap resamples (default 2000)")
     p.add_argument("--draws", type=positive_int, default=None, help="random seed choices for the rho spread (default 2000)")

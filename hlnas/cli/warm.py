@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from hlnas.cli.args import space_from_args
+
 __all__ = ["add_warm"]
 
 
@@ -28,11 +30,8 @@ def add_warm(sub: argparse._SubParsersAction) -> None:
 
 def cmd_warm(args: argparse.Namespace) -> int:
     from hlnas.search.warm import warm_layouts, warm_space
-    from hlnas.space import load_space
 
-    space = load_space(args.space)
-    if args.set:
-        space = space.with_sets(args.set)
+    space = space_from_args(args)
     mixers = [m.strip() for m in args.mixers.split(",") if m.strip()] if args.mixers else None
     if not args.json:
         print(f"hlnas warm: {len(warm_layouts(space, mixers))} layout(s) of space {space.name!r}", file=sys.stderr)
