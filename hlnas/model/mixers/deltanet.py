@@ -100,6 +100,41 @@ class DeltaInputs:
         return beta * 2 if self.hp.allow_neg_eigval else beta
 
 
+class HeadDimDelta(DeltaInputs):
+    """Widths set per head (``num_heads``, ``head_dim``, ``expand_v``), as fla's Gated DeltaNet and KDA take them, and
+    what follows from them alone: the widths, their checks, the short convolutions' parameters and the decode state."""
+
+    @staticmethod
+    def _dims(hp) -> tuple[int, int, int]:
+        """(key_dim, value_dim, head_v_dim)."""
+        head_v = round(hp.head_dim * hp.expand_v)
+        return hp.num_heads * hp.head_dim, hp.num_heads * head_v, head_v
+
+    @classmethod
+    def validate(cls, d_model: int, hp) -> None:
+        if hp.num_heads < 1 or hp.head_dim < 1:
+            raise ConfigError(f"{cls.name}: num_heads={hp.num_heads} and head_dim={hp.head_dim} must be >= 1")
+        if hp.expand_v <= 0 or not math.isclose(hp.head_dim * hp.expand_v, round(hp.head_dim * hp.expand_v)):
+            raise ConfigError(f"{cls.name}: head_dim * expand_v = {hp.head_dim} * {hp.expand_v} must be a positive "
+                              "integer")
+        if hp.use_short_conv and hp.conv_size < 2:
+            raise ConfigError(f"{cls.name}: conv_size={hp.conv_size} must be >= 2")
+
+    @classmethod
+    def _conv_params(cls, hp) -> int:
+        """The q, k, v short convolutions' parameters (0 without them)."""
+        if not hp.use_short_conv:
+            return 0
+        key_dim, value_dim, _ = cls._dims(hp)
+        channels = 2 * key_dim + value_dim
+        return channels * hp.conv_size + (channels if hp.conv_bias else 0)
+
+    @classmethod
+    def state_bytes(cls, d_model: int, hp, *, batch: int, seq_len: int, dtype: torch.dtype) -> int:
+        key_dim, value_dim, head_v = cls._dims(hp)
+        return delta_state_bytes(batch, key_dim, value_dim, head_v, hp, dtype)
+
+
 class DeltaNet(DeltaInputs, Mixer):
     name = "deltanet"
 

@@ -17,7 +17,6 @@ conv states ``"conv_q"``, ``"conv_k"``, ``"conv_v"`` ``[B, conv_size-1, C]`` in 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 import torch.nn.functional as F
@@ -26,11 +25,11 @@ from torch import Tensor, nn
 from hlnas.errors import ConfigError
 from hlnas.model.kernels.gated_delta_rule import gated_delta_rule
 from hlnas.model.mixers.base import Mixer
-from hlnas.model.mixers.deltanet import DeltaInputs, delta_state_bytes, inverse_softplus_dt
+from hlnas.model.mixers.deltanet import HeadDimDelta, inverse_softplus_dt
 from hlnas.model.nn import compute_dtype, GatedRMSNorm, RMSNorm
 
 
-class GatedDeltaNet(DeltaInputs, Mixer):
+class GatedDeltaNet(HeadDimDelta, Mixer):
     name = "gated_deltanet"
     bare_parameters = ("A_log", "dt_bias")
 
@@ -53,24 +52,11 @@ class GatedDeltaNet(DeltaInputs, Mixer):
         num_heads = max(4, cfg.d_model // 256)
         return dict(num_heads=num_heads, head_dim=max(1, cfg.d_model // num_heads), norm_eps=cfg.norm_eps)
 
-    @staticmethod
-    def _dims(hp: Hparams) -> tuple[int, int, int]:
-        """(key_dim, value_dim, head_v_dim)."""
-        head_v = round(hp.head_dim * hp.expand_v)
-        return hp.num_heads * hp.head_dim, hp.num_heads * head_v, head_v
-
     @classmethod
     def validate(cls, d_model: int, hp: Hparams) -> None:
-        if hp.num_heads < 1 or hp.head_dim < 1:
-            raise ConfigError(f"gated_deltanet: num_heads={hp.num_heads} and head_dim={hp.head_dim} must be >= 1")
-        if hp.expand_v <= 0 or not math.isclose(hp.head_dim * hp.expand_v, round(hp.head_dim * hp.expand_v)):
-            raise ConfigError(
-                f"gated_deltanet: head_dim * expand_v = {hp.head_dim} * {hp.expand_v} must be a positive integer"
-            )
+        super().validate(d_model, hp)
         if hp.gate_act not in ("swish", "sigmoid"):
             raise ConfigError(f"gated_deltanet: gate_act={hp.gate_act!r}; allowed: swish, sigmoid")
-        if hp.use_short_conv and hp.conv_size < 2:
-            raise ConfigError(f"gated_deltanet: conv_size={hp.conv_size} must be >= 2")
 
     @classmethod
     def param_count(cls, d_model: int, hp: Hparams) -> int:
@@ -78,15 +64,7 @@ class GatedDeltaNet(DeltaInputs, Mixer):
         n = 2 * d_model * key_dim + 2 * d_model * value_dim  # q, k, v, o projections
         n += 2 * d_model * hp.num_heads + 2 * hp.num_heads  # a_proj, b_proj; A_log, dt_bias
         n += d_model * value_dim if hp.use_gate else 0
-        if hp.use_short_conv:
-            channels = 2 * key_dim + value_dim
-            n += channels * hp.conv_size + (channels if hp.conv_bias else 0)
-        return n + head_v  # output norm weight
-
-    @classmethod
-    def state_bytes(cls, d_model: int, hp: Hparams, *, batch: int, seq_len: int, dtype: torch.dtype) -> int:
-        key_dim, value_dim, head_v = cls._dims(hp)
-        return delta_state_bytes(batch, key_dim, value_dim, head_v, hp, dtype)
+        return n + cls._conv_params(hp) + head_v  # output norm weight
 
     @classmethod
     def flops_per_token(cls, d_model: int, hp: Hparams, seq_len: int) -> int:

@@ -17,20 +17,18 @@ Decode cache: ``"state"`` ``[B, H, dk, dv]`` (float32; float64 for a float64 mod
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hlnas.errors import ConfigError
 from hlnas.model.kernels.kda import kda
 from hlnas.model.mixers.base import Mixer
-from hlnas.model.mixers.deltanet import DeltaInputs, delta_state_bytes, inverse_softplus_dt
+from hlnas.model.mixers.deltanet import HeadDimDelta, inverse_softplus_dt
 from hlnas.model.nn import GatedRMSNorm, compute_dtype
 
 
-class KDA(DeltaInputs, Mixer):
+class KDA(HeadDimDelta, Mixer):
     name = "kda"
     bare_parameters = ("A_log", "dt_bias")
 
@@ -50,21 +48,6 @@ class KDA(DeltaInputs, Mixer):
         head_dim = min(128, max(1, cfg.d_model // 4))
         return dict(num_heads=max(1, cfg.d_model // head_dim), head_dim=head_dim, norm_eps=cfg.norm_eps)
 
-    @staticmethod
-    def _dims(hp: Hparams) -> tuple[int, int, int]:
-        """(key_dim, value_dim, head_v_dim)."""
-        head_v = round(hp.head_dim * hp.expand_v)
-        return hp.num_heads * hp.head_dim, hp.num_heads * head_v, head_v
-
-    @classmethod
-    def validate(cls, d_model: int, hp: Hparams) -> None:
-        if hp.num_heads < 1 or hp.head_dim < 1:
-            raise ConfigError(f"kda: num_heads={hp.num_heads} and head_dim={hp.head_dim} must be >= 1")
-        if hp.expand_v <= 0 or not math.isclose(hp.head_dim * hp.expand_v, round(hp.head_dim * hp.expand_v)):
-            raise ConfigError(f"kda: head_dim * expand_v = {hp.head_dim} * {hp.expand_v} must be a positive integer")
-        if hp.use_short_conv and hp.conv_size < 2:
-            raise ConfigError(f"kda: conv_size={hp.conv_size} must be >= 2")
-
     @classmethod
     def param_count(cls, d_model: int, hp: Hparams) -> int:
         key_dim, value_dim, head_v = cls._dims(hp)
@@ -72,15 +55,7 @@ class KDA(DeltaInputs, Mixer):
         n += d_model * head_v + head_v * key_dim  # f_proj: the low-rank decay projection
         n += d_model * head_v + head_v * value_dim + value_dim  # g_proj: the low-rank output gate, with a bias
         n += d_model * hp.num_heads + hp.num_heads + key_dim  # b_proj; A_log per head, dt_bias per key channel
-        if hp.use_short_conv:
-            channels = 2 * key_dim + value_dim
-            n += channels * hp.conv_size + (channels if hp.conv_bias else 0)
-        return n + head_v  # output norm weight
-
-    @classmethod
-    def state_bytes(cls, d_model: int, hp: Hparams, *, batch: int, seq_len: int, dtype: torch.dtype) -> int:
-        key_dim, value_dim, head_v = cls._dims(hp)
-        return delta_state_bytes(batch, key_dim, value_dim, head_v, hp, dtype)
+        return n + cls._conv_params(hp) + head_v  # output norm weight
 
     @classmethod
     def flops_per_token(cls, d_model: int, hp: Hparams, seq_len: int) -> int:
