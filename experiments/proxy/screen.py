@@ -247,6 +247,18 @@ def _outcomes(v) -> dict:
     return out
 
 
+def _control_point(card: str, runs: list, name: str = "control learns (raw, every seed)") -> tuple:
+    """The all-attention control learns what is scored: raw recall >= RULE's control_raw in every run (None: no run)."""
+    return (card, name, min((r.raw or 0) for r in runs) if runs else None, f">= {RULE['control_raw']}",
+            None if not runs else all((r.raw or 0) >= RULE["control_raw"] for r in runs))
+
+
+def _cost_point(card: str, v, name: str) -> tuple:
+    """Point 5: mean GPU-seconds per candidate at most RULE's gpu_s."""
+    mean = v.cost["mean"]
+    return (card, name, mean, f"<= {RULE['gpu_s']}", None if mean is None else mean <= RULE["gpu_s"])
+
+
 def rule(protocol: str, paths: list[str]) -> dict:
     """Each point of the selection rule for ``protocol`` over its finished rows: value, threshold, pass (None where
     not measured yet); the verdict ``chosen``, ``not chosen`` or ``incomplete``. Every point must pass, so one card's
@@ -272,8 +284,7 @@ def rule(protocol: str, paths: list[str]) -> dict:
         cons = seeds["consistency"]
         card_points = [
             (card, "cells x seeds", f"{len(v.shared)} x {len(seeds['seeds'])}", f"{CELLS} x 2", full),
-            (card, "control learns (raw, every seed)", min((r.raw or 0) for r in control) if control else None,
-             f">= {RULE['control_raw']}", bool(control) and all((r.raw or 0) >= RULE["control_raw"] for r in control)),
+            _control_point(card, control),
             (card, "1. rho minus the share's", margin, f">= {RULE['rho_margin']}",
              None if margin is None else margin >= RULE["rho_margin"]),
             (card, "2. partial rho", v.partial_rho.rho, f">= {RULE['partial_rho']}",
@@ -282,8 +293,7 @@ def rule(protocol: str, paths: list[str]) -> dict:
              v.saturation["fraction"] <= RULE["saturated"]),
             (card, "4. seed rho; split cells", f"{cons if cons is None else round(cons, 3)}; {len(seeds['split'])}",
              f">= {RULE['seed_rho']}; 0", None if cons is None else cons >= RULE["seed_rho"] and not seeds["split"]),
-            (card, "5. GPU-s per candidate", v.cost["mean"], f"<= {RULE['gpu_s']}",
-             None if v.cost["mean"] is None else v.cost["mean"] <= RULE["gpu_s"]),
+            _cost_point(card, v, "5. GPU-s per candidate"),
         ]
         if full:
             failed_on_a_card |= any(ok is False for *_, ok in card_points[1:])
@@ -335,15 +345,13 @@ def subset_rule(protocol: str, paths: list[str]) -> dict:
         n_cases = len(hybrids) + (control is not None) + (pure is not None)
         card_points = [
             (card, "cases", n_cases, "10", n_cases == 10),
-            (card, "control learns (raw)", control and min(r.raw or 0 for r in control.runs), f">= {RULE['control_raw']}",
-             None if control is None else all((r.raw or 0) >= RULE["control_raw"] for r in control.runs)),
+            _control_point(card, list(control.runs) if control else [], "control learns (raw)"),
             (card, "every hybrid learns (corrected, training setting)", min((r.recall or 0) for r in hybrids) if hybrids
              else None, f">= {LEARNED}", None if len(hybrids) < 8 else all((r.recall or 0) >= LEARNED for r in hybrids)),
             (card, "within-ratio Kendall tau, mean", tau, "> 0", None if tau is None else tau > 0),
             (card, "pure DeltaNet minus its 3:1", None if not (pure and partner) else pure.value - partner.value, "< 0",
              None if not (pure and partner) else pure.value < partner.value),
-            (card, "GPU-s per candidate", v.cost["mean"], f"<= {RULE['gpu_s']}",
-             None if v.cost["mean"] is None else v.cost["mean"] <= RULE["gpu_s"]),
+            _cost_point(card, v, "GPU-s per candidate"),
         ]
         points += card_points
         oks = [ok for *_, ok in card_points[1:]]
