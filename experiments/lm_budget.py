@@ -117,18 +117,35 @@ def _g(x, spec="+.3f") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def report(rows: list[dict], threshold: float, what: str) -> str:
+def train_split_tokens(source: str) -> int | None:
+    """Tokens in a built corpus's train split (None for a source that is not one: generated text never repeats)."""
+    from hlnas.data.token_corpus import TokenCorpus, is_token_corpus
+
+    return TokenCorpus(source).n_tokens("train") if is_token_corpus(source) else None
+
+
+def report(rows: list[dict], threshold: float, what: str, train_tokens: int | None = None) -> str:
+    """The agreement table, the pick and the cost; with ``train_tokens`` (the corpus's train split) each pair also says
+    how many passes over the split 4N takes: beyond one the larger run sees its text again, and its loss ranks how well
+    a candidate memorises as much as how well it models language."""
     ag, c = agreement(rows, threshold), cost(rows)
     n_cells = len({(r["mixer"], r["ratio"]) for r in rows})
     lines = [f"# How many tokens the LM objective needs to rank ({what})", "",
              f"{n_cells} candidates, seeds {', '.join(map(str, ag['seeds']))} (each seed its own initialisation and data "
              f"order); rank agreement of the seed-mean validation loss at N with 4N.", "",
-             "| N (tokens) | 4N | candidates | Spearman rho | Kendall tau | rho per seed | rho between seeds at N |",
-             "|---|---|---|---|---|---|---|"]
+             "| N (tokens) | 4N | passes over the train split at 4N | candidates | Spearman rho | Kendall tau | "
+             "rho per seed | rho between seeds at N |",
+             "|---|---|---|---|---|---|---|---|"]
     for p in ag["pairs"]:
         per = ", ".join(f"s{s} {_g(v, '+.2f')}" for s, v in p["per_seed"].items())
-        lines.append(f"| {p['n']:,} | {p['next']:,} | {p['cells']} | {_g(p['rho'])} | {_g(p['tau'])} | {per} | "
+        passes = "-" if not train_tokens else f"{p['next'] / train_tokens:.2f}"
+        lines.append(f"| {p['n']:,} | {p['next']:,} | {passes} | {p['cells']} | {_g(p['rho'])} | {_g(p['tau'])} | {per} | "
                      f"{_g(p['seeds_rho'])} |")
+    repeated = [p for p in ag["pairs"] if train_tokens and p["next"] > train_tokens]
+    if repeated:
+        at = ", ".join(format(p["next"], ",") for p in repeated)
+        lines += ["", f"The train split holds {train_tokens:,} tokens: at 4N = {at} the runs read it more than once, so "
+                  "those losses rank memorising as well as language modelling; a pick there rests on repeated text."]
     if ag["pick"] is not None:
         pick = f"**{ag['pick']:,} tokens**: the smallest N whose ranking agrees with 4N's at rho >= {threshold}, and every larger pair too"
         if ag["first"] != ag["pick"]:
@@ -186,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = {r.key for r in runs}
     rows = [r for r in rows if r["key"] in keys]
     what = f"space {space.name}, corpus {space.data.source}, {space.model.target_params or 'no'} target params"
-    text = report(rows, args.threshold, what)
+    text = report(rows, args.threshold, what, train_split_tokens(space.data.source))
     with open(f"{args.out}/budget.md", "w") as fh:
         fh.write(text)
     write_curve(rows, args.threshold, f"{args.out}/budget.csv")

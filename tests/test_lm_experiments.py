@@ -41,6 +41,12 @@ def test_the_budget_pick_is_the_smallest_n_that_agrees_with_4n_from_there_on():
     ag = lm_budget.agreement(rows_from(table), 0.9)
     assert ag["first"] == 4 and ag["pick"] is None
     assert lm_budget.kendall([1, 2, 3], [1, 2, 3]) == 1.0 and lm_budget.kendall([1, 2, 3], [3, 2, 1]) == -1.0
+    # beside each pair, the passes over the train split its 4N takes; past one pass the report says the text repeats
+    text = lm_budget.report(rows_from(table), 0.9, "t", train_tokens=32)
+    assert "| 1 | 4 | 0.12 |" in text and "| 16 | 64 | 2.00 |" in text
+    assert "at 4N = 64 the runs read it more than once" in text
+    assert "more than once" not in lm_budget.report(rows_from(table), 0.9, "t", train_tokens=64)
+    assert "| 1 | 4 | - |" in lm_budget.report(rows_from(table), 0.9, "t")  # generated text never repeats
 
 
 def test_the_grid_findings_on_a_table_whose_answers_are_known():
@@ -114,7 +120,8 @@ def test_lm_budget_runs_resumes_and_tables_on_a_tiny_configuration(tiny, capsys)
     assert all(abs(r["params"] - 80_000) <= 0.02 * 80_000 and r["target_params"] == 80_000 for r in rows)
     assert {r["data_corpus"] for r in rows} == {"english"} and all(r["data_tokenizer"].startswith("bpe320:") for r in rows)
     text = (out / "budget.md").read_text()
-    assert "| 64 | 256 | 3 |" in text and "needs >= 8, >= 4 and 2" in capsys.readouterr().err
+    train = lm_budget.train_split_tokens(str(root / "english"))
+    assert train and f"| 64 | 256 | {256 / train:.2f} | 3 |" in text and "needs >= 8, >= 4 and 2" in capsys.readouterr().err
     assert (out / "budget.csv").read_text().startswith("n_tokens,next_tokens,candidates,rho,tau,rho_seed0,rho_seed1")
     assert lm_budget.main([*argv, "--analyse"]) == 0
     assert len((out / "runs.jsonl").read_text().splitlines()) == 12  # resumed: nothing trained again
@@ -177,4 +184,4 @@ def test_the_device_script_resumes_the_carried_runs_and_refuses_a_missing_corpus
     env["CORPUS"] = str(root / "english")
     r = subprocess.run([*sh, "budget", *cells], cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "12 runs already done" in r.stdout and "| 64 | 256 | 3 |" in (tmp_path / "out/lm/budget/budget.md").read_text()
+    assert "12 runs already done" in r.stdout and "| 64 | 256 | " in (tmp_path / "out/lm/budget/budget.md").read_text()
