@@ -2,15 +2,15 @@
 # One device call of the LM experiments on real text: bash experiments/lm_gpu.sh STEP [options for the script]
 #   STEP budget: experiments/lm_budget.py (the token budget at which the val-loss ranking holds)
 #   STEP grid:   experiments/lm_grid.py at TOKENS (lm_budget's pick; default 2M) (the paper's LM findings)
-# Carry: corpora/english (the built corpus: git-ignored, so named in carry), .whl/gpu (fla and its needs as wheels,
+# Carry: corpora/english-large (the built corpus: git-ignored, so named in carry), .whl/gpu (fla and its needs as wheels,
 # docs/gpu.md), and from the second call on .gpu_state/lm (the runs the previous calls brought back);
-# .triton_cache too (the 64 MiB hold under 8 MB of repository, 7.3 MiB of corpus, 7.4 MB of wheels and the cache).
+# .triton_cache too (the 64 MiB hold under 8 MB of repository, 15.2 MiB of corpus, 9.2 MB of wheels and the cache).
 # Each call resumes the step's runs, stops starting runs at LIMIT seconds (default 520: inside a call's 600), and
 # leaves $OUT/lm/STEP/runs.jsonl (every finished run so far) and the step's report beside it: copy $OUT/lm to
 # .gpu_state/lm before the next call. Knobs: WORKERS (runs sharing the GPU as processes, default 4), CORPUS.
 set -uo pipefail
 STEP=${1:-}
-OUT=${OUT:-/tmp/out} LIMIT=${LIMIT:-520} WORKERS=${WORKERS:-4} CORPUS=${CORPUS:-corpora/english} TOKENS=${TOKENS:-2M}
+OUT=${OUT:-/tmp/out} LIMIT=${LIMIT:-520} WORKERS=${WORKERS:-4} CORPUS=${CORPUS:-corpora/english-large} TOKENS=${TOKENS:-2M}
 PY=${PYTHON:-python3}
 case $STEP in
   budget) args=(-m experiments.lm_budget --out "$OUT/lm/budget") ;;
@@ -18,7 +18,7 @@ case $STEP in
   *) echo "lm_gpu.sh: unknown step '$STEP'; allowed: budget, grid"; exit 2 ;;
 esac
 if [ ! -f "$CORPUS/manifest.json" ]; then
-  echo "lm_gpu.sh: no built corpus at $CORPUS: build it on the CPU machine (hlnas corpus build english --fetch) and carry it"
+  echo "lm_gpu.sh: no built corpus at $CORPUS: build it on the CPU machine (hlnas corpus build ${CORPUS##*/} --fetch) and carry it"
   exit 2
 fi
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HLNAS_TRITON_AUTOTUNE=${HLNAS_TRITON_AUTOTUNE:-quick}
