@@ -202,6 +202,9 @@ def test_the_selection_rule_chooses_a_proxy_that_ranks_like_table_7_and_refuses_
     assert share["verdict"] == "not chosen"
     failed = {name for _, name, _, _, ok in share["points"] if ok is False}
     assert any(n.startswith("2. partial rho") for n in failed), share["points"]
+    # the bar beside the rule (the share, then state bytes) depends on the cells, not on what the proxy scored
+    assert [b[:3] for b in good["bars"]] == [b[:3] for b in share["bars"]] and good["bars"][0][1] == 21
+    assert good["bars"][0][2] > good["bars"][0][3]  # the state breaks the share's ties the way Table 7 leans
     one = screen.rule("p", write(_rule_rows(lambda m, r, s, c, ref: 5 * (ref - 0.1), cards=("GPU A",))))
     assert one["verdict"] == "incomplete"
     one_share = screen.rule("p", write(_rule_rows(

@@ -272,10 +272,11 @@ def rule(protocol: str, paths: list[str]) -> dict:
     if not cards:
         raise SystemExit(f"screen.py rule: no finished rows of protocol {protocol!r} in {', '.join(paths)}")
     points, complete, failed_on_a_card = [], True, False
-    outcomes = {}
+    outcomes, bars = {}, []
     for card in cards:
         v = _validation(protocol, paths, card)
         outcomes[card] = _outcomes(v)
+        bars.append((card, *state_bar(v)))
         seeds = v.seeds
         full = len(v.shared) == CELLS and len(seeds["seeds"]) >= 2 and all(len(c.runs) >= 2 for c in v.shared)
         complete &= full
@@ -320,7 +321,21 @@ def rule(protocol: str, paths: list[str]) -> dict:
         verdict = "not chosen"
     else:
         verdict = "chosen" if complete else "incomplete"
-    return {"protocol": protocol, "points": points, "verdict": verdict}
+    return {"protocol": protocol, "points": points, "verdict": verdict, "bars": bars}
+
+
+def state_bar(v) -> tuple[int, float | None, float | None]:
+    """Beside the rule, not in it: (cells, rho, share's rho) over the validation's shared cells for the predictor that
+    trains nothing and ranks by the attention share, then the recurrent-state bytes at the paper's 340M widths
+    (state_predictor.py). A proxy below it learned no more than the cost model already knows."""
+    from hlnas.analysis.rankstats import spearman_rho
+    from state_predictor import share_then_state
+
+    cells = list(v.shared)
+    if len(cells) < 3:
+        return len(cells), None, None
+    rho = spearman_rho(share_then_state([(c.mixer, c.ratio) for c in cells]), [c.reference for c in cells])
+    return len(cells), rho, v.share_rho.rho
 
 
 def subset_rule(protocol: str, paths: list[str]) -> dict:
@@ -366,6 +381,10 @@ def print_rule(protocol: str, paths: list[str], which=rule) -> None:
     for card, name, value, need, ok in got["points"]:
         shown = f"{value:.3f}" if isinstance(value, float) else ("-" if value is None else value)
         print(f"| {card} | {name} | {shown} | {need} | {'-' if ok is None else 'yes' if ok else 'no'} |")
+    for card, n, rho, share in got.get("bars", []):  # beside the rule, not in it
+        if rho is not None:
+            print(f"\nbar beside the rule ({card}, {n} cells): share then state bytes (340M) rho {rho:+.3f}, "
+                  f"the share alone {share:+.3f}")
     print(f"\n{protocol}: {got['verdict']}")
 
 

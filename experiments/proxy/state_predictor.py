@@ -17,6 +17,23 @@ from __future__ import annotations
 import argparse
 
 
+def share_then_state(cells: list[tuple[str, str]], preset: str = "paper-340m", layers: int = 24) -> list[int]:
+    """Each (mixer, ratio) cell's rank by its attention share, ties broken by the layout's recurrent-state bytes at
+    ``preset`` (equal pairs tie). ``transformer`` cells (any ratio) are the all-attention layout."""
+    from hlnas.analysis.paper import attention_share
+    from hlnas.model.config import PRESETS
+    from hlnas.model.cost import layout_cost
+    from hlnas.model.layout import build_layout
+
+    keys = []
+    for mixer, ratio in cells:
+        full = mixer == "transformer"
+        layout = build_layout(mixer, "pure" if full else ratio, layers)
+        keys.append((attention_share("transformer" if full else ratio), layout_cost(layout, PRESETS[preset]).state_bytes))
+    order = sorted(set(keys))
+    return [order.index(k) for k in keys]
+
+
 def predictors(preset: str, layers: int, context: int, reference: str = "table7+transformer") -> dict:
     """{predictor: (rho, partial rho given the share)} over the reference's (mixer, ratio) cells."""
     from hlnas.analysis.paper import attention_share
@@ -26,18 +43,18 @@ def predictors(preset: str, layers: int, context: int, reference: str = "table7+
     from hlnas.model.cost import layout_cost
     from hlnas.model.layout import build_layout
 
-    ref, share, state, memory = [], [], [], []
-    for (mixer, ratio, _), value in load_reference(reference).values.items():
-        layout = build_layout(mixer, "pure" if mixer == "transformer" else ratio, layers)
-        cost = layout_cost(layout, PRESETS[preset], context=context)
-        ref.append(value)
-        share.append(attention_share("transformer" if mixer == "transformer" else ratio))
-        state.append(cost.state_bytes)
+    values = load_reference(reference).values
+    cells = [(mixer, ratio) for mixer, ratio, _ in values]
+    ref = list(values.values())
+    share = [attention_share("transformer" if m == "transformer" else r) for m, r in cells]
+    memory = []  # the whole decode memory at the context: KV cache plus state
+    for mixer, ratio in cells:
+        cost = layout_cost(build_layout(mixer, "pure" if mixer == "transformer" else ratio, layers), PRESETS[preset],
+                           context=context)
         memory.append(cost.state_bytes + cost.kv_cache_bytes)
-    order = sorted(set(zip(share, state)))  # lexicographic: the share, then the state; equal pairs tie
-    share_then_state = [order.index(pair) for pair in zip(share, state)]
     out = {"attention share": (spearman_rho(share, ref), None)}
-    for name, x in (("share, then state bytes", share_then_state), (f"KV + state bytes at {context}", memory)):
+    for name, x in (("share, then state bytes", share_then_state(cells, preset, layers)),
+                    (f"KV + state bytes at {context}", memory)):
         out[name] = (spearman_rho(x, ref), partial_spearman(x, ref, share))
     return out
 
