@@ -71,6 +71,24 @@ def test_a_proxy_that_ranks_mixers_beyond_the_share_beats_it_on_partial_rho():
     assert w.partial_rho.rho < 0 and w.within_ratio["mean"] == pytest.approx(-1.0)
 
 
+def test_the_state_bar_ranks_by_share_then_state_bytes_and_a_proxy_equal_to_it_ties_it():
+    from hlnas.analysis.validate import state_ranks
+
+    # at the paper's 340M widths the delta rules hold twice GLA's and HGRN-2's state (which tie): within a ratio they rank
+    # above, and every cell of a higher share above every cell of a lower one
+    ranks = dict(zip([(m, q) for m in MIXERS for q in RATIOS],
+                     state_ranks([(m, q, None) for m in MIXERS for q in RATIOS], "paper-340m")))
+    for q in RATIOS:
+        assert ranks["deltanet", q] == ranks["gated_deltanet", q] > ranks["gla", q] == ranks["hgrn2", q]
+    assert max(r for (m, q), r in ranks.items() if q == "6:1") < min(r for (m, q), r in ranks.items() if q == "3:1")
+    v = validate(_proxy(lambda m, q, s: ranks[m, q]), paper_reference(), state_preset="paper-340m", **FAST)
+    assert v.state_rho.rho == pytest.approx(v.proxy_rho.rho) and v.state_rho.rho > v.share_rho.rho
+    assert "share then recurrent-state bytes at paper-340m" in validation_text(v)
+    assert validate(_proxy(lambda m, q, s: SHARE[q]), paper_reference(), **FAST).state_rho is None  # not asked for
+    with pytest.raises(ValidationError, match="state preset 'paper-7b' is not a model preset; allowed: .*paper-340m"):
+        validate(_proxy(lambda m, q, s: SHARE[q]), paper_reference(), state_preset="paper-7b", **FAST)
+
+
 def test_a_saturated_proxy_is_flagged_and_a_graded_one_is_not():
     # 3:1 and 6:1 learn to ~1 in every mixer: 8 of 20 cells tie with the best
     sat = validate(_proxy(lambda m, q, s: 0.99 + 0.001 * MIXERS.index(m) if q in ("6:1", "3:1") else T7[m][q]),
@@ -262,6 +280,10 @@ def test_the_command_prints_the_report_writes_the_figure_and_fails_in_one_line(t
                  "--measure", "recall_auc"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["measure"] == "recall_auc" and rec["cells_in_common"] == 20 and len(rec["seeds"]["split"]) == 4
+    assert main(["validate", "--csv", str(GRID), "--json", "--resamples", "50", "--draws", "50",
+                 "--state-bar", "paper-340m"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["state_rho"]["n"] == 20 and rec["settings"]["state_preset"] == "paper-340m"
     bad = _write(tmp_path / "bad.csv", [{"mixer": "gpt", "ratio": "pure", "recall": "0.1"}])
     assert main(["validate", "--csv", bad]) == 2
     err = capsys.readouterr().err

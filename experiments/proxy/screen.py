@@ -327,15 +327,15 @@ def rule(protocol: str, paths: list[str]) -> dict:
 def state_bar(v) -> tuple[int, float | None, float | None]:
     """Beside the rule, not in it: (cells, rho, share's rho) over the validation's shared cells for the predictor that
     trains nothing and ranks by the attention share, then the recurrent-state bytes at the paper's 340M widths
-    (state_predictor.py). A proxy below it learned no more than the cost model already knows."""
+    (hlnas.analysis.validate.state_ranks). A proxy below it learned no more than the cost model already knows."""
     from hlnas.analysis.rankstats import spearman_rho
-    from state_predictor import share_then_state
+    from hlnas.analysis.validate import state_ranks
 
     cells = list(v.shared)
     if len(cells) < 3:
         return len(cells), None, None
-    rho = spearman_rho(share_then_state([(c.mixer, c.ratio) for c in cells]), [c.reference for c in cells])
-    return len(cells), rho, v.share_rho.rho
+    ranks = state_ranks([(c.mixer, c.ratio, c.layout) for c in cells], "paper-340m")
+    return len(cells), spearman_rho(ranks, [c.reference for c in cells]), v.share_rho.rho
 
 
 def subset_rule(protocol: str, paths: list[str]) -> dict:

@@ -1,4 +1,5 @@
-"""What the cost model alone knows of Table 7: predictors that train nothing, scored as ``hlnas validate`` scores a proxy.
+"""What the cost model alone knows of Table 7: predictors that train nothing, scored as ``hlnas validate`` scores a proxy
+(``hlnas validate --state-bar PRESET`` prints the second beside any proxy).
 
 * the attention share (the bar every proxy is held to);
 * the share, ties within a ratio broken by the layout's recurrent-state bytes (hlnas's cost model at a paper scale):
@@ -17,27 +18,11 @@ from __future__ import annotations
 import argparse
 
 
-def share_then_state(cells: list[tuple[str, str]], preset: str = "paper-340m", layers: int = 24) -> list[int]:
-    """Each (mixer, ratio) cell's rank by its attention share, ties broken by the layout's recurrent-state bytes at
-    ``preset`` (equal pairs tie). ``transformer`` cells (any ratio) are the all-attention layout."""
-    from hlnas.analysis.paper import attention_share
-    from hlnas.model.config import PRESETS
-    from hlnas.model.cost import layout_cost
-    from hlnas.model.layout import build_layout
-
-    keys = []
-    for mixer, ratio in cells:
-        full = mixer == "transformer"
-        layout = build_layout(mixer, "pure" if full else ratio, layers)
-        keys.append((attention_share("transformer" if full else ratio), layout_cost(layout, PRESETS[preset]).state_bytes))
-    order = sorted(set(keys))
-    return [order.index(k) for k in keys]
-
-
 def predictors(preset: str, layers: int, context: int, reference: str = "table7+transformer") -> dict:
     """{predictor: (rho, partial rho given the share)} over the reference's (mixer, ratio) cells."""
     from hlnas.analysis.paper import attention_share
     from hlnas.analysis.rankstats import partial_spearman, spearman_rho
+    from hlnas.analysis.validate import state_ranks
     from hlnas.analysis.validation_data import load_reference
     from hlnas.model.config import PRESETS
     from hlnas.model.cost import layout_cost
@@ -53,7 +38,7 @@ def predictors(preset: str, layers: int, context: int, reference: str = "table7+
                            context=context)
         memory.append(cost.state_bytes + cost.kv_cache_bytes)
     out = {"attention share": (spearman_rho(share, ref), None)}
-    for name, x in (("share, then state bytes", share_then_state(cells, preset, layers)),
+    for name, x in (("share, then state bytes", state_ranks([(m, r, None) for m, r in cells], preset, layers)),
                     (f"KV + state bytes at {context}", memory)):
         out[name] = (spearman_rho(x, ref), partial_spearman(x, ref, share))
     return out

@@ -9,6 +9,9 @@ layouts; its proxy value is the mean over its seeds. :func:`validate` measures:
 * **the attention-share predictor**: the same rho for a predictor that trains nothing, the layout's share of attention
   layers (pure 0, r:1 1/r, the Transformer 1), and the partial rho of the proxy with that share held fixed (ranks,
   then the partial correlation): what the proxy knows beyond "more attention recalls more";
+* **the state bar** (with ``state_preset``): rho for a second predictor that trains nothing, the attention share with
+  ties broken by the layout's recurrent-state bytes (hlnas's cost model at that preset's widths): more memory in the
+  linear layers, more recall. A proxy below it learned no more than the cost model prints;
 * **mixer order within a ratio**: Kendall's tau-b of proxy and reference over the mixers at each ratio, averaged over
   the ratios with two mixers or more (a ratio where either side ties every mixer has no order: tau 0 there);
 * **saturation**: the proxy cells within ``tolerance`` of the best proxy cell (higher is better), flagged when they
@@ -35,7 +38,8 @@ from hlnas.analysis.rankstats import bootstrap_interval, kendall_tau, partial_sp
 from hlnas.analysis.validation_data import COST_COLUMNS, TRANSFORMER, Proxy, Reference, Run, ValidationError
 from hlnas.model.catalog import linear_mixer_names
 
-__all__ = ["Cell", "Correlation", "Validation", "validate", "proxy_cells", "match_cells", "seeds_split", "TOLERANCE", "LEARNED",
+__all__ = ["Cell", "Correlation", "Validation", "validate", "proxy_cells", "match_cells", "seeds_split", "state_ranks",
+           "TOLERANCE", "LEARNED",
            "MAX_SATURATED", "RESAMPLES", "DRAWS"]
 
 TOLERANCE = 0.02  # a cell this close to the best is tied with it at the proxy's resolution
@@ -121,6 +125,7 @@ class Validation:
     cost: dict
     unmatched_reference: tuple[str, ...] = ()
     settings: dict = field(default_factory=dict)
+    state_rho: Correlation | None = None  # the state bar, where asked for (``state_preset``)
 
     @property
     def shared(self) -> tuple[Cell, ...]:
@@ -246,9 +251,28 @@ def _cost(proxy: Proxy) -> dict:
     return out
 
 
+def state_ranks(cells: Sequence[tuple[str, str, str | None]], preset: str, layers: int = 24) -> list[int]:
+    """Each ``(mixer, ratio, layout)`` cell's rank by its attention share, ties broken by its recurrent-state bytes at
+    ``preset``'s widths (equal pairs tie): the layout itself where given, else ``mixer`` at ``ratio`` over ``layers``
+    (the paper's placement; the Transformer all attention)."""
+    from hlnas.model.config import PRESETS
+    from hlnas.model.cost import layout_cost
+    from hlnas.model.layout import build_layout
+
+    if preset not in PRESETS:
+        raise ValidationError(f"state preset {preset!r} is not a model preset; allowed: {', '.join(PRESETS)}")
+    keys = []
+    for mixer, ratio, layout in cells:
+        full = mixer == TRANSFORMER
+        lay = Layout.parse(layout) if layout else build_layout(mixer, "pure" if full else ratio, layers)
+        keys.append((attention_share(TRANSFORMER if full else ratio), layout_cost(lay, PRESETS[preset]).state_bytes))
+    order = sorted(set(keys))
+    return [order.index(k) for k in keys]
+
+
 def validate(proxy: Proxy, reference: Reference, *, tolerance: float = TOLERANCE, learned: float = LEARNED,
              max_saturated: float = MAX_SATURATED, resamples: int = RESAMPLES, draws: int = DRAWS,
-             seed: int = 0) -> Validation:
+             seed: int = 0, state_preset: str | None = None) -> Validation:
     """Score ``proxy`` against ``reference`` (see the module docstring); ``seed`` seeds the bootstrap and the seed
     draws, so the same inputs print the same intervals. :class:`ValidationError` when they share fewer than 3 cells."""
     if not proxy.runs:
@@ -267,6 +291,10 @@ def validate(proxy: Proxy, reference: Reference, *, tolerance: float = TOLERANCE
         return [col[i] for i in idx]
 
     n = len(shared)
+    state_rho = None
+    if state_preset is not None:
+        w = state_ranks([(c.mixer, c.ratio, c.layout) for c in shared], state_preset)
+        state_rho = _correlation(lambda idx: spearman_rho(pick(w, idx), pick(y, idx)), n, resamples, seed)
     return Validation(
         proxy, reference, tuple(cells),
         proxy_rho=_correlation(lambda idx: spearman_rho(pick(x, idx), pick(y, idx)), n, resamples, seed),
@@ -276,4 +304,4 @@ def validate(proxy: Proxy, reference: Reference, *, tolerance: float = TOLERANCE
         within_ratio=_within_ratio(shared), saturation=_saturation(cells, tolerance, max_saturated),
         seeds=_seeds(cells, learned, draws, seed), cost=_cost(proxy), unmatched_reference=tuple(unmatched),
         settings={"tolerance": tolerance, "learned": learned, "max_saturated": max_saturated, "resamples": resamples,
-                  "draws": draws, "seed": seed})
+                  "draws": draws, "seed": seed, "state_preset": state_preset}, state_rho=state_rho)

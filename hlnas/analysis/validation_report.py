@@ -61,6 +61,8 @@ def summary_lines(v: Validation) -> list[str]:
     return [
         f"- Spearman rho, proxy {v.proxy.measure} vs reference: {rho_text(v.proxy_rho)} (n = {v.proxy_rho.n})",
         f"- Spearman rho, attention share alone (trains nothing) vs reference: {rho_text(v.share_rho)}",
+        *([f"- Spearman rho, the share then recurrent-state bytes at {v.settings['state_preset']} (trains nothing) vs "
+           f"reference: {rho_text(v.state_rho)}"] if v.state_rho is not None else []),
         f"- partial rho, proxy vs reference with the attention share held fixed: {rho_text(v.partial_rho)}",
         f"- mixer order within a ratio, Kendall tau: {within_ratio_text(v)}",
         saturation_line(v),
@@ -137,7 +139,7 @@ def validation_record(v: Validation) -> dict:
         "proxy": v.proxy.name, "measure": v.proxy.measure, "reference": v.reference.name, "runs": len(v.proxy.runs),
         "skipped": v.proxy.skipped, "cells": len(v.cells), "cells_in_common": len(v.shared),
         "rho": _corr(v.proxy_rho), "share_rho": _corr(v.share_rho), "partial_rho": _corr(v.partial_rho),
-        "within_ratio": v.within_ratio,
+        "state_rho": None if v.state_rho is None else _corr(v.state_rho), "within_ratio": v.within_ratio,
         "saturation": {**{k: s[k] for k in ("tolerance", "count", "of", "fraction", "shared_count", "shared_of",
                                             "max_fraction", "saturated", "cells")},
                        "best": s["best"].name, "best_value": s["best"].value},

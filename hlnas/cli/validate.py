@@ -43,6 +43,9 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resamples", type=positive_int, default=None, help="bootstrap resamples (default 2000)")
     p.add_argument("--draws", type=positive_int, default=None, help="random seed choices for the rho spread (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the seed draws (default 0)")
+    p.add_argument("--state-bar", metavar="PRESET", help="also score a second predictor that trains nothing: the "
+                   "attention share, ties broken by each layout's recurrent-state bytes at PRESET's widths (e.g. "
+                   "paper-340m; cells by mixer and ratio are built at 24 layers)")
     p.add_argument("--out", metavar="DIR", help="also write validation.md and the figure (hlnas_validation.html, .png)")
     p.add_argument("--no-png", action="store_true", help="with --out: the HTML figure only (no Chromium needed)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
@@ -66,7 +69,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         proxy = read_proxy_studies(args.storage or DEFAULT_STORAGE, args.study, args.measure)
     given = {"tolerance": args.tolerance, "max_saturated": args.max_saturated, "learned": args.learned,
              "resamples": args.resamples, "draws": args.draws}
-    result = v.validate(proxy, load_reference(args.reference), seed=args.seed,
+    result = v.validate(proxy, load_reference(args.reference), seed=args.seed, state_preset=args.state_bar,
                         **{k: x for k, x in given.items() if x is not None})
     text = validation_text(result)
     print(json.dumps(validation_record(result), indent=1, default=str) if args.json else text)
