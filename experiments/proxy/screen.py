@@ -349,9 +349,10 @@ def subset_rule(protocol: str, paths: list[str]) -> dict:
     cards = sorted({card for (case, card), r in finished(paths).items() if case in subset})
     if not cards:
         raise SystemExit(f"screen.py subset: no finished subset rows of protocol {protocol!r} in {', '.join(paths)}")
-    points, verdicts = [], []
+    points, verdicts, bars = [], [], []
     for card in cards:
         v = _validation(protocol, paths, card, subset)
+        bars.append((card, *state_bar(v)))
         cell = {(c.mixer, c.ratio): c for c in v.cells}
         hybrids = [r for (m, q), c in cell.items() if q in ("3:1", "6:1") for r in c.runs]
         control = cell.get(("transformer", "full"))
@@ -372,7 +373,7 @@ def subset_rule(protocol: str, paths: list[str]) -> dict:
         oks = [ok for *_, ok in card_points[1:]]
         verdicts.append("stops" if False in oks else "goes on" if n_cases == 10 and all(oks) else "incomplete")
     verdict = "stops" if "stops" in verdicts else "goes on" if "goes on" in verdicts else "incomplete"
-    return {"protocol": protocol, "points": points, "verdict": verdict}
+    return {"protocol": protocol, "points": points, "verdict": verdict, "bars": bars}
 
 
 def print_rule(protocol: str, paths: list[str], which=rule) -> None:
