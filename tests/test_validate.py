@@ -84,6 +84,7 @@ def test_the_state_bar_ranks_by_share_then_state_bytes_and_a_proxy_equal_to_it_t
     v = validate(_proxy(lambda m, q, s: ranks[m, q]), paper_reference(), state_preset="paper-340m", **FAST)
     assert v.state_rho.rho == pytest.approx(v.proxy_rho.rho) and v.state_rho.rho > v.share_rho.rho
     assert "share then recurrent-state bytes at paper-340m" in validation_text(v)
+    assert "share then state bytes" in validation_figure_info(v).title
     assert validate(_proxy(lambda m, q, s: SHARE[q]), paper_reference(), **FAST).state_rho is None  # not asked for
     with pytest.raises(ValidationError, match="state preset 'paper-7b' is not a model preset; allowed: .*paper-340m"):
         validate(_proxy(lambda m, q, s: SHARE[q]), paper_reference(), state_preset="paper-7b", **FAST)

@@ -56,8 +56,9 @@ def validation_figure_info(v: Validation) -> ValidationFigureInfo:
     cells = sorted(v.shared, key=lambda c: (mixer_rank(c.mixer), c.mixer, c.share))
     points = tuple(ValidationPoint(c.mixer, c.ratio, c.reference, c.value, min(r.value for r in c.runs),
                                    max(r.value for r in c.runs), _hover(c, m)) for c in cells)
+    bar = "" if v.state_rho is None else f"; share then state bytes {rho_text(v.state_rho)}"
     title = (f"Proxy {m} vs {v.reference.name} (n = {v.proxy_rho.n})<br><sup>rho {rho_text(v.proxy_rho)}; attention "
-             f"share alone {rho_text(v.share_rho)}; partial rho, share held fixed {rho_text(v.partial_rho)}</sup>")
+             f"share alone {rho_text(v.share_rho)}{bar}; partial rho, share held fixed {rho_text(v.partial_rho)}</sup>")
     s = v.saturation
     return ValidationFigureInfo(points, title, f"reference: {v.reference.name}", f"proxy: {m} (mean over seeds)",
                                 s["best"].value - s["tolerance"] if s["saturated"] else None)
