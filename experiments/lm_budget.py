@@ -23,7 +23,8 @@ import math
 import sys
 from statistics import mean
 
-from experiments.lm_runs import add_run_args, cells_of, load_scale, parse_tokens, plan, read_rows, run_all
+from experiments.lm_runs import add_run_args, cells_of, parse_tokens, plan, read_rows, run_all
+from hlnas.cli.args import space_from_args
 from hlnas.analysis.paper import spearman
 from hlnas.errors import HlnasError
 
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--analyse", action="store_true", help="only write the table from the runs already in --out")
     args = ap.parse_args(argv)
     try:
-        space = load_scale(args.space, args.set)
+        space = space_from_args(args)
         cells = cells_of(space, [c.strip() for c in args.cells.split(",") if c.strip()])
         budgets = [parse_tokens(b) for b in args.budgets.split(",") if b.strip()]
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

@@ -27,7 +27,8 @@ import math
 import sys
 from statistics import mean
 
-from experiments.lm_runs import add_run_args, cells_of, load_scale, parse_tokens, plan, read_rows, run_all
+from experiments.lm_runs import add_run_args, cells_of, parse_tokens, plan, read_rows, run_all
+from hlnas.cli.args import space_from_args
 from experiments.paper_grid.compare import RATIOS, best_pure_vs_hybrid, lm_flat
 from hlnas.analysis.paper import PAPER, attention_share, lm_by_ratio, spearman
 from hlnas.analysis.rankstats import bootstrap_interval, spearman_rho
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--analyse", action="store_true", help="only write the report from the runs already in --out")
     args = ap.parse_args(argv)
     try:
-        space = load_scale(args.space, args.set)
+        space = space_from_args(args)
         tokens = parse_tokens(args.tokens) if args.tokens else space.train.tokens
         cells_ = cells_of(space, [c.strip() for c in args.cells.split(",") if c.strip()] if args.cells else None)
         runs = plan(space, cells_, [tokens], [int(s) for s in args.seeds.split(",") if s.strip()])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hlnas.errors import HlnasError
 
-__all__ = ["add_run_args", "LMRun", "parse_tokens", "cells_of", "plan", "run_all", "read_rows", "load_scale"]
+__all__ = ["add_run_args", "LMRun", "parse_tokens", "cells_of", "plan", "run_all", "read_rows"]
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,6 @@ def parse_tokens(text: str) -> int:
     if n < 1 or n != int(n):
         raise HlnasError(f"token budget {text!r} is not a whole positive number of tokens")
     return int(n)
-
-
-def load_scale(space_arg: str, sets: list[str]):
-    """The space (its LM scale with ``--set`` items applied)."""
-    from hlnas.space import load_space
-
-    space = load_space(space_arg)
-    return space.with_sets(sets) if sets else space
 
 
 def cells_of(space, names: list[str] | None) -> list[tuple[str, str]]:

@@ -143,9 +143,9 @@ def one_trial(spec) -> dict:
 
 
 def load(args):
-    from hlnas.space import load_space
+    from hlnas.cli.args import space_from_args
 
-    return load_space(args.space).with_sets(args.set)
+    return space_from_args(args)
 
 
 def child(args) -> int:

@@ -193,6 +193,7 @@ def to_csv(protocol: str, paths: list[str]) -> None:
 RULE = {"rho_margin": 0.10, "partial_rho": 0.4, "saturated": 0.20, "seed_rho": 0.85, "gpu_s": 60.0, "cards_agree": 0.90,
         "control_raw": 0.9}
 CELLS = 21
+STATE_BAR = "paper-340m"  # the widths of the no-training bar printed beside the rule (Table 7's own scale is unstated)
 
 
 def _validation(protocol: str, paths: list[str], card: str, cases: set | None = None):
@@ -207,7 +208,7 @@ def _validation(protocol: str, paths: list[str], card: str, cases: set | None = 
         with open(table, "w", newline="") as f:
             csv.writer(f).writerows(csv_rows(protocol, paths, card, cases))
         proxy = read_proxy_csv(table, "score")
-    return validate(proxy, load_reference("table7+transformer"))
+    return validate(proxy, load_reference("table7+transformer"), state_preset=STATE_BAR)
 
 
 def best_reachable_margin(v, most_open: int = 4) -> float | None:
@@ -326,16 +327,9 @@ def rule(protocol: str, paths: list[str]) -> dict:
 
 def state_bar(v) -> tuple[int, float | None, float | None]:
     """Beside the rule, not in it: (cells, rho, share's rho) over the validation's shared cells for the predictor that
-    trains nothing and ranks by the attention share, then the recurrent-state bytes at the paper's 340M widths
-    (hlnas.analysis.validate.state_ranks). A proxy below it learned no more than the cost model already knows."""
-    from hlnas.analysis.rankstats import spearman_rho
-    from hlnas.analysis.validate import state_ranks
-
-    cells = list(v.shared)
-    if len(cells) < 3:
-        return len(cells), None, None
-    ranks = state_ranks([(c.mixer, c.ratio, c.layout) for c in cells], "paper-340m")
-    return len(cells), spearman_rho(ranks, [c.reference for c in cells]), v.share_rho.rho
+    trains nothing and ranks by the attention share, then the recurrent-state bytes at STATE_BAR's widths (``hlnas
+    validate --state-bar``). A proxy below it learned no more than the cost model already knows."""
+    return len(v.shared), v.state_rho.rho, v.share_rho.rho
 
 
 def subset_rule(protocol: str, paths: list[str]) -> dict:
@@ -384,7 +378,7 @@ def print_rule(protocol: str, paths: list[str], which=rule) -> None:
         print(f"| {card} | {name} | {shown} | {need} | {'-' if ok is None else 'yes' if ok else 'no'} |")
     for card, n, rho, share in got.get("bars", []):  # beside the rule, not in it
         if rho is not None:
-            print(f"\nbar beside the rule ({card}, {n} cells): share then state bytes (340M) rho {rho:+.3f}, "
+            print(f"\nbar beside the rule ({card}, {n} cells): share then state bytes ({STATE_BAR}) rho {rho:+.3f}, "
                   f"the share alone {share:+.3f}")
     print(f"\n{protocol}: {got['verdict']}")
 

@@ -52,8 +52,7 @@ def space_from_args(args: argparse.Namespace):
     """The space ``--space`` names, with the command's ``--set`` overrides applied."""
     from hlnas.space import load_space
 
-    space = load_space(args.space)
-    return space.with_sets(args.set) if args.set else space
+    return load_space(args.space).with_sets(args.set)
 
 
 def placement_arg(text: str) -> str | list[int]:
