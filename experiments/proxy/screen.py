@@ -197,17 +197,13 @@ STATE_BAR = "paper-340m"  # the widths of the no-training bar printed beside the
 
 
 def _validation(protocol: str, paths: list[str], card: str, cases: set | None = None):
-    import csv
-    import tempfile
-
     from hlnas.analysis.validate import validate
-    from hlnas.analysis.validation_data import load_reference, read_proxy_csv
+    from hlnas.analysis.validation_data import load_reference, proxy_from_rows
 
-    with tempfile.TemporaryDirectory() as tmp:  # hlnas validate reads a CSV file
-        table = Path(tmp) / "screen.csv"
-        with open(table, "w", newline="") as f:
-            csv.writer(f).writerows(csv_rows(protocol, paths, card, cases))
-        proxy = read_proxy_csv(table, "score")
+    header, *rows = csv_rows(protocol, paths, card, cases)
+    # as text, the way hlnas validate reads its CSV, so both take one path
+    rows = [{c: "" if x is None else str(x) for c, x in zip(header, row)} for row in rows]
+    proxy = proxy_from_rows(header, rows, f"screen_{protocol}.csv", "score")
     return validate(proxy, load_reference("table7+transformer"), state_preset=STATE_BAR)
 
 

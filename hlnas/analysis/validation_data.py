@@ -193,6 +193,12 @@ def read_proxy_csv(path, measure: str = "recall") -> Proxy:
     """A results CSV, one row per candidate and seed (``hlnas validate --csv``). Rows whose ``status`` is not ``ok``
     or whose measure is blank are skipped (counted in ``skipped``); ``seed`` defaults to 0."""
     columns, rows = _read_csv(path)
+    return proxy_from_rows(columns, rows, path, measure)
+
+
+def proxy_from_rows(columns: Sequence[str], rows: Sequence[dict], path, measure: str = "recall") -> Proxy:
+    """``read_proxy_csv`` on rows already in memory (``csv.DictReader``'s: column name to text); ``path`` names them
+    in errors and in the result."""
     _need(columns, path, [measure], f"a proxy table scored on {measure!r}")
     if "layout" not in columns:
         _need(columns, path, ["mixer", "ratio"], "a proxy table without a layout column")
