@@ -23,7 +23,7 @@ import math
 import sys
 from statistics import mean
 
-from experiments.lm_runs import add_run_args, cells_of, parse_tokens, plan, read_rows, run_all
+from experiments.lm_runs import add_run_args, cells_of, parse_tokens, plan, rows_of
 from hlnas.cli.args import space_from_args
 from hlnas.analysis.paper import spearman
 from hlnas.errors import HlnasError
@@ -196,14 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(cells) < 8 or n_pairs < 4 or len(seeds) < 2:
             print(f"lm_budget: note: {len(cells)} candidates, {n_pairs} (N, 4N) pairs, {len(seeds)} seeds; the measurement "
                   "that picks a budget needs >= 8, >= 4 and 2", file=sys.stderr)
-        runs_file = f"{args.out}/runs.jsonl"
-        rows = read_rows(runs_file) if args.analyse else run_all(space, runs, runs_file, workers=args.workers,
-                                                                 retry_failed=args.retry_failed, deadline_s=args.deadline)
+        rows = rows_of(args, space, runs)
     except HlnasError as e:
         print(f"lm_budget: error: {e}", file=sys.stderr)
         return 2
-    keys = {r.key for r in runs}
-    rows = [r for r in rows if r["key"] in keys]
     what = f"space {space.name}, corpus {space.data.source}, {space.model.target_params or 'no'} target params"
     text = report(rows, args.threshold, what, train_split_tokens(space.data.source))
     with open(f"{args.out}/budget.md", "w") as fh:

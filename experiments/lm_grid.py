@@ -27,7 +27,7 @@ import math
 import sys
 from statistics import mean
 
-from experiments.lm_runs import add_run_args, cells_of, parse_tokens, plan, read_rows, run_all
+from experiments.lm_runs import add_run_args, cells_of, parse_tokens, plan, rows_of
 from hlnas.cli.args import space_from_args
 from experiments.paper_grid.compare import RATIOS, best_pure_vs_hybrid, lm_flat
 from hlnas.analysis.paper import PAPER, attention_share, lm_by_ratio, spearman
@@ -187,14 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         tokens = parse_tokens(args.tokens) if args.tokens else space.train.tokens
         cells_ = cells_of(space, [c.strip() for c in args.cells.split(",") if c.strip()] if args.cells else None)
         runs = plan(space, cells_, [tokens], [int(s) for s in args.seeds.split(",") if s.strip()])
-        runs_file = f"{args.out}/runs.jsonl"
-        rows = read_rows(runs_file) if args.analyse else run_all(space, runs, runs_file, workers=args.workers,
-                                                                 retry_failed=args.retry_failed, deadline_s=args.deadline)
+        rows = rows_of(args, space, runs)
     except HlnasError as e:
         print(f"lm_grid: error: {e}", file=sys.stderr)
         return 2
-    keys = {r.key for r in runs}
-    rows = [r for r in rows if r["key"] in keys]
     what = f"space {space.name}, corpus {space.data.source}, {tokens:,} tokens per candidate"
     text = report(rows, what)
     with open(f"{args.out}/lm_grid.md", "w") as fh:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hlnas.errors import HlnasError
 
-__all__ = ["add_run_args", "LMRun", "parse_tokens", "cells_of", "plan", "run_all", "read_rows"]
+__all__ = ["add_run_args", "LMRun", "parse_tokens", "cells_of", "plan", "run_all", "read_rows", "rows_of"]
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,16 @@ def run_all(space, runs: list[LMRun], out: str | Path, *, workers: int = 1, retr
         elif todo:
             _pooled(space_dict, todo, max(1, workers), t_end, keep)
     return read_rows(out)
+
+
+def rows_of(args, space, runs: list[LMRun]) -> list[dict]:
+    """The rows of ``runs`` in ``args.out``'s runs file: read back with ``--analyse``, else trained first (the runs
+    not there yet, under the options of :func:`add_run_args`). Rows of other runs in the file are left out."""
+    runs_file = f"{args.out}/runs.jsonl"
+    rows = read_rows(runs_file) if args.analyse else run_all(space, runs, runs_file, workers=args.workers,
+                                                             retry_failed=args.retry_failed, deadline_s=args.deadline)
+    keys = {r.key for r in runs}
+    return [r for r in rows if r["key"] in keys]
 
 
 def _pooled(space_dict: dict, todo: list[LMRun], workers: int, t_end: float | None, keep) -> None:
