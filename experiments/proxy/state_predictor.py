@@ -31,7 +31,7 @@ def predictors(preset: str, layers: int, context: int, reference: str = "table7+
     values = load_reference(reference).values
     cells = [(mixer, ratio) for mixer, ratio, _ in values]
     ref = list(values.values())
-    share = [attention_share("transformer" if m == "transformer" else r) for m, r in cells]
+    share = [attention_share(r) for _, r in cells]  # the Transformer's ratio is "full"
     memory = []  # the whole decode memory at the context: KV cache plus state
     for mixer, ratio in cells:
         cost = layout_cost(build_layout(mixer, "pure" if mixer == "transformer" else ratio, layers), PRESETS[preset],

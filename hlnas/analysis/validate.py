@@ -262,10 +262,9 @@ def state_ranks(cells: Sequence[tuple[str, str, str | None]], preset: str, layer
     if preset not in PRESETS:
         raise ValidationError(f"state preset {preset!r} is not a model preset; allowed: {', '.join(PRESETS)}")
     keys = []
-    for mixer, ratio, layout in cells:
-        full = mixer == TRANSFORMER
-        lay = Layout.parse(layout) if layout else build_layout(mixer, "pure" if full else ratio, layers)
-        keys.append((attention_share(TRANSFORMER if full else ratio), layout_cost(lay, PRESETS[preset]).state_bytes))
+    for mixer, ratio, layout in cells:  # the share as Cell.share reads it: the Transformer's ratio is "full"
+        lay = Layout.parse(layout) if layout else build_layout(mixer, "pure" if mixer == TRANSFORMER else ratio, layers)
+        keys.append((attention_share(ratio), layout_cost(lay, PRESETS[preset]).state_bytes))
     order = sorted(set(keys))
     return [order.index(k) for k in keys]
 
